@@ -1,0 +1,99 @@
+//! memcached's number rules, byte for byte.
+//!
+//! memcached parses with `strtoul`/`strtol` and then narrows the result, so a
+//! flags value of 4294967296 is stored as 0 and an exptime of 9999999999 wraps
+//! to a time in the past. Clients rely on those answers, so we reproduce them.
+
+/// An unsigned decimal: digits only, no sign. `None` on overflow or junk.
+pub fn parse_u64(token: &[u8]) -> Option<u64> {
+    if token.is_empty() || token.len() > 20 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in token {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(value)
+}
+
+/// A signed decimal with an optional leading `-`.
+pub fn parse_i64(token: &[u8]) -> Option<i64> {
+    match token.split_first() {
+        Some((b'-', digits)) => {
+            let magnitude = parse_u64(digits)?;
+            if magnitude > i64::MAX as u64 + 1 {
+                None
+            } else {
+                Some((magnitude as i64).wrapping_neg())
+            }
+        }
+        _ => i64::try_from(parse_u64(token)?).ok(),
+    }
+}
+
+/// Client flags: any non-negative number, narrowed to 32 bits as memcached does.
+pub fn parse_flags(token: &[u8]) -> Option<u32> {
+    parse_u64(token).map(|v| v as u32)
+}
+
+/// An expiration time: a signed number narrowed to 32 bits as memcached does.
+pub fn parse_exptime(token: &[u8]) -> Option<i64> {
+    parse_i64(token).map(|v| i64::from(v as i32))
+}
+
+/// A stored value read as a counter for incr/decr: memcached's `strtoull`
+/// accepts leading spaces and trailing spaces (its own padding), nothing else.
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let start = value.iter().position(|&b| b != b' ')?;
+    let rest = &value[start..];
+    let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+    if rest[end..].iter().any(|&b| b != b' ' && b != b'\r' && b != b'\n') {
+        return None;
+    }
+    parse_u64(&rest[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned_numbers() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"99999999999999999999"), None);
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_u64(b"12a"), None);
+        assert_eq!(parse_u64(b""), None);
+    }
+
+    #[test]
+    fn flags_narrow_to_32_bits_like_memcached() {
+        assert_eq!(parse_flags(b"4294967295"), Some(u32::MAX));
+        assert_eq!(parse_flags(b"4294967296"), Some(0));
+        assert_eq!(parse_flags(b"-1"), None);
+    }
+
+    #[test]
+    fn exptime_narrows_to_32_bits_like_memcached() {
+        assert_eq!(parse_exptime(b"-1"), Some(-1));
+        assert_eq!(parse_exptime(b"2592000"), Some(2_592_000));
+        assert_eq!(parse_exptime(b"9999999999"), Some(1_410_065_407));
+        assert_eq!(parse_exptime(b"abc"), None);
+    }
+
+    #[test]
+    fn counters_accept_memcached_padding() {
+        assert_eq!(parse_counter(b"12"), Some(12));
+        assert_eq!(parse_counter(b" 12"), Some(12));
+        assert_eq!(parse_counter(b"99 "), Some(99));
+        assert_eq!(parse_counter(b"1 2"), None);
+        assert_eq!(parse_counter(b"ab"), None);
+        assert_eq!(parse_counter(b""), None);
+        assert_eq!(parse_counter(b"111111111111111111111"), None);
+    }
+}

@@ -1,0 +1,603 @@
+//! memcached's classic text protocol: `get`, `set`, `incr`, `stats`, … .
+//!
+//! A request is one line (`\r\n` or a bare `\n`), plus a data block for the
+//! storage commands. Tokens are separated by spaces; runs of spaces are one
+//! separator. Meta commands (`mg`, `ms`, …) share the framing and are handed
+//! to [`crate::meta`].
+
+use crate::meta::{self, MetaRequest};
+use crate::number::{parse_exptime, parse_flags, parse_i64, parse_u64};
+use crate::{ErrorReply, Parse, Recovery, MAX_KEY_LEN, MAX_LINE_LEN};
+
+/// memcached answers a line with more tokens than this with `ERROR`
+/// (except retrievals, whose key lists may be long).
+const MAX_TOKENS: usize = 24;
+
+/// One parsed text-protocol request, borrowing keys and data from the input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Get {
+        mode: GetMode,
+        keys: Keys<'a>,
+    },
+    Store(StoreRequest<'a>),
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Arith {
+        key: &'a [u8],
+        incr: bool,
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+        noreply: bool,
+    },
+    FlushAll {
+        delay: i64,
+        noreply: bool,
+    },
+    Version,
+    Verbosity {
+        noreply: bool,
+    },
+    Quit,
+    Shutdown {
+        graceful: bool,
+    },
+    CacheMemlimit {
+        megabytes: u64,
+        noreply: bool,
+    },
+    /// `stats` and its arguments (`settings`, `items`, `slabs`, …), raw.
+    Stats {
+        args: Keys<'a>,
+    },
+    Meta(MetaRequest<'a>),
+}
+
+/// Which retrieval verb: `get`, `gets` (with CAS), `gat`/`gats` (get and touch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetMode {
+    Get,
+    Gets,
+    Gat { exptime: i64 },
+    Gats { exptime: i64 },
+}
+
+impl GetMode {
+    pub fn returns_cas(self) -> bool {
+        matches!(self, GetMode::Gets | GetMode::Gats { .. })
+    }
+
+    pub fn touch(self) -> Option<i64> {
+        match self {
+            GetMode::Gat { exptime } | GetMode::Gats { exptime } => Some(exptime),
+            _ => None,
+        }
+    }
+}
+
+/// The storage verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreVerb {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// `set`/`add`/`replace`/`append`/`prepend`/`cas` with their data block.
+#[derive(Debug, PartialEq, Eq)]
+pub struct StoreRequest<'a> {
+    pub verb: StoreVerb,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exptime: i64,
+    /// The `cas unique` of a `cas` command; 0 for the other verbs.
+    pub cas_unique: u64,
+    pub noreply: bool,
+    pub data: &'a [u8],
+}
+
+/// A space-separated list of keys (or arguments), iterated without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys<'a>(&'a [u8]);
+
+impl<'a> Keys<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0.split(|&b| b == b' ').filter(|t| !t.is_empty())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+}
+
+/// Limits the parser enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The largest data block a storage command may carry (`-I`).
+    pub max_item_size: usize,
+}
+
+/// Finds the end of the first line: (line without its terminator, bytes up to
+/// and including the `\n`).
+pub fn split_line(buf: &[u8]) -> Option<(&[u8], usize)> {
+    let newline = memchr(b'\n', buf)?;
+    let mut line = &buf[..newline];
+    if let Some((b'\r', rest)) = line.split_last() {
+        line = rest;
+    }
+    Some((line, newline + 1))
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+/// Parses one request from the front of `buf`.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<Request<'a>> {
+    let Some((line, line_len)) = split_line(buf) else {
+        return incomplete_line(buf);
+    };
+    let mut tokens = Tokens::new(line);
+    let Some(verb) = tokens.next() else {
+        return reject(ErrorReply::UnknownCommand, line_len);
+    };
+    match verb {
+        b"get" => parse_get(GetMode::Get, tokens, line_len),
+        b"gets" => parse_get(GetMode::Gets, tokens, line_len),
+        b"gat" | b"gats" => parse_gat(verb == b"gats", tokens, line_len),
+        b"set" => parse_store(StoreVerb::Set, tokens, buf, line_len, limits),
+        b"add" => parse_store(StoreVerb::Add, tokens, buf, line_len, limits),
+        b"replace" => parse_store(StoreVerb::Replace, tokens, buf, line_len, limits),
+        b"append" => parse_store(StoreVerb::Append, tokens, buf, line_len, limits),
+        b"prepend" => parse_store(StoreVerb::Prepend, tokens, buf, line_len, limits),
+        b"cas" => parse_store(StoreVerb::Cas, tokens, buf, line_len, limits),
+        b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
+            meta::parse(verb, tokens.rest(), buf, line_len, limits)
+        }
+        _ => parse_other(verb, tokens, line_len),
+    }
+}
+
+/// No newline yet. A long line is allowed only for a multi-get, exactly as
+/// memcached allows it; anything else that long is garbage and the
+/// connection is closed.
+fn incomplete_line<T>(buf: &[u8]) -> Parse<T> {
+    if buf.len() <= MAX_LINE_LEN {
+        return Parse::Incomplete;
+    }
+    let leading_spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[leading_spaces..];
+    if leading_spaces <= 100 && (rest.starts_with(b"get ") || rest.starts_with(b"gets ")) {
+        Parse::Incomplete
+    } else {
+        Parse::Reject {
+            error: ErrorReply::LineTooLong,
+            consumed: buf.len(),
+            recovery: Recovery::Close,
+        }
+    }
+}
+
+fn reject<T>(error: ErrorReply, consumed: usize) -> Parse<T> {
+    Parse::Reject {
+        error,
+        consumed,
+        recovery: Recovery::Continue,
+    }
+}
+
+fn done(request: Request<'_>, consumed: usize) -> Parse<Request<'_>> {
+    Parse::Done { request, consumed }
+}
+
+/// Space-separated tokens of one line.
+#[derive(Clone)]
+pub struct Tokens<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Tokens<'a> {
+    pub fn new(line: &'a [u8]) -> Self {
+        Tokens { rest: line }
+    }
+
+    /// The unparsed remainder of the line.
+    pub fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
+
+    /// How many tokens remain (without consuming them).
+    pub fn remaining(&self) -> usize {
+        self.clone().fold(0, |n, _| n + 1)
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let start = self.rest.iter().position(|&b| b != b' ')?;
+        let rest = &self.rest[start..];
+        let end = memchr(b' ', rest).unwrap_or(rest.len());
+        self.rest = &rest[end..];
+        Some(&rest[..end])
+    }
+}
+
+/// A key is at most 250 bytes. memcached accepts any byte but the separators
+/// (space and newline), and so do we.
+pub fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN
+}
+
+fn is_noreply(token: Option<&[u8]>) -> bool {
+    token == Some(b"noreply")
+}
+
+fn parse_get<'a>(mode: GetMode, tokens: Tokens<'a>, line_len: usize) -> Parse<Request<'a>> {
+    let keys = Keys(tokens.rest());
+    if keys.is_empty() {
+        return reject(ErrorReply::UnknownCommand, line_len);
+    }
+    if !keys.iter().all(valid_key) {
+        return reject(ErrorReply::BadCommandLine, line_len);
+    }
+    done(Request::Get { mode, keys }, line_len)
+}
+
+fn parse_gat(with_cas: bool, mut tokens: Tokens<'_>, line_len: usize) -> Parse<Request<'_>> {
+    if tokens.remaining() < 2 {
+        return reject(ErrorReply::UnknownCommand, line_len);
+    }
+    let Some(exptime) = tokens.next().and_then(parse_exptime) else {
+        return reject(ErrorReply::InvalidExptime, line_len);
+    };
+    let mode = if with_cas {
+        GetMode::Gats { exptime }
+    } else {
+        GetMode::Gat { exptime }
+    };
+    parse_get(mode, tokens, line_len)
+}
+
+fn parse_store<'a>(
+    verb: StoreVerb,
+    tokens: Tokens<'a>,
+    buf: &'a [u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Parse<Request<'a>> {
+    let args: Vec<&[u8]> = tokens.take(MAX_TOKENS).collect();
+    let required = if verb == StoreVerb::Cas { 5 } else { 4 };
+    if args.len() != required && args.len() != required + 1 {
+        return reject(ErrorReply::UnknownCommand, line_len);
+    }
+    let key = args[0];
+    if !valid_key(key) {
+        return reject(ErrorReply::BadCommandLine, line_len);
+    }
+    let (Some(flags), Some(exptime), Some(length)) = (
+        parse_flags(args[1]),
+        parse_exptime(args[2]),
+        parse_i64(args[3]).filter(|&n| (0..=i64::from(i32::MAX) - 2).contains(&n)),
+    ) else {
+        return reject(ErrorReply::BadCommandLine, line_len);
+    };
+    let cas_unique = if verb == StoreVerb::Cas {
+        match parse_u64(args[4]) {
+            Some(cas) => cas,
+            None => return reject(ErrorReply::BadCommandLine, line_len),
+        }
+    } else {
+        0
+    };
+    let noreply = is_noreply(args.get(required).copied());
+    let length = length as usize;
+    if length > limits.max_item_size {
+        return Parse::Reject {
+            error: ErrorReply::TooLarge,
+            consumed: line_len,
+            recovery: Recovery::Swallow(length as u64 + 2),
+        };
+    }
+    match data_block(buf, line_len, length) {
+        DataBlock::Incomplete => Parse::Incomplete,
+        DataBlock::Bad(consumed) => reject(ErrorReply::BadDataChunk, consumed),
+        DataBlock::Ok(data, consumed) => done(
+            Request::Store(StoreRequest {
+                verb,
+                key,
+                flags,
+                exptime,
+                cas_unique,
+                noreply,
+                data,
+            }),
+            consumed,
+        ),
+    }
+}
+
+/// The outcome of looking for a data block after a command line.
+pub enum DataBlock<'a> {
+    Incomplete,
+    /// Not followed by `\r\n`: memcached drops `length + 2` bytes and answers
+    /// `CLIENT_ERROR bad data chunk`.
+    Bad(usize),
+    Ok(&'a [u8], usize),
+}
+
+/// Locates a data block of `length` bytes plus `\r\n` after `line_len` bytes.
+pub fn data_block(buf: &[u8], line_len: usize, length: usize) -> DataBlock<'_> {
+    let end = line_len + length + 2;
+    if buf.len() < end {
+        return DataBlock::Incomplete;
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return DataBlock::Bad(end);
+    }
+    DataBlock::Ok(&buf[line_len..end - 2], end)
+}
+
+fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> Parse<Request<'a>> {
+    let argc = tokens.remaining();
+    let request = match (verb, argc) {
+        (b"delete", 1..=3) => return parse_delete(tokens, argc, line_len),
+        (b"incr" | b"decr", 2 | 3) => {
+            let key = tokens.next().unwrap_or_default();
+            if !valid_key(key) {
+                return reject(ErrorReply::BadCommandLine, line_len);
+            }
+            let Some(delta) = tokens.next().and_then(parse_u64) else {
+                return reject(ErrorReply::InvalidDelta, line_len);
+            };
+            Request::Arith {
+                key,
+                incr: verb == b"incr",
+                delta,
+                noreply: is_noreply(tokens.next()),
+            }
+        }
+        (b"touch", 2 | 3) => {
+            let key = tokens.next().unwrap_or_default();
+            if !valid_key(key) {
+                return reject(ErrorReply::BadCommandLine, line_len);
+            }
+            let Some(exptime) = tokens.next().and_then(parse_exptime) else {
+                return reject(ErrorReply::InvalidExptime, line_len);
+            };
+            Request::Touch {
+                key,
+                exptime,
+                noreply: is_noreply(tokens.next()),
+            }
+        }
+        (b"flush_all", 0..=2) => {
+            let first = tokens.next();
+            let (delay, noreply) = match first {
+                None => (0, false),
+                Some(b"noreply") => (0, true),
+                Some(token) => match parse_exptime(token) {
+                    Some(delay) => (delay, is_noreply(tokens.next())),
+                    None => return reject(ErrorReply::InvalidExptime, line_len),
+                },
+            };
+            Request::FlushAll { delay, noreply }
+        }
+        (b"version", 0) => Request::Version,
+        (b"verbosity", 1 | 2) => {
+            tokens.next();
+            Request::Verbosity {
+                noreply: is_noreply(tokens.next()),
+            }
+        }
+        (b"quit", 0) => Request::Quit,
+        (b"shutdown", 0) => Request::Shutdown { graceful: false },
+        (b"shutdown", 1) if tokens.next() == Some(b"graceful") => {
+            Request::Shutdown { graceful: true }
+        }
+        (b"cache_memlimit", 1 | 2) => {
+            let Some(megabytes) = tokens.next().and_then(parse_u64) else {
+                return reject(ErrorReply::UnknownCommand, line_len);
+            };
+            Request::CacheMemlimit {
+                megabytes,
+                noreply: is_noreply(tokens.next()),
+            }
+        }
+        (b"stats", _) => Request::Stats {
+            args: Keys(tokens.rest()),
+        },
+        _ => return reject(ErrorReply::UnknownCommand, line_len),
+    };
+    done(request, line_len)
+}
+
+/// `delete <key> [0] [noreply]`: memcached still accepts a hold time of 0
+/// from old clients and rejects any other.
+fn parse_delete(mut tokens: Tokens<'_>, argc: usize, line_len: usize) -> Parse<Request<'_>> {
+    let key = tokens.next().unwrap_or_default();
+    if !valid_key(key) {
+        return reject(ErrorReply::BadCommandLine, line_len);
+    }
+    let extra: Vec<&[u8]> = tokens.collect();
+    let noreply = is_noreply(extra.last().copied());
+    let valid = match argc {
+        1 => true,
+        2 => extra[0] == b"0" || noreply,
+        _ => extra[0] == b"0" && noreply,
+    };
+    if !valid {
+        return reject(ErrorReply::DeleteUsage, line_len);
+    }
+    done(Request::Delete { key, noreply }, line_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_item_size: 1024 * 1024,
+    };
+
+    fn parse_ok(input: &[u8]) -> (Request<'_>, usize) {
+        match parse(input, &LIMITS) {
+            Parse::Done { request, consumed } => (request, consumed),
+            other => panic!("expected a request from {input:?}, got {other:?}"),
+        }
+    }
+
+    fn rejected(input: &[u8]) -> (ErrorReply, usize, Recovery) {
+        match parse(input, &LIMITS) {
+            Parse::Reject {
+                error,
+                consumed,
+                recovery,
+            } => (error, consumed, recovery),
+            other => panic!("expected a rejection of {input:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn get_with_many_keys() {
+        let (request, consumed) = parse_ok(b"get a bb  ccc\r\nrest");
+        assert_eq!(consumed, 15);
+        let Request::Get { mode, keys } = request else {
+            panic!("not a get")
+        };
+        assert_eq!(mode, GetMode::Get);
+        assert_eq!(keys.iter().collect::<Vec<_>>(), [&b"a"[..], b"bb", b"ccc"]);
+    }
+
+    #[test]
+    fn set_waits_for_its_data_block() {
+        assert_eq!(parse(b"set k 0 0 5\r\nhel", &LIMITS), Parse::Incomplete);
+        assert_eq!(parse(b"set k 0 0 5\r\nhello\r", &LIMITS), Parse::Incomplete);
+        let (request, consumed) = parse_ok(b"set k 5 10 5 noreply\r\nhello\r\n");
+        assert_eq!(consumed, 29);
+        assert_eq!(
+            request,
+            Request::Store(StoreRequest {
+                verb: StoreVerb::Set,
+                key: b"k",
+                flags: 5,
+                exptime: 10,
+                cas_unique: 0,
+                noreply: true,
+                data: b"hello",
+            })
+        );
+    }
+
+    #[test]
+    fn bare_newlines_end_lines_too() {
+        let (request, consumed) = parse_ok(b"set a 0 0 1\nx\r\n");
+        assert_eq!(consumed, 15);
+        assert!(matches!(request, Request::Store(s) if s.data == b"x"));
+    }
+
+    #[test]
+    fn data_block_without_crlf_is_a_bad_chunk() {
+        assert_eq!(
+            rejected(b"set a 0 0 3\r\nabcd\r\n"),
+            (ErrorReply::BadDataChunk, 18, Recovery::Continue)
+        );
+    }
+
+    #[test]
+    fn too_large_swallows_the_data() {
+        assert_eq!(
+            rejected(b"set a 0 0 2000000\r\n"),
+            (ErrorReply::TooLarge, 19, Recovery::Swallow(2_000_002))
+        );
+    }
+
+    #[test]
+    fn malformed_storage_lines() {
+        assert_eq!(rejected(b"set a 0 0 -1\r\n").0, ErrorReply::BadCommandLine);
+        assert_eq!(rejected(b"set a 0 0 abc\r\n").0, ErrorReply::BadCommandLine);
+        assert_eq!(rejected(b"set a abc 0 3\r\n").0, ErrorReply::BadCommandLine);
+        assert_eq!(rejected(b"set a -1 0 1\r\n").0, ErrorReply::BadCommandLine);
+        assert_eq!(
+            rejected(b"set a 0 0 99999999999999999999\r\n").0,
+            ErrorReply::BadCommandLine
+        );
+        assert_eq!(rejected(b"cas a 0 0 1\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(
+            rejected(b"set a 0 0 1 noreply extra\r\n").0,
+            ErrorReply::UnknownCommand
+        );
+        let long_key = [b'k'; 251];
+        let line = [&b"set "[..], &long_key, b" 0 0 1\r\n"].concat();
+        assert_eq!(rejected(&line).0, ErrorReply::BadCommandLine);
+    }
+
+    #[test]
+    fn unknown_and_empty_lines() {
+        assert_eq!(rejected(b"GET a\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(rejected(b"\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(rejected(b"get\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(rejected(b"\x00\x01garbage\r\n").0, ErrorReply::UnknownCommand);
+        assert!(matches!(parse_ok(b"   get a\r\n").0, Request::Get { .. }));
+    }
+
+    #[test]
+    fn long_lines_close_unless_multiget() {
+        let junk = vec![b'x'; 3000];
+        assert_eq!(rejected(&junk).2, Recovery::Close);
+        let mut multiget = b"get ".to_vec();
+        multiget.extend(std::iter::repeat_n(b"k ".iter().copied(), 2000).flatten());
+        assert_eq!(parse(&multiget, &LIMITS), Parse::Incomplete);
+    }
+
+    #[test]
+    fn delete_accepts_zero_hold_time_only() {
+        assert!(matches!(
+            parse_ok(b"delete a 0 noreply\r\n").0,
+            Request::Delete { noreply: true, .. }
+        ));
+        assert!(matches!(
+            parse_ok(b"delete a 0\r\n").0,
+            Request::Delete { noreply: false, .. }
+        ));
+        assert_eq!(rejected(b"delete a 5\r\n").0, ErrorReply::DeleteUsage);
+    }
+
+    #[test]
+    fn arithmetic_and_touch_errors() {
+        assert_eq!(rejected(b"incr n abc\r\n").0, ErrorReply::InvalidDelta);
+        assert_eq!(rejected(b"incr n -1\r\n").0, ErrorReply::InvalidDelta);
+        assert_eq!(rejected(b"touch a abc\r\n").0, ErrorReply::InvalidExptime);
+        assert_eq!(rejected(b"gat abc a\r\n").0, ErrorReply::InvalidExptime);
+        assert_eq!(rejected(b"gat 10\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(rejected(b"flush_all abc\r\n").0, ErrorReply::InvalidExptime);
+    }
+
+    #[test]
+    fn admin_commands() {
+        assert_eq!(parse_ok(b"version\r\n").0, Request::Version);
+        assert_eq!(rejected(b"verbosity\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(
+            parse_ok(b"verbosity 1 noreply\r\n").0,
+            Request::Verbosity { noreply: true }
+        );
+        assert_eq!(
+            parse_ok(b"flush_all noreply\r\n").0,
+            Request::FlushAll {
+                delay: 0,
+                noreply: true
+            }
+        );
+        assert_eq!(rejected(b"cache_memlimit abc\r\n").0, ErrorReply::UnknownCommand);
+    }
+}
