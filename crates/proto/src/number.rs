@@ -44,18 +44,6 @@ pub fn parse_exptime(token: &[u8]) -> Option<i64> {
     parse_i64(token).map(|v| i64::from(v as i32))
 }
 
-/// A stored value read as a counter for incr/decr: memcached's `strtoull`
-/// accepts leading spaces and trailing spaces (its own padding), nothing else.
-pub fn parse_counter(value: &[u8]) -> Option<u64> {
-    let start = value.iter().position(|&b| b != b' ')?;
-    let rest = &value[start..];
-    let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
-    if rest[end..].iter().any(|&b| b != b' ' && b != b'\r' && b != b'\n') {
-        return None;
-    }
-    parse_u64(&rest[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,14 +74,4 @@ mod tests {
         assert_eq!(parse_exptime(b"abc"), None);
     }
 
-    #[test]
-    fn counters_accept_memcached_padding() {
-        assert_eq!(parse_counter(b"12"), Some(12));
-        assert_eq!(parse_counter(b" 12"), Some(12));
-        assert_eq!(parse_counter(b"99 "), Some(99));
-        assert_eq!(parse_counter(b"1 2"), None);
-        assert_eq!(parse_counter(b"ab"), None);
-        assert_eq!(parse_counter(b""), None);
-        assert_eq!(parse_counter(b"111111111111111111111"), None);
-    }
 }

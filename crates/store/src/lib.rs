@@ -1,0 +1,203 @@
+//! kura's storage engines, behind one trait named after what a memcached
+//! server needs. No sockets and no protocol here: the server turns requests
+//! into these calls and the results into replies.
+
+pub mod classes;
+pub mod clock;
+pub mod counter;
+pub mod memory;
+
+pub use classes::SizeClasses;
+pub use clock::{Clock, ExpiryTime};
+pub use memory::{MemoryConfig, MemoryStore};
+
+/// What an engine offers a memcached server.
+///
+/// Reads hand the item to a visitor while the engine holds it, so the server
+/// copies the value straight into its output buffer with no intermediate copy.
+pub trait Store: Send + Sync {
+    /// Looks a key up; calls `visit` once with the item on a hit (or with the
+    /// stub created by `vivify` on a miss). Returns whether `visit` was called.
+    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool;
+
+    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome;
+
+    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome;
+
+    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome;
+
+    /// Sets a new expiry on a live item; false if there is none.
+    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool;
+
+    /// Invalidates every item now (`delay` ≤ 0) or at a later time.
+    fn flush_all(&self, delay: i64);
+
+    /// Item metadata for `me`, without touching the item.
+    fn debug(&self, key: &[u8]) -> Option<DebugView>;
+
+    /// Background upkeep: reclaims expired and flushed items. Returns how many
+    /// items it removed.
+    fn maintain(&self) -> usize;
+
+    /// Changes the memory limit at run time (`cache_memlimit`).
+    fn set_memory_limit(&self, bytes: usize);
+
+    fn stats(&self) -> StoreStats;
+
+    /// A histogram of item sizes in 32-byte buckets (`stats sizes`).
+    fn size_histogram(&self) -> Vec<(usize, u64)>;
+
+    /// The clock that decides expiry.
+    fn clock(&self) -> &Clock;
+}
+
+/// How a read treats the item.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GetOptions {
+    /// New expiry (gat, `T` flag).
+    pub touch: Option<ExpiryTime>,
+    /// Leave LRU position, access time and "fetched" alone (meta `u`).
+    pub no_bump: bool,
+    /// On a miss, create an empty item with this expiry and let the caller win
+    /// the right to fill it (meta `N`).
+    pub vivify: Option<ExpiryTime>,
+    /// Win the recache if fewer than this many seconds are left (meta `R`).
+    pub recache_below: Option<i64>,
+}
+
+/// An item as a read sees it.
+#[derive(Debug)]
+pub struct ItemView<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub cas: u64,
+    /// Seconds left, -1 for never.
+    pub ttl: i64,
+    /// Whether the item had been read before this access.
+    pub fetched_before: bool,
+    /// Seconds since the previous access.
+    pub idle_seconds: u32,
+    /// Marked stale by a meta delete with `I`.
+    pub stale: bool,
+    /// This caller won the right to recache the item.
+    pub won: bool,
+    /// Another caller already won it.
+    pub win_taken: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StoreCommand<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub expiry: ExpiryTime,
+    /// Store only if the item's CAS equals this (text `cas`, meta `C`).
+    pub compare_cas: Option<u64>,
+    /// Meta `I` with `C`: an older CAS still stores, but marks the item stale.
+    pub stale_if_older: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOutcome {
+    Stored { cas: u64 },
+    NotStored,
+    /// The CAS did not match.
+    Exists,
+    /// A CAS store found no item.
+    NotFound,
+    /// No room, and eviction is off (`-M`) or nothing can be evicted.
+    OutOfMemory,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeleteCommand {
+    pub compare_cas: Option<u64>,
+    /// Meta `I`: mark stale and bump the CAS instead of removing; optionally
+    /// with a new expiry.
+    pub invalidate: Option<Option<ExpiryTime>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotFound,
+    Exists,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArithCommand {
+    pub decrement: bool,
+    pub delta: u64,
+    pub compare_cas: Option<u64>,
+    /// Create the counter on a miss with this initial value and expiry.
+    pub vivify: Option<(u64, ExpiryTime)>,
+    /// New expiry on success.
+    pub touch: Option<ExpiryTime>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArithOutcome {
+    Value { value: u64, cas: u64, ttl: i64 },
+    NotFound,
+    NonNumeric,
+    Exists,
+    OutOfMemory,
+}
+
+/// What `me` shows of an item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebugView {
+    pub ttl: i64,
+    pub idle_seconds: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    pub class: usize,
+    pub size: usize,
+}
+
+/// Per size class figures, for `stats slabs` and `stats items`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    pub class: usize,
+    pub chunk_size: usize,
+    pub items: u64,
+    /// Bytes charged to the class.
+    pub bytes: u64,
+    pub evicted: u64,
+    pub evicted_nonzero: u64,
+    pub evicted_unfetched: u64,
+    pub expired_unfetched: u64,
+    pub reclaimed: u64,
+    pub outofmemory: u64,
+    /// Seconds since the least recently used item of the class was accessed.
+    pub age: u32,
+}
+
+/// Engine-wide figures, named as memcached names them.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    pub curr_items: u64,
+    pub total_items: u64,
+    pub bytes: u64,
+    pub limit_maxbytes: u64,
+    pub evictions: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    pub crawler_reclaimed: u64,
+    pub crawler_items_checked: u64,
+    pub hash_bytes: u64,
+    pub hash_power_level: u32,
+    pub classes: Vec<ClassStats>,
+}

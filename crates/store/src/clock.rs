@@ -1,0 +1,157 @@
+//! Server time and memcached's expiry rule.
+//!
+//! Times inside kura are seconds since the server started, as in memcached
+//! (`rel_time_t`), so an item needs only 32 bits for its expiry. The clock
+//! can be advanced by tests instead of sleeping.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Expiry values larger than this many seconds are absolute Unix times.
+pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
+
+/// Server time starts here, so that 1 can mean "already expired" and 0 "never".
+const FIRST_TICK: u32 = 2;
+
+/// An expiry time in server seconds: 0 never expires; anything at or before
+/// the current time has expired.
+pub type ExpiryTime = u32;
+
+/// The server's clock: seconds since start, plus a test-only offset.
+#[derive(Debug)]
+pub struct Clock {
+    started: Instant,
+    /// Unix time that corresponds to server time 0.
+    epoch_unix: u64,
+    /// Seconds added by tests to travel forward without sleeping.
+    skipped: AtomicU32,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Clock {
+            started: Instant::now(),
+            epoch_unix: unix.saturating_sub(u64::from(FIRST_TICK)),
+            skipped: AtomicU32::new(0),
+        }
+    }
+
+    /// Current server time in seconds.
+    pub fn now(&self) -> u32 {
+        let elapsed = self.started.elapsed().as_secs().min(u64::from(u32::MAX / 2)) as u32;
+        FIRST_TICK + elapsed + self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Current Unix time according to the server.
+    pub fn unix_now(&self) -> u64 {
+        self.epoch_unix + u64::from(self.now())
+    }
+
+    /// Seconds since start.
+    pub fn uptime(&self) -> u32 {
+        self.now() - FIRST_TICK
+    }
+
+    /// Moves the clock forward (tests, and `debugtime`-style tooling).
+    pub fn advance(&self, seconds: u32) {
+        self.skipped.fetch_add(seconds, Ordering::Relaxed);
+    }
+
+    /// memcached's rule for an exptime sent by a client: 0 is never; negative
+    /// is already expired; up to 30 days is relative to now; beyond that it
+    /// is an absolute Unix time.
+    pub fn expiry(&self, exptime: i64) -> ExpiryTime {
+        expiry_at(exptime, self.now(), self.epoch_unix)
+    }
+
+    /// Seconds left before `expiry`, or -1 for an item that never expires.
+    pub fn ttl(&self, expiry: ExpiryTime) -> i64 {
+        ttl_at(expiry, self.now())
+    }
+}
+
+/// The expiry rule as a pure function of the current server time.
+pub fn expiry_at(exptime: i64, now: u32, epoch_unix: u64) -> ExpiryTime {
+    const ALREADY_EXPIRED: ExpiryTime = 1;
+    if exptime == 0 {
+        0
+    } else if exptime < 0 {
+        ALREADY_EXPIRED
+    } else if exptime > MAX_RELATIVE_EXPTIME {
+        let unix = exptime as u64;
+        if unix <= epoch_unix {
+            ALREADY_EXPIRED
+        } else {
+            (unix - epoch_unix).min(u64::from(u32::MAX)) as u32
+        }
+    } else {
+        now.saturating_add(exptime as u32)
+    }
+}
+
+/// Seconds left, -1 for never.
+pub fn ttl_at(expiry: ExpiryTime, now: u32) -> i64 {
+    if expiry == 0 {
+        -1
+    } else {
+        i64::from(expiry.saturating_sub(now))
+    }
+}
+
+/// Whether an item with this expiry is dead at `now`.
+pub fn is_expired(expiry: ExpiryTime, now: u32) -> bool {
+    expiry != 0 && expiry <= now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u32 = 1000;
+    const EPOCH: u64 = 1_700_000_000;
+
+    #[test]
+    fn expiry_rule_table() {
+        let cases: &[(i64, ExpiryTime, &str)] = &[
+            (0, 0, "zero never expires"),
+            (-1, 1, "negative is already expired"),
+            (1, NOW + 1, "one second from now"),
+            (MAX_RELATIVE_EXPTIME, NOW + 2_592_000, "30 days is still relative"),
+            (EPOCH as i64 + 5000, 5000, "beyond 30 days is absolute unix time"),
+            (MAX_RELATIVE_EXPTIME + 1, 1, "an absolute time in the past is expired"),
+        ];
+        for &(exptime, expected, why) in cases {
+            assert_eq!(expiry_at(exptime, NOW, EPOCH), expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn expired_items() {
+        assert!(!is_expired(0, NOW));
+        assert!(is_expired(NOW, NOW));
+        assert!(!is_expired(NOW + 1, NOW));
+        assert!(is_expired(1, NOW));
+        assert_eq!(ttl_at(0, NOW), -1);
+        assert_eq!(ttl_at(NOW + 30, NOW), 30);
+        assert_eq!(ttl_at(NOW - 5, NOW), 0);
+    }
+
+    #[test]
+    fn clock_advances_for_tests() {
+        let clock = Clock::new();
+        let before = clock.now();
+        clock.advance(60);
+        assert!(clock.now() >= before + 60);
+        assert!(is_expired(clock.expiry(-1), clock.now()));
+    }
+}

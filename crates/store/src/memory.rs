@@ -1,0 +1,867 @@
+//! The memory engine: a cache with a byte budget and least-recently-used
+//! eviction across all item sizes.
+//!
+//! ```text
+//!   key ──hash──▶ shard (hash bits 32..) ──▶ Mutex<Shard>
+//!                                              ├─ table: HashTable<slot index>
+//!                                              ├─ slots: Vec<Slot>   (key+value in one allocation)
+//!                                              └─ LRU: doubly linked through slot indices, head = newest
+//! ```
+//!
+//! Memory is one budget for the whole cache, not pages carved per size class,
+//! so large values can never starve small ones of memory (memcached's "slab
+//! calcification", seed 001). When the budget is exceeded, the least recently
+//! used items are evicted from shard after shard; keys spread evenly over the
+//! shards, so each shard's tail is about as old as any other's.
+//!
+//! No lock is ever taken while another is held: a store inserts under its
+//! shard's lock, releases it, then evicts shard by shard.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+
+use crate::classes::{SizeClasses, MAX_CLASSES};
+use crate::clock::{is_expired, Clock, ExpiryTime};
+use crate::{
+    ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome, GetOptions,
+    ItemView, Store, StoreCommand, StoreMode, StoreOutcome, StoreStats,
+};
+
+/// Bytes charged per item beyond key and value: the slot, its hash-table
+/// entry and the allocator's header. Counting them keeps resident memory
+/// close to the limit however small the items are.
+pub const ITEM_OVERHEAD: usize = std::mem::size_of::<Slot>() + 8 + 16;
+
+/// Slot index meaning "none" in the LRU links.
+const NIL: u32 = u32::MAX;
+
+/// How many slots maintenance inspects under one lock hold.
+const MAINTAIN_BATCH: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// The byte budget for items (`-m`).
+    pub limit_bytes: usize,
+    /// Evict when full; false answers "out of memory" instead (`-M`).
+    pub evict: bool,
+    /// Number of lock stripes; a power of two.
+    pub shards: usize,
+    pub classes: SizeClasses,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            limit_bytes: 64 << 20,
+            evict: true,
+            shards: 256,
+            classes: SizeClasses::default(),
+        }
+    }
+}
+
+pub struct MemoryStore {
+    shards: Box<[Padded<Mutex<Shard>>]>,
+    shard_shift: u32,
+    hasher: foldhash::fast::RandomState,
+    clock: Clock,
+    classes: SizeClasses,
+    evict: bool,
+    limit: AtomicUsize,
+    /// Bytes charged for all live items (see [`ITEM_OVERHEAD`]).
+    used: AtomicUsize,
+    /// The last CAS value handed out; every change takes the next one.
+    last_cas: AtomicU64,
+    /// Items whose CAS is at or below this were flushed.
+    flushed_through_cas: AtomicU64,
+    /// Server time of a pending delayed `flush_all`; 0 when none.
+    flush_deadline: AtomicU32,
+    /// Where the next eviction starts, so shards take turns.
+    evict_cursor: AtomicUsize,
+    /// Where maintenance resumes.
+    maintain_cursor: AtomicUsize,
+}
+
+/// Keeps each shard's lock on its own cache line.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+struct Shard {
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Most recently used.
+    head: u32,
+    /// Least recently used: the next to evict.
+    tail: u32,
+    /// Where maintenance resumes in `slots`.
+    scan_cursor: usize,
+    counters: ShardCounters,
+}
+
+/// Counters kept under the shard lock, so counting costs no atomics.
+#[derive(Default)]
+struct ShardCounters {
+    total_items: u64,
+    evictions: u64,
+    reclaimed: u64,
+    expired_unfetched: u64,
+    evicted_unfetched: u64,
+    crawler_reclaimed: u64,
+    crawler_items_checked: u64,
+    classes: Vec<ClassCounters>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct ClassCounters {
+    items: u64,
+    bytes: u64,
+    evicted: u64,
+    evicted_nonzero: u64,
+    evicted_unfetched: u64,
+    expired_unfetched: u64,
+    reclaimed: u64,
+    outofmemory: u64,
+}
+
+/// One item. A free slot has an empty `data`.
+struct Slot {
+    /// Key followed by value, in one allocation.
+    data: Box<[u8]>,
+    hash: u64,
+    cas: u64,
+    flags: u32,
+    expiry: ExpiryTime,
+    last_access: u32,
+    prev: u32,
+    next: u32,
+    key_len: u8,
+    class: u8,
+    bits: u8,
+}
+
+const FETCHED: u8 = 1;
+const STALE: u8 = 2;
+const WIN_SENT: u8 = 4;
+
+impl Slot {
+    fn key(&self) -> &[u8] {
+        &self.data[..usize::from(self.key_len)]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.data[usize::from(self.key_len)..]
+    }
+
+    fn charge(&self) -> usize {
+        self.data.len() + ITEM_OVERHEAD
+    }
+
+    fn has(&self, bit: u8) -> bool {
+        self.bits & bit != 0
+    }
+}
+
+/// Why an item left the cache, for the counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Deleted,
+    Replaced,
+    Expired,
+    Evicted,
+    Crawled,
+}
+
+impl Shard {
+    fn new(classes: usize) -> Self {
+        Shard {
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            scan_cursor: 0,
+            counters: ShardCounters {
+                classes: vec![ClassCounters::default(); classes + 1],
+                ..ShardCounters::default()
+            },
+        }
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(hash, |&i| {
+                let slot = &slots[i as usize];
+                slot.hash == hash && slot.key() == key
+            })
+            .copied()
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = {
+            let slot = &self.slots[i as usize];
+            (slot.prev, slot.next)
+        };
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, i: u32) {
+        let old_head = self.head;
+        {
+            let slot = &mut self.slots[i as usize];
+            slot.prev = NIL;
+            slot.next = old_head;
+        }
+        match old_head {
+            NIL => self.tail = i,
+            h => self.slots[h as usize].prev = i,
+        }
+        self.head = i;
+    }
+
+    fn bump(&mut self, i: u32) {
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+    }
+
+    fn insert(&mut self, slot: Slot) -> u32 {
+        let hash = slot.hash;
+        let class = usize::from(slot.class);
+        let charge = slot.charge() as u64;
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slots = &self.slots;
+        self.table
+            .insert_unique(hash, i, |&j| slots[j as usize].hash);
+        self.push_front(i);
+        self.counters.total_items += 1;
+        let class = &mut self.counters.classes[class];
+        class.items += 1;
+        class.bytes += charge;
+        i
+    }
+
+    /// Removes slot `i`; returns the bytes it was charged.
+    fn remove(&mut self, i: u32, why: Removal) -> usize {
+        let hash = self.slots[i as usize].hash;
+        if let Ok(entry) = self.table.find_entry(hash, |&j| j == i) {
+            entry.remove();
+        }
+        self.unlink(i);
+        self.free.push(i);
+        let slot = &mut self.slots[i as usize];
+        let charge = slot.charge();
+        let unfetched = !slot.has(FETCHED);
+        let had_expiry = slot.expiry != 0;
+        let class_index = usize::from(slot.class);
+        slot.data = Box::default();
+        let counters = &mut self.counters;
+        let class = &mut counters.classes[class_index];
+        class.items -= 1;
+        class.bytes -= charge as u64;
+        match why {
+            Removal::Evicted => {
+                counters.evictions += 1;
+                class.evicted += 1;
+                if had_expiry {
+                    class.evicted_nonzero += 1;
+                }
+                if unfetched {
+                    counters.evicted_unfetched += 1;
+                    class.evicted_unfetched += 1;
+                }
+            }
+            Removal::Expired | Removal::Crawled => {
+                if unfetched {
+                    counters.expired_unfetched += 1;
+                    class.expired_unfetched += 1;
+                }
+                if why == Removal::Crawled {
+                    counters.crawler_reclaimed += 1;
+                }
+            }
+            Removal::Deleted | Removal::Replaced => {}
+        }
+        charge
+    }
+
+    fn is_dead(&self, i: u32, now: u32, flushed_through: u64) -> bool {
+        let slot = &self.slots[i as usize];
+        is_expired(slot.expiry, now) || slot.cas <= flushed_through
+    }
+}
+
+/// What a lookup found.
+enum Lookup {
+    Live(u32),
+    /// An expired or flushed item, removed on the way.
+    Expired,
+    Missing,
+}
+
+impl Lookup {
+    fn live(self) -> Option<u32> {
+        match self {
+            Lookup::Live(i) => Some(i),
+            _ => None,
+        }
+    }
+}
+
+impl MemoryStore {
+    pub fn new(config: MemoryConfig) -> Self {
+        let shards = config.shards.max(1).next_power_of_two();
+        let classes = config.classes.len().min(MAX_CLASSES);
+        MemoryStore {
+            shards: (0..shards)
+                .map(|_| Padded(Mutex::new(Shard::new(classes))))
+                .collect(),
+            shard_shift: 64 - shards.trailing_zeros(),
+            hasher: foldhash::fast::RandomState::default(),
+            clock: Clock::new(),
+            classes: config.classes,
+            evict: config.evict,
+            limit: AtomicUsize::new(config.limit_bytes),
+            used: AtomicUsize::new(0),
+            last_cas: AtomicU64::new(0),
+            flushed_through_cas: AtomicU64::new(0),
+            flush_deadline: AtomicU32::new(0),
+            evict_cursor: AtomicUsize::new(0),
+            maintain_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard for a hash. hashbrown uses the low bits (bucket) and the top
+    /// seven (tag), so the stripe is taken from the bits just below the tag.
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        let index = if self.shards.len() == 1 {
+            0
+        } else {
+            ((hash << 7) >> self.shard_shift) as usize
+        };
+        &self.shards[index].0
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The flush boundary in force at `now`, applying a delayed flush whose
+    /// time has come.
+    fn flushed_through(&self, now: u32) -> u64 {
+        let deadline = self.flush_deadline.load(Ordering::Relaxed);
+        if deadline != 0
+            && now >= deadline
+            && self
+                .flush_deadline
+                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.flushed_through_cas
+                .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
+        }
+        self.flushed_through_cas.load(Ordering::Acquire)
+    }
+
+    /// Finds a live item, removing it first if it has expired or was flushed.
+    fn find_live(&self, shard: &mut Shard, hash: u64, key: &[u8], now: u32) -> Option<u32> {
+        self.lookup(shard, hash, key, now).live()
+    }
+
+    fn lookup(&self, shard: &mut Shard, hash: u64, key: &[u8], now: u32) -> Lookup {
+        let Some(i) = shard.find(hash, key) else {
+            return Lookup::Missing;
+        };
+        if shard.is_dead(i, now, self.flushed_through(now)) {
+            let charge = shard.remove(i, Removal::Expired);
+            self.used.fetch_sub(charge, Ordering::Relaxed);
+            return Lookup::Expired;
+        }
+        Lookup::Live(i)
+    }
+
+    fn new_slot(&self, hash: u64, key: &[u8], parts: &[&[u8]], flags: u32, expiry: ExpiryTime, now: u32) -> Slot {
+        let len = key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut data = Vec::with_capacity(len);
+        data.extend_from_slice(key);
+        for part in parts {
+            data.extend_from_slice(part);
+        }
+        let class = self.classes.class_of(len + ITEM_OVERHEAD) as u8;
+        Slot {
+            data: data.into_boxed_slice(),
+            hash,
+            cas: self.next_cas(),
+            flags,
+            expiry,
+            last_access: now,
+            prev: NIL,
+            next: NIL,
+            key_len: key.len() as u8,
+            class,
+            bits: 0,
+        }
+    }
+
+    /// Whether `extra` more bytes may be charged without evicting.
+    fn fits_without_eviction(&self, extra: usize) -> bool {
+        self.used.load(Ordering::Relaxed) + extra <= self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Puts `slot` in place of `existing` (if any) and charges it.
+    fn put(&self, shard: &mut Shard, existing: Option<u32>, slot: Slot) -> u64 {
+        let cas = slot.cas;
+        let charge = slot.charge();
+        if let Some(i) = existing {
+            let old = shard.remove(i, Removal::Replaced);
+            self.used.fetch_sub(old, Ordering::Relaxed);
+        }
+        shard.insert(slot);
+        self.used.fetch_add(charge, Ordering::Relaxed);
+        cas
+    }
+
+    /// Checks the budget before a write that adds `extra` bytes.
+    fn admit(&self, shard: &mut Shard, class_size: usize, extra: usize) -> bool {
+        if extra > self.limit.load(Ordering::Relaxed)
+            || (!self.evict && !self.fits_without_eviction(extra))
+        {
+            let class = self.classes.class_of(class_size);
+            shard.counters.classes[class].outofmemory += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Evicts least recently used items, shard by shard, until the budget holds.
+    fn enforce_limit(&self) {
+        let shards = self.shards.len();
+        let mut empty_in_a_row = 0;
+        while self.used.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed) && empty_in_a_row < shards {
+            let index = self.evict_cursor.fetch_add(1, Ordering::Relaxed) % shards;
+            let mut shard = self.shards[index].0.lock();
+            let tail = shard.tail;
+            if tail == NIL {
+                empty_in_a_row += 1;
+                continue;
+            }
+            empty_in_a_row = 0;
+            let now = self.clock.now();
+            let why = if shard.is_dead(tail, now, self.flushed_through(now)) {
+                Removal::Expired
+            } else {
+                Removal::Evicted
+            };
+            let charge = shard.remove(tail, why);
+            self.used.fetch_sub(charge, Ordering::Relaxed);
+        }
+    }
+
+    fn view<'a>(&self, slot: &'a Slot, now: u32) -> ItemView<'a> {
+        ItemView {
+            key: slot.key(),
+            value: slot.value(),
+            flags: slot.flags,
+            cas: slot.cas,
+            ttl: crate::clock::ttl_at(slot.expiry, now),
+            fetched_before: slot.has(FETCHED),
+            idle_seconds: now.saturating_sub(slot.last_access),
+            stale: slot.has(STALE),
+            won: false,
+            win_taken: slot.has(WIN_SENT),
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool {
+        let hash = self.hash(key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
+            let Some(expiry) = options.vivify else {
+                return false;
+            };
+            let mut slot = self.new_slot(hash, key, &[], 0, expiry, now);
+            slot.bits = WIN_SENT;
+            if !self.admit(&mut shard, slot.charge(), slot.charge()) {
+                return false;
+            }
+            let mut view = self.view(&slot, now);
+            view.won = true;
+            view.win_taken = false;
+            visit(&view);
+            self.put(&mut shard, None, slot);
+            drop(shard);
+            self.enforce_limit();
+            return true;
+        };
+        let slot = &mut shard.slots[i as usize];
+        if let Some(expiry) = options.touch {
+            slot.expiry = expiry;
+        }
+        let mut view_won = false;
+        if !slot.has(WIN_SENT) {
+            let ttl = crate::clock::ttl_at(slot.expiry, now);
+            let recache = options
+                .recache_below
+                .is_some_and(|below| ttl != -1 && ttl < below);
+            if slot.has(STALE) || recache {
+                slot.bits |= WIN_SENT;
+                view_won = true;
+            }
+        }
+        let mut view = self.view(slot, now);
+        if view_won {
+            view.won = true;
+            view.win_taken = false;
+        }
+        visit(&view);
+        if !options.no_bump {
+            slot.last_access = now;
+            slot.bits |= FETCHED;
+            shard.bump(i);
+        }
+        true
+    }
+
+    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome {
+        let hash = self.hash(command.key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let found = self.lookup(&mut shard, hash, command.key, now);
+        let reuses_expired = matches!(found, Lookup::Expired);
+        let existing = found.live();
+        let mut stale = false;
+        if let (Some(i), Some(cas)) = (existing, command.compare_cas) {
+            let current = shard.slots[i as usize].cas;
+            if cas != current {
+                if command.stale_if_older && cas < current {
+                    stale = true;
+                } else {
+                    return StoreOutcome::Exists;
+                }
+            }
+        }
+        let slot = match (command.mode, existing) {
+            (StoreMode::Add, Some(i)) => {
+                shard.bump(i);
+                return StoreOutcome::NotStored;
+            }
+            (StoreMode::Set, None) if command.compare_cas.is_some() => {
+                return StoreOutcome::NotFound
+            }
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return StoreOutcome::NotStored
+            }
+            (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
+                let old = &shard.slots[i as usize];
+                let parts: [&[u8]; 2] = if command.mode == StoreMode::Append {
+                    [old.value(), command.value]
+                } else {
+                    [command.value, old.value()]
+                };
+                let (flags, expiry) = (old.flags, old.expiry);
+                self.new_slot(hash, command.key, &parts, flags, expiry, now)
+            }
+            _ => self.new_slot(hash, command.key, &[command.value], command.flags, command.expiry, now),
+        };
+        let freed = existing.map_or(0, |i| shard.slots[i as usize].charge());
+        if !self.admit(&mut shard, slot.charge(), slot.charge().saturating_sub(freed)) {
+            return StoreOutcome::OutOfMemory;
+        }
+        let mut slot = slot;
+        if stale {
+            slot.bits |= STALE;
+        }
+        let class = usize::from(slot.class);
+        let cas = self.put(&mut shard, existing, slot);
+        if reuses_expired {
+            shard.counters.reclaimed += 1;
+            shard.counters.classes[class].reclaimed += 1;
+        }
+        drop(shard);
+        self.enforce_limit();
+        StoreOutcome::Stored { cas }
+    }
+
+    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome {
+        let hash = self.hash(key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
+            return DeleteOutcome::NotFound;
+        };
+        if command
+            .compare_cas
+            .is_some_and(|cas| cas != shard.slots[i as usize].cas)
+        {
+            return DeleteOutcome::Exists;
+        }
+        match command.invalidate {
+            Some(new_expiry) => {
+                let cas = self.next_cas();
+                let slot = &mut shard.slots[i as usize];
+                slot.cas = cas;
+                slot.bits = (slot.bits | STALE) & !WIN_SENT;
+                if let Some(expiry) = new_expiry {
+                    slot.expiry = expiry;
+                }
+            }
+            None => {
+                let charge = shard.remove(i, Removal::Deleted);
+                self.used.fetch_sub(charge, Ordering::Relaxed);
+            }
+        }
+        DeleteOutcome::Deleted
+    }
+
+    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome {
+        let hash = self.hash(key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
+            let Some((initial, expiry)) = command.vivify else {
+                return ArithOutcome::NotFound;
+            };
+            let mut digits = Vec::with_capacity(20);
+            crate::counter::push(&mut digits, initial);
+            let slot = self.new_slot(hash, key, &[&digits], 0, expiry, now);
+            if !self.admit(&mut shard, slot.charge(), slot.charge()) {
+                return ArithOutcome::OutOfMemory;
+            }
+            let ttl = crate::clock::ttl_at(expiry, now);
+            let cas = self.put(&mut shard, None, slot);
+            drop(shard);
+            self.enforce_limit();
+            return ArithOutcome::Value {
+                value: initial,
+                cas,
+                ttl,
+            };
+        };
+        let old = &shard.slots[i as usize];
+        if command.compare_cas.is_some_and(|cas| cas != old.cas) {
+            return ArithOutcome::Exists;
+        }
+        let Some(current) = crate::counter::parse(old.value()) else {
+            return ArithOutcome::NonNumeric;
+        };
+        let value = if command.decrement {
+            current.saturating_sub(command.delta)
+        } else {
+            current.wrapping_add(command.delta)
+        };
+        let mut digits = Vec::with_capacity(20);
+        crate::counter::push(&mut digits, value);
+        let cas = self.next_cas();
+        let old_len = old.value().len();
+        let expiry = command.touch.unwrap_or(old.expiry);
+        if digits.len() <= old_len {
+            // memcached rewrites in place and pads a shorter number with
+            // spaces, keeping the item's length.
+            digits.resize(old_len, b' ');
+            let slot = &mut shard.slots[i as usize];
+            let key_len = usize::from(slot.key_len);
+            slot.data[key_len..].copy_from_slice(&digits);
+            slot.cas = cas;
+            slot.expiry = expiry;
+            slot.last_access = now;
+            slot.bits |= FETCHED;
+            shard.bump(i);
+        } else {
+            let flags = old.flags;
+            let mut slot = self.new_slot(hash, key, &[&digits], flags, expiry, now);
+            slot.cas = cas;
+            slot.bits |= FETCHED;
+            let grown = slot.charge() - shard.slots[i as usize].charge();
+            if !self.admit(&mut shard, slot.charge(), grown) {
+                return ArithOutcome::OutOfMemory;
+            }
+            self.put(&mut shard, Some(i), slot);
+            drop(shard);
+            self.enforce_limit();
+        }
+        ArithOutcome::Value {
+            value,
+            cas,
+            ttl: crate::clock::ttl_at(expiry, now),
+        }
+    }
+
+    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool {
+        let hash = self.hash(key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
+            return false;
+        };
+        let slot = &mut shard.slots[i as usize];
+        slot.expiry = expiry;
+        slot.last_access = now;
+        shard.bump(i);
+        true
+    }
+
+    fn flush_all(&self, delay: i64) {
+        if delay <= 0 {
+            self.flush_deadline.store(0, Ordering::Relaxed);
+            self.flushed_through_cas
+                .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
+        } else {
+            self.flush_deadline
+                .store(self.clock.expiry(delay).max(1), Ordering::Relaxed);
+        }
+    }
+
+    fn debug(&self, key: &[u8]) -> Option<DebugView> {
+        let hash = self.hash(key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let i = self.find_live(&mut shard, hash, key, now)?;
+        let slot = &shard.slots[i as usize];
+        Some(DebugView {
+            ttl: crate::clock::ttl_at(slot.expiry, now),
+            idle_seconds: now.saturating_sub(slot.last_access),
+            cas: slot.cas,
+            fetched: slot.has(FETCHED),
+            class: usize::from(slot.class),
+            size: slot.charge(),
+        })
+    }
+
+    fn maintain(&self) -> usize {
+        let mut removed = 0;
+        for _ in 0..self.shards.len() {
+            let index = self.maintain_cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+            let mut shard = self.shards[index].0.lock();
+            let now = self.clock.now();
+            let flushed = self.flushed_through(now);
+            let len = shard.slots.len();
+            if len == 0 {
+                continue;
+            }
+            let start = shard.scan_cursor % len;
+            let end = (start + MAINTAIN_BATCH).min(len);
+            for i in start..end {
+                if shard.slots[i].data.is_empty() {
+                    continue;
+                }
+                shard.counters.crawler_items_checked += 1;
+                if shard.is_dead(i as u32, now, flushed) {
+                    let charge = shard.remove(i as u32, Removal::Crawled);
+                    self.used.fetch_sub(charge, Ordering::Relaxed);
+                    removed += 1;
+                }
+            }
+            shard.scan_cursor = if end >= len { 0 } else { end };
+        }
+        removed
+    }
+
+    fn set_memory_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+        self.enforce_limit();
+    }
+
+    fn stats(&self) -> StoreStats {
+        let now = self.clock.now();
+        let mut stats = StoreStats {
+            limit_maxbytes: self.limit.load(Ordering::Relaxed) as u64,
+            ..StoreStats::default()
+        };
+        let mut classes = vec![ClassCounters::default(); self.classes.len() + 1];
+        let mut oldest_access = now;
+        let mut buckets = 0usize;
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            let c = &shard.counters;
+            stats.total_items += c.total_items;
+            stats.evictions += c.evictions;
+            stats.reclaimed += c.reclaimed;
+            stats.expired_unfetched += c.expired_unfetched;
+            stats.evicted_unfetched += c.evicted_unfetched;
+            stats.crawler_reclaimed += c.crawler_reclaimed;
+            stats.crawler_items_checked += c.crawler_items_checked;
+            stats.curr_items += shard.table.len() as u64;
+            buckets += shard.table.capacity();
+            for (sum, class) in classes.iter_mut().zip(&c.classes) {
+                sum.items += class.items;
+                sum.bytes += class.bytes;
+                sum.evicted += class.evicted;
+                sum.evicted_nonzero += class.evicted_nonzero;
+                sum.evicted_unfetched += class.evicted_unfetched;
+                sum.expired_unfetched += class.expired_unfetched;
+                sum.reclaimed += class.reclaimed;
+                sum.outofmemory += class.outofmemory;
+            }
+            if shard.tail != NIL {
+                oldest_access = oldest_access.min(shard.slots[shard.tail as usize].last_access);
+            }
+        }
+        stats.bytes = self.used.load(Ordering::Relaxed) as u64;
+        stats.hash_bytes = (buckets * (std::mem::size_of::<u32>() + 1)) as u64;
+        stats.hash_power_level = usize::BITS - buckets.max(1).leading_zeros() - 1;
+        let age = now - oldest_access;
+        stats.classes = classes
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, c)| c.items > 0 || c.evicted > 0 || c.outofmemory > 0)
+            .map(|(class, c)| ClassStats {
+                class,
+                chunk_size: self.classes.chunk_size(class),
+                items: c.items,
+                bytes: c.bytes,
+                evicted: c.evicted,
+                evicted_nonzero: c.evicted_nonzero,
+                evicted_unfetched: c.evicted_unfetched,
+                expired_unfetched: c.expired_unfetched,
+                reclaimed: c.reclaimed,
+                outofmemory: c.outofmemory,
+                age,
+            })
+            .collect();
+        stats
+    }
+
+    fn size_histogram(&self) -> Vec<(usize, u64)> {
+        let mut buckets = std::collections::BTreeMap::new();
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            for slot in shard.slots.iter().filter(|s| !s.data.is_empty()) {
+                *buckets.entry(slot.charge().div_ceil(32) * 32).or_insert(0u64) += 1;
+            }
+        }
+        buckets.into_iter().collect()
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}

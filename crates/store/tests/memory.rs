@@ -1,0 +1,321 @@
+//! The memory engine through the `Store` trait, without sockets.
+
+use kura_store::memory::ITEM_OVERHEAD;
+use kura_store::{
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, MemoryConfig,
+    MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
+};
+
+fn store_with_limit(limit_bytes: usize) -> MemoryStore {
+    MemoryStore::new(MemoryConfig {
+        limit_bytes,
+        ..MemoryConfig::default()
+    })
+}
+
+fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
+    store.store(&StoreCommand {
+        mode: StoreMode::Set,
+        key,
+        value,
+        flags: 0,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    })
+}
+
+fn get(store: &dyn Store, key: &[u8]) -> Option<Vec<u8>> {
+    let mut value = None;
+    store.get(key, &GetOptions::default(), &mut |item| value = Some(item.value.to_vec()));
+    value
+}
+
+fn cas_of(store: &dyn Store, key: &[u8]) -> u64 {
+    let mut cas = 0;
+    store.get(key, &GetOptions::default(), &mut |item| cas = item.cas);
+    cas
+}
+
+#[test]
+fn set_get_replace_delete() {
+    let store = store_with_limit(1 << 20);
+    assert!(matches!(set(&store, b"k", b"one"), StoreOutcome::Stored { .. }));
+    assert_eq!(get(&store, b"k").as_deref(), Some(&b"one"[..]));
+    set(&store, b"k", b"two");
+    assert_eq!(get(&store, b"k").as_deref(), Some(&b"two"[..]));
+    assert_eq!(store.delete(b"k", &DeleteCommand::default()), DeleteOutcome::Deleted);
+    assert_eq!(store.delete(b"k", &DeleteCommand::default()), DeleteOutcome::NotFound);
+    assert_eq!(get(&store, b"k"), None);
+    assert_eq!(store.stats().curr_items, 0);
+}
+
+#[test]
+fn cas_values_are_unique_and_checked() {
+    let store = store_with_limit(1 << 20);
+    set(&store, b"a", b"1");
+    set(&store, b"b", b"1");
+    let (a, b) = (cas_of(&store, b"a"), cas_of(&store, b"b"));
+    assert_ne!(a, b);
+    let with_cas = |cas| StoreCommand {
+        mode: StoreMode::Set,
+        key: b"a",
+        value: b"2",
+        flags: 0,
+        expiry: 0,
+        compare_cas: Some(cas),
+        stale_if_older: false,
+    };
+    assert_eq!(store.store(&with_cas(a + 100)), StoreOutcome::Exists);
+    assert!(matches!(store.store(&with_cas(a)), StoreOutcome::Stored { cas } if cas > b));
+    assert_eq!(store.store(&with_cas(a)), StoreOutcome::Exists);
+    let missing = StoreCommand {
+        key: b"zz",
+        ..with_cas(1)
+    };
+    assert_eq!(store.store(&missing), StoreOutcome::NotFound);
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    let store = store_with_limit(1 << 20);
+    let command = |mode, value: &'static [u8]| StoreCommand {
+        mode,
+        key: b"k",
+        value,
+        flags: 7,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    };
+    assert_eq!(store.store(&command(StoreMode::Replace, b"x")), StoreOutcome::NotStored);
+    assert_eq!(store.store(&command(StoreMode::Append, b"x")), StoreOutcome::NotStored);
+    assert!(matches!(store.store(&command(StoreMode::Add, b"mid")), StoreOutcome::Stored { .. }));
+    assert_eq!(store.store(&command(StoreMode::Add, b"x")), StoreOutcome::NotStored);
+    store.store(&command(StoreMode::Append, b">"));
+    store.store(&command(StoreMode::Prepend, b"<"));
+    assert_eq!(get(&store, b"k").as_deref(), Some(&b"<mid>"[..]));
+    let mut flags = 0;
+    store.get(b"k", &GetOptions::default(), &mut |item| flags = item.flags);
+    assert_eq!(flags, 7);
+}
+
+#[test]
+fn least_recently_used_items_are_evicted_first() {
+    let value = [b'v'; 1000];
+    let per_item = 1000 + 4 + ITEM_OVERHEAD;
+    // Room for about 100 items, in a single shard so the order is exact.
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: per_item * 100,
+        shards: 1,
+        ..MemoryConfig::default()
+    });
+    for i in 0..100u32 {
+        set(&store, format!("k{i:03}").as_bytes(), &value);
+    }
+    // Touch the oldest ten so they become the newest.
+    for i in 0..10u32 {
+        assert!(get(&store, format!("k{i:03}").as_bytes()).is_some());
+    }
+    for i in 100..110u32 {
+        set(&store, format!("k{i:03}").as_bytes(), &value);
+    }
+    for i in 0..10u32 {
+        assert!(get(&store, format!("k{i:03}").as_bytes()).is_some(), "k{i:03} was recently used");
+    }
+    for i in 10..20u32 {
+        assert!(get(&store, format!("k{i:03}").as_bytes()).is_none(), "k{i:03} was least recently used");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.evictions, 10);
+    assert!(stats.bytes <= stats.limit_maxbytes);
+}
+
+/// Seed 001: large values took every slab page and small ones then found no
+/// memory. With one budget across sizes, small values displace old large ones.
+#[test]
+fn small_values_are_stored_after_large_ones_filled_the_cache() {
+    let store = store_with_limit(8 << 20);
+    let mut size = 5 * 1024;
+    for i in 0..4000u32 {
+        size = 5 * 1024 + (i as usize * 7919) % (5 * 1024);
+        set(&store, format!("large:{i}").as_bytes(), &vec![b'L'; size]);
+    }
+    assert!(size > 5 * 1024);
+    let filled = store.stats();
+    assert!(filled.evictions > 0, "the large values must have filled the cache");
+    let small = vec![b's'; 1024];
+    for i in 0..5000u32 {
+        assert!(matches!(
+            set(&store, format!("small:{i}").as_bytes(), &small),
+            StoreOutcome::Stored { .. }
+        ));
+    }
+    // The most recent small values must all be there.
+    let recent_hits = (4000..5000u32)
+        .filter(|i| get(&store, format!("small:{i}").as_bytes()).is_some())
+        .count();
+    assert_eq!(recent_hits, 1000);
+    // And the small values overall hit far better than memcached's ~5% after calcification.
+    let hits = (0..5000u32)
+        .filter(|i| get(&store, format!("small:{i}").as_bytes()).is_some())
+        .count();
+    assert!(hits > 4000, "only {hits} of 5000 small values survived");
+    let stats = store.stats();
+    assert!(stats.bytes <= stats.limit_maxbytes);
+}
+
+#[test]
+fn no_eviction_mode_answers_out_of_memory() {
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: 64 * 1024,
+        evict: false,
+        ..MemoryConfig::default()
+    });
+    let value = [b'v'; 1000];
+    let outcomes: Vec<_> = (0..100u32)
+        .map(|i| set(&store, format!("k{i}").as_bytes(), &value))
+        .collect();
+    assert!(outcomes.contains(&StoreOutcome::OutOfMemory));
+    assert_eq!(store.stats().evictions, 0);
+    assert!(get(&store, b"k0").is_some(), "nothing may be evicted under -M");
+}
+
+#[test]
+fn items_expire_and_are_reclaimed_in_the_background() {
+    let store = store_with_limit(1 << 20);
+    let expiry = store.clock().expiry(10);
+    for i in 0..100u32 {
+        store.store(&StoreCommand {
+            mode: StoreMode::Set,
+            key: format!("t{i}").as_bytes(),
+            value: b"v",
+            flags: 0,
+            expiry,
+            compare_cas: None,
+            stale_if_older: false,
+        });
+    }
+    set(&store, b"forever", b"v");
+    assert!(get(&store, b"t1").is_some());
+    store.clock().advance(11);
+    assert!(get(&store, b"t1").is_none());
+    // The other 99 were never read again: maintenance must free them.
+    let mut removed = 0;
+    for _ in 0..10 {
+        removed += store.maintain();
+    }
+    assert_eq!(removed, 99);
+    let stats = store.stats();
+    assert_eq!(stats.curr_items, 1);
+    assert_eq!(stats.expired_unfetched, 99);
+    assert!(get(&store, b"forever").is_some());
+}
+
+#[test]
+fn flush_now_and_later() {
+    let store = store_with_limit(1 << 20);
+    set(&store, b"a", b"1");
+    store.flush_all(0);
+    assert!(get(&store, b"a").is_none());
+    set(&store, b"b", b"1");
+    assert!(get(&store, b"b").is_some(), "items stored after a flush live");
+    store.flush_all(5);
+    assert!(get(&store, b"b").is_some(), "a delayed flush waits");
+    store.clock().advance(6);
+    assert!(get(&store, b"b").is_none());
+    set(&store, b"c", b"1");
+    assert!(get(&store, b"c").is_some());
+}
+
+#[test]
+fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
+    let store = store_with_limit(1 << 20);
+    let arith = |decrement, delta| ArithCommand {
+        decrement,
+        delta,
+        ..ArithCommand::default()
+    };
+    assert_eq!(store.arith(b"n", &arith(false, 1)), ArithOutcome::NotFound);
+    set(&store, b"n", b"100");
+    assert!(matches!(store.arith(b"n", &arith(true, 1)), ArithOutcome::Value { value: 99, .. }));
+    assert_eq!(get(&store, b"n").as_deref(), Some(&b"99 "[..]));
+    assert!(matches!(store.arith(b"n", &arith(true, 1000)), ArithOutcome::Value { value: 0, .. }));
+    set(&store, b"n", b"18446744073709551615");
+    assert!(matches!(store.arith(b"n", &arith(false, 2)), ArithOutcome::Value { value: 1, .. }));
+    set(&store, b"n", b"9");
+    assert!(matches!(store.arith(b"n", &arith(false, 1)), ArithOutcome::Value { value: 10, .. }));
+    assert_eq!(get(&store, b"n").as_deref(), Some(&b"10"[..]));
+    set(&store, b"s", b"abc");
+    assert_eq!(store.arith(b"s", &arith(false, 1)), ArithOutcome::NonNumeric);
+    let vivify = ArithCommand {
+        vivify: Some((10, 0)),
+        ..arith(false, 1)
+    };
+    assert!(matches!(store.arith(b"new", &vivify), ArithOutcome::Value { value: 10, .. }));
+}
+
+#[test]
+fn vivify_on_miss_and_recache_wins_once() {
+    let store = store_with_limit(1 << 20);
+    let vivify = GetOptions {
+        vivify: Some(store.clock().expiry(30)),
+        ..GetOptions::default()
+    };
+    let mut seen = Vec::new();
+    store.get(b"k", &vivify, &mut |item| seen.push((item.won, item.win_taken, item.value.len())));
+    store.get(b"k", &vivify, &mut |item| seen.push((item.won, item.win_taken, item.value.len())));
+    assert_eq!(seen, [(true, false, 0), (false, true, 0)]);
+
+    store.store(&StoreCommand {
+        mode: StoreMode::Set,
+        key: b"r",
+        value: b"hi",
+        flags: 0,
+        expiry: store.clock().expiry(20),
+        compare_cas: None,
+        stale_if_older: false,
+    });
+    let recache = GetOptions {
+        recache_below: Some(30),
+        ..GetOptions::default()
+    };
+    let mut wins = Vec::new();
+    for _ in 0..2 {
+        store.get(b"r", &recache, &mut |item| wins.push((item.won, item.win_taken)));
+    }
+    assert_eq!(wins, [(true, false), (false, true)]);
+}
+
+#[test]
+fn invalidated_items_are_stale_until_replaced() {
+    let store = store_with_limit(1 << 20);
+    set(&store, b"k", b"hi");
+    let before = cas_of(&store, b"k");
+    let invalidate = DeleteCommand {
+        invalidate: Some(None),
+        ..DeleteCommand::default()
+    };
+    assert_eq!(store.delete(b"k", &invalidate), DeleteOutcome::Deleted);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        store.get(b"k", &GetOptions::default(), &mut |item| {
+            seen.push((item.stale, item.won, item.win_taken, item.cas > before))
+        });
+    }
+    assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
+    set(&store, b"k", b"fresh");
+    store.get(b"k", &GetOptions::default(), &mut |item| assert!(!item.stale));
+}
+
+#[test]
+fn memory_limit_can_shrink_at_run_time() {
+    let store = store_with_limit(4 << 20);
+    for i in 0..2000u32 {
+        set(&store, format!("k{i}").as_bytes(), &[b'v'; 1000]);
+    }
+    store.set_memory_limit(1 << 20);
+    let stats = store.stats();
+    assert!(stats.bytes <= 1 << 20);
+    assert!(stats.evictions > 0);
+}
