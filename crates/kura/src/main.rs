@@ -1,1 +1,75 @@
-fn main() {}
+//! `kura`: one binary, several tools. `kura serve` runs the server.
+
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// kura (蔵, "storehouse"): a memcached-compatible key-value server.
+#[derive(Parser)]
+#[command(name = "kura", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (takes memcached's flags).
+    Serve(serve::ServeArgs),
+}
+
+/// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
+const EXIT_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("kura: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Runtime(error)) => {
+            eprintln!("kura: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// clap's own errors: help and version go to stdout with success; anything
+/// else is one line and exit code 64.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = error.print();
+        return ExitCode::SUCCESS;
+    }
+    let rendered = error.to_string();
+    let first = rendered
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ");
+    eprintln!("kura: {first}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Why a command failed: the user's command line, or the world.
+pub enum Failure {
+    Usage(String),
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        Failure::Runtime(error)
+    }
+}

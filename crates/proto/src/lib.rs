@@ -29,12 +29,15 @@ pub enum Parse<T> {
     Done { request: T, consumed: usize },
     /// The buffer holds only the start of a request: read more.
     Incomplete,
-    /// The request is invalid: answer `error`, drop `consumed` bytes and then
-    /// recover as `recovery` says.
+    /// The request is invalid: answer `error` (unless the request said
+    /// `noreply`), drop `consumed` bytes and then recover as `recovery` says.
     Reject {
         error: ErrorReply,
         consumed: usize,
         recovery: Recovery,
+        /// memcached stays silent about errors found after a `noreply`
+        /// command line was understood (too large, bad data chunk).
+        noreply: bool,
     },
 }
 

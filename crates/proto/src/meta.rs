@@ -228,6 +228,7 @@ fn reject<T>(error: ErrorReply, consumed: usize, recovery: Recovery) -> Parse<T>
         error,
         consumed,
         recovery,
+        noreply: false,
     }
 }
 

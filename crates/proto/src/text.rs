@@ -183,6 +183,7 @@ fn incomplete_line<T>(buf: &[u8]) -> Parse<T> {
             error: ErrorReply::LineTooLong,
             consumed: buf.len(),
             recovery: Recovery::Close,
+            noreply: false,
         }
     }
 }
@@ -192,6 +193,7 @@ fn reject<T>(error: ErrorReply, consumed: usize) -> Parse<T> {
         error,
         consumed,
         recovery: Recovery::Continue,
+        noreply: false,
     }
 }
 
@@ -245,7 +247,8 @@ fn is_noreply(token: Option<&[u8]>) -> bool {
 
 fn parse_get<'a>(mode: GetMode, tokens: Tokens<'a>, line_len: usize) -> Parse<Request<'a>> {
     let keys = Keys(tokens.rest());
-    if keys.is_empty() {
+    // `gat <exptime>` without keys is answered with an empty END, like memcached.
+    if keys.is_empty() && mode.touch().is_none() {
         return reject(ErrorReply::UnknownCommand, line_len);
     }
     if !keys.iter().all(valid_key) {
@@ -255,7 +258,7 @@ fn parse_get<'a>(mode: GetMode, tokens: Tokens<'a>, line_len: usize) -> Parse<Re
 }
 
 fn parse_gat(with_cas: bool, mut tokens: Tokens<'_>, line_len: usize) -> Parse<Request<'_>> {
-    if tokens.remaining() < 2 {
+    if tokens.remaining() == 0 {
         return reject(ErrorReply::UnknownCommand, line_len);
     }
     let Some(exptime) = tokens.next().and_then(parse_exptime) else {
@@ -307,11 +310,17 @@ fn parse_store<'a>(
             error: ErrorReply::TooLarge,
             consumed: line_len,
             recovery: Recovery::Swallow(length as u64 + 2),
+            noreply,
         };
     }
     match data_block(buf, line_len, length) {
         DataBlock::Incomplete => Parse::Incomplete,
-        DataBlock::Bad(consumed) => reject(ErrorReply::BadDataChunk, consumed),
+        DataBlock::Bad(consumed) => Parse::Reject {
+            error: ErrorReply::BadDataChunk,
+            consumed,
+            recovery: Recovery::Continue,
+            noreply,
+        },
         DataBlock::Ok(data, consumed) => done(
             Request::Store(StoreRequest {
                 verb,
@@ -463,6 +472,7 @@ mod tests {
                 error,
                 consumed,
                 recovery,
+                ..
             } => (error, consumed, recovery),
             other => panic!("expected a rejection of {input:?}, got {other:?}"),
         }
@@ -561,6 +571,18 @@ mod tests {
     }
 
     #[test]
+    fn errors_after_a_noreply_line_are_silent() {
+        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 3 noreply\r\nabcd\r\n", &LIMITS) else {
+            panic!("not rejected")
+        };
+        assert_eq!((error, noreply), (ErrorReply::BadDataChunk, true));
+        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 2000000 noreply\r\n", &LIMITS) else {
+            panic!("not rejected")
+        };
+        assert_eq!((error, noreply), (ErrorReply::TooLarge, true));
+    }
+
+    #[test]
     fn delete_accepts_zero_hold_time_only() {
         assert!(matches!(
             parse_ok(b"delete a 0 noreply\r\n").0,
@@ -579,7 +601,7 @@ mod tests {
         assert_eq!(rejected(b"incr n -1\r\n").0, ErrorReply::InvalidDelta);
         assert_eq!(rejected(b"touch a abc\r\n").0, ErrorReply::InvalidExptime);
         assert_eq!(rejected(b"gat abc a\r\n").0, ErrorReply::InvalidExptime);
-        assert_eq!(rejected(b"gat 10\r\n").0, ErrorReply::UnknownCommand);
+        assert!(matches!(parse_ok(b"gat 10\r\n").0, Request::Get { keys, .. } if keys.is_empty()));
         assert_eq!(rejected(b"flush_all abc\r\n").0, ErrorReply::InvalidExptime);
     }
 

@@ -1,0 +1,164 @@
+//! kura's network server.
+//!
+//! ```text
+//!  acceptor thread ──(new connection, round robin)──▶ worker threads (one mio loop each)
+//!                                                       │ read ─▶ session::serve ─▶ proto parse
+//!                                                       │        ─▶ exec ─▶ store ─▶ reply bytes
+//!                                                       └ one write per batch of replies
+//!  maintenance thread: store.maintain() (expired items reclaimed in the background)
+//! ```
+//!
+//! `start` binds the listeners and returns a handle; tests start a server on
+//! port 0 in-process and talk to it over real sockets.
+
+pub mod config;
+pub mod exec;
+mod listener;
+pub mod session;
+pub mod stats;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use kura_store::Store;
+use parking_lot::Mutex;
+
+pub use config::{ProtocolChoice, ServerConfig};
+
+/// State every thread of the server shares.
+pub struct Shared {
+    pub config: ServerConfig,
+    pub store: Arc<dyn Store>,
+    /// One set of counters per worker, written only by that worker.
+    pub counters: Box<[stats::Counters]>,
+    pub connections: stats::ConnectionStats,
+    /// Open connections, for `stats conns`.
+    pub connections_registry: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
+    /// Whether the store evicts (memcached's `-M` turns it off), for `stats settings`.
+    pub evictions_enabled: bool,
+    stopping: AtomicBool,
+    wakers: OnceLock<Vec<Arc<mio::Waker>>>,
+}
+
+impl Shared {
+    /// Asks every thread to stop; returns at once.
+    pub fn request_shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for waker in self.wakers.get().into_iter().flatten() {
+            let _ = waker.wake();
+        }
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+/// What `stats conns` shows of a connection.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub id: u64,
+    pub peer: String,
+    pub listen: String,
+    /// Server time of the last request.
+    pub last_active: AtomicU32,
+}
+
+/// A running server.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    local_addrs: Vec<SocketAddr>,
+}
+
+impl ServerHandle {
+    /// The first TCP address the server listens on (useful with port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addrs.first().copied()
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Asks the server to stop (as SIGTERM does).
+    pub fn shutdown(&self) {
+        self.shared.request_shutdown();
+    }
+
+    /// Waits until every thread has finished.
+    pub fn wait(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Binds the listeners and starts the acceptor, the workers and the
+/// maintenance thread.
+pub fn start(config: ServerConfig, store: Arc<dyn Store>, evictions_enabled: bool) -> io::Result<ServerHandle> {
+    let threads = config.threads.max(1);
+    let listeners = listener::bind(&config)?;
+    let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
+    let shared = Arc::new(Shared {
+        config,
+        store,
+        counters: (0..threads).map(|_| stats::Counters::default()).collect(),
+        connections: stats::ConnectionStats::default(),
+        connections_registry: Mutex::new(BTreeMap::new()),
+        evictions_enabled,
+        stopping: AtomicBool::new(false),
+        wakers: OnceLock::new(),
+    });
+
+    let mut wakers = Vec::new();
+    let mut inboxes = Vec::new();
+    let mut handles = Vec::new();
+    for id in 0..threads {
+        let (worker, inbox) = worker::Worker::new(id, shared.clone())?;
+        wakers.push(inbox.waker.clone());
+        inboxes.push(inbox);
+        handles.push(spawn_loudly(format!("kura-worker-{id}"), move || worker.run())?);
+    }
+    let acceptor = listener::Acceptor::new(listeners, inboxes, shared.clone())?;
+    wakers.push(acceptor.waker());
+    let _ = shared.wakers.set(wakers);
+    handles.push(spawn_loudly("kura-acceptor".into(), move || acceptor.run())?);
+
+    let maintenance = shared.clone();
+    handles.push(spawn_loudly("kura-maintenance".into(), move || {
+        maintain(&maintenance)
+    })?);
+    Ok(ServerHandle {
+        shared,
+        threads: handles,
+        local_addrs,
+    })
+}
+
+/// Reclaims expired and flushed items in the background.
+fn maintain(shared: &Shared) {
+    let interval = shared.config.maintenance_interval.max(Duration::from_millis(10));
+    while !shared.stopping() {
+        std::thread::park_timeout(interval);
+        shared.store.maintain();
+    }
+}
+
+/// Spawns a thread whose panic ends the whole process with a clear message:
+/// a server with a dead worker must not go on half-serving.
+fn spawn_loudly(name: String, body: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name.clone()).spawn(move || {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+            tracing::error!(thread = %name, "a server thread panicked; stopping the process");
+            eprintln!("kura: thread {name} panicked; stopping the process");
+            std::process::abort();
+        }
+    })
+}

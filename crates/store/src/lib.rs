@@ -148,7 +148,8 @@ pub struct ArithCommand {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArithOutcome {
-    Value { value: u64, cas: u64, ttl: i64 },
+    /// `created` when the counter was vivified on a miss.
+    Value { value: u64, cas: u64, ttl: i64, created: bool },
     NotFound,
     NonNumeric,
     Exists,

@@ -663,6 +663,7 @@ impl Store for MemoryStore {
                 value: initial,
                 cas,
                 ttl,
+                created: true,
             };
         };
         let old = &shard.slots[i as usize];
@@ -711,6 +712,7 @@ impl Store for MemoryStore {
             value,
             cas,
             ttl: crate::clock::ttl_at(expiry, now),
+            created: false,
         }
     }
 

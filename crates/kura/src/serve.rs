@@ -1,0 +1,392 @@
+//! `kura serve`: memcached's command-line flags, validated into the server's
+//! and the engine's configuration, then the server itself.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgAction, Args, ValueEnum};
+use serde::Serialize;
+
+use kura_server::{ProtocolChoice, ServerConfig};
+use kura_store::{MemoryConfig, MemoryStore, SizeClasses};
+
+use crate::Failure;
+
+const MIB: usize = 1024 * 1024;
+/// memcached's bounds on `-I`.
+const MIN_ITEM_SIZE: usize = 1024;
+const MAX_ITEM_SIZE: usize = 1024 * MIB;
+
+/// The flags as typed; `resolve` checks them and fills in defaults.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// TCP port to listen on.
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
+    port: u16,
+    /// Interfaces to listen on, comma-separated (default 127.0.0.1: safer than memcached's all-interfaces).
+    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
+    listen: String,
+    /// Memory for items, in megabytes (or with a k/m/g suffix).
+    #[arg(short = 'm', long = "memory-limit", default_value = "64")]
+    memory_limit: String,
+    /// Most simultaneous connections.
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 16384)]
+    conn_limit: usize,
+    /// Worker threads (default: number of cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Largest item (k/m/g suffix allowed; 1k to 1g).
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
+    max_item_size: String,
+    /// Answer "out of memory" instead of evicting.
+    #[arg(short = 'M', long = "disable-evictions")]
+    disable_evictions: bool,
+    /// Do not use CAS values.
+    #[arg(short = 'C', long = "disable-cas")]
+    disable_cas: bool,
+    /// Verbose logging (-v, -vv, -vvv).
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    verbose: u8,
+    /// Protocol: auto (by first byte), ascii or binary.
+    #[arg(short = 'B', long = "protocol", value_enum, default_value_t = ProtocolArg::Auto)]
+    protocol: ProtocolArg,
+    /// UDP port; only 0 (off) is supported.
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    udp_port: u16,
+    /// Listen on a Unix-domain socket instead of TCP.
+    #[arg(short = 's', long = "unix-socket")]
+    unix_socket: Option<PathBuf>,
+    /// Permissions of the Unix socket, octal.
+    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
+    unix_mask: String,
+    /// User to run as when started as root.
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// Run in the background.
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+    /// Write the process id to this file.
+    #[arg(short = 'P', long = "pidfile")]
+    pidfile: Option<PathBuf>,
+    /// Size-class growth factor (for `stats slabs`).
+    #[arg(short = 'f', long = "slab-growth-factor", default_value_t = 1.25)]
+    growth_factor: f64,
+    /// Smallest chunk in bytes (for `stats slabs`).
+    #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
+    chunk_size: usize,
+    /// Requests served per connection before yielding to others.
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
+    requests_per_event: usize,
+    /// Listen backlog.
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    backlog: i32,
+    /// Allow the `shutdown` command.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    enable_shutdown: bool,
+    /// Refuse `flush_all`.
+    #[arg(short = 'F', long = "disable-flush-all")]
+    disable_flush_all: bool,
+    /// Extended options, comma-separated key=value (e.g. idle_timeout=600).
+    #[arg(short = 'o', long = "extended")]
+    extended: Vec<String>,
+    /// Storage engine.
+    #[arg(long = "engine", value_enum, default_value_t = EngineArg::Memory)]
+    engine: EngineArg,
+    /// Print the resolved configuration as JSON and exit.
+    #[arg(long = "print-config")]
+    print_config: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ProtocolArg {
+    Auto,
+    Ascii,
+    Binary,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum EngineArg {
+    Memory,
+    Disk,
+}
+
+/// Everything `kura serve` will run with.
+#[derive(Debug, Serialize)]
+struct Resolved {
+    server: ServerConfig,
+    memory: MemorySettings,
+    process: ProcessSettings,
+}
+
+#[derive(Debug, Serialize)]
+struct MemorySettings {
+    limit_bytes: usize,
+    evictions: bool,
+    /// Bytes counted per item beyond key and value.
+    item_overhead_bytes: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct ProcessSettings {
+    user: Option<String>,
+    daemon: bool,
+    pidfile: Option<PathBuf>,
+    verbosity: u8,
+    /// The open-file limit before and after raising it towards the hard limit.
+    open_files_limit: (u64, u64),
+}
+
+/// Parses `64`, `512k`, `1m`, `2g`: a plain number is in `unit` bytes.
+fn parse_size(text: &str, unit: usize, flag: &str) -> Result<usize, Failure> {
+    let text = text.trim();
+    let (digits, multiplier) = match text.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&text[..i], 1024),
+        Some((i, 'm' | 'M')) => (&text[..i], MIB),
+        Some((i, 'g' | 'G')) => (&text[..i], 1024 * MIB),
+        Some((i, 't' | 'T')) => (&text[..i], 1024 * 1024 * MIB),
+        _ => (text, unit),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .ok_or_else(|| Failure::Usage(format!("{flag}: cannot read '{text}' as a size")))
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure::Usage(message.into())
+}
+
+fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
+    if args.udp_port != 0 {
+        return Err(usage("-U: UDP is not supported; use -U 0"));
+    }
+    if args.engine == EngineArg::Disk {
+        return Err(usage("--engine disk: the disk engine is not available in this build"));
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+    if threads == 0 || threads > 1024 {
+        return Err(usage("-t: threads must be between 1 and 1024"));
+    }
+    let memory_limit = parse_size(&args.memory_limit, MIB, "-m")?;
+    if memory_limit == 0 {
+        return Err(usage("-m: the memory limit must be above 0"));
+    }
+    let max_item_size = parse_size(&args.max_item_size, 1, "-I")?;
+    if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&max_item_size) {
+        return Err(usage("-I: the item size limit must be between 1k and 1g"));
+    }
+    if max_item_size > memory_limit {
+        return Err(usage("-I: the item size limit cannot exceed the memory limit (-m)"));
+    }
+    if args.conn_limit == 0 {
+        return Err(usage("-c: the connection limit must be above 0"));
+    }
+    if args.growth_factor <= 1.0 {
+        return Err(usage("-f: the growth factor must be above 1.0"));
+    }
+    if args.chunk_size == 0 {
+        return Err(usage("-n: the smallest chunk must be above 0"));
+    }
+    if args.requests_per_event == 0 {
+        return Err(usage("-R: requests per event must be above 0"));
+    }
+    let unix_mask = u32::from_str_radix(&args.unix_mask, 8).map_err(|_| usage("-a: the mask must be octal, e.g. 700"))?;
+    let listen = if args.unix_socket.is_some() {
+        Vec::new()
+    } else {
+        args.listen
+            .split(',')
+            .map(|a| a.trim().parse::<IpAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| usage(format!("-l: '{}' is not a list of IP addresses", args.listen)))?
+    };
+    let mut server = ServerConfig {
+        listen,
+        port: args.port,
+        unix_socket: args.unix_socket.clone(),
+        unix_mask,
+        threads,
+        max_connections: args.conn_limit,
+        max_item_size,
+        cas_enabled: !args.disable_cas,
+        protocol: match args.protocol {
+            ProtocolArg::Auto => ProtocolChoice::Auto,
+            ProtocolArg::Ascii => ProtocolChoice::Ascii,
+            ProtocolArg::Binary => ProtocolChoice::Binary,
+        },
+        requests_per_event: args.requests_per_event,
+        shutdown_command: args.enable_shutdown,
+        flush_enabled: !args.disable_flush_all,
+        backlog: args.backlog,
+        verbosity: args.verbose,
+        chunk_size: args.chunk_size,
+        growth_factor: args.growth_factor,
+        engine: "memory".into(),
+        ..ServerConfig::default()
+    };
+    for option in args.extended.iter().flat_map(|o| o.split(',')) {
+        apply_extended(option.trim(), &mut server)?;
+    }
+    Ok(Resolved {
+        server,
+        memory: MemorySettings {
+            limit_bytes: memory_limit,
+            evictions: !args.disable_evictions,
+            item_overhead_bytes: kura_store::memory::ITEM_OVERHEAD,
+        },
+        process: ProcessSettings {
+            user: args.user.clone(),
+            daemon: args.daemon,
+            pidfile: args.pidfile.clone(),
+            verbosity: args.verbose,
+            open_files_limit: (0, 0),
+        },
+    })
+}
+
+/// memcached's `-o` options. Those that tune slabs or LRU segments are
+/// accepted so existing unit files keep working; kura has neither.
+fn apply_extended(option: &str, server: &mut ServerConfig) -> Result<(), Failure> {
+    if option.is_empty() {
+        return Ok(());
+    }
+    let (key, value) = option.split_once('=').unwrap_or((option, ""));
+    match key {
+        "idle_timeout" => {
+            let seconds: u64 = value
+                .parse()
+                .map_err(|_| usage(format!("-o idle_timeout: '{value}' is not a number of seconds")))?;
+            server.idle_timeout = (seconds > 0).then(|| Duration::from_secs(seconds));
+        }
+        "maxconns_fast" | "no_maxconns_fast" | "hashpower" | "hash_algorithm" | "lru_crawler" | "no_lru_crawler"
+        | "lru_maintainer" | "no_lru_maintainer" | "slab_reassign" | "slab_automove" | "slab_chunk_max" | "modern"
+        | "no_modern" | "track_sizes" | "tail_repair_time" | "temporary_ttl" | "watcher_logbuf_size"
+        | "worker_logbuf_size" | "no_inline_ascii_resp" => {}
+        _ => return Err(usage(format!("-o: unknown option '{key}'"))),
+    }
+    Ok(())
+}
+
+/// Raises the soft open-file limit to the hard limit; returns (before, after).
+fn raise_open_files_limit() -> (u64, u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return (0, 0);
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return (soft, hard);
+    }
+    (soft, soft)
+}
+
+fn drop_privileges(user: &str) -> anyhow::Result<()> {
+    use nix::unistd::{setgid, setgroups, setuid, Uid, User};
+    if !Uid::effective().is_root() {
+        return Ok(());
+    }
+    let account = User::from_name(user)
+        .context("looking up the -u user")?
+        .with_context(|| format!("no such user: {user}"))?;
+    setgroups(&[account.gid]).context("setgroups")?;
+    setgid(account.gid).context("setgid")?;
+    setuid(account.uid).context("setuid")?;
+    Ok(())
+}
+
+pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    let mut resolved = resolve(&args)?;
+    resolved.process.open_files_limit = raise_open_files_limit();
+    if args.print_config {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&resolved).map_err(|e| Failure::Runtime(e.into()))?
+        );
+        return Ok(());
+    }
+    init_logging(args.verbose);
+    let (before, after) = resolved.process.open_files_limit;
+    tracing::info!(before, after, "open file limit");
+    // Every connection needs a descriptor; warn rather than fail, as the
+    // acceptor copes with running out.
+    if (after as usize) < resolved.server.max_connections + 32 {
+        tracing::warn!(
+            limit = after,
+            connections = resolved.server.max_connections,
+            "the open file limit is below the connection limit (-c)"
+        );
+    }
+    if args.daemon {
+        nix::unistd::daemon(true, args.verbose > 0).context("daemonizing")?;
+    }
+    if let Some(path) = &args.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id())).context("writing the pid file")?;
+    }
+    let store = Arc::new(MemoryStore::new(MemoryConfig {
+        limit_bytes: resolved.memory.limit_bytes,
+        evict: resolved.memory.evictions,
+        classes: SizeClasses::new(
+            resolved.server.chunk_size,
+            resolved.server.growth_factor,
+            resolved.server.max_item_size.max(MIB),
+        ),
+        ..MemoryConfig::default()
+    }));
+    let handle = kura_server::start(resolved.server, store, resolved.memory.evictions)
+        .context("starting the server")?;
+    if let Some(user) = &args.user {
+        drop_privileges(user)?;
+    }
+    match handle.local_addr() {
+        Some(addr) => tracing::info!(%addr, "kura is serving"),
+        None => tracing::info!("kura is serving on a Unix socket"),
+    }
+    let shared = handle.shared().clone();
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("kura-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                tracing::info!(signal, "shutting down");
+                shared.request_shutdown();
+            }
+        })
+        .context("starting the signal thread")?;
+    handle.wait();
+    if let Some(path) = &args.pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn init_logging(verbosity: u8) {
+    let default = match verbosity {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("64", MIB, "-m").ok(), Some(64 * MIB));
+        assert_eq!(parse_size("1m", 1, "-I").ok(), Some(MIB));
+        assert_eq!(parse_size("512k", 1, "-I").ok(), Some(512 * 1024));
+        assert_eq!(parse_size("1g", 1, "-I").ok(), Some(1024 * MIB));
+        assert!(parse_size("lots", 1, "-I").is_err());
+    }
+}

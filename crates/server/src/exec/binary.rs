@@ -1,0 +1,297 @@
+//! The binary protocol's commands. Quiet variants (`…Q`) send nothing on
+//! success (getq: nothing on a miss); errors are always sent.
+
+use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
+use kura_store::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+
+use super::{stats, Action, Context, PROTOCOL_VERSION};
+
+/// An incr/decr whose expiration is this must not create a missing counter.
+const NO_AUTO_CREATE: u32 = 0xffff_ffff;
+
+pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    let code = request.header.opcode;
+    let opaque = request.header.opaque;
+    let result = match code {
+        op::GET | op::GETQ | op::GETK | op::GETKQ => get(request, None, ctx, out),
+        op::GAT | op::GATQ | op::GATK | op::GATKQ | op::TOUCH => match be_u32(request.extras) {
+            Some(exptime) if request.extras.len() == 4 => get(request, Some(exptime), ctx, out),
+            _ => Err(Status::InvalidArguments),
+        },
+        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => store(request, ctx, out),
+        op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => store(request, ctx, out),
+        op::DELETE | op::DELETEQ => delete(request, ctx, out),
+        op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => arith(request, ctx, out),
+        op::QUIT => {
+            compose(out, code, Status::NoError, opaque, 0, &[], &[], &[]);
+            return Action::Close;
+        }
+        op::QUITQ => return Action::Close,
+        op::FLUSH | op::FLUSHQ => flush(request, ctx, out),
+        op::NOOP => no_body(request, ctx, out),
+        op::VERSION => {
+            compose(out, code, Status::NoError, opaque, 0, &[], &[], PROTOCOL_VERSION.as_bytes());
+            Ok(())
+        }
+        op::VERBOSITY => match request.extras.len() {
+            4 => no_body(request, ctx, out),
+            _ => Err(Status::InvalidArguments),
+        },
+        op::STAT => stat(request, ctx, out),
+        _ => Err(Status::UnknownCommand),
+    };
+    if let Err(status) = result {
+        compose_error(out, code, status, opaque);
+    }
+    Action::Continue
+}
+
+fn is_quiet(code: u8) -> bool {
+    matches!(
+        code,
+        op::GETQ
+            | op::GETKQ
+            | op::SETQ
+            | op::ADDQ
+            | op::REPLACEQ
+            | op::DELETEQ
+            | op::INCREMENTQ
+            | op::DECREMENTQ
+            | op::QUITQ
+            | op::FLUSHQ
+            | op::APPENDQ
+            | op::PREPENDQ
+            | op::GATQ
+            | op::GATKQ
+    )
+}
+
+fn be_u32(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+fn be_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
+}
+
+/// A success with no body (unless quiet).
+fn no_body(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    success(request, 0, ctx, out);
+    Ok(())
+}
+
+fn success(request: &Request<'_>, cas: u64, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let code = request.header.opcode;
+    if !is_quiet(code) {
+        compose(out, code, Status::NoError, request.header.opaque, ctx.visible_cas(cas), &[], &[], &[]);
+    }
+}
+
+/// get/getq/getk/getkq, gat variants and touch.
+fn get(request: &Request<'_>, touch: Option<u32>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let code = request.header.opcode;
+    if request.key.is_empty() || !request.value.is_empty() || (touch.is_none() && !request.extras.is_empty()) {
+        return Err(Status::InvalidArguments);
+    }
+    let with_key = matches!(code, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
+    let with_value = code != op::TOUCH;
+    let options = GetOptions {
+        touch: touch.map(|exptime| ctx.shared.store.clock().expiry(i64::from(exptime as i32))),
+        ..GetOptions::default()
+    };
+    ctx.counters.cmd_get.incr();
+    let hit = ctx.shared.store.get(request.key, &options, &mut |item| {
+        let key: &[u8] = if with_key { request.key } else { &[] };
+        let value: &[u8] = if with_value { item.value } else { &[] };
+        compose(
+            out,
+            code,
+            Status::NoError,
+            request.header.opaque,
+            ctx.visible_cas(item.cas),
+            &item.flags.to_be_bytes(),
+            key,
+            value,
+        );
+    });
+    if touch.is_some() {
+        ctx.counters.cmd_touch.incr();
+        if hit {
+            ctx.counters.touch_hits.incr();
+        } else {
+            ctx.counters.touch_misses.incr();
+        }
+    }
+    if hit {
+        ctx.counters.get_hits.incr();
+        return Ok(());
+    }
+    ctx.counters.get_misses.incr();
+    if is_quiet(code) {
+        return Ok(());
+    }
+    if with_key {
+        // getk answers a miss with the key instead of a message.
+        compose(out, code, Status::KeyNotFound, request.header.opaque, 0, &[], request.key, &[]);
+        return Ok(());
+    }
+    Err(Status::KeyNotFound)
+}
+
+fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let code = request.header.opcode;
+    let (mode, wants_extras) = match code {
+        op::SET | op::SETQ => (StoreMode::Set, true),
+        op::ADD | op::ADDQ => (StoreMode::Add, true),
+        op::REPLACE | op::REPLACEQ => (StoreMode::Replace, true),
+        op::APPEND | op::APPENDQ => (StoreMode::Append, false),
+        _ => (StoreMode::Prepend, false),
+    };
+    let extras_len = if wants_extras { 8 } else { 0 };
+    if request.extras.len() != extras_len || request.key.is_empty() {
+        return Err(Status::InvalidArguments);
+    }
+    let (flags, exptime) = if wants_extras {
+        (be_u32(request.extras).unwrap_or(0), be_u32(&request.extras[4..]).unwrap_or(0))
+    } else {
+        (0, 0)
+    };
+    ctx.counters.cmd_set.incr();
+    let cas = request.header.cas;
+    let outcome = ctx.shared.store.store(&StoreCommand {
+        mode,
+        key: request.key,
+        value: request.value,
+        flags,
+        expiry: ctx.shared.store.clock().expiry(i64::from(exptime as i32)),
+        compare_cas: (cas != 0).then_some(cas),
+        stale_if_older: false,
+    });
+    match outcome {
+        StoreOutcome::Stored { cas: new_cas } => {
+            if cas != 0 {
+                ctx.counters.cas_hits.incr();
+            }
+            success(request, new_cas, ctx, out);
+            Ok(())
+        }
+        StoreOutcome::Exists => {
+            ctx.counters.cas_badval.incr();
+            Err(Status::KeyExists)
+        }
+        StoreOutcome::NotFound => {
+            ctx.counters.cas_misses.incr();
+            Err(Status::KeyNotFound)
+        }
+        // memcached's mapping of "not stored" per command.
+        StoreOutcome::NotStored => Err(match mode {
+            StoreMode::Add => Status::KeyExists,
+            StoreMode::Replace => Status::KeyNotFound,
+            _ => Status::ItemNotStored,
+        }),
+        StoreOutcome::OutOfMemory => {
+            ctx.counters.store_no_memory.incr();
+            Err(Status::OutOfMemory)
+        }
+    }
+}
+
+fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    if request.key.is_empty() || !request.extras.is_empty() || !request.value.is_empty() {
+        return Err(Status::InvalidArguments);
+    }
+    let cas = request.header.cas;
+    let outcome = ctx.shared.store.delete(
+        request.key,
+        &DeleteCommand {
+            compare_cas: (cas != 0).then_some(cas),
+            invalidate: None,
+        },
+    );
+    match outcome {
+        DeleteOutcome::Deleted => {
+            ctx.counters.delete_hits.incr();
+            success(request, 0, ctx, out);
+            Ok(())
+        }
+        DeleteOutcome::NotFound => {
+            ctx.counters.delete_misses.incr();
+            Err(Status::KeyNotFound)
+        }
+        DeleteOutcome::Exists => Err(Status::KeyExists),
+    }
+}
+
+fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let code = request.header.opcode;
+    if request.extras.len() != 20 || request.key.is_empty() || !request.value.is_empty() {
+        return Err(Status::InvalidArguments);
+    }
+    let delta = be_u64(request.extras).unwrap_or(0);
+    let initial = be_u64(&request.extras[8..]).unwrap_or(0);
+    let exptime = be_u32(&request.extras[16..]).unwrap_or(0);
+    let decrement = matches!(code, op::DECREMENT | op::DECREMENTQ);
+    let cas = request.header.cas;
+    let clock = ctx.shared.store.clock();
+    let outcome = ctx.shared.store.arith(
+        request.key,
+        &ArithCommand {
+            decrement,
+            delta,
+            compare_cas: (cas != 0).then_some(cas),
+            vivify: (exptime != NO_AUTO_CREATE).then(|| (initial, clock.expiry(i64::from(exptime as i32)))),
+            touch: None,
+        },
+    );
+    let (hits, misses) = if decrement {
+        (&ctx.counters.decr_hits, &ctx.counters.decr_misses)
+    } else {
+        (&ctx.counters.incr_hits, &ctx.counters.incr_misses)
+    };
+    match outcome {
+        ArithOutcome::Value { value, cas, .. } => {
+            hits.incr();
+            if !is_quiet(code) {
+                compose_header(out, code, Status::NoError, request.header.opaque, ctx.visible_cas(cas), 0, 0, 8);
+                out.extend_from_slice(&value.to_be_bytes());
+            }
+            Ok(())
+        }
+        ArithOutcome::NotFound => {
+            misses.incr();
+            Err(Status::KeyNotFound)
+        }
+        ArithOutcome::Exists => Err(Status::KeyExists),
+        ArithOutcome::NonNumeric => Err(Status::NonNumeric),
+        ArithOutcome::OutOfMemory => Err(Status::OutOfMemory),
+    }
+}
+
+fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let delay = match request.extras.len() {
+        0 => 0,
+        4 => be_u32(request.extras).unwrap_or(0),
+        _ => return Err(Status::InvalidArguments),
+    };
+    if !ctx.shared.config.flush_enabled {
+        return Err(Status::InvalidArguments);
+    }
+    ctx.counters.cmd_flush.incr();
+    ctx.shared.store.flush_all(i64::from(delay as i32));
+    success(request, 0, ctx, out);
+    Ok(())
+}
+
+/// `stat [group]`: one response per figure, then an empty one.
+fn stat(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let group = std::str::from_utf8(request.key).map_err(|_| Status::InvalidArguments)?;
+    let Some(lines) = stats::group(group, ctx) else {
+        return Err(Status::KeyNotFound);
+    };
+    let (code, opaque) = (request.header.opcode, request.header.opaque);
+    for (name, value) in &lines {
+        compose(out, code, Status::NoError, opaque, 0, &[], name.as_bytes(), value.as_bytes());
+    }
+    compose(out, code, Status::NoError, opaque, 0, &[], &[], &[]);
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! The meta commands `mg ms md ma mn me`.
+//!
+//! Reply codes: `VA` (value follows), `HD` (done), `EN` (miss), `NF` (not
+//! found), `NS` (not stored), `EX` (CAS mismatch), `MN`, `ME`. Requested
+//! return flags follow in request order; `q` hides the ordinary answer.
+
+use kura_proto::meta::{MetaCommand, MetaFlags, MetaKey, MetaRequest, SetMode};
+use kura_proto::reply::{push_i64, push_u64};
+use kura_proto::ErrorReply;
+use kura_store::{
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, ItemView, StoreCommand, StoreMode,
+    StoreOutcome,
+};
+
+use super::Context;
+
+pub fn execute(request: MetaRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    ctx.counters.cmd_meta.incr();
+    match request {
+        MetaRequest::Get(command) => get(&command, ctx, out),
+        MetaRequest::Set { command, data } => set(&command, data, ctx, out),
+        MetaRequest::Delete(command) => delete(&command, ctx, out),
+        MetaRequest::Arith(command) => arith(&command, ctx, out),
+        MetaRequest::Noop => out.extend_from_slice(b"MN\r\n"),
+        MetaRequest::Debug { key } => debug(&key, ctx, out),
+    }
+}
+
+fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let flags = &command.flags;
+    let clock = ctx.shared.store.clock();
+    let options = GetOptions {
+        touch: flags.ttl.map(|t| clock.expiry(t)),
+        no_bump: flags.no_bump,
+        vivify: flags.vivify.map(|t| clock.expiry(t)),
+        recache_below: flags.recache,
+    };
+    ctx.counters.cmd_get.incr();
+    let hit = ctx.shared.store.get(&command.key.bytes, &options, &mut |item| {
+        compose_hit(command, item, ctx, out);
+    });
+    if hit {
+        ctx.counters.get_hits.incr();
+    } else {
+        ctx.counters.get_misses.incr();
+        if !flags.quiet {
+            compose_status(b"EN", command, None, ctx, out);
+        }
+    }
+    if options.touch.is_some() {
+        ctx.counters.cmd_touch.incr();
+        if hit {
+            ctx.counters.touch_hits.incr();
+        } else {
+            ctx.counters.touch_misses.incr();
+        }
+    }
+}
+
+fn compose_hit(command: &MetaCommand<'_>, item: &ItemView<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let flags = &command.flags;
+    if flags.value {
+        out.extend_from_slice(b"VA ");
+        push_u64(out, item.value.len() as u64);
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    for flag in flags.returns.iter() {
+        out.push(b' ');
+        out.push(flag);
+        match flag {
+            b'c' => push_u64(out, ctx.visible_cas(item.cas)),
+            b'f' => push_u64(out, u64::from(item.flags)),
+            b'h' => out.push(if item.fetched_before { b'1' } else { b'0' }),
+            b'k' => push_key(&command.key, out),
+            b'l' => push_u64(out, u64::from(item.idle_seconds)),
+            b'O' => out.extend_from_slice(flags.opaque.unwrap_or_default()),
+            b's' => push_u64(out, item.value.len() as u64),
+            b't' => push_i64(out, item.ttl),
+            _ => {}
+        }
+    }
+    if item.win_taken {
+        out.extend_from_slice(b" Z");
+    }
+    if item.stale {
+        out.extend_from_slice(b" X");
+    }
+    if item.won {
+        out.extend_from_slice(b" W");
+    }
+    out.extend_from_slice(b"\r\n");
+    if flags.value {
+        out.extend_from_slice(item.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The key as sent; a base64 key is marked with ` b`, as memcached does.
+fn push_key(key: &MetaKey<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(key.wire);
+    if key.base64 {
+        out.extend_from_slice(b" b");
+    }
+}
+
+/// Appends a reply code and the flags it echoes in request order: `k`, `O`,
+/// and `c` when `cas` is given (ms answers `c0` when nothing was stored).
+fn compose_status(code: &[u8], command: &MetaCommand<'_>, cas: Option<u64>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(code);
+    for flag in command.flags.returns.iter() {
+        match flag {
+            b'k' => {
+                out.extend_from_slice(b" k");
+                push_key(&command.key, out);
+            }
+            b'O' => {
+                out.extend_from_slice(b" O");
+                out.extend_from_slice(command.flags.opaque.unwrap_or_default());
+            }
+            b'c' => {
+                if let Some(cas) = cas {
+                    out.extend_from_slice(b" c");
+                    push_u64(out, ctx.visible_cas(cas));
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let flags: &MetaFlags<'_> = &command.flags;
+    ctx.counters.cmd_set.incr();
+    let mode = match flags.set_mode {
+        SetMode::Set => StoreMode::Set,
+        SetMode::Add => StoreMode::Add,
+        SetMode::Replace => StoreMode::Replace,
+        SetMode::Append => StoreMode::Append,
+        SetMode::Prepend => StoreMode::Prepend,
+    };
+    let outcome = ctx.shared.store.store(&StoreCommand {
+        mode,
+        key: &command.key.bytes,
+        value: data,
+        flags: flags.client_flags.unwrap_or(0),
+        expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
+        compare_cas: flags.compare_cas,
+        stale_if_older: flags.invalidate,
+    });
+    let with_cas = flags.compare_cas.is_some();
+    match outcome {
+        StoreOutcome::Stored { cas } => {
+            if with_cas {
+                ctx.counters.cas_hits.incr();
+            }
+            if !flags.quiet {
+                compose_status(b"HD", command, Some(cas), ctx, out);
+            }
+        }
+        StoreOutcome::NotStored => compose_status(b"NS", command, Some(0), ctx, out),
+        StoreOutcome::Exists => {
+            ctx.counters.cas_badval.incr();
+            compose_status(b"EX", command, Some(0), ctx, out);
+        }
+        StoreOutcome::NotFound => {
+            ctx.counters.cas_misses.incr();
+            compose_status(b"NF", command, Some(0), ctx, out);
+        }
+        StoreOutcome::OutOfMemory => {
+            ctx.counters.store_no_memory.incr();
+            ErrorReply::OutOfMemory.compose(out);
+        }
+    }
+}
+
+fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let flags = &command.flags;
+    let clock = ctx.shared.store.clock();
+    let outcome = ctx.shared.store.delete(
+        &command.key.bytes,
+        &DeleteCommand {
+            compare_cas: flags.compare_cas,
+            invalidate: flags.invalidate.then(|| flags.ttl.map(|t| clock.expiry(t))),
+        },
+    );
+    match outcome {
+        DeleteOutcome::Deleted => {
+            ctx.counters.delete_hits.incr();
+            if !flags.quiet {
+                compose_status(b"HD", command, None, ctx, out);
+            }
+        }
+        DeleteOutcome::NotFound => {
+            ctx.counters.delete_misses.incr();
+            compose_status(b"NF", command, None, ctx, out);
+        }
+        DeleteOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
+    }
+}
+
+fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let flags = &command.flags;
+    let clock = ctx.shared.store.clock();
+    let outcome = ctx.shared.store.arith(
+        &command.key.bytes,
+        &ArithCommand {
+            decrement: flags.decrement,
+            delta: flags.delta.unwrap_or(1),
+            compare_cas: flags.compare_cas,
+            vivify: flags
+                .vivify
+                .map(|t| (flags.initial.unwrap_or(0), clock.expiry(t))),
+            touch: flags.ttl.map(|t| clock.expiry(t)),
+        },
+    );
+    let (hits, misses) = if flags.decrement {
+        (&ctx.counters.decr_hits, &ctx.counters.decr_misses)
+    } else {
+        (&ctx.counters.incr_hits, &ctx.counters.incr_misses)
+    };
+    match outcome {
+        ArithOutcome::Value {
+            value,
+            cas,
+            ttl,
+            created,
+        } => {
+            hits.incr();
+            // memcached answers a vivified counter even under `q`.
+            if flags.quiet && !created {
+                return;
+            }
+            let mut digits = Vec::with_capacity(20);
+            push_u64(&mut digits, value);
+            if flags.value {
+                out.extend_from_slice(b"VA ");
+                push_u64(out, digits.len() as u64);
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            for flag in flags.returns.iter() {
+                out.push(b' ');
+                out.push(flag);
+                match flag {
+                    b'c' => push_u64(out, ctx.visible_cas(cas)),
+                    b't' => push_i64(out, ttl),
+                    b'k' => push_key(&command.key, out),
+                    b'O' => out.extend_from_slice(flags.opaque.unwrap_or_default()),
+                    _ => {}
+                }
+            }
+            out.extend_from_slice(b"\r\n");
+            if flags.value {
+                out.extend_from_slice(&digits);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        ArithOutcome::NotFound => {
+            misses.incr();
+            compose_status(b"NF", command, None, ctx, out);
+        }
+        ArithOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
+        ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
+        ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
+    }
+}
+
+fn debug(key: &MetaKey<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let Some(item) = ctx.shared.store.debug(&key.bytes) else {
+        out.extend_from_slice(b"EN\r\n");
+        return;
+    };
+    out.extend_from_slice(b"ME ");
+    out.extend_from_slice(key.wire);
+    out.extend_from_slice(b" exp=");
+    push_i64(out, item.ttl);
+    out.extend_from_slice(b" la=");
+    push_u64(out, u64::from(item.idle_seconds));
+    out.extend_from_slice(b" cas=");
+    push_u64(out, ctx.visible_cas(item.cas));
+    out.extend_from_slice(if item.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" cls=");
+    push_u64(out, item.class as u64);
+    out.extend_from_slice(b" size=");
+    push_u64(out, item.size as u64);
+    out.extend_from_slice(b"\r\n");
+}

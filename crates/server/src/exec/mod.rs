@@ -1,0 +1,49 @@
+//! Executes parsed requests against the store and composes the replies.
+//! Ordinary functions: no sockets, so they are tested with byte slices.
+
+pub mod binary;
+pub mod meta;
+pub mod stats;
+pub mod text;
+
+use kura_proto::text::Limits;
+
+use crate::stats::Counters;
+use crate::Shared;
+
+/// The version reported by `version`: the memcached release whose protocol
+/// kura implements, so clients that compare versions enable every feature.
+/// kura's own version is in `stats` as `kura_version`.
+pub const PROTOCOL_VERSION: &str = "1.6.18";
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    Close,
+    Shutdown,
+}
+
+/// What executing a request may touch.
+pub struct Context<'a> {
+    pub shared: &'a Shared,
+    /// This worker's counters.
+    pub counters: &'a Counters,
+}
+
+impl Context<'_> {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_item_size: self.shared.config.max_item_size,
+        }
+    }
+
+    /// The CAS a reply shows: 0 when CAS is off (`-C`), as memcached does.
+    pub fn visible_cas(&self, cas: u64) -> u64 {
+        if self.shared.config.cas_enabled {
+            cas
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The classic text commands.
+
+use kura_proto::reply::push_u64;
+use kura_proto::text::{GetMode, Request, StoreRequest, StoreVerb};
+use kura_proto::ErrorReply;
+use kura_store::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+
+use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
+
+/// memcached refuses to shrink below 8 MB.
+const MIN_MEMLIMIT_MB: u64 = 8;
+
+pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    match request {
+        Request::Get { mode, keys } => {
+            for key in keys.iter() {
+                get(key, mode, ctx, out);
+            }
+            out.extend_from_slice(b"END\r\n");
+        }
+        Request::Store(request) => store(&request, ctx, out),
+        Request::Delete { key, noreply } => {
+            let reply: &[u8] = match ctx.shared.store.delete(key, &DeleteCommand::default()) {
+                DeleteOutcome::Deleted => {
+                    ctx.counters.delete_hits.incr();
+                    b"DELETED\r\n"
+                }
+                _ => {
+                    ctx.counters.delete_misses.incr();
+                    b"NOT_FOUND\r\n"
+                }
+            };
+            reply_unless(noreply, reply, out);
+        }
+        Request::Arith {
+            key,
+            incr,
+            delta,
+            noreply,
+        } => arith(key, incr, delta, noreply, ctx, out),
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            ctx.counters.cmd_touch.incr();
+            let expiry = ctx.shared.store.clock().expiry(exptime);
+            let reply: &[u8] = if ctx.shared.store.touch(key, expiry) {
+                ctx.counters.touch_hits.incr();
+                b"TOUCHED\r\n"
+            } else {
+                ctx.counters.touch_misses.incr();
+                b"NOT_FOUND\r\n"
+            };
+            reply_unless(noreply, reply, out);
+        }
+        Request::FlushAll { delay, noreply } => {
+            if !ctx.shared.config.flush_enabled {
+                out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+                return Action::Continue;
+            }
+            ctx.counters.cmd_flush.incr();
+            ctx.shared.store.flush_all(delay);
+            reply_unless(noreply, b"OK\r\n", out);
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(PROTOCOL_VERSION.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::Verbosity { noreply } => reply_unless(noreply, b"OK\r\n", out),
+        Request::Quit => return Action::Close,
+        Request::Shutdown { .. } => {
+            if ctx.shared.config.shutdown_command {
+                return Action::Shutdown;
+            }
+            ErrorReply::ShutdownDisabled.compose(out);
+        }
+        Request::CacheMemlimit { megabytes, noreply } => {
+            if megabytes < MIN_MEMLIMIT_MB {
+                ErrorReply::MemlimitTooSmall.compose(out);
+            } else {
+                let bytes = megabytes.saturating_mul(1024 * 1024);
+                ctx.shared.store.set_memory_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
+                reply_unless(noreply, b"OK\r\n", out);
+            }
+        }
+        Request::Stats { args } => stats::text(args, ctx, out),
+        Request::Meta(request) => meta::execute(request, ctx, out),
+    }
+    Action::Continue
+}
+
+fn reply_unless(noreply: bool, reply: &[u8], out: &mut Vec<u8>) {
+    if !noreply {
+        out.extend_from_slice(reply);
+    }
+}
+
+fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    ctx.counters.cmd_get.incr();
+    let options = GetOptions {
+        touch: mode.touch().map(|exptime| ctx.shared.store.clock().expiry(exptime)),
+        ..GetOptions::default()
+    };
+    let with_cas = mode.returns_cas();
+    let hit = ctx.shared.store.get(key, &options, &mut |item| {
+        out.extend_from_slice(b"VALUE ");
+        out.extend_from_slice(key);
+        out.push(b' ');
+        push_u64(out, u64::from(item.flags));
+        out.push(b' ');
+        push_u64(out, item.value.len() as u64);
+        if with_cas {
+            out.push(b' ');
+            push_u64(out, ctx.visible_cas(item.cas));
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(item.value);
+        out.extend_from_slice(b"\r\n");
+    });
+    if hit {
+        ctx.counters.get_hits.incr();
+    } else {
+        ctx.counters.get_misses.incr();
+    }
+    if options.touch.is_some() {
+        ctx.counters.cmd_touch.incr();
+        if hit {
+            ctx.counters.touch_hits.incr();
+        } else {
+            ctx.counters.touch_misses.incr();
+        }
+    }
+}
+
+fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    ctx.counters.cmd_set.incr();
+    let mode = match request.verb {
+        StoreVerb::Set | StoreVerb::Cas => StoreMode::Set,
+        StoreVerb::Add => StoreMode::Add,
+        StoreVerb::Replace => StoreMode::Replace,
+        StoreVerb::Append => StoreMode::Append,
+        StoreVerb::Prepend => StoreMode::Prepend,
+    };
+    let is_cas = request.verb == StoreVerb::Cas;
+    let outcome = ctx.shared.store.store(&StoreCommand {
+        mode,
+        key: request.key,
+        value: request.data,
+        flags: request.flags,
+        expiry: ctx.shared.store.clock().expiry(request.exptime),
+        compare_cas: is_cas.then_some(request.cas_unique),
+        stale_if_older: false,
+    });
+    let reply: &[u8] = match outcome {
+        StoreOutcome::Stored { .. } => {
+            if is_cas {
+                ctx.counters.cas_hits.incr();
+            }
+            b"STORED\r\n"
+        }
+        StoreOutcome::NotStored => b"NOT_STORED\r\n",
+        StoreOutcome::Exists => {
+            ctx.counters.cas_badval.incr();
+            b"EXISTS\r\n"
+        }
+        StoreOutcome::NotFound => {
+            ctx.counters.cas_misses.incr();
+            b"NOT_FOUND\r\n"
+        }
+        StoreOutcome::OutOfMemory => {
+            ctx.counters.store_no_memory.incr();
+            b"SERVER_ERROR out of memory storing object\r\n"
+        }
+    };
+    reply_unless(request.noreply, reply, out);
+}
+
+fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let outcome = ctx.shared.store.arith(
+        key,
+        &ArithCommand {
+            decrement: !incr,
+            delta,
+            ..ArithCommand::default()
+        },
+    );
+    let (hits, misses) = if incr {
+        (&ctx.counters.incr_hits, &ctx.counters.incr_misses)
+    } else {
+        (&ctx.counters.decr_hits, &ctx.counters.decr_misses)
+    };
+    if noreply {
+        match outcome {
+            ArithOutcome::Value { .. } => hits.incr(),
+            ArithOutcome::NotFound => misses.incr(),
+            _ => {}
+        }
+        return;
+    }
+    match outcome {
+        ArithOutcome::Value { value, .. } => {
+            hits.incr();
+            push_u64(out, value);
+            out.extend_from_slice(b"\r\n");
+        }
+        ArithOutcome::NotFound | ArithOutcome::Exists => {
+            misses.incr();
+            out.extend_from_slice(b"NOT_FOUND\r\n");
+        }
+        ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
+        ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
+    }
+}

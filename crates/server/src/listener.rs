@@ -1,0 +1,198 @@
+//! The acceptor: binds TCP and Unix-domain listeners, accepts connections and
+//! hands them round-robin to the workers. Past the connection limit it
+//! answers memcached's error line and closes.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpListener, UnixListener};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::worker::{Inbox, NewConnection, Stream};
+use crate::{ServerConfig, Shared};
+
+const WAKER: Token = Token(usize::MAX);
+
+/// What memcached sends when it is over its connection limit.
+const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+pub enum Listener {
+    Tcp(TcpListener, SocketAddr),
+    Unix(UnixListener, String),
+}
+
+impl Listener {
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(_, addr) => Some(*addr),
+            Listener::Unix(..) => None,
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Listener::Tcp(_, addr) => format!("tcp:{addr}"),
+            Listener::Unix(_, path) => format!("unix:{path}"),
+        }
+    }
+
+    fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Tcp(listener, _) => {
+                let (stream, peer) = listener.accept()?;
+                // Replies are written once per batch; Nagle would only add delay.
+                stream.set_nodelay(true)?;
+                Ok((Stream::Tcp(stream), format!("tcp:{peer}")))
+            }
+            Listener::Unix(listener, path) => {
+                let (stream, _) = listener.accept()?;
+                Ok((Stream::Unix(stream), format!("unix:{path}")))
+            }
+        }
+    }
+}
+
+/// Binds every configured listener: a Unix socket (`-s`) replaces TCP, as in memcached.
+pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
+    if let Some(path) = &config.unix_socket {
+        // A stale socket file from an earlier run would make bind fail.
+        if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask))?;
+        return Ok(vec![Listener::Unix(listener, path.display().to_string())]);
+    }
+    let mut listeners = Vec::new();
+    for ip in &config.listen {
+        let addr = SocketAddr::new(*ip, config.port);
+        let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(config.backlog)?;
+        let std_listener: std::net::TcpListener = socket.into();
+        let local = std_listener.local_addr()?;
+        listeners.push(Listener::Tcp(TcpListener::from_std(std_listener), local));
+    }
+    Ok(listeners)
+}
+
+pub struct Acceptor {
+    poll: Poll,
+    waker: Arc<Waker>,
+    listeners: Vec<Listener>,
+    workers: Vec<Inbox>,
+    next_worker: usize,
+    next_id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Acceptor {
+    pub fn new(mut listeners: Vec<Listener>, workers: Vec<Inbox>, shared: Arc<Shared>) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        for (i, listener) in listeners.iter_mut().enumerate() {
+            match listener {
+                Listener::Tcp(l, _) => poll.registry().register(l, Token(i), Interest::READABLE)?,
+                Listener::Unix(l, _) => poll.registry().register(l, Token(i), Interest::READABLE)?,
+            }
+        }
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok(Acceptor {
+            poll,
+            waker,
+            listeners,
+            workers,
+            next_worker: 0,
+            next_id: 1,
+            shared,
+        })
+    }
+
+    pub fn waker(&self) -> Arc<Waker> {
+        self.waker.clone()
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(64);
+        // Set when accept failed for lack of file descriptors: retry soon,
+        // since an edge-triggered listener will not report the backlog again.
+        let mut retry = false;
+        while !self.shared.stopping() {
+            let timeout = retry.then(|| Duration::from_millis(50));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "acceptor poll failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            retry = false;
+            for i in 0..self.listeners.len() {
+                retry |= self.accept_all(i);
+            }
+        }
+        for worker in &self.workers {
+            let _ = worker.waker.wake();
+        }
+    }
+
+    /// Accepts until the backlog is empty; returns true if it must retry later.
+    fn accept_all(&mut self, index: usize) -> bool {
+        loop {
+            let (stream, peer) = match self.listeners[index].accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                    tracing::warn!("out of file descriptors; not accepting for a moment");
+                    return true;
+                }
+                Err(e) => {
+                    // A connection reset before accept, and the like: not fatal.
+                    tracing::debug!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            self.hand_off(stream, peer, index);
+        }
+    }
+
+    fn hand_off(&mut self, mut stream: Stream, peer: String, listener: usize) {
+        let connections = &self.shared.connections;
+        if connections.current.load(Ordering::Relaxed) >= self.shared.config.max_connections {
+            connections.rejected.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.write_all(TOO_MANY_CONNECTIONS);
+            return;
+        }
+        connections.current.fetch_add(1, Ordering::Relaxed);
+        connections.total.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id;
+        self.next_id += 1;
+        let connection = NewConnection {
+            id,
+            stream,
+            peer,
+            listen: self.listeners[listener].name(),
+        };
+        let worker = &self.workers[self.next_worker];
+        self.next_worker = (self.next_worker + 1) % self.workers.len();
+        if send(&worker.sender, connection).is_ok() {
+            let _ = worker.waker.wake();
+        } else {
+            connections.current.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn send(sender: &Sender<NewConnection>, connection: NewConnection) -> Result<(), ()> {
+    sender.send(connection).map_err(|_| ())
+}

@@ -1,0 +1,150 @@
+//! One connection's protocol state, without its socket: consumes request
+//! bytes, executes every complete request, appends the replies.
+//!
+//! The worker owns the socket and the buffers; this keeps the stream in sync
+//! (protocol detection, swallowing rejected data blocks) and is tested with
+//! plain byte slices.
+
+use kura_proto::{binary, detect_protocol, text, Parse, Protocol, Recovery};
+
+use crate::exec::{self, Action, Context};
+
+/// Stop filling the output once this much is waiting: the client must read
+/// before we serve it more (a slow reader cannot make us buffer without bound).
+pub const OUTPUT_HIGH_WATER: usize = 1 << 20;
+
+/// Why `serve` stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Every complete request was served; the rest needs more bytes.
+    NeedInput,
+    /// The per-event request budget ran out (`-R`): yield to other connections.
+    Budget,
+    /// The output reached its high-water mark: send before serving more.
+    OutputFull,
+    /// Close the connection (after sending what is already composed).
+    Close,
+    /// The client asked the server to shut down.
+    Shutdown,
+}
+
+#[derive(Debug, Default)]
+pub struct Session {
+    protocol: Option<Protocol>,
+    /// Bytes still to discard from a rejected request's data block.
+    swallow: u64,
+}
+
+impl Session {
+    /// A session fixed to one protocol (`-B ascii|binary`), or deciding by
+    /// the first byte (`None`).
+    pub fn new(protocol: Option<Protocol>) -> Self {
+        Session {
+            protocol,
+            swallow: 0,
+        }
+    }
+
+    /// Serves the complete requests at the front of `input`. Returns how many
+    /// bytes were used and why it stopped.
+    pub fn serve(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>, budget: &mut usize) -> (usize, Stop) {
+        let mut used = 0;
+        loop {
+            if self.swallow > 0 {
+                let dropped = self.swallow.min((input.len() - used) as u64);
+                self.swallow -= dropped;
+                used += dropped as usize;
+                if self.swallow > 0 {
+                    return (used, Stop::NeedInput);
+                }
+            }
+            let rest = &input[used..];
+            if rest.is_empty() {
+                return (used, Stop::NeedInput);
+            }
+            if out.len() >= OUTPUT_HIGH_WATER {
+                return (used, Stop::OutputFull);
+            }
+            if *budget == 0 {
+                return (used, Stop::Budget);
+            }
+            let protocol = *self.protocol.get_or_insert_with(|| detect_protocol(rest[0]));
+            let (consumed, action) = match protocol {
+                Protocol::Text => self.serve_text(rest, out, ctx),
+                Protocol::Binary => self.serve_binary(rest, out, ctx),
+            };
+            match action {
+                Step::Served(Action::Continue) => *budget -= 1,
+                Step::Served(Action::Close) => return (used + consumed, Stop::Close),
+                Step::Served(Action::Shutdown) => return (used + consumed, Stop::Shutdown),
+                Step::Incomplete => return (used, Stop::NeedInput),
+                Step::Rejected => {}
+            }
+            used += consumed;
+        }
+    }
+
+    fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
+        match text::parse(input, &ctx.limits()) {
+            Parse::Done { request, consumed } => (consumed, Step::Served(exec::text::execute(request, ctx, out))),
+            Parse::Incomplete => (0, Step::Incomplete),
+            Parse::Reject {
+                error,
+                consumed,
+                recovery,
+                noreply,
+            } => {
+                if error == kura_proto::ErrorReply::TooLarge {
+                    ctx.counters.store_too_large.incr();
+                }
+                if recovery == Recovery::Close {
+                    // memcached closes on garbage without a word.
+                    return (consumed, Step::Served(Action::Close));
+                }
+                if !noreply {
+                    error.compose(out);
+                }
+                self.recover(recovery);
+                (consumed, Step::Rejected)
+            }
+        }
+    }
+
+    fn serve_binary(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
+        match binary::parse(input, ctx.shared.config.max_item_size + binary::HEADER_LEN + kura_proto::MAX_KEY_LEN) {
+            binary::Parse::Done { request, consumed } => {
+                (consumed, Step::Served(exec::binary::execute(&request, ctx, out)))
+            }
+            binary::Parse::Incomplete => (0, Step::Incomplete),
+            binary::Parse::BadMagic => (input.len(), Step::Served(Action::Close)),
+            binary::Parse::Reject {
+                header,
+                status,
+                consumed,
+                recovery,
+            } => {
+                if status == binary::Status::ValueTooLarge {
+                    ctx.counters.store_too_large.incr();
+                }
+                binary::compose_error(out, header.opcode, status, header.opaque);
+                if recovery == Recovery::Close {
+                    return (consumed, Step::Served(Action::Close));
+                }
+                self.recover(recovery);
+                (consumed, Step::Rejected)
+            }
+        }
+    }
+
+    fn recover(&mut self, recovery: Recovery) {
+        if let Recovery::Swallow(bytes) = recovery {
+            self.swallow = bytes;
+        }
+    }
+}
+
+enum Step {
+    Served(Action),
+    Incomplete,
+    Rejected,
+}

@@ -1,0 +1,448 @@
+//! A worker thread: one mio event loop serving its share of the connections.
+//!
+//! Reads go into the worker's scratch buffer, so an idle connection holds no
+//! buffer of its own; only a partial request or an unsent reply is kept with
+//! the connection. Each readiness event gets one read and one write per batch
+//! of requests; a short read means the socket is drained (mio is
+//! edge-triggered), which saves the extra read that would return EAGAIN.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use slab::Slab;
+
+use kura_proto::Protocol;
+
+use crate::exec::Context;
+use crate::session::{Session, Stop};
+use crate::{ConnInfo, ProtocolChoice, Shared};
+
+const WAKER: Token = Token(usize::MAX);
+/// Size of the per-worker read buffer, and the least a connection reads at once.
+const READ_CHUNK: usize = 64 * 1024;
+/// Reads per readiness event before yielding to other connections.
+const READS_PER_EVENT: usize = 16;
+
+/// A connection on its way from the acceptor to a worker.
+pub struct NewConnection {
+    pub id: u64,
+    pub stream: Stream,
+    pub peer: String,
+    pub listen: String,
+}
+
+/// How the acceptor reaches a worker.
+pub struct Inbox {
+    pub sender: Sender<NewConnection>,
+    pub waker: Arc<Waker>,
+}
+
+/// A client socket, TCP or Unix-domain.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, registry: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(registry, token, interest),
+            Stream::Unix(s) => s.register(registry, token, interest),
+        }
+    }
+
+    fn reregister(&mut self, registry: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(registry, token, interest),
+            Stream::Unix(s) => s.reregister(registry, token, interest),
+        }
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(registry),
+            Stream::Unix(s) => s.deregister(registry),
+        }
+    }
+}
+
+struct Connection {
+    stream: Stream,
+    session: Session,
+    /// Bytes received but not yet served: a partial request, or requests
+    /// left when the connection yielded.
+    input: Vec<u8>,
+    /// `input` holds complete requests that wait only for their turn.
+    unserved: bool,
+    /// Reply bytes the socket did not take yet.
+    output: Vec<u8>,
+    interest: Interest,
+    info: Arc<ConnInfo>,
+}
+
+/// What a connection waits for after being served.
+enum Next {
+    /// More input, or room to write.
+    Wait,
+    /// It had more to do but used its turn.
+    Yield,
+    Close,
+}
+
+/// Buffers shared by all connections of a worker.
+struct Scratch {
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    inbox: Receiver<NewConnection>,
+    connections: Slab<Connection>,
+    ready: VecDeque<usize>,
+    scratch: Scratch,
+    shared: Arc<Shared>,
+    fixed_protocol: Option<Protocol>,
+}
+
+impl Worker {
+    pub fn new(id: usize, shared: Arc<Shared>) -> io::Result<(Worker, Inbox)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (sender, inbox) = channel();
+        let fixed_protocol = match shared.config.protocol {
+            ProtocolChoice::Auto => None,
+            ProtocolChoice::Ascii => Some(Protocol::Text),
+            ProtocolChoice::Binary => Some(Protocol::Binary),
+        };
+        let worker = Worker {
+            id,
+            poll,
+            inbox,
+            connections: Slab::new(),
+            ready: VecDeque::new(),
+            scratch: Scratch {
+                input: vec![0; READ_CHUNK],
+                output: Vec::with_capacity(READ_CHUNK),
+            },
+            shared,
+            fixed_protocol,
+        };
+        Ok((worker, Inbox { sender, waker }))
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let idle_timeout = self.shared.config.idle_timeout;
+        let mut next_idle_check = Instant::now();
+        loop {
+            let timeout = if !self.ready.is_empty() {
+                Some(Duration::ZERO)
+            } else {
+                idle_timeout.map(|_| Duration::from_secs(1))
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                panic!("worker {} cannot poll: {e}", self.id);
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => self.adopt_new_connections(),
+                    Token(key) => self.serve(key),
+                }
+            }
+            for _ in 0..self.ready.len() {
+                if let Some(key) = self.ready.pop_front() {
+                    self.serve(key);
+                }
+            }
+            if self.shared.stopping() {
+                self.close_all();
+                return;
+            }
+            if let Some(limit) = idle_timeout {
+                if Instant::now() >= next_idle_check {
+                    self.close_idle(limit);
+                    next_idle_check = Instant::now() + Duration::from_secs(1);
+                }
+            }
+        }
+    }
+
+    fn adopt_new_connections(&mut self) {
+        while let Ok(new) = self.inbox.try_recv() {
+            let info = Arc::new(ConnInfo {
+                id: new.id,
+                peer: new.peer,
+                listen: new.listen,
+                last_active: self.shared.store.clock().now().into(),
+            });
+            let entry = self.connections.vacant_entry();
+            let key = entry.key();
+            let mut connection = Connection {
+                stream: new.stream,
+                session: Session::new(self.fixed_protocol),
+                input: Vec::new(),
+                unserved: false,
+                output: Vec::new(),
+                interest: Interest::READABLE,
+                info: info.clone(),
+            };
+            if connection
+                .stream
+                .register(self.poll.registry(), Token(key), Interest::READABLE)
+                .is_err()
+            {
+                self.shared.connections.current.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            entry.insert(connection);
+            self.shared.connections_registry.lock().insert(info.id, info);
+            // The client may have written before we registered: serve now.
+            self.serve(key);
+        }
+    }
+
+    fn serve(&mut self, key: usize) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        let ctx = Context {
+            shared: &self.shared,
+            counters: &self.shared.counters[self.id],
+        };
+        connection
+            .info
+            .last_active
+            .store(self.shared.store.clock().now(), Ordering::Relaxed);
+        match serve_connection(connection, &mut self.scratch, &ctx) {
+            Next::Wait => {
+                let wanted = if connection.output.is_empty() {
+                    Interest::READABLE
+                } else {
+                    Interest::READABLE | Interest::WRITABLE
+                };
+                if wanted != connection.interest {
+                    connection.interest = wanted;
+                    if connection
+                        .stream
+                        .reregister(self.poll.registry(), Token(key), wanted)
+                        .is_err()
+                    {
+                        self.close(key);
+                    }
+                }
+            }
+            Next::Yield => {
+                ctx.counters.conn_yields.incr();
+                self.ready.push_back(key);
+            }
+            Next::Close => self.close(key),
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut connection) = self.connections.try_remove(key) {
+            let _ = connection.stream.deregister(self.poll.registry());
+            self.shared.connections_registry.lock().remove(&connection.info.id);
+            self.shared.connections.current.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn close_all(&mut self) {
+        let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
+        for key in keys {
+            self.close(key);
+        }
+    }
+
+    fn close_idle(&mut self, limit: Duration) {
+        let now = self.shared.store.clock().now();
+        let limit = limit.as_secs().min(u64::from(u32::MAX)) as u32;
+        let idle: Vec<usize> = self
+            .connections
+            .iter()
+            .filter(|(_, c)| now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit)
+            .map(|(key, _)| key)
+            .collect();
+        for key in idle {
+            self.shared.counters[self.id].idle_kicks.incr();
+            self.close(key);
+        }
+    }
+}
+
+/// Serves one connection until it would block, used its turn, or must close.
+fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Context<'_>) -> Next {
+    let mut budget = ctx.shared.config.requests_per_event.max(1);
+    // A connection may buffer one whole request: the largest item plus its command line.
+    let max_input = ctx.shared.config.max_item_size + READ_CHUNK;
+    for _ in 0..READS_PER_EVENT {
+        // Send what is pending first: a client that does not read is served no more.
+        match send_pending(connection, ctx) {
+            Ok(true) => {}
+            Ok(false) => return Next::Wait,
+            Err(_) => return Next::Close,
+        }
+        scratch.output.clear();
+        let (stop, drained) = if connection.unserved {
+            let (used, stop) = connection
+                .session
+                .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
+            connection.input.drain(..used);
+            (stop, false)
+        } else if connection.input.is_empty() {
+            let read = match read_into(&mut connection.stream, &mut scratch.input) {
+                Ok(0) => return Next::Close,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
+                Err(_) => return Next::Close,
+            };
+            ctx.counters.bytes_read.add(read as u64);
+            let (used, stop) = connection
+                .session
+                .serve(&scratch.input[..read], &mut scratch.output, ctx, &mut budget);
+            connection.input.extend_from_slice(&scratch.input[used..read]);
+            (stop, read < scratch.input.len())
+        } else {
+            if connection.input.len() >= max_input {
+                // One request larger than anything we may store: give up on it.
+                return Next::Close;
+            }
+            let start = connection.input.len();
+            let room = start.max(READ_CHUNK).min(max_input - start);
+            connection.input.resize(start + room, 0);
+            let read = match connection.stream.read(&mut connection.input[start..]) {
+                Ok(0) => return Next::Close,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    connection.input.truncate(start);
+                    return Next::Wait;
+                }
+                Err(_) => return Next::Close,
+            };
+            connection.input.truncate(start + read);
+            ctx.counters.bytes_read.add(read as u64);
+            let (used, stop) = connection
+                .session
+                .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
+            connection.input.drain(..used);
+            (stop, read < room)
+        };
+        connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
+        if connection.input.is_empty() && connection.input.capacity() > READ_CHUNK {
+            // Give back the memory of a large request once it is served.
+            connection.input = Vec::new();
+        }
+        if write_replies(connection, &scratch.output, ctx).is_err() {
+            return Next::Close;
+        }
+        match stop {
+            Stop::Close => return Next::Close,
+            Stop::Shutdown => {
+                ctx.shared.request_shutdown();
+                return Next::Close;
+            }
+            Stop::Budget if budget == 0 => return Next::Yield,
+            Stop::NeedInput if drained => {
+                return if connection.output.is_empty() {
+                    Next::Wait
+                } else {
+                    // Let the loop try the pending write once more.
+                    match send_pending(connection, ctx) {
+                        Ok(_) => Next::Wait,
+                        Err(_) => Next::Close,
+                    }
+                };
+            }
+            _ => {}
+        }
+    }
+    Next::Yield
+}
+
+fn read_into(stream: &mut Stream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Writes fresh replies; what the socket does not take is kept for later.
+fn write_replies(connection: &mut Connection, replies: &[u8], ctx: &Context<'_>) -> io::Result<()> {
+    if replies.is_empty() {
+        return Ok(());
+    }
+    if !connection.output.is_empty() {
+        connection.output.extend_from_slice(replies);
+        return Ok(());
+    }
+    let written = write_some(&mut connection.stream, replies)?;
+    ctx.counters.bytes_written.add(written as u64);
+    connection.output.extend_from_slice(&replies[written..]);
+    Ok(())
+}
+
+/// Sends pending output; true when nothing is left.
+fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
+    if connection.output.is_empty() {
+        return Ok(true);
+    }
+    let written = write_some(&mut connection.stream, &connection.output)?;
+    ctx.counters.bytes_written.add(written as u64);
+    connection.output.drain(..written);
+    if connection.output.is_empty() {
+        connection.output = Vec::new();
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Writes as much as the socket takes without blocking.
+fn write_some(stream: &mut Stream, mut bytes: &[u8]) -> io::Result<usize> {
+    let total = bytes.len();
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(total - bytes.len())
+}

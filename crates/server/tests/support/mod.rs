@@ -1,0 +1,105 @@
+//! Starts a kura server in-process on a free port, for tests that speak the wire.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kura_server::{ServerConfig, ServerHandle};
+use kura_store::{MemoryConfig, MemoryStore};
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    handle: Option<ServerHandle>,
+}
+
+impl TestServer {
+    pub fn start() -> Self {
+        Self::with(ServerConfig::default(), MemoryConfig::default())
+    }
+
+    pub fn with(config: ServerConfig, memory: MemoryConfig) -> Self {
+        let config = ServerConfig {
+            port: 0,
+            threads: config.threads.min(2),
+            ..config
+        };
+        let evict = memory.evict;
+        let store = Arc::new(MemoryStore::new(memory));
+        let handle = kura_server::start(config, store, evict).expect("server starts");
+        let addr = handle.local_addr().expect("a TCP address");
+        TestServer {
+            addr,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn handle(&self) -> &ServerHandle {
+        self.handle.as_ref().expect("running")
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream
+    }
+
+    /// Sends `request` on a fresh connection and reads until `expected`
+    /// bytes have arrived (or the server closes or 5 s pass).
+    pub fn exchange(&self, request: &[u8], expected_len: usize) -> Vec<u8> {
+        let mut stream = self.connect();
+        stream.write_all(request).unwrap();
+        read_at_least(&mut stream, expected_len)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
+            handle.wait();
+        }
+    }
+}
+
+/// Reads until `len` bytes arrived, the peer closed, or a 5 s deadline.
+pub fn read_at_least(stream: &mut TcpStream, len: usize) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    while out.len() < len && Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    out
+}
+
+/// Reads until the stream has produced `expected` exactly, then returns it.
+pub fn read_exact_reply(stream: &mut TcpStream, expected: &[u8]) -> Vec<u8> {
+    read_at_least(stream, expected.len())
+}
+
+/// Whether the peer closes the connection within 5 s.
+pub fn closes(stream: &mut TcpStream) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}

@@ -1,0 +1,16 @@
+# Administrative commands.
+send: version\r\n
+recv: VERSION 1.6.18\r\n
+send: verbosity 1\r\nverbosity 1 noreply\r\nverbosity 0\r\n
+recv: OK\r\nOK\r\n
+send: shutdown\r\n
+recv: ERROR: shutdown not enabled\r\n
+send: cache_memlimit\r\ncache_memlimit 4\r\ncache_memlimit 100\r\ncache_memlimit abc\r\ncache_memlimit 64 noreply\r\nmn\r\n
+recv: ERROR\r\nMEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\nOK\r\nERROR\r\nMN\r\n
+send: stats nonsense\r\nstats detail\r\n
+recv: ERROR\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\n
+send: stats reset\r\n
+recv: RESET\r\n
+send: quit\r\nget never\r\n
+recv: 
+closed: yes
