@@ -14,3 +14,5 @@ recv: RESET\r\n
 send: quit\r\nget never\r\n
 recv: 
 closed: yes
+send: verbosity noreply\r\nverbosity 1 2\r\nverbosity 1 noreply\r\nversion\r\n
+recv: OK\r\nVERSION 1.6.18\r\n

@@ -13,3 +13,7 @@ send: mn\r\nmn foo\r\n
 recv: MN\r\nMN\r\n
 send: me nothing\r\nms dbg 2\r\nhi\r\nme dbg\r\nme\r\nme dbg b\r\n
 recv: EN\r\nHD\r\nME dbg exp=-1 la={n} cas={n} fetch=no cls={n} size={n}\r\nCLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad command line format\r\n
+send: ma lower N0 Mi v\r\nma lower Md v\r\nma lower MI v\r\nmn\r\n
+recv: CLIENT_ERROR invalid mode for ma M token\r\nCLIENT_ERROR invalid mode for ma M token\r\nNF\r\nMN\r\n
+send: ms lower 1 Ma\r\nx\r\nms lower 1 Me\r\nx\r\nmn\r\n
+recv: CLIENT_ERROR invalid mode for ms M token\r\nCLIENT_ERROR invalid mode for ms M token\r\nMN\r\n

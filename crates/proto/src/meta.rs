@@ -47,7 +47,7 @@ pub struct MetaKey<'a> {
     pub base64: bool,
 }
 
-/// The mode of `ms` (`M` flag).
+/// The mode of `ms` (`M` flag); mode letters are upper case only, as in memcached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SetMode {
     #[default]
@@ -320,7 +320,7 @@ fn parse_mode(verb: Verb, arg: &[u8], flags: &mut MetaFlags<'_>) -> Result<(), E
         _ => 0,
     };
     if verb == Verb::Set {
-        flags.set_mode = match mode.to_ascii_uppercase() {
+        flags.set_mode = match mode {
             b'S' => SetMode::Set,
             b'E' => SetMode::Add,
             b'R' => SetMode::Replace,
@@ -330,8 +330,8 @@ fn parse_mode(verb: Verb, arg: &[u8], flags: &mut MetaFlags<'_>) -> Result<(), E
         };
     } else {
         flags.decrement = match mode {
-            b'I' | b'i' | b'+' => false,
-            b'D' | b'd' | b'-' => true,
+            b'I' | b'+' => false,
+            b'D' | b'-' => true,
             _ => return Err(ErrorReply::MetaArithMode),
         };
     }

@@ -402,14 +402,13 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             };
             Request::FlushAll { delay, noreply }
         }
-        (b"version", 0) => Request::Version,
-        (b"verbosity", 1 | 2) => {
-            tokens.next();
-            Request::Verbosity {
-                noreply: is_noreply(tokens.next()),
-            }
-        }
-        (b"quit", 0) => Request::Quit,
+        // memcached ignores anything after these two.
+        (b"version", _) => Request::Version,
+        // The level is ignored; a trailing `noreply` silences the reply.
+        (b"verbosity", 1 | 2) => Request::Verbosity {
+            noreply: is_noreply(tokens.last()),
+        },
+        (b"quit", _) => Request::Quit,
         (b"shutdown", 0) => Request::Shutdown { graceful: false },
         (b"shutdown", 1) if tokens.next() == Some(b"graceful") => {
             Request::Shutdown { graceful: true }
