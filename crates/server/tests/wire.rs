@@ -1,0 +1,431 @@
+//! Framing, limits and bad input, over real sockets: what a hostile or
+//! clumsy client can do, and what it must not be able to do to others.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kura_proto::binary::{self, opcode};
+use kura_server::ServerConfig;
+use kura_store::MemoryConfig;
+use support::{closes, read_at_least, TestServer};
+
+/// A set/get round trip on a fresh connection proves the server still serves.
+fn still_serves(server: &TestServer) {
+    let reply = server.exchange(b"set alive 0 0 2\r\nok\r\nget alive\r\n", 33);
+    assert_eq!(reply, b"STORED\r\nVALUE alive 0 2\r\nok\r\nEND\r\n");
+}
+
+#[test]
+fn a_long_line_without_newline_closes_that_connection_only() {
+    let server = TestServer::start();
+    let mut junk = server.connect();
+    junk.write_all(&[b'x'; 3000]).unwrap();
+    assert!(closes(&mut junk));
+    still_serves(&server);
+}
+
+#[test]
+fn a_multiget_line_may_be_long() {
+    let server = TestServer::start();
+    let mut request = Vec::new();
+    for i in 0..500 {
+        request.extend_from_slice(format!("set key:{i:04} {i} 0 4\r\n{i:04}\r\n").as_bytes());
+    }
+    request.extend_from_slice(b"get");
+    for i in 0..500 {
+        request.extend_from_slice(format!(" key:{i:04}").as_bytes());
+    }
+    request.extend_from_slice(b"\r\n");
+    let mut expected = b"STORED\r\n".repeat(500);
+    for i in 0..500 {
+        expected.extend_from_slice(format!("VALUE key:{i:04} {i} 4\r\n{i:04}\r\n").as_bytes());
+    }
+    expected.extend_from_slice(b"END\r\n");
+    assert_eq!(server.exchange(&request, expected.len()), expected);
+}
+
+#[test]
+fn values_split_across_many_reads() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let value = vec![b'v'; 100_000];
+    let mut request = b"set split 1 0 100000\r\n".to_vec();
+    request.extend_from_slice(&value);
+    request.extend_from_slice(b"\r\nget split\r\n");
+    // Byte by byte for the command line, then in small uneven pieces.
+    for chunk in request[..30].chunks(1).chain(request[30..].chunks(997)) {
+        stream.write_all(chunk).unwrap();
+    }
+    let mut expected = b"STORED\r\nVALUE split 1 100000\r\n".to_vec();
+    expected.extend_from_slice(&value);
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(read_at_least(&mut stream, expected.len()), expected);
+}
+
+#[test]
+fn thousands_of_pipelined_commands_in_one_write() {
+    let server = TestServer::start();
+    let mut request = Vec::new();
+    for i in 0..5000 {
+        request.extend_from_slice(format!("set p{i} 0 0 1 noreply\r\n{}\r\n", i % 10).as_bytes());
+    }
+    for i in 0..5000 {
+        request.extend_from_slice(format!("get p{i}\r\n").as_bytes());
+    }
+    let mut expected = Vec::new();
+    for i in 0..5000 {
+        expected.extend_from_slice(format!("VALUE p{i} 0 1\r\n{}\r\nEND\r\n", i % 10).as_bytes());
+    }
+    assert_eq!(server.exchange(&request, expected.len()), expected);
+}
+
+#[test]
+fn a_too_large_value_is_swallowed_and_the_stream_stays_in_sync() {
+    let server = TestServer::start();
+    let mut request = b"set big 0 0 2000000\r\n".to_vec();
+    request.extend(std::iter::repeat_n(b'x', 2_000_000));
+    request.extend_from_slice(b"\r\nget big\r\nmn\r\n");
+    let expected = b"SERVER_ERROR object too large for cache\r\nEND\r\nMN\r\n";
+    assert_eq!(server.exchange(&request, expected.len()), expected);
+}
+
+#[test]
+fn a_half_sent_command_then_disconnect_harms_nobody() {
+    let server = TestServer::start();
+    for partial in [&b"set half 0 0 10\r\nabc"[..], b"get hal", b"\x80\x01\x00"] {
+        let mut stream = server.connect();
+        stream.write_all(partial).unwrap();
+        drop(stream);
+    }
+    still_serves(&server);
+    let reply = server.exchange(b"get half\r\n", 5);
+    assert_eq!(reply, b"END\r\n");
+}
+
+#[test]
+fn one_hundred_megabytes_of_junk() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let mut reader = stream.try_clone().unwrap();
+    // Junk lines: each is an unknown command, answered with ERROR.
+    let line = b"\x01\x7fjunk junk junk \xff\xfe garbage garbage garbage garbage garbage garbage garbage garbage\r\n";
+    let chunk: Vec<u8> = line.iter().copied().cycle().take(line.len() * 10_000).collect();
+    let rounds = 100_000_000 / chunk.len();
+    let counter = thread::spawn(move || {
+        let mut received = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        reader.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            assert!(buf[..n].iter().all(|b| b"ERROR\r\n".contains(b)), "only ERROR lines");
+            received += n;
+            if received == rounds * 10_000 * 7 {
+                break;
+            }
+        }
+        received
+    });
+    for _ in 0..rounds {
+        stream.write_all(&chunk).unwrap();
+    }
+    let received = counter.join().unwrap();
+    assert_eq!(received, rounds * 10_000 * b"ERROR\r\n".len());
+    still_serves(&server);
+}
+
+#[test]
+fn a_client_that_never_reads_does_not_block_others() {
+    let server = TestServer::start();
+    let value = vec![b'v'; 100_000];
+    let mut set = b"set fat 0 0 100000\r\n".to_vec();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    assert_eq!(server.exchange(&set, 8), b"STORED\r\n");
+    let mut greedy = server.connect();
+    greedy.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    // Ask for 200 MB of replies and never read them; writes stall once the
+    // server stops reading this connection.
+    let requests = b"get fat\r\n".repeat(2000);
+    let _ = greedy.write_all(&requests);
+    let started = Instant::now();
+    still_serves(&server);
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn over_the_connection_limit_clients_get_memcached_error() {
+    let server = TestServer::with(
+        ServerConfig {
+            max_connections: 3,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut open: Vec<_> = (0..3).map(|_| server.connect()).collect();
+    for stream in &mut open {
+        stream.write_all(b"version\r\n").unwrap();
+        assert!(read_at_least(stream, 16).starts_with(b"VERSION "));
+    }
+    let mut refused = server.connect();
+    assert_eq!(read_at_least(&mut refused, 33), b"ERROR Too many open connections\r\n");
+    assert!(closes(&mut refused));
+    drop(open.pop());
+    // The slot frees once the server notices the close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut stream = server.connect();
+        stream.write_all(b"version\r\n").unwrap();
+        if read_at_least(&mut stream, 9).starts_with(b"VERSION") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the freed slot was never reused");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let stats = String::from_utf8(open[0].try_clone().map(|mut s| {
+        s.write_all(b"stats\r\n").unwrap();
+        read_until_end(&mut s)
+    }).unwrap())
+    .unwrap();
+    assert!(stats.contains("STAT rejected_connections "), "{stats}");
+    assert!(!stats.contains("STAT rejected_connections 0\r\n"), "{stats}");
+}
+
+fn read_until_end(stream: &mut std::net::TcpStream) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !out.ends_with(b"END\r\n") && Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+fn stat(stream: &mut std::net::TcpStream, name: &str) -> u64 {
+    stream.write_all(b"stats\r\n").unwrap();
+    let text = String::from_utf8(read_until_end(stream)).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let server = TestServer::with(
+        ServerConfig {
+            idle_timeout: Some(Duration::from_secs(1)),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut idle = server.connect();
+    idle.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0, "the idle connection was closed");
+    let mut fresh = server.connect();
+    assert_eq!(stat(&mut fresh, "idle_kicks"), 1);
+}
+
+#[test]
+fn stats_count_what_happened() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    stream
+        .write_all(b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\ndelete a\r\nincr n 1\r\n")
+        .unwrap();
+    read_at_least(&mut stream, 8 + 23 + 5 + 9 + 11);
+    assert_eq!(stat(&mut stream, "cmd_set"), 1);
+    assert_eq!(stat(&mut stream, "get_hits"), 1);
+    assert_eq!(stat(&mut stream, "get_misses"), 1);
+    assert_eq!(stat(&mut stream, "delete_hits"), 1);
+    assert_eq!(stat(&mut stream, "incr_misses"), 1);
+    assert_eq!(stat(&mut stream, "curr_items"), 0);
+    assert_eq!(stat(&mut stream, "total_items"), 1);
+    assert_eq!(stat(&mut stream, "curr_connections"), 1);
+    stream.write_all(b"stats reset\r\n").unwrap();
+    assert_eq!(read_at_least(&mut stream, 7), b"RESET\r\n");
+    assert_eq!(stat(&mut stream, "cmd_set"), 0);
+    for group in ["settings", "items", "slabs", "sizes", "conns"] {
+        stream.write_all(format!("stats {group}\r\n").as_bytes()).unwrap();
+        let text = String::from_utf8(read_until_end(&mut stream)).unwrap();
+        assert!(text.ends_with("END\r\n"), "stats {group}: {text}");
+    }
+    stream.write_all(b"stats settings\r\n").unwrap();
+    let settings = String::from_utf8(read_until_end(&mut stream)).unwrap();
+    assert!(settings.contains("STAT item_size_max 1048576\r\n"));
+    assert!(settings.contains("STAT binding_protocol auto-negotiate\r\n"));
+}
+
+#[test]
+fn shutdown_command_stops_the_server_when_enabled() {
+    let server = TestServer::with(
+        ServerConfig {
+            shutdown_command: true,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    stream.write_all(b"shutdown\r\n").unwrap();
+    assert!(closes(&mut stream));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.handle().shared().stopping() {
+        assert!(Instant::now() < deadline);
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn binary_request(code: u8, opaque: u32, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    binary::compose_request(&mut out, code, opaque, cas, extras, key, value);
+    out
+}
+
+/// (opcode, status, opaque, cas, extras, key, value) of each response in `bytes`.
+type BinaryResponse = (u8, u16, u32, u64, Vec<u8>, Vec<u8>, Vec<u8>);
+
+fn binary_responses(mut bytes: &[u8]) -> Vec<BinaryResponse> {
+    let mut responses = Vec::new();
+    while bytes.len() >= binary::HEADER_LEN {
+        assert_eq!(bytes[0], binary::RESPONSE_MAGIC);
+        let key_len = u16::from_be_bytes([bytes[2], bytes[3]]) as usize;
+        let extras_len = bytes[4] as usize;
+        let status = u16::from_be_bytes([bytes[6], bytes[7]]);
+        let body = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let opaque = u32::from_be_bytes(bytes[12..16].try_into().unwrap());
+        let cas = u64::from_be_bytes(bytes[16..24].try_into().unwrap());
+        let body_bytes = &bytes[24..24 + body];
+        responses.push((
+            bytes[1],
+            status,
+            opaque,
+            cas,
+            body_bytes[..extras_len].to_vec(),
+            body_bytes[extras_len..extras_len + key_len].to_vec(),
+            body_bytes[extras_len + key_len..].to_vec(),
+        ));
+        bytes = &bytes[24 + body..];
+    }
+    responses
+}
+
+#[test]
+fn binary_quiet_commands_answer_only_misses_and_errors() {
+    let server = TestServer::start();
+    let flags_and_expiry = [0, 0, 0, 42, 0, 0, 0, 0];
+    let mut request = binary_request(opcode::SETQ, 1, 0, &flags_and_expiry, b"k", b"v");
+    request.extend(binary_request(opcode::GETQ, 2, 0, &[], b"k", b""));
+    request.extend(binary_request(opcode::GETQ, 3, 0, &[], b"missing", b""));
+    request.extend(binary_request(opcode::GETKQ, 4, 0, &[], b"k", b""));
+    request.extend(binary_request(opcode::ADDQ, 5, 0, &flags_and_expiry, b"k", b"v"));
+    request.extend(binary_request(opcode::NOOP, 6, 0, &[], b"", b""));
+    let reply = server.exchange(&request, 4 * 24 + 5 + 6 + 20);
+    let responses = binary_responses(&reply);
+    let summary: Vec<(u8, u16, u32)> = responses.iter().map(|r| (r.0, r.1, r.2)).collect();
+    assert_eq!(
+        summary,
+        [
+            (opcode::GETQ, 0, 2),
+            (opcode::GETKQ, 0, 4),
+            (opcode::ADDQ, binary::Status::KeyExists as u16, 5),
+            (opcode::NOOP, 0, 6),
+        ]
+    );
+    assert_eq!(responses[0].4, [0, 0, 0, 42], "flags come back as extras");
+    assert_eq!(responses[0].6, b"v");
+    assert_eq!(responses[1].5, b"k", "getk returns the key");
+    assert_eq!(responses[2].6, b"Data exists for key.");
+}
+
+#[test]
+fn binary_incr_creates_with_initial_value_and_rejects_non_numbers() {
+    let server = TestServer::start();
+    let mut extras = Vec::new();
+    extras.extend_from_slice(&5u64.to_be_bytes()); // delta
+    extras.extend_from_slice(&100u64.to_be_bytes()); // initial
+    extras.extend_from_slice(&0u32.to_be_bytes()); // expiry
+    let mut request = binary_request(opcode::INCREMENT, 1, 0, &extras, b"n", b"");
+    request.extend(binary_request(opcode::INCREMENT, 2, 0, &extras, b"n", b""));
+    let mut no_create = extras.clone();
+    no_create[16..].copy_from_slice(&u32::MAX.to_be_bytes());
+    request.extend(binary_request(opcode::DECREMENT, 3, 0, &no_create, b"absent", b""));
+    request.extend(binary_request(opcode::SET, 4, 0, &[0; 8], b"s", b"text"));
+    request.extend(binary_request(opcode::INCREMENT, 5, 0, &extras, b"s", b""));
+    let reply = server.exchange(&request, 5 * 24 + 8 + 8 + 9 + 46);
+    let responses = binary_responses(&reply);
+    assert_eq!(responses[0].6, 100u64.to_be_bytes());
+    assert_eq!(responses[1].6, 105u64.to_be_bytes());
+    assert_eq!(responses[2].1, binary::Status::KeyNotFound as u16);
+    assert_eq!(responses[4].1, binary::Status::NonNumeric as u16);
+}
+
+#[test]
+fn binary_stats_end_with_an_empty_response_and_bad_frames_close() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    stream
+        .write_all(&binary_request(opcode::STAT, 9, 0, &[], b"", b""))
+        .unwrap();
+    let mut reply = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // The terminator is a response with an empty key and value.
+    while Instant::now() < deadline {
+        reply.extend(read_at_least(&mut stream, 1));
+        let responses = binary_responses(&reply);
+        if responses.last().is_some_and(|r| r.5.is_empty()) {
+            break;
+        }
+    }
+    let responses = binary_responses(&reply);
+    assert!(responses.iter().any(|r| r.5 == b"curr_items"));
+    assert!(responses.last().unwrap().5.is_empty());
+    // Key length larger than the body: the frame cannot be trusted.
+    let mut bad = binary_request(opcode::GET, 1, 0, &[], b"key", b"");
+    bad[11] = 1;
+    let mut stream = server.connect();
+    stream.write_all(&bad).unwrap();
+    read_at_least(&mut stream, 24);
+    assert!(closes(&mut stream));
+    still_serves(&server);
+}
+
+#[test]
+fn a_unix_socket_serves_like_tcp() {
+    let dir = std::env::temp_dir().join(format!("kura-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kura.sock");
+    let store = std::sync::Arc::new(kura_store::MemoryStore::new(MemoryConfig::default()));
+    let handle = kura_server::start(
+        ServerConfig {
+            unix_socket: Some(path.clone()),
+            threads: 1,
+            ..ServerConfig::default()
+        },
+        store,
+        true,
+    )
+    .unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"set u 0 0 1\r\nx\r\nget u\r\n").unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 256];
+    while reply.len() < 29 {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0);
+        reply.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(reply, b"STORED\r\nVALUE u 0 1\r\nx\r\nEND\r\n");
+    handle.shutdown();
+    handle.wait();
+    let _ = std::fs::remove_dir_all(dir);
+}
