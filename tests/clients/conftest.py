@@ -3,11 +3,11 @@
 If KURA_ADDR (host:port) is set, tests run against that server.  Otherwise a
 server is started for the test session from the KURA_SERVER_CMD template
 (same convention as lib.sh: `{port}` is replaced by a free port, the command
-runs from the repository root) and KURA_ADDR is exported for the tests.
+runs via `bash -c "exec ..."` from the repository root) and KURA_ADDR is exported for the tests.
 """
 
 import os
-import shlex
+import signal
 import socket
 import subprocess
 import tempfile
@@ -17,6 +17,14 @@ import uuid
 import pytest
 from pymemcache.client.base import Client
 
+def _sigterm_to_interrupt(signum, frame):
+    # `timeout` (run-all.sh) sends SIGTERM: turn it into KeyboardInterrupt so
+    # pytest runs the fixture finalizers and stops the server it started.
+    raise KeyboardInterrupt("SIGTERM")
+
+
+signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -25,6 +33,16 @@ def _default_cmd():
     dbg = os.path.join(REPO_ROOT, "target", "debug", "kura")
     binary = "target/debug/kura" if (not os.path.exists(rel) and os.path.exists(dbg)) else "target/release/kura"
     return binary + " serve -p {port} -l 127.0.0.1"
+
+
+def _die_with_parent():
+    """preexec_fn: SIGTERM the server if pytest dies (e.g. killed by timeout)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort, Linux only
+        pass
 
 
 def _free_port():
@@ -72,7 +90,8 @@ def kura_addr():
     last_err = None
     for _attempt in range(3):
         port = _free_port()
-        argv = shlex.split(template.replace("{port}", str(port)))
+        # same as lib.sh: run through bash so quoting/env works identically
+        argv = ["bash", "-c", "exec " + template.replace("{port}", str(port))]
         log = tempfile.TemporaryFile()
         proc = subprocess.Popen(
             argv,
@@ -80,6 +99,7 @@ def kura_addr():
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -97,10 +117,14 @@ def kura_addr():
                 os.environ.pop("KURA_ADDR", None)
                 log.close()
             return
+        exited = proc.poll() is not None
         _stop(proc)
         log.seek(0)
         last_err = log.read().decode(errors="replace")[-2000:]
         log.close()
+        if not exited:
+            last_err = "no VERSION reply within 20 s; output: " + last_err
+            break  # running but not answering: retrying will not help
     pytest.exit("could not start server %r: %s" % (template, last_err), returncode=2)
 
 

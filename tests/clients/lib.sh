@@ -6,7 +6,8 @@
 #   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 #   start_server mytest          # exports PORT, SERVER_PID, SERVER_LOG
 #   ...
-#   restart_server               # same command, same port (for disk engines)
+#   restart_server               # same command, same port (for disk engines);
+#                                # RESTART_SIGNAL=KILL to simulate a crash
 #
 # The server command comes from KURA_SERVER_CMD, a template in which every
 # `{port}` is replaced by the chosen port.  It is run through `bash -c "exec ..."`
@@ -16,6 +17,10 @@
 #
 # To validate the harness against real memcached:
 #   KURA_SERVER_CMD='memcached -p {port} -U 0 -u root -l 127.0.0.1' bash tests/clients/run-all.sh
+#
+# start_server polls until the server answers "version\r\n" with "VERSION ..."
+# (SERVER_START_TIMEOUT seconds, default 20), retrying on a new port if the
+# process exits during startup (port race).
 #
 # Every process started through these helpers is killed by an EXIT trap.
 # Additional cleanups can be registered with `on_exit 'command ...'`.
@@ -61,22 +66,36 @@ trap _run_cleanups EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# kill_pid PID [GRACE_SECONDS]: SIGTERM, wait, then SIGKILL. Only that PID.
+# kill_pid PID [GRACE_SECONDS] [SIGNAL]: send SIGNAL (default TERM), wait,
+# then SIGKILL. Only that PID.
 kill_pid() {
-    local pid=$1 grace=${2:-5} i
+    local pid=$1 grace=${2:-5} sig=${3:-TERM} i
     [[ -n "$pid" ]] || return 0
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
-    kill -TERM "$pid" 2>/dev/null
+    kill -0 "$pid" 2>/dev/null || { { wait "$pid"; } 2>/dev/null || true; return 0; }
+    kill -"$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 20; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
     done
     if kill -0 "$pid" 2>/dev/null; then
-        log "pid $pid did not exit after SIGTERM, sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null
+        log "pid $pid did not exit after SIG$sig, sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
     fi
-    wait "$pid" 2>/dev/null
+    { wait "$pid"; } 2>/dev/null || true
     return 0
+}
+
+# run_wait CMD ARGS...: run CMD in the background and wait for it, so that a
+# SIGTERM/SIGINT to this script is handled at once (bash defers traps while a
+# foreground child runs); the child is killed by the EXIT trap if still alive.
+# Returns CMD's exit status.
+run_wait() {
+    local pid rc=0
+    "$@" &
+    pid=$!
+    on_exit "kill_pid $pid 2"
+    wait "$pid" || rc=$?
+    return "$rc"
 }
 
 # start_group LOGFILE CMD ARGS...: run CMD in its own session/process group
@@ -108,7 +127,7 @@ kill_group() {
         log "process group $pgid still alive after SIGTERM, sending SIGKILL"
         kill -KILL -- "-$pgid" 2>/dev/null || true
     fi
-    wait "$pgid" 2>/dev/null || true
+    { wait "$pgid"; } 2>/dev/null || true
     return 0
 }
 
@@ -155,7 +174,8 @@ SERVER_LOG=""
 
 _server_cmd_for_port() { local c=$KURA_SERVER_CMD; printf '%s' "${c//\{port\}/$1}"; }
 
-# _launch_server: start the command for $PORT, poll for VERSION (20 s).
+# _launch_server: start the command for $PORT, poll until it answers
+# "version" with "VERSION ..." (SERVER_START_TIMEOUT, default 20 s).
 _launch_server() {
     local cmd deadline
     cmd="$(_server_cmd_for_port "$PORT")"
@@ -163,20 +183,20 @@ _launch_server() {
     (cd "$REPO_ROOT" && exec bash -c "exec $cmd") >>"$SERVER_LOG" 2>&1 </dev/null &
     SERVER_PID=$!
     export SERVER_PID
-    deadline=$((SECONDS + 20))
+    deadline=$((SECONDS + ${SERVER_START_TIMEOUT:-20}))
     while ((SECONDS < deadline)); do
         if port_answers_version "$PORT"; then
             log "server '$SERVER_NAME' up on 127.0.0.1:$PORT (pid $SERVER_PID)"
             return 0
         fi
         if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            wait "$SERVER_PID" 2>/dev/null || true
+            { wait "$SERVER_PID"; } 2>/dev/null || true
             SERVER_PID=""
             return 2 # exited (e.g. port taken): caller may retry
         fi
         sleep 0.05
     done
-    log "server '$SERVER_NAME' did not answer 'version' within 20 s"
+    log "server '$SERVER_NAME' did not answer 'version' within ${SERVER_START_TIMEOUT:-20} s"
     return 1
 }
 
@@ -193,15 +213,13 @@ start_server() {
     SERVER_LOG="$CLIENT_TMP/$SERVER_NAME.server.log"
     export SERVER_NAME SERVER_LOG
     local attempt rc
+    on_exit 'stop_server'
     for attempt in 1 2 3; do
         PORT=$(free_port)
         export PORT
         rc=0
         _launch_server || rc=$?
-        if ((rc == 0)); then
-            on_exit 'stop_server'
-            return 0
-        fi
+        ((rc == 0)) && return 0
         ((rc == 2)) || break
         log "server exited during startup (attempt $attempt), retrying on another port"
     done
@@ -209,19 +227,21 @@ start_server() {
     _server_failed
 }
 
-# stop_server: stop the server started by start_server (idempotent).
+# stop_server [SIGNAL]: stop the server started by start_server (idempotent).
+# SIGNAL defaults to TERM; SIGKILL follows after 5 s.
 stop_server() {
     if [[ -n "${SERVER_PID:-}" ]]; then
-        kill_pid "$SERVER_PID"
+        kill_pid "$SERVER_PID" 5 "${1:-TERM}"
         SERVER_PID=""
     fi
 }
 
 # restart_server: stop the server and start the same command on the same PORT.
-# Retries while the port is still busy (max 20 s).
+# RESTART_SIGNAL (default TERM = graceful; KILL simulates a crash) is what the
+# old process receives. Retries while the port is still busy (max 20 s).
 restart_server() {
-    log "restarting server '$SERVER_NAME' on port $PORT"
-    stop_server
+    log "restarting server '$SERVER_NAME' on port $PORT (SIG${RESTART_SIGNAL:-TERM})"
+    stop_server "${RESTART_SIGNAL:-TERM}"
     local deadline=$((SECONDS + 20)) rc
     while :; do
         rc=0

@@ -73,7 +73,7 @@ cat "$out"
 if ((rc != 0)); then
     echo "FAIL: memcached-tool display exited with $rc"
     failed=1
-elif ! head -n1 "$out" | grep -q '^  #  Item_Size  Max_age   Pages   Count   Full?  Evicted Evict_Time OOM$'; then
+elif ! grep -q '^  #  Item_Size  Max_age   Pages   Count   Full?  Evicted Evict_Time OOM$' <<<"$(head -n1 "$out")"; then
     echo "FAIL: display header missing"
     failed=1
 else

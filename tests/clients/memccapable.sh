@@ -6,7 +6,7 @@
 #
 #   KURA_SERVER_CMD='memcached -p {port} -U 0 -u root -l 127.0.0.1' bash tests/clients/memccapable.sh
 #
-# Env: MEMCCAPABLE_MODES (default "ascii binary"), MEMCCAPABLE_TIMEOUT (s, default 60).
+# Env: MEMCCAPABLE_MODES (default "ascii binary"), MEMCCAPABLE_TIMEOUT (s, default 30).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -23,7 +23,7 @@ for mode in ${MEMCCAPABLE_MODES:-ascii binary}; do
     out="$CLIENT_TMP/memccapable.$mode.out"
     rc=0
     # -t: per-io timeout so a server that never answers fails instead of hanging.
-    timeout "${MEMCCAPABLE_TIMEOUT:-60}" memccapable -h 127.0.0.1 -p "$PORT" -t 5 "$flag" >"$out" 2>&1 || rc=$?
+    run_wait timeout "${MEMCCAPABLE_TIMEOUT:-30}" memccapable -h 127.0.0.1 -p "$PORT" -t 5 "$flag" >"$out" 2>&1 || rc=$?
     if grep -q 'All tests passed' "$out"; then
         echo "memccapable $mode: PASS ($(grep -c '\[pass\]' "$out") tests, rc=$rc)"
     else

@@ -15,9 +15,12 @@
 #   PHP_WORKERS=8          PHP_CLI_SERVER_WORKERS for each php -S
 #   PHP_SESS_BINARY=1      memcached.sess_binary_protocol (php-memcached's
 #                          default is 1 = BINARY protocol; 0 = ascii)
+#   MAX_ERRORS=25          driver stops starting sessions after this many errors
+#   HTTP_TIMEOUT=10        per-request socket timeout (s) in the driver
 #   RESTART_BETWEEN=1      write all sessions via A, restart the kv server
 #                          (same command, same port), then read all via B.
 #                          For persistent engines; memcached loses everything.
+#   RESTART_SIGNAL=TERM    signal for the old server on restart (KILL = crash)
 #
 # What php-memcached sends (validated against memcached 1.6.18):
 #   new session id:  add <prefix><sid> 0 0 0 (empty value)  = memcached_exist()
@@ -31,7 +34,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 require_cmd php python3 setsid
-php -m 2>/dev/null | grep -qx memcached || die "php memcached extension not loaded"
+php_modules=$(php -m 2>/dev/null) || die "php -m failed"
+grep -qx memcached <<<"$php_modules" || die "php memcached extension not loaded"
 
 SESSIONS=${SESSIONS:-1000}
 CONCURRENCY=${CONCURRENCY:-64}
@@ -88,13 +92,13 @@ log "php sessions: $SESSIONS sessions, concurrency $CONCURRENCY, php-memcached $
 rc=0
 if [[ "$RESTART_BETWEEN" == 1 ]]; then
     state="$CLIENT_TMP/sessions.state"
-    "${driver[@]}" --phase write --state "$state" || rc=$?
+    run_wait "${driver[@]}" --phase write --state "$state" || rc=$?
     if ((rc == 0)); then
         restart_server
-        "${driver[@]}" --phase read --state "$state" || rc=$?
+        run_wait "${driver[@]}" --phase read --state "$state" || rc=$?
     fi
 else
-    "${driver[@]}" --phase both || rc=$?
+    run_wait "${driver[@]}" --phase both || rc=$?
 fi
 
 if ! kill -0 "$SERVER_PID" 2>/dev/null; then

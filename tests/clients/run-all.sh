@@ -47,7 +47,11 @@ test_cmd() {
     esac
 }
 
-echo "server command: ${KURA_SERVER_CMD:-<default: target/release/kura serve -p {port} -l 127.0.0.1>}"
+if [[ -n "${KURA_SERVER_CMD:-}" ]]; then
+    echo "server command: $KURA_SERVER_CMD"
+else
+    echo "server command: (default, see lib.sh) target/release/kura serve -p {port} -l 127.0.0.1"
+fi
 passed=0
 failed=0
 failed_names=()

@@ -165,7 +165,9 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         return Err(usage("-U: UDP is not supported; use -U 0"));
     }
     if args.engine == EngineArg::Disk {
-        return Err(usage("--engine disk: the disk engine is not available in this build"));
+        return Err(usage(
+            "--engine disk: the disk engine is not available in this build",
+        ));
     }
     let threads = args
         .threads
@@ -182,7 +184,9 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         return Err(usage("-I: the item size limit must be between 1k and 1g"));
     }
     if max_item_size > memory_limit {
-        return Err(usage("-I: the item size limit cannot exceed the memory limit (-m)"));
+        return Err(usage(
+            "-I: the item size limit cannot exceed the memory limit (-m)",
+        ));
     }
     if args.conn_limit == 0 {
         return Err(usage("-c: the connection limit must be above 0"));
@@ -196,7 +200,8 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if args.requests_per_event == 0 {
         return Err(usage("-R: requests per event must be above 0"));
     }
-    let unix_mask = u32::from_str_radix(&args.unix_mask, 8).map_err(|_| usage("-a: the mask must be octal, e.g. 700"))?;
+    let unix_mask = u32::from_str_radix(&args.unix_mask, 8)
+        .map_err(|_| usage("-a: the mask must be octal, e.g. 700"))?;
     let listen = if args.unix_socket.is_some() {
         Vec::new()
     } else {
@@ -204,7 +209,12 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             .split(',')
             .map(|a| a.trim().parse::<IpAddr>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| usage(format!("-l: '{}' is not a list of IP addresses", args.listen)))?
+            .map_err(|_| {
+                usage(format!(
+                    "-l: '{}' is not a list of IP addresses",
+                    args.listen
+                ))
+            })?
     };
     let mut server = ServerConfig {
         listen,
@@ -259,15 +269,32 @@ fn apply_extended(option: &str, server: &mut ServerConfig) -> Result<(), Failure
     let (key, value) = option.split_once('=').unwrap_or((option, ""));
     match key {
         "idle_timeout" => {
-            let seconds: u64 = value
-                .parse()
-                .map_err(|_| usage(format!("-o idle_timeout: '{value}' is not a number of seconds")))?;
+            let seconds: u64 = value.parse().map_err(|_| {
+                usage(format!(
+                    "-o idle_timeout: '{value}' is not a number of seconds"
+                ))
+            })?;
             server.idle_timeout = (seconds > 0).then(|| Duration::from_secs(seconds));
         }
-        "maxconns_fast" | "no_maxconns_fast" | "hashpower" | "hash_algorithm" | "lru_crawler" | "no_lru_crawler"
-        | "lru_maintainer" | "no_lru_maintainer" | "slab_reassign" | "slab_automove" | "slab_chunk_max" | "modern"
-        | "no_modern" | "track_sizes" | "tail_repair_time" | "temporary_ttl" | "watcher_logbuf_size"
-        | "worker_logbuf_size" | "no_inline_ascii_resp" => {}
+        "maxconns_fast"
+        | "no_maxconns_fast"
+        | "hashpower"
+        | "hash_algorithm"
+        | "lru_crawler"
+        | "no_lru_crawler"
+        | "lru_maintainer"
+        | "no_lru_maintainer"
+        | "slab_reassign"
+        | "slab_automove"
+        | "slab_chunk_max"
+        | "modern"
+        | "no_modern"
+        | "track_sizes"
+        | "tail_repair_time"
+        | "temporary_ttl"
+        | "watcher_logbuf_size"
+        | "worker_logbuf_size"
+        | "no_inline_ascii_resp" => {}
         _ => return Err(usage(format!("-o: unknown option '{key}'"))),
     }
     Ok(())
@@ -325,7 +352,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         nix::unistd::daemon(true, args.verbose > 0).context("daemonizing")?;
     }
     if let Some(path) = &args.pidfile {
-        std::fs::write(path, format!("{}\n", std::process::id())).context("writing the pid file")?;
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .context("writing the pid file")?;
     }
     let store = Arc::new(MemoryStore::new(MemoryConfig {
         limit_bytes: resolved.memory.limit_bytes,
@@ -347,8 +375,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         None => tracing::info!("kura is serving on a Unix socket"),
     }
     let shared = handle.shared().clone();
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
-        .context("installing signal handlers")?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("kura-signals".into())
         .spawn(move || {
@@ -374,7 +405,10 @@ fn init_logging(verbosity: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 #[cfg(test)]

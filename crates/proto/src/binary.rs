@@ -292,7 +292,11 @@ mod tests {
     fn waits_for_the_whole_body() {
         let bytes = request(opcode::SET, &[0; 8], b"key", b"value");
         for cut in 0..bytes.len() {
-            assert_eq!(parse(&bytes[..cut], 1 << 20), Parse::Incomplete, "cut at {cut}");
+            assert_eq!(
+                parse(&bytes[..cut], 1 << 20),
+                Parse::Incomplete,
+                "cut at {cut}"
+            );
         }
     }
 
@@ -327,7 +331,16 @@ mod tests {
     #[test]
     fn responses_round_trip_their_header() {
         let mut out = Vec::new();
-        compose(&mut out, opcode::GETK, Status::NoError, 9, 42, &[0, 0, 0, 1], b"k", b"v");
+        compose(
+            &mut out,
+            opcode::GETK,
+            Status::NoError,
+            9,
+            42,
+            &[0, 0, 0, 1],
+            b"k",
+            b"v",
+        );
         assert_eq!(out.len(), HEADER_LEN + 6);
         assert_eq!(out[0], RESPONSE_MAGIC);
         assert_eq!(u16::from_be_bytes([out[6], out[7]]), 0);

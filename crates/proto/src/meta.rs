@@ -232,7 +232,10 @@ fn reject<T>(error: ErrorReply, consumed: usize, recovery: Recovery) -> Parse<T>
     }
 }
 
-fn parse_debug(mut tokens: crate::text::Tokens<'_>, line_len: usize) -> Parse<crate::text::Request<'_>> {
+fn parse_debug(
+    mut tokens: crate::text::Tokens<'_>,
+    line_len: usize,
+) -> Parse<crate::text::Request<'_>> {
     let Some(key) = tokens.next().filter(|k| valid_key(k)) else {
         return reject(ErrorReply::BadCommandLine, line_len, Recovery::Continue);
     };
@@ -301,9 +304,8 @@ fn parse_flags_of<'a>(
             b'T' => flags.ttl = Some(parse_exptime(arg).ok_or(bad_token)?),
             b'C' => flags.compare_cas = Some(parse_u64(arg).ok_or(bad_token)?),
             b'F' => {
-                flags.client_flags = Some(
-                    parse_flags(arg).ok_or(verb.flag_error(ErrorReply::BadCommandLine))?,
-                )
+                flags.client_flags =
+                    Some(parse_flags(arg).ok_or(verb.flag_error(ErrorReply::BadCommandLine))?)
             }
             b'J' => flags.initial = Some(parse_u64(arg).ok_or(bad_token)?),
             b'D' => flags.delta = Some(parse_u64(arg).ok_or(bad_token)?),
@@ -403,8 +405,14 @@ mod tests {
         assert_eq!(rejected(b"mg k zz\r\n").0, ErrorReply::MetaInvalidFlag);
         assert_eq!(rejected(b"mg k v v\r\n").0, ErrorReply::MetaDuplicateFlag);
         assert_eq!(rejected(b"mg k Tabc\r\n").0, ErrorReply::MetaBadToken);
-        assert_eq!(rejected(b"md k x\r\n").0, ErrorReply::MetaInvalidOrDuplicateFlag);
-        assert_eq!(rejected(b"ma k Dabc\r\n").0, ErrorReply::MetaInvalidOrDuplicateFlag);
+        assert_eq!(
+            rejected(b"md k x\r\n").0,
+            ErrorReply::MetaInvalidOrDuplicateFlag
+        );
+        assert_eq!(
+            rejected(b"ma k Dabc\r\n").0,
+            ErrorReply::MetaInvalidOrDuplicateFlag
+        );
         assert_eq!(rejected(b"ma k MX\r\n").0, ErrorReply::MetaArithMode);
         let long = [&b"mg k O"[..], &[b'a'; 40], b"\r\n"].concat();
         assert_eq!(rejected(&long).0, ErrorReply::MetaOpaqueTooLong);

@@ -73,5 +73,4 @@ mod tests {
         assert_eq!(parse_exptime(b"9999999999"), Some(1_410_065_407));
         assert_eq!(parse_exptime(b"abc"), None);
     }
-
 }

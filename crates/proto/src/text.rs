@@ -56,6 +56,8 @@ pub enum Request<'a> {
     Stats {
         args: Keys<'a>,
     },
+    /// `lru_crawler metadump all`: one line of metadata per item.
+    Metadump,
     Meta(MetaRequest<'a>),
 }
 
@@ -422,6 +424,10 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
                 noreply: is_noreply(tokens.next()),
             }
         }
+        (b"lru_crawler", 2) if tokens.next() == Some(b"metadump") => match tokens.next() {
+            Some(b"all") => Request::Metadump,
+            _ => return reject(ErrorReply::UnknownCommand, line_len),
+        },
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),
         },
@@ -556,7 +562,10 @@ mod tests {
         assert_eq!(rejected(b"GET a\r\n").0, ErrorReply::UnknownCommand);
         assert_eq!(rejected(b"\r\n").0, ErrorReply::UnknownCommand);
         assert_eq!(rejected(b"get\r\n").0, ErrorReply::UnknownCommand);
-        assert_eq!(rejected(b"\x00\x01garbage\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(
+            rejected(b"\x00\x01garbage\r\n").0,
+            ErrorReply::UnknownCommand
+        );
         assert!(matches!(parse_ok(b"   get a\r\n").0, Request::Get { .. }));
     }
 
@@ -571,11 +580,14 @@ mod tests {
 
     #[test]
     fn errors_after_a_noreply_line_are_silent() {
-        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 3 noreply\r\nabcd\r\n", &LIMITS) else {
+        let Parse::Reject { error, noreply, .. } =
+            parse(b"set a 0 0 3 noreply\r\nabcd\r\n", &LIMITS)
+        else {
             panic!("not rejected")
         };
         assert_eq!((error, noreply), (ErrorReply::BadDataChunk, true));
-        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 2000000 noreply\r\n", &LIMITS) else {
+        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 2000000 noreply\r\n", &LIMITS)
+        else {
             panic!("not rejected")
         };
         assert_eq!((error, noreply), (ErrorReply::TooLarge, true));
@@ -619,6 +631,9 @@ mod tests {
                 noreply: true
             }
         );
-        assert_eq!(rejected(b"cache_memlimit abc\r\n").0, ErrorReply::UnknownCommand);
+        assert_eq!(
+            rejected(b"cache_memlimit abc\r\n").0,
+            ErrorReply::UnknownCommand
+        );
     }
 }

@@ -101,7 +101,10 @@ impl Default for ServerConfig {
 mod optional_seconds {
     use std::time::Duration;
 
-    pub fn serialize<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: serde::Serializer>(
+        value: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_u64(value.map_or(0, |d| d.as_secs()))
     }
 }

@@ -102,7 +102,11 @@ impl ServerHandle {
 
 /// Binds the listeners and starts the acceptor, the workers and the
 /// maintenance thread.
-pub fn start(config: ServerConfig, store: Arc<dyn Store>, evictions_enabled: bool) -> io::Result<ServerHandle> {
+pub fn start(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    evictions_enabled: bool,
+) -> io::Result<ServerHandle> {
     let threads = config.threads.max(1);
     let listeners = listener::bind(&config)?;
     let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
@@ -124,12 +128,16 @@ pub fn start(config: ServerConfig, store: Arc<dyn Store>, evictions_enabled: boo
         let (worker, inbox) = worker::Worker::new(id, shared.clone())?;
         wakers.push(inbox.waker.clone());
         inboxes.push(inbox);
-        handles.push(spawn_loudly(format!("kura-worker-{id}"), move || worker.run())?);
+        handles.push(spawn_loudly(format!("kura-worker-{id}"), move || {
+            worker.run()
+        })?);
     }
     let acceptor = listener::Acceptor::new(listeners, inboxes, shared.clone())?;
     wakers.push(acceptor.waker());
     let _ = shared.wakers.set(wakers);
-    handles.push(spawn_loudly("kura-acceptor".into(), move || acceptor.run())?);
+    handles.push(spawn_loudly("kura-acceptor".into(), move || {
+        acceptor.run()
+    })?);
 
     let maintenance = shared.clone();
     handles.push(spawn_loudly("kura-maintenance".into(), move || {
@@ -144,7 +152,10 @@ pub fn start(config: ServerConfig, store: Arc<dyn Store>, evictions_enabled: boo
 
 /// Reclaims expired and flushed items in the background.
 fn maintain(shared: &Shared) {
-    let interval = shared.config.maintenance_interval.max(Duration::from_millis(10));
+    let interval = shared
+        .config
+        .maintenance_interval
+        .max(Duration::from_millis(10));
     while !shared.stopping() {
         std::thread::park_timeout(interval);
         shared.store.maintain();
@@ -154,11 +165,13 @@ fn maintain(shared: &Shared) {
 /// Spawns a thread whose panic ends the whole process with a clear message:
 /// a server with a dead worker must not go on half-serving.
 fn spawn_loudly(name: String, body: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(name.clone()).spawn(move || {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
-            tracing::error!(thread = %name, "a server thread panicked; stopping the process");
-            eprintln!("kura: thread {name} panicked; stopping the process");
-            std::process::abort();
-        }
-    })
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+                tracing::error!(thread = %name, "a server thread panicked; stopping the process");
+                eprintln!("kura: thread {name} panicked; stopping the process");
+                std::process::abort();
+            }
+        })
 }

@@ -71,7 +71,11 @@ pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
     let mut listeners = Vec::new();
     for ip in &config.listen {
         let addr = SocketAddr::new(*ip, config.port);
-        let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
         socket.set_reuse_address(true)?;
         if addr.is_ipv6() {
             socket.set_only_v6(true)?;
@@ -97,12 +101,18 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    pub fn new(mut listeners: Vec<Listener>, workers: Vec<Inbox>, shared: Arc<Shared>) -> io::Result<Self> {
+    pub fn new(
+        mut listeners: Vec<Listener>,
+        workers: Vec<Inbox>,
+        shared: Arc<Shared>,
+    ) -> io::Result<Self> {
         let poll = Poll::new()?;
         for (i, listener) in listeners.iter_mut().enumerate() {
             match listener {
                 Listener::Tcp(l, _) => poll.registry().register(l, Token(i), Interest::READABLE)?,
-                Listener::Unix(l, _) => poll.registry().register(l, Token(i), Interest::READABLE)?,
+                Listener::Unix(l, _) => {
+                    poll.registry().register(l, Token(i), Interest::READABLE)?
+                }
             }
         }
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -152,7 +162,10 @@ impl Acceptor {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EMFILE)
+                        || e.raw_os_error() == Some(libc::ENFILE) =>
+                {
                     tracing::warn!("out of file descriptors; not accepting for a moment");
                     return true;
                 }

@@ -47,7 +47,13 @@ impl Session {
 
     /// Serves the complete requests at the front of `input`. Returns how many
     /// bytes were used and why it stopped.
-    pub fn serve(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>, budget: &mut usize) -> (usize, Stop) {
+    pub fn serve(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+        budget: &mut usize,
+    ) -> (usize, Stop) {
         let mut used = 0;
         loop {
             if self.swallow > 0 {
@@ -68,7 +74,9 @@ impl Session {
             if *budget == 0 {
                 return (used, Stop::Budget);
             }
-            let protocol = *self.protocol.get_or_insert_with(|| detect_protocol(rest[0]));
+            let protocol = *self
+                .protocol
+                .get_or_insert_with(|| detect_protocol(rest[0]));
             let (consumed, action) = match protocol {
                 Protocol::Text => self.serve_text(rest, out, ctx),
                 Protocol::Binary => self.serve_binary(rest, out, ctx),
@@ -86,7 +94,10 @@ impl Session {
 
     fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
         match text::parse(input, &ctx.limits()) {
-            Parse::Done { request, consumed } => (consumed, Step::Served(exec::text::execute(request, ctx, out))),
+            Parse::Done { request, consumed } => (
+                consumed,
+                Step::Served(exec::text::execute(request, ctx, out)),
+            ),
             Parse::Incomplete => (0, Step::Incomplete),
             Parse::Reject {
                 error,
@@ -110,11 +121,20 @@ impl Session {
         }
     }
 
-    fn serve_binary(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
-        match binary::parse(input, ctx.shared.config.max_item_size + binary::HEADER_LEN + kura_proto::MAX_KEY_LEN) {
-            binary::Parse::Done { request, consumed } => {
-                (consumed, Step::Served(exec::binary::execute(&request, ctx, out)))
-            }
+    fn serve_binary(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+    ) -> (usize, Step) {
+        match binary::parse(
+            input,
+            ctx.shared.config.max_item_size + binary::HEADER_LEN + kura_proto::MAX_KEY_LEN,
+        ) {
+            binary::Parse::Done { request, consumed } => (
+                consumed,
+                Step::Served(exec::binary::execute(&request, ctx, out)),
+            ),
             binary::Parse::Incomplete => (0, Step::Incomplete),
             binary::Parse::BadMagic => (input.len(), Step::Served(Action::Close)),
             binary::Parse::Reject {

@@ -19,8 +19,10 @@ impl Counter {
     #[inline]
     pub fn add(&self, n: u64) {
         // Single writer: a load and a store are enough, and cheaper than fetch_add.
-        self.0
-            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn get(&self) -> u64 {

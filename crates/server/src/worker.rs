@@ -73,14 +73,24 @@ impl Write for Stream {
 }
 
 impl Source for Stream {
-    fn register(&mut self, registry: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+    fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interest: Interest,
+    ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.register(registry, token, interest),
             Stream::Unix(s) => s.register(registry, token, interest),
         }
     }
 
-    fn reregister(&mut self, registry: &Registry, token: Token, interest: Interest) -> io::Result<()> {
+    fn reregister(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interest: Interest,
+    ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.reregister(registry, token, interest),
             Stream::Unix(s) => s.reregister(registry, token, interest),
@@ -225,11 +235,17 @@ impl Worker {
                 .register(self.poll.registry(), Token(key), Interest::READABLE)
                 .is_err()
             {
-                self.shared.connections.current.fetch_sub(1, Ordering::Relaxed);
+                self.shared
+                    .connections
+                    .current
+                    .fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
             entry.insert(connection);
-            self.shared.connections_registry.lock().insert(info.id, info);
+            self.shared
+                .connections_registry
+                .lock()
+                .insert(info.id, info);
             // The client may have written before we registered: serve now.
             self.serve(key);
         }
@@ -276,8 +292,14 @@ impl Worker {
     fn close(&mut self, key: usize) {
         if let Some(mut connection) = self.connections.try_remove(key) {
             let _ = connection.stream.deregister(self.poll.registry());
-            self.shared.connections_registry.lock().remove(&connection.info.id);
-            self.shared.connections.current.fetch_sub(1, Ordering::Relaxed);
+            self.shared
+                .connections_registry
+                .lock()
+                .remove(&connection.info.id);
+            self.shared
+                .connections
+                .current
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -294,7 +316,9 @@ impl Worker {
         let idle: Vec<usize> = self
             .connections
             .iter()
-            .filter(|(_, c)| now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit)
+            .filter(|(_, c)| {
+                now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
+            })
             .map(|(key, _)| key)
             .collect();
         for key in idle {
@@ -318,9 +342,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
         }
         scratch.output.clear();
         let (stop, drained) = if connection.unserved {
-            let (used, stop) = connection
-                .session
-                .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
+            let (used, stop) =
+                connection
+                    .session
+                    .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
             (stop, false)
         } else if connection.input.is_empty() {
@@ -331,10 +356,15 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 Err(_) => return Next::Close,
             };
             ctx.counters.bytes_read.add(read as u64);
-            let (used, stop) = connection
-                .session
-                .serve(&scratch.input[..read], &mut scratch.output, ctx, &mut budget);
-            connection.input.extend_from_slice(&scratch.input[used..read]);
+            let (used, stop) = connection.session.serve(
+                &scratch.input[..read],
+                &mut scratch.output,
+                ctx,
+                &mut budget,
+            );
+            connection
+                .input
+                .extend_from_slice(&scratch.input[used..read]);
             (stop, read < scratch.input.len())
         } else {
             if connection.input.len() >= max_input {
@@ -355,9 +385,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             };
             connection.input.truncate(start + read);
             ctx.counters.bytes_read.add(read as u64);
-            let (used, stop) = connection
-                .session
-                .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
+            let (used, stop) =
+                connection
+                    .session
+                    .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
             (stop, read < room)
         };

@@ -101,7 +101,9 @@ fn run_case(addr: std::net::SocketAddr, case: &Case) -> (Vec<u8>, bool) {
     loop {
         let matched = expected.is_match(&got);
         if matched && !case.closed {
-            stream.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
         } else {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -166,5 +168,10 @@ fn transcripts_match_memcached() {
         }
     }
     assert!(count >= 80, "only {count} cases ran");
-    assert!(failures.is_empty(), "{} of {count} cases differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {count} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

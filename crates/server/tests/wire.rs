@@ -112,17 +112,27 @@ fn one_hundred_megabytes_of_junk() {
     let mut reader = stream.try_clone().unwrap();
     // Junk lines: each is an unknown command, answered with ERROR.
     let line = b"\x01\x7fjunk junk junk \xff\xfe garbage garbage garbage garbage garbage garbage garbage garbage\r\n";
-    let chunk: Vec<u8> = line.iter().copied().cycle().take(line.len() * 10_000).collect();
+    let chunk: Vec<u8> = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(line.len() * 10_000)
+        .collect();
     let rounds = 100_000_000 / chunk.len();
     let counter = thread::spawn(move || {
         let mut received = 0usize;
         let mut buf = vec![0u8; 1 << 16];
-        reader.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        reader
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         while let Ok(n) = reader.read(&mut buf) {
             if n == 0 {
                 break;
             }
-            assert!(buf[..n].iter().all(|b| b"ERROR\r\n".contains(b)), "only ERROR lines");
+            assert!(
+                buf[..n].iter().all(|b| b"ERROR\r\n".contains(b)),
+                "only ERROR lines"
+            );
             received += n;
             if received == rounds * 10_000 * 7 {
                 break;
@@ -147,7 +157,9 @@ fn a_client_that_never_reads_does_not_block_others() {
     set.extend_from_slice(b"\r\n");
     assert_eq!(server.exchange(&set, 8), b"STORED\r\n");
     let mut greedy = server.connect();
-    greedy.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
     // Ask for 200 MB of replies and never read them; writes stall once the
     // server stops reading this connection.
     let requests = b"get fat\r\n".repeat(2000);
@@ -172,7 +184,10 @@ fn over_the_connection_limit_clients_get_memcached_error() {
         assert!(read_at_least(stream, 16).starts_with(b"VERSION "));
     }
     let mut refused = server.connect();
-    assert_eq!(read_at_least(&mut refused, 33), b"ERROR Too many open connections\r\n");
+    assert_eq!(
+        read_at_least(&mut refused, 33),
+        b"ERROR Too many open connections\r\n"
+    );
     assert!(closes(&mut refused));
     drop(open.pop());
     // The slot frees once the server notices the close.
@@ -186,13 +201,21 @@ fn over_the_connection_limit_clients_get_memcached_error() {
         assert!(Instant::now() < deadline, "the freed slot was never reused");
         thread::sleep(Duration::from_millis(20));
     }
-    let stats = String::from_utf8(open[0].try_clone().map(|mut s| {
-        s.write_all(b"stats\r\n").unwrap();
-        read_until_end(&mut s)
-    }).unwrap())
+    let stats = String::from_utf8(
+        open[0]
+            .try_clone()
+            .map(|mut s| {
+                s.write_all(b"stats\r\n").unwrap();
+                read_until_end(&mut s)
+            })
+            .unwrap(),
+    )
     .unwrap();
     assert!(stats.contains("STAT rejected_connections "), "{stats}");
-    assert!(!stats.contains("STAT rejected_connections 0\r\n"), "{stats}");
+    assert!(
+        !stats.contains("STAT rejected_connections 0\r\n"),
+        "{stats}"
+    );
 }
 
 fn read_until_end(stream: &mut std::net::TcpStream) -> Vec<u8> {
@@ -230,7 +253,11 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     let mut idle = server.connect();
     idle.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
     let mut buf = [0u8; 16];
-    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0, "the idle connection was closed");
+    assert_eq!(
+        idle.read(&mut buf).unwrap_or(0),
+        0,
+        "the idle connection was closed"
+    );
     let mut fresh = server.connect();
     assert_eq!(stat(&mut fresh, "idle_kicks"), 1);
 }
@@ -255,7 +282,9 @@ fn stats_count_what_happened() {
     assert_eq!(read_at_least(&mut stream, 7), b"RESET\r\n");
     assert_eq!(stat(&mut stream, "cmd_set"), 0);
     for group in ["settings", "items", "slabs", "sizes", "conns"] {
-        stream.write_all(format!("stats {group}\r\n").as_bytes()).unwrap();
+        stream
+            .write_all(format!("stats {group}\r\n").as_bytes())
+            .unwrap();
         let text = String::from_utf8(read_until_end(&mut stream)).unwrap();
         assert!(text.ends_with("END\r\n"), "stats {group}: {text}");
     }
@@ -284,7 +313,14 @@ fn shutdown_command_stops_the_server_when_enabled() {
     }
 }
 
-fn binary_request(code: u8, opaque: u32, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+fn binary_request(
+    code: u8,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::new();
     binary::compose_request(&mut out, code, opaque, cas, extras, key, value);
     out
@@ -326,7 +362,14 @@ fn binary_quiet_commands_answer_only_misses_and_errors() {
     request.extend(binary_request(opcode::GETQ, 2, 0, &[], b"k", b""));
     request.extend(binary_request(opcode::GETQ, 3, 0, &[], b"missing", b""));
     request.extend(binary_request(opcode::GETKQ, 4, 0, &[], b"k", b""));
-    request.extend(binary_request(opcode::ADDQ, 5, 0, &flags_and_expiry, b"k", b"v"));
+    request.extend(binary_request(
+        opcode::ADDQ,
+        5,
+        0,
+        &flags_and_expiry,
+        b"k",
+        b"v",
+    ));
     request.extend(binary_request(opcode::NOOP, 6, 0, &[], b"", b""));
     let reply = server.exchange(&request, 4 * 24 + 5 + 6 + 20);
     let responses = binary_responses(&reply);
@@ -357,7 +400,14 @@ fn binary_incr_creates_with_initial_value_and_rejects_non_numbers() {
     request.extend(binary_request(opcode::INCREMENT, 2, 0, &extras, b"n", b""));
     let mut no_create = extras.clone();
     no_create[16..].copy_from_slice(&u32::MAX.to_be_bytes());
-    request.extend(binary_request(opcode::DECREMENT, 3, 0, &no_create, b"absent", b""));
+    request.extend(binary_request(
+        opcode::DECREMENT,
+        3,
+        0,
+        &no_create,
+        b"absent",
+        b"",
+    ));
     request.extend(binary_request(opcode::SET, 4, 0, &[0; 8], b"s", b"text"));
     request.extend(binary_request(opcode::INCREMENT, 5, 0, &extras, b"s", b""));
     let reply = server.exchange(&request, 5 * 24 + 8 + 8 + 9 + 46);
@@ -415,7 +465,9 @@ fn a_unix_socket_serves_like_tcp() {
     )
     .unwrap();
     let mut stream = std::os::unix::net::UnixStream::connect(&path).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     stream.write_all(b"set u 0 0 1\r\nx\r\nget u\r\n").unwrap();
     let mut reply = Vec::new();
     let mut buf = [0u8; 256];

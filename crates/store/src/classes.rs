@@ -44,7 +44,10 @@ impl SizeClasses {
 
     /// The class (numbered from 1) of an item of `size` bytes.
     pub fn class_of(&self, size: usize) -> usize {
-        self.chunk_sizes.partition_point(|&chunk| chunk < size).min(self.len() - 1) + 1
+        self.chunk_sizes
+            .partition_point(|&chunk| chunk < size)
+            .min(self.len() - 1)
+            + 1
     }
 
     /// Chunk size of class `class` (numbered from 1).

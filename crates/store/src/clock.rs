@@ -48,7 +48,11 @@ impl Clock {
 
     /// Current server time in seconds.
     pub fn now(&self) -> u32 {
-        let elapsed = self.started.elapsed().as_secs().min(u64::from(u32::MAX / 2)) as u32;
+        let elapsed = self
+            .started
+            .elapsed()
+            .as_secs()
+            .min(u64::from(u32::MAX / 2)) as u32;
         FIRST_TICK + elapsed + self.skipped.load(Ordering::Relaxed)
     }
 
@@ -126,9 +130,21 @@ mod tests {
             (0, 0, "zero never expires"),
             (-1, 1, "negative is already expired"),
             (1, NOW + 1, "one second from now"),
-            (MAX_RELATIVE_EXPTIME, NOW + 2_592_000, "30 days is still relative"),
-            (EPOCH as i64 + 5000, 5000, "beyond 30 days is absolute unix time"),
-            (MAX_RELATIVE_EXPTIME + 1, 1, "an absolute time in the past is expired"),
+            (
+                MAX_RELATIVE_EXPTIME,
+                NOW + 2_592_000,
+                "30 days is still relative",
+            ),
+            (
+                EPOCH as i64 + 5000,
+                5000,
+                "beyond 30 days is absolute unix time",
+            ),
+            (
+                MAX_RELATIVE_EXPTIME + 1,
+                1,
+                "an absolute time in the past is expired",
+            ),
         ];
         for &(exptime, expected, why) in cases {
             assert_eq!(expiry_at(exptime, NOW, EPOCH), expected, "{why}");

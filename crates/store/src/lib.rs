@@ -44,6 +44,9 @@ pub trait Store: Send + Sync {
 
     fn stats(&self) -> StoreStats;
 
+    /// Visits every live item's metadata, shard by shard (`lru_crawler metadump`).
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>));
+
     /// A histogram of item sizes in 32-byte buckets (`stats sizes`).
     fn size_histogram(&self) -> Vec<(usize, u64)>;
 
@@ -110,7 +113,9 @@ pub struct StoreCommand<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOutcome {
-    Stored { cas: u64 },
+    Stored {
+        cas: u64,
+    },
     NotStored,
     /// The CAS did not match.
     Exists,
@@ -149,7 +154,12 @@ pub struct ArithCommand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArithOutcome {
     /// `created` when the counter was vivified on a miss.
-    Value { value: u64, cas: u64, ttl: i64, created: bool },
+    Value {
+        value: u64,
+        cas: u64,
+        ttl: i64,
+        created: bool,
+    },
     NotFound,
     NonNumeric,
     Exists,
@@ -159,6 +169,19 @@ pub enum ArithOutcome {
 /// What `me` shows of an item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugView {
+    pub ttl: i64,
+    pub idle_seconds: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    pub class: usize,
+    pub size: usize,
+}
+
+/// An item's metadata, as a scan sees it.
+#[derive(Debug)]
+pub struct ItemInfo<'a> {
+    pub key: &'a [u8],
+    /// Seconds left, -1 for never.
     pub ttl: i64,
     pub idle_seconds: u32,
     pub cas: u64,
@@ -181,6 +204,8 @@ pub struct ClassStats {
     pub expired_unfetched: u64,
     pub reclaimed: u64,
     pub outofmemory: u64,
+    /// Seconds the most recently evicted item had been idle.
+    pub evicted_time: u32,
     /// Seconds since the least recently used item of the class was accessed.
     pub age: u32,
 }

@@ -26,7 +26,7 @@ use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::{
     ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome, GetOptions,
-    ItemView, Store, StoreCommand, StoreMode, StoreOutcome, StoreStats,
+    ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome, StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -124,6 +124,7 @@ struct ClassCounters {
     expired_unfetched: u64,
     reclaimed: u64,
     outofmemory: u64,
+    evicted_time: u32,
 }
 
 /// One item. A free slot has an empty `data`.
@@ -305,6 +306,16 @@ impl Shard {
         charge
     }
 
+    /// After mass removals (a flush, a wave of expiries) the table is mostly
+    /// tombstones, and every miss probes through them. Rehash it smaller.
+    fn compact_table(&mut self) {
+        let live = self.table.len();
+        if self.table.capacity() > 64 && live * 4 < self.table.capacity() {
+            let slots = &self.slots;
+            self.table.shrink_to(live * 2, |&i| slots[i as usize].hash);
+        }
+    }
+
     fn is_dead(&self, i: u32, now: u32, flushed_through: u64) -> bool {
         let slot = &self.slots[i as usize];
         is_expired(slot.expiry, now) || slot.cas <= flushed_through
@@ -405,7 +416,15 @@ impl MemoryStore {
         Lookup::Live(i)
     }
 
-    fn new_slot(&self, hash: u64, key: &[u8], parts: &[&[u8]], flags: u32, expiry: ExpiryTime, now: u32) -> Slot {
+    fn new_slot(
+        &self,
+        hash: u64,
+        key: &[u8],
+        parts: &[&[u8]],
+        flags: u32,
+        expiry: ExpiryTime,
+        now: u32,
+    ) -> Slot {
         let len = key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
         let mut data = Vec::with_capacity(len);
         data.extend_from_slice(key);
@@ -462,7 +481,9 @@ impl MemoryStore {
     fn enforce_limit(&self) {
         let shards = self.shards.len();
         let mut empty_in_a_row = 0;
-        while self.used.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed) && empty_in_a_row < shards {
+        while self.used.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed)
+            && empty_in_a_row < shards
+        {
             let index = self.evict_cursor.fetch_add(1, Ordering::Relaxed) % shards;
             let mut shard = self.shards[index].0.lock();
             let tail = shard.tail;
@@ -475,6 +496,12 @@ impl MemoryStore {
             let why = if shard.is_dead(tail, now, self.flushed_through(now)) {
                 Removal::Expired
             } else {
+                let victim = &shard.slots[tail as usize];
+                let (class, idle) = (
+                    usize::from(victim.class),
+                    now.saturating_sub(victim.last_access),
+                );
+                shard.counters.classes[class].evicted_time = idle;
                 Removal::Evicted
             };
             let charge = shard.remove(tail, why);
@@ -589,10 +616,21 @@ impl Store for MemoryStore {
                 let (flags, expiry) = (old.flags, old.expiry);
                 self.new_slot(hash, command.key, &parts, flags, expiry, now)
             }
-            _ => self.new_slot(hash, command.key, &[command.value], command.flags, command.expiry, now),
+            _ => self.new_slot(
+                hash,
+                command.key,
+                &[command.value],
+                command.flags,
+                command.expiry,
+                now,
+            ),
         };
         let freed = existing.map_or(0, |i| shard.slots[i as usize].charge());
-        if !self.admit(&mut shard, slot.charge(), slot.charge().saturating_sub(freed)) {
+        if !self.admit(
+            &mut shard,
+            slot.charge(),
+            slot.charge().saturating_sub(freed),
+        ) {
             return StoreOutcome::OutOfMemory;
         }
         let mut slot = slot;
@@ -782,6 +820,7 @@ impl Store for MemoryStore {
                 }
             }
             shard.scan_cursor = if end >= len { 0 } else { end };
+            shard.compact_table();
         }
         removed
     }
@@ -821,6 +860,7 @@ impl Store for MemoryStore {
                 sum.expired_unfetched += class.expired_unfetched;
                 sum.reclaimed += class.reclaimed;
                 sum.outofmemory += class.outofmemory;
+                sum.evicted_time = sum.evicted_time.max(class.evicted_time);
             }
             if shard.tail != NIL {
                 oldest_access = oldest_access.min(shard.slots[shard.tail as usize].last_access);
@@ -846,10 +886,33 @@ impl Store for MemoryStore {
                 expired_unfetched: c.expired_unfetched,
                 reclaimed: c.reclaimed,
                 outofmemory: c.outofmemory,
+                evicted_time: c.evicted_time,
                 age,
             })
             .collect();
         stats
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) {
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            let now = self.clock.now();
+            let flushed = self.flushed_through(now);
+            for (i, slot) in shard.slots.iter().enumerate() {
+                if slot.data.is_empty() || shard.is_dead(i as u32, now, flushed) {
+                    continue;
+                }
+                visit(&ItemInfo {
+                    key: slot.key(),
+                    ttl: crate::clock::ttl_at(slot.expiry, now),
+                    idle_seconds: now.saturating_sub(slot.last_access),
+                    cas: slot.cas,
+                    fetched: slot.has(FETCHED),
+                    class: usize::from(slot.class),
+                    size: slot.charge(),
+                });
+            }
+        }
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {
@@ -857,7 +920,9 @@ impl Store for MemoryStore {
         for shard in self.shards.iter() {
             let shard = shard.0.lock();
             for slot in shard.slots.iter().filter(|s| !s.data.is_empty()) {
-                *buckets.entry(slot.charge().div_ceil(32) * 32).or_insert(0u64) += 1;
+                *buckets
+                    .entry(slot.charge().div_ceil(32) * 32)
+                    .or_insert(0u64) += 1;
             }
         }
         buckets.into_iter().collect()

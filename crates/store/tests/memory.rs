@@ -27,7 +27,9 @@ fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<Vec<u8>> {
     let mut value = None;
-    store.get(key, &GetOptions::default(), &mut |item| value = Some(item.value.to_vec()));
+    store.get(key, &GetOptions::default(), &mut |item| {
+        value = Some(item.value.to_vec())
+    });
     value
 }
 
@@ -40,12 +42,21 @@ fn cas_of(store: &dyn Store, key: &[u8]) -> u64 {
 #[test]
 fn set_get_replace_delete() {
     let store = store_with_limit(1 << 20);
-    assert!(matches!(set(&store, b"k", b"one"), StoreOutcome::Stored { .. }));
+    assert!(matches!(
+        set(&store, b"k", b"one"),
+        StoreOutcome::Stored { .. }
+    ));
     assert_eq!(get(&store, b"k").as_deref(), Some(&b"one"[..]));
     set(&store, b"k", b"two");
     assert_eq!(get(&store, b"k").as_deref(), Some(&b"two"[..]));
-    assert_eq!(store.delete(b"k", &DeleteCommand::default()), DeleteOutcome::Deleted);
-    assert_eq!(store.delete(b"k", &DeleteCommand::default()), DeleteOutcome::NotFound);
+    assert_eq!(
+        store.delete(b"k", &DeleteCommand::default()),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        store.delete(b"k", &DeleteCommand::default()),
+        DeleteOutcome::NotFound
+    );
     assert_eq!(get(&store, b"k"), None);
     assert_eq!(store.stats().curr_items, 0);
 }
@@ -88,10 +99,22 @@ fn add_replace_append_prepend() {
         compare_cas: None,
         stale_if_older: false,
     };
-    assert_eq!(store.store(&command(StoreMode::Replace, b"x")), StoreOutcome::NotStored);
-    assert_eq!(store.store(&command(StoreMode::Append, b"x")), StoreOutcome::NotStored);
-    assert!(matches!(store.store(&command(StoreMode::Add, b"mid")), StoreOutcome::Stored { .. }));
-    assert_eq!(store.store(&command(StoreMode::Add, b"x")), StoreOutcome::NotStored);
+    assert_eq!(
+        store.store(&command(StoreMode::Replace, b"x")),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        store.store(&command(StoreMode::Append, b"x")),
+        StoreOutcome::NotStored
+    );
+    assert!(matches!(
+        store.store(&command(StoreMode::Add, b"mid")),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(
+        store.store(&command(StoreMode::Add, b"x")),
+        StoreOutcome::NotStored
+    );
     store.store(&command(StoreMode::Append, b">"));
     store.store(&command(StoreMode::Prepend, b"<"));
     assert_eq!(get(&store, b"k").as_deref(), Some(&b"<mid>"[..]));
@@ -121,10 +144,16 @@ fn least_recently_used_items_are_evicted_first() {
         set(&store, format!("k{i:03}").as_bytes(), &value);
     }
     for i in 0..10u32 {
-        assert!(get(&store, format!("k{i:03}").as_bytes()).is_some(), "k{i:03} was recently used");
+        assert!(
+            get(&store, format!("k{i:03}").as_bytes()).is_some(),
+            "k{i:03} was recently used"
+        );
     }
     for i in 10..20u32 {
-        assert!(get(&store, format!("k{i:03}").as_bytes()).is_none(), "k{i:03} was least recently used");
+        assert!(
+            get(&store, format!("k{i:03}").as_bytes()).is_none(),
+            "k{i:03} was least recently used"
+        );
     }
     let stats = store.stats();
     assert_eq!(stats.evictions, 10);
@@ -143,7 +172,10 @@ fn small_values_are_stored_after_large_ones_filled_the_cache() {
     }
     assert!(size > 5 * 1024);
     let filled = store.stats();
-    assert!(filled.evictions > 0, "the large values must have filled the cache");
+    assert!(
+        filled.evictions > 0,
+        "the large values must have filled the cache"
+    );
     let small = vec![b's'; 1024];
     for i in 0..5000u32 {
         assert!(matches!(
@@ -178,7 +210,10 @@ fn no_eviction_mode_answers_out_of_memory() {
         .collect();
     assert!(outcomes.contains(&StoreOutcome::OutOfMemory));
     assert_eq!(store.stats().evictions, 0);
-    assert!(get(&store, b"k0").is_some(), "nothing may be evicted under -M");
+    assert!(
+        get(&store, b"k0").is_some(),
+        "nothing may be evicted under -M"
+    );
 }
 
 #[test]
@@ -219,7 +254,10 @@ fn flush_now_and_later() {
     store.flush_all(0);
     assert!(get(&store, b"a").is_none());
     set(&store, b"b", b"1");
-    assert!(get(&store, b"b").is_some(), "items stored after a flush live");
+    assert!(
+        get(&store, b"b").is_some(),
+        "items stored after a flush live"
+    );
     store.flush_all(5);
     assert!(get(&store, b"b").is_some(), "a delayed flush waits");
     store.clock().advance(6);
@@ -238,21 +276,39 @@ fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
     };
     assert_eq!(store.arith(b"n", &arith(false, 1)), ArithOutcome::NotFound);
     set(&store, b"n", b"100");
-    assert!(matches!(store.arith(b"n", &arith(true, 1)), ArithOutcome::Value { value: 99, .. }));
+    assert!(matches!(
+        store.arith(b"n", &arith(true, 1)),
+        ArithOutcome::Value { value: 99, .. }
+    ));
     assert_eq!(get(&store, b"n").as_deref(), Some(&b"99 "[..]));
-    assert!(matches!(store.arith(b"n", &arith(true, 1000)), ArithOutcome::Value { value: 0, .. }));
+    assert!(matches!(
+        store.arith(b"n", &arith(true, 1000)),
+        ArithOutcome::Value { value: 0, .. }
+    ));
     set(&store, b"n", b"18446744073709551615");
-    assert!(matches!(store.arith(b"n", &arith(false, 2)), ArithOutcome::Value { value: 1, .. }));
+    assert!(matches!(
+        store.arith(b"n", &arith(false, 2)),
+        ArithOutcome::Value { value: 1, .. }
+    ));
     set(&store, b"n", b"9");
-    assert!(matches!(store.arith(b"n", &arith(false, 1)), ArithOutcome::Value { value: 10, .. }));
+    assert!(matches!(
+        store.arith(b"n", &arith(false, 1)),
+        ArithOutcome::Value { value: 10, .. }
+    ));
     assert_eq!(get(&store, b"n").as_deref(), Some(&b"10"[..]));
     set(&store, b"s", b"abc");
-    assert_eq!(store.arith(b"s", &arith(false, 1)), ArithOutcome::NonNumeric);
+    assert_eq!(
+        store.arith(b"s", &arith(false, 1)),
+        ArithOutcome::NonNumeric
+    );
     let vivify = ArithCommand {
         vivify: Some((10, 0)),
         ..arith(false, 1)
     };
-    assert!(matches!(store.arith(b"new", &vivify), ArithOutcome::Value { value: 10, .. }));
+    assert!(matches!(
+        store.arith(b"new", &vivify),
+        ArithOutcome::Value { value: 10, .. }
+    ));
 }
 
 #[test]
@@ -263,8 +319,12 @@ fn vivify_on_miss_and_recache_wins_once() {
         ..GetOptions::default()
     };
     let mut seen = Vec::new();
-    store.get(b"k", &vivify, &mut |item| seen.push((item.won, item.win_taken, item.value.len())));
-    store.get(b"k", &vivify, &mut |item| seen.push((item.won, item.win_taken, item.value.len())));
+    store.get(b"k", &vivify, &mut |item| {
+        seen.push((item.won, item.win_taken, item.value.len()))
+    });
+    store.get(b"k", &vivify, &mut |item| {
+        seen.push((item.won, item.win_taken, item.value.len()))
+    });
     assert_eq!(seen, [(true, false, 0), (false, true, 0)]);
 
     store.store(&StoreCommand {
@@ -282,7 +342,9 @@ fn vivify_on_miss_and_recache_wins_once() {
     };
     let mut wins = Vec::new();
     for _ in 0..2 {
-        store.get(b"r", &recache, &mut |item| wins.push((item.won, item.win_taken)));
+        store.get(b"r", &recache, &mut |item| {
+            wins.push((item.won, item.win_taken))
+        });
     }
     assert_eq!(wins, [(true, false), (false, true)]);
 }
@@ -305,7 +367,9 @@ fn invalidated_items_are_stale_until_replaced() {
     }
     assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
     set(&store, b"k", b"fresh");
-    store.get(b"k", &GetOptions::default(), &mut |item| assert!(!item.stale));
+    store.get(b"k", &GetOptions::default(), &mut |item| {
+        assert!(!item.stale)
+    });
 }
 
 #[test]
@@ -318,4 +382,24 @@ fn memory_limit_can_shrink_at_run_time() {
     let stats = store.stats();
     assert!(stats.bytes <= 1 << 20);
     assert!(stats.evictions > 0);
+}
+
+/// A flush leaves the hash tables full of tombstones that every miss would
+/// probe through; maintenance must rehash them smaller.
+#[test]
+fn maintenance_shrinks_tables_emptied_by_a_flush() {
+    let store = store_with_limit(64 << 20);
+    for i in 0..50_000u32 {
+        set(&store, format!("k{i}").as_bytes(), b"v");
+    }
+    let full = store.stats().hash_bytes;
+    store.flush_all(0);
+    while store.maintain() > 0 {}
+    let stats = store.stats();
+    assert_eq!(stats.curr_items, 0);
+    assert!(
+        stats.hash_bytes * 4 < full,
+        "tables kept {} of {full} bytes",
+        stats.hash_bytes
+    );
 }

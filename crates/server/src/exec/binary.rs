@@ -2,7 +2,10 @@
 //! success (getq: nothing on a miss); errors are always sent.
 
 use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
-use kura_store::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+use kura_store::{
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
+    StoreOutcome,
+};
 
 use super::{stats, Action, Context, PROTOCOL_VERSION};
 
@@ -18,7 +21,9 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
             Some(exptime) if request.extras.len() == 4 => get(request, Some(exptime), ctx, out),
             _ => Err(Status::InvalidArguments),
         },
-        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => store(request, ctx, out),
+        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
+            store(request, ctx, out)
+        }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => store(request, ctx, out),
         op::DELETE | op::DELETEQ => delete(request, ctx, out),
         op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => arith(request, ctx, out),
@@ -30,7 +35,16 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
         op::FLUSH | op::FLUSHQ => flush(request, ctx, out),
         op::NOOP => no_body(request, ctx, out),
         op::VERSION => {
-            compose(out, code, Status::NoError, opaque, 0, &[], &[], PROTOCOL_VERSION.as_bytes());
+            compose(
+                out,
+                code,
+                Status::NoError,
+                opaque,
+                0,
+                &[],
+                &[],
+                PROTOCOL_VERSION.as_bytes(),
+            );
             Ok(())
         }
         op::VERBOSITY => match request.extras.len() {
@@ -83,14 +97,31 @@ fn no_body(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Resul
 fn success(request: &Request<'_>, cas: u64, ctx: &Context<'_>, out: &mut Vec<u8>) {
     let code = request.header.opcode;
     if !is_quiet(code) {
-        compose(out, code, Status::NoError, request.header.opaque, ctx.visible_cas(cas), &[], &[], &[]);
+        compose(
+            out,
+            code,
+            Status::NoError,
+            request.header.opaque,
+            ctx.visible_cas(cas),
+            &[],
+            &[],
+            &[],
+        );
     }
 }
 
 /// get/getq/getk/getkq, gat variants and touch.
-fn get(request: &Request<'_>, touch: Option<u32>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+fn get(
+    request: &Request<'_>,
+    touch: Option<u32>,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Status> {
     let code = request.header.opcode;
-    if request.key.is_empty() || !request.value.is_empty() || (touch.is_none() && !request.extras.is_empty()) {
+    if request.key.is_empty()
+        || !request.value.is_empty()
+        || (touch.is_none() && !request.extras.is_empty())
+    {
         return Err(Status::InvalidArguments);
     }
     let with_key = matches!(code, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
@@ -132,7 +163,16 @@ fn get(request: &Request<'_>, touch: Option<u32>, ctx: &Context<'_>, out: &mut V
     }
     if with_key {
         // getk answers a miss with the key instead of a message.
-        compose(out, code, Status::KeyNotFound, request.header.opaque, 0, &[], request.key, &[]);
+        compose(
+            out,
+            code,
+            Status::KeyNotFound,
+            request.header.opaque,
+            0,
+            &[],
+            request.key,
+            &[],
+        );
         return Ok(());
     }
     Err(Status::KeyNotFound)
@@ -152,7 +192,10 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         return Err(Status::InvalidArguments);
     }
     let (flags, exptime) = if wants_extras {
-        (be_u32(request.extras).unwrap_or(0), be_u32(&request.extras[4..]).unwrap_or(0))
+        (
+            be_u32(request.extras).unwrap_or(0),
+            be_u32(&request.extras[4..]).unwrap_or(0),
+        )
     } else {
         (0, 0)
     };
@@ -239,7 +282,8 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
             decrement,
             delta,
             compare_cas: (cas != 0).then_some(cas),
-            vivify: (exptime != NO_AUTO_CREATE).then(|| (initial, clock.expiry(i64::from(exptime as i32)))),
+            vivify: (exptime != NO_AUTO_CREATE)
+                .then(|| (initial, clock.expiry(i64::from(exptime as i32)))),
             touch: None,
         },
     );
@@ -252,7 +296,16 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         ArithOutcome::Value { value, cas, .. } => {
             hits.incr();
             if !is_quiet(code) {
-                compose_header(out, code, Status::NoError, request.header.opaque, ctx.visible_cas(cas), 0, 0, 8);
+                compose_header(
+                    out,
+                    code,
+                    Status::NoError,
+                    request.header.opaque,
+                    ctx.visible_cas(cas),
+                    0,
+                    0,
+                    8,
+                );
                 out.extend_from_slice(&value.to_be_bytes());
             }
             Ok(())
@@ -290,7 +343,16 @@ fn stat(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(
     };
     let (code, opaque) = (request.header.opcode, request.header.opaque);
     for (name, value) in &lines {
-        compose(out, code, Status::NoError, opaque, 0, &[], name.as_bytes(), value.as_bytes());
+        compose(
+            out,
+            code,
+            Status::NoError,
+            opaque,
+            0,
+            &[],
+            name.as_bytes(),
+            value.as_bytes(),
+        );
     }
     compose(out, code, Status::NoError, opaque, 0, &[], &[], &[]);
     Ok(())

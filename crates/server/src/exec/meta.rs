@@ -8,8 +8,8 @@ use kura_proto::meta::{MetaCommand, MetaFlags, MetaKey, MetaRequest, SetMode};
 use kura_proto::reply::{push_i64, push_u64};
 use kura_proto::ErrorReply;
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, ItemView, StoreCommand, StoreMode,
-    StoreOutcome,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, ItemView, StoreCommand,
+    StoreMode, StoreOutcome,
 };
 
 use super::Context;
@@ -36,9 +36,12 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         recache_below: flags.recache,
     };
     ctx.counters.cmd_get.incr();
-    let hit = ctx.shared.store.get(&command.key.bytes, &options, &mut |item| {
-        compose_hit(command, item, ctx, out);
-    });
+    let hit = ctx
+        .shared
+        .store
+        .get(&command.key.bytes, &options, &mut |item| {
+            compose_hit(command, item, ctx, out);
+        });
     if hit {
         ctx.counters.get_hits.incr();
     } else {
@@ -57,7 +60,12 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     }
 }
 
-fn compose_hit(command: &MetaCommand<'_>, item: &ItemView<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+fn compose_hit(
+    command: &MetaCommand<'_>,
+    item: &ItemView<'_>,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) {
     let flags = &command.flags;
     if flags.value {
         out.extend_from_slice(b"VA ");
@@ -106,7 +114,13 @@ fn push_key(key: &MetaKey<'_>, out: &mut Vec<u8>) {
 
 /// Appends a reply code and the flags it echoes in request order: `k`, `O`,
 /// and `c` when `cas` is given (ms answers `c0` when nothing was stored).
-fn compose_status(code: &[u8], command: &MetaCommand<'_>, cas: Option<u64>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+fn compose_status(
+    code: &[u8],
+    command: &MetaCommand<'_>,
+    cas: Option<u64>,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) {
     out.extend_from_slice(code);
     for flag in command.flags.returns.iter() {
         match flag {
@@ -280,7 +294,11 @@ fn debug(key: &MetaKey<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     push_u64(out, u64::from(item.idle_seconds));
     out.extend_from_slice(b" cas=");
     push_u64(out, ctx.visible_cas(item.cas));
-    out.extend_from_slice(if item.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(if item.fetched {
+        b" fetch=yes"
+    } else {
+        b" fetch=no"
+    });
     out.extend_from_slice(b" cls=");
     push_u64(out, item.class as u64);
     out.extend_from_slice(b" size=");

@@ -35,7 +35,10 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         }
         _ => {}
     }
-    let Some(lines) = std::str::from_utf8(group).ok().and_then(|g| self::group(g, ctx)) else {
+    let Some(lines) = std::str::from_utf8(group)
+        .ok()
+        .and_then(|g| self::group(g, ctx))
+    else {
         out.extend_from_slice(b"ERROR\r\n");
         return;
     };
@@ -110,10 +113,26 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "rusage_user", user);
     line(&mut lines, "rusage_system", system);
     line(&mut lines, "max_connections", shared.config.max_connections);
-    line(&mut lines, "curr_connections", shared.connections.current.load(Ordering::Relaxed));
-    line(&mut lines, "total_connections", shared.connections.total.load(Ordering::Relaxed));
-    line(&mut lines, "rejected_connections", shared.connections.rejected.load(Ordering::Relaxed));
-    line(&mut lines, "connection_structures", shared.connections.current.load(Ordering::Relaxed));
+    line(
+        &mut lines,
+        "curr_connections",
+        shared.connections.current.load(Ordering::Relaxed),
+    );
+    line(
+        &mut lines,
+        "total_connections",
+        shared.connections.total.load(Ordering::Relaxed),
+    );
+    line(
+        &mut lines,
+        "rejected_connections",
+        shared.connections.rejected.load(Ordering::Relaxed),
+    );
+    line(
+        &mut lines,
+        "connection_structures",
+        shared.connections.current.load(Ordering::Relaxed),
+    );
     counters.each(|name, value| line(&mut lines, name, value));
     line(&mut lines, "limit_maxbytes", store.limit_maxbytes);
     line(&mut lines, "accepting_conns", 1);
@@ -126,7 +145,11 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "evictions", store.evictions);
     line(&mut lines, "reclaimed", store.reclaimed);
     line(&mut lines, "crawler_reclaimed", store.crawler_reclaimed);
-    line(&mut lines, "crawler_items_checked", store.crawler_items_checked);
+    line(
+        &mut lines,
+        "crawler_items_checked",
+        store.crawler_items_checked,
+    );
     line(&mut lines, "bytes", store.bytes);
     line(&mut lines, "curr_items", store.curr_items);
     line(&mut lines, "total_items", store.total_items);
@@ -143,17 +166,40 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "tcpport", config.port);
     line(&mut lines, "udpport", 0);
     let listen: Vec<String> = config.listen.iter().map(|a| a.to_string()).collect();
-    line(&mut lines, "inter", if listen.is_empty() { "NULL".to_string() } else { listen.join(",") });
+    line(
+        &mut lines,
+        "inter",
+        if listen.is_empty() {
+            "NULL".to_string()
+        } else {
+            listen.join(",")
+        },
+    );
     line(&mut lines, "verbosity", config.verbosity);
     line(&mut lines, "oldest", 0);
-    line(&mut lines, "evictions", if ctx.shared.evictions_enabled { "on" } else { "off" });
+    line(
+        &mut lines,
+        "evictions",
+        if ctx.shared.evictions_enabled {
+            "on"
+        } else {
+            "off"
+        },
+    );
     line(
         &mut lines,
         "domain_socket",
-        config.unix_socket.as_ref().map_or("NULL".to_string(), |p| p.display().to_string()),
+        config
+            .unix_socket
+            .as_ref()
+            .map_or("NULL".to_string(), |p| p.display().to_string()),
     );
     line(&mut lines, "umask", format!("{:o}", config.unix_mask));
-    line(&mut lines, "growth_factor", format!("{:.2}", config.growth_factor));
+    line(
+        &mut lines,
+        "growth_factor",
+        format!("{:.2}", config.growth_factor),
+    );
     line(&mut lines, "chunk_size", config.chunk_size);
     line(&mut lines, "num_threads", config.threads);
     line(&mut lines, "num_threads_per_udp", config.threads);
@@ -162,13 +208,25 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "reqs_per_event", config.requests_per_event);
     line(&mut lines, "cas_enabled", yes_no(config.cas_enabled));
     line(&mut lines, "tcp_backlog", config.backlog);
-    line(&mut lines, "binding_protocol", config.protocol.binding_name());
+    line(
+        &mut lines,
+        "binding_protocol",
+        config.protocol.binding_name(),
+    );
     line(&mut lines, "auth_enabled_sasl", "no");
     line(&mut lines, "item_size_max", config.max_item_size);
     line(&mut lines, "maxconns_fast", "yes");
     line(&mut lines, "flush_enabled", yes_no(config.flush_enabled));
-    line(&mut lines, "idle_timeout", config.idle_timeout.map_or(0, |d| d.as_secs()));
-    line(&mut lines, "shutdown_command", yes_no(config.shutdown_command));
+    line(
+        &mut lines,
+        "idle_timeout",
+        config.idle_timeout.map_or(0, |d| d.as_secs()),
+    );
+    line(
+        &mut lines,
+        "shutdown_command",
+        yes_no(config.shutdown_command),
+    );
     line(&mut lines, "engine", &config.engine);
     lines
 }
@@ -177,12 +235,15 @@ fn items(ctx: &Context<'_>) -> Lines {
     let store = ctx.shared.store.stats();
     let mut lines = Vec::new();
     for class in &store.classes {
-        let mut add = |field: &str, value: u64| line(&mut lines, format!("items:{}:{field}", class.class), value);
+        let mut add = |field: &str, value: u64| {
+            line(&mut lines, format!("items:{}:{field}", class.class), value)
+        };
         add("number", class.items);
         add("age", u64::from(class.age));
         add("mem_requested", class.bytes);
         add("evicted", class.evicted);
         add("evicted_nonzero", class.evicted_nonzero);
+        add("evicted_time", u64::from(class.evicted_time));
         add("outofmemory", class.outofmemory);
         add("reclaimed", class.reclaimed);
         add("expired_unfetched", class.expired_unfetched);
@@ -203,7 +264,8 @@ fn slabs(ctx: &Context<'_>) -> Lines {
         let per_page = (page_size / chunk).max(1);
         let pages = class.items.div_ceil(per_page);
         total_pages += pages;
-        let mut add = |field: &str, value: u64| line(&mut lines, format!("{}:{field}", class.class), value);
+        let mut add =
+            |field: &str, value: u64| line(&mut lines, format!("{}:{field}", class.class), value);
         add("chunk_size", chunk);
         add("chunks_per_page", per_page);
         add("total_pages", pages);
@@ -235,7 +297,11 @@ fn conns(ctx: &Context<'_>) -> Lines {
         line(&mut lines, format!("{id}:listen_addr"), &info.listen);
         line(&mut lines, format!("{id}:state"), "conn_parse_cmd");
         let last = info.last_active.load(Ordering::Relaxed);
-        line(&mut lines, format!("{id}:secs_since_last_cmd"), now.saturating_sub(last));
+        line(
+            &mut lines,
+            format!("{id}:secs_since_last_cmd"),
+            now.saturating_sub(last),
+        );
     }
     lines
 }

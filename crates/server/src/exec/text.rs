@@ -3,7 +3,10 @@
 use kura_proto::reply::push_u64;
 use kura_proto::text::{GetMode, Request, StoreRequest, StoreVerb};
 use kura_proto::ErrorReply;
-use kura_store::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+use kura_store::{
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
+    StoreOutcome,
+};
 
 use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
 
@@ -81,11 +84,14 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
                 ErrorReply::MemlimitTooSmall.compose(out);
             } else {
                 let bytes = megabytes.saturating_mul(1024 * 1024);
-                ctx.shared.store.set_memory_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
+                ctx.shared
+                    .store
+                    .set_memory_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
                 reply_unless(noreply, b"OK\r\n", out);
             }
         }
         Request::Stats { args } => stats::text(args, ctx, out),
+        Request::Metadump => metadump(ctx, out),
         Request::Meta(request) => meta::execute(request, ctx, out),
     }
     Action::Continue
@@ -100,7 +106,9 @@ fn reply_unless(noreply: bool, reply: &[u8], out: &mut Vec<u8>) {
 fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
     ctx.counters.cmd_get.incr();
     let options = GetOptions {
-        touch: mode.touch().map(|exptime| ctx.shared.store.clock().expiry(exptime)),
+        touch: mode
+            .touch()
+            .map(|exptime| ctx.shared.store.clock().expiry(exptime)),
         ..GetOptions::default()
     };
     let with_cas = mode.returns_cas();
@@ -212,4 +220,36 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
         ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
     }
+}
+
+/// `lru_crawler metadump all`, in memcached's format: `key` URL-encoded,
+/// `exp` and `la` as Unix times (`exp=-1` never expires).
+fn metadump(ctx: &Context<'_>, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let unix_now = ctx.shared.store.clock().unix_now() as i64;
+    ctx.shared.store.scan(&mut |item| {
+        out.extend_from_slice(b"key=");
+        for &b in item.key {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                out.push(b);
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+        let exp = if item.ttl < 0 {
+            -1
+        } else {
+            unix_now + item.ttl
+        };
+        let _ = write!(
+            out,
+            " exp={exp} la={} cas={} fetch={} cls={} size={}\r\n",
+            unix_now - i64::from(item.idle_seconds),
+            ctx.visible_cas(item.cas),
+            if item.fetched { "yes" } else { "no" },
+            item.class,
+            item.size
+        );
+    });
+    out.extend_from_slice(b"END\r\n");
 }

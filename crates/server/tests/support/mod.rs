@@ -41,7 +41,9 @@ impl TestServer {
 
     pub fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(self.addr).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
         stream
     }
@@ -73,7 +75,12 @@ pub fn read_at_least(stream: &mut TcpStream, len: usize) -> Vec<u8> {
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                break
+            }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => panic!("read failed: {e}"),
         }
@@ -95,7 +102,10 @@ pub fn closes(stream: &mut TcpStream) -> bool {
             Ok(0) => return true,
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
                 return false
             }
             Err(_) => return true,

@@ -1,0 +1,311 @@
+//! `kura serve` as a real process: its command line, its signals, its
+//! memory and its connections.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KURA: &str = env!("CARGO_BIN_EXE_kura");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(KURA)
+            .args(["serve", "-p", &port.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kura starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Ready when it answers `version`: no fixed sleep.
+        loop {
+            if let Ok(mut stream) = TcpStream::connect(addr) {
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                if stream.write_all(b"version\r\n").is_ok() {
+                    let mut buf = [0u8; 32];
+                    if stream
+                        .read(&mut buf)
+                        .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
+                    {
+                        break;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "kura did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, addr }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    }
+
+    fn stat(&self, name: &str) -> u64 {
+        let mut stream = self.connect();
+        stream.write_all(b"stats\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap() > 0 {
+            if line == "END\r\n" {
+                break;
+            }
+            if let Some(value) = line.strip_prefix(&format!("STAT {name} ")) {
+                return value.trim().parse().unwrap();
+            }
+            line.clear();
+        }
+        panic!("no stat {name}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_kura(args: &[&str]) -> std::process::Output {
+    Command::new(KURA).args(args).output().expect("kura runs")
+}
+
+#[test]
+fn bad_command_lines_exit_64_with_one_line() {
+    for args in [
+        &["serve", "--bogus"][..],
+        &["serve", "-U", "11211"],
+        &["serve", "-t", "0"],
+        &["serve", "-I", "2g"],
+        &["serve", "-I", "lots"],
+        &["serve", "-m", "1", "-I", "2m"],
+        &["serve", "-o", "no_such_option"],
+        &["serve", "-l", "not-an-address"],
+        &["serve", "-p", "99999"],
+    ] {
+        let output = run_kura(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("kura: "), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn print_config_shows_memcached_flags_resolved() {
+    let output = run_kura(&[
+        "serve",
+        "-p",
+        "12345",
+        "-m",
+        "128",
+        "-c",
+        "100",
+        "-t",
+        "3",
+        "-I",
+        "2m",
+        "-M",
+        "-C",
+        "-B",
+        "ascii",
+        "-o",
+        "idle_timeout=30,modern",
+        "--print-config",
+    ]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    for expected in [
+        "\"port\": 12345",
+        "\"limit_bytes\": 134217728",
+        "\"max_connections\": 100",
+        "\"threads\": 3",
+        "\"max_item_size\": 2097152",
+        "\"evictions\": false",
+        "\"cas_enabled\": false",
+        "\"protocol\": \"ascii\"",
+        "\"idle_timeout\": 30",
+        "\"open_files_limit\"",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in {text}");
+    }
+}
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let mut server = Server::start(&["-t", "2"]);
+    let _open = server.connect();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "kura did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stores `count` values of the given sizes with noreply, then syncs with a get.
+fn fill(stream: &mut TcpStream, prefix: &str, count: usize, size_of: impl Fn(usize) -> usize) {
+    let mut batch = Vec::new();
+    for i in 0..count {
+        let size = size_of(i);
+        batch.extend_from_slice(format!("set {prefix}:{i} 0 0 {size} noreply\r\n").as_bytes());
+        batch.extend(std::iter::repeat_n(b'v', size));
+        batch.extend_from_slice(b"\r\n");
+        if batch.len() > 1 << 20 {
+            stream.write_all(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    batch.extend_from_slice(b"mn\r\n");
+    stream.write_all(&batch).unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 64];
+    while !reply.ends_with(b"MN\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed while filling");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(reply, b"MN\r\n", "noreply sets answered nothing");
+}
+
+fn count_hits(stream: &mut TcpStream, prefix: &str, range: std::ops::Range<usize>) -> usize {
+    let mut hits = 0;
+    for i in range {
+        stream
+            .write_all(format!("mg {prefix}:{i}\r\n").as_bytes())
+            .unwrap();
+        let mut buf = [0u8; 8];
+        let n = stream.read(&mut buf).unwrap();
+        if buf[..n].starts_with(b"HD") {
+            hits += 1;
+        } else {
+            assert_eq!(&buf[..n], b"EN\r\n");
+        }
+    }
+    hits
+}
+
+/// Documented in docs/DESIGN.md: resident memory stays under the item
+/// budget (-m) plus this fixed allowance (code, thread stacks, buffers, the
+/// allocator's slack).
+const FIXED_OVERHEAD_KIB: u64 = 24 * 1024;
+
+/// Seed 001: values of 5–10 KB fill the cache; then 1 KB values must still be
+/// stored and found, and memory stays within `-m` plus a fixed overhead.
+#[test]
+fn memory_limit_holds_and_small_values_displace_large_ones() {
+    let server = Server::start(&["-m", "32", "-t", "2"]);
+    let baseline = server.rss_kib();
+    let mut stream = server.connect();
+    fill(&mut stream, "large", 20_000, |i| {
+        5 * 1024 + (i * 7919) % (5 * 1024)
+    });
+    assert!(
+        server.stat("evictions") > 0,
+        "160 MB of large values must overflow 32 MB"
+    );
+    fill(&mut stream, "small", 20_000, |_| 1024);
+    let recent = count_hits(&mut stream, "small", 19_000..20_000);
+    assert_eq!(recent, 1000, "the newest 1 KB values are all readable");
+    let all = count_hits(&mut stream, "small", 0..20_000);
+    // 32 MB holds about 29,000 one-KB items: every small value fits once the
+    // large ones are evicted.
+    assert!(all >= 19_000, "only {all} of 20000 small values readable");
+    assert!(server.stat("bytes") <= 32 << 20);
+    let rss = server.rss_kib();
+    eprintln!(
+        "rss: baseline {baseline} KiB, after {rss} KiB, limit 32768 KiB + {FIXED_OVERHEAD_KIB} KiB"
+    );
+    assert!(
+        rss <= 32 * 1024 + FIXED_OVERHEAD_KIB,
+        "resident {rss} KiB is over the limit"
+    );
+}
+
+/// The open-file limit this process may use.
+fn open_files_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < hard {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    getrlimit(Resource::RLIMIT_NOFILE).unwrap().0
+}
+
+#[test]
+fn fifteen_thousand_concurrent_connections_on_default_settings() {
+    const CONNECTIONS: usize = 15_000;
+    let limit = open_files_limit();
+    if limit < CONNECTIONS as u64 + 200 {
+        eprintln!(
+            "skipped: the open-file limit ({limit}) is too low for {CONNECTIONS} connections"
+        );
+        return;
+    }
+    let server = Server::start(&["-t", "2"]);
+    let mut streams = Vec::with_capacity(CONNECTIONS);
+    for i in 0..CONNECTIONS {
+        let stream = TcpStream::connect(server.addr)
+            .unwrap_or_else(|e| panic!("connection {i} refused: {e}"));
+        streams.push(stream);
+    }
+    // Every connection is served: a set on each, then a get on each.
+    for (i, stream) in streams.iter_mut().enumerate() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .write_all(format!("set c{i} 0 0 1 noreply\r\nx\r\nget c{i}\r\n").as_bytes())
+            .unwrap();
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let expected = format!("VALUE c{i} 0 1\r\nx\r\nEND\r\n");
+        let mut got = vec![0u8; expected.len()];
+        stream
+            .read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        assert_eq!(got, expected.as_bytes());
+    }
+    assert!(server.stat("curr_connections") > CONNECTIONS as u64);
+    assert_eq!(server.stat("rejected_connections"), 0);
+}
