@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Run the server (takes memcached's flags).
     Serve(serve::ServeArgs),
+    /// Load-test a memcached or Redis server (takes mcperf's options).
+    Bench(Box<kura_tools::bench::BenchArgs>),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -30,6 +32,10 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
+            kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
+            kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

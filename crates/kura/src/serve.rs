@@ -300,14 +300,21 @@ fn apply_extended(option: &str, server: &mut ServerConfig) -> Result<(), Failure
     Ok(())
 }
 
-/// Raises the soft open-file limit to the hard limit; returns (before, after).
-fn raise_open_files_limit() -> (u64, u64) {
+/// Raises the open-file limit so `connections` fit: root may raise the hard
+/// limit too; anyone else goes up to the hard limit. Returns (before, after).
+fn raise_open_files_limit(connections: usize) -> (u64, u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return (0, 0);
     };
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return (soft, hard);
+    // Listeners, the poll and waker descriptors, logs: a small reserve.
+    let wanted = (connections as u64 + 64).max(soft);
+    if wanted > hard && setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
+        return (soft, wanted);
+    }
+    let target = wanted.min(hard).max(soft);
+    if target > soft && setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+        return (soft, target);
     }
     (soft, soft)
 }
@@ -328,7 +335,7 @@ fn drop_privileges(user: &str) -> anyhow::Result<()> {
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let mut resolved = resolve(&args)?;
-    resolved.process.open_files_limit = raise_open_files_limit();
+    resolved.process.open_files_limit = raise_open_files_limit(resolved.server.max_connections);
     if args.print_config {
         println!(
             "{}",

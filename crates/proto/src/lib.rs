@@ -7,6 +7,7 @@
 //! The same codec serves the server, `kura bench` and the tests.
 
 pub mod binary;
+pub mod client;
 pub mod meta;
 pub mod number;
 pub mod reply;

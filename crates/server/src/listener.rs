@@ -136,6 +136,8 @@ impl Acceptor {
         // Set when accept failed for lack of file descriptors: retry soon,
         // since an edge-triggered listener will not report the backlog again.
         let mut retry = false;
+        // Warn once per episode of descriptor exhaustion, not every retry.
+        let mut warned = false;
         while !self.shared.stopping() {
             let timeout = retry.then(|| Duration::from_millis(50));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -149,6 +151,10 @@ impl Acceptor {
             for i in 0..self.listeners.len() {
                 retry |= self.accept_all(i);
             }
+            if retry && !warned {
+                tracing::warn!("out of file descriptors; accepting again as connections close");
+            }
+            warned = retry;
         }
         for worker in &self.workers {
             let _ = worker.waker.wake();

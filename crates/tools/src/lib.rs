@@ -1,0 +1,3 @@
+//! kura's tools, built on the same protocol codec as the server.
+
+pub mod bench;
