@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (takes memcached's flags).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Load-test a memcached or Redis server (takes mcperf's options).
     Bench(Box<kura_tools::bench::BenchArgs>),
 }
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),
