@@ -332,3 +332,39 @@ pub fn scenario_line(run: &RunReport) -> String {
         run.name, run.responses, run.throughput, all.mean_us, all.p50_us, all.p99_us, all.p999_us, all.max_us, errors
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1..=1000 µs, each once: the percentiles are the values themselves.
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let mut h = super::super::engine::latency_histogram();
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let op = op_latency("get", &h);
+        let close = |got: f64, want: f64| (got - want).abs() <= want * 0.002 + 0.001;
+        assert_eq!(op.count, 1000);
+        assert!(close(op.mean_us, 500.5), "mean {}", op.mean_us);
+        assert!(close(op.min_us, 1.0) && close(op.max_us, 1000.0));
+        assert!(close(op.p50_us, 500.0), "p50 {}", op.p50_us);
+        assert!(close(op.p90_us, 900.0), "p90 {}", op.p90_us);
+        assert!(close(op.p99_us, 990.0), "p99 {}", op.p99_us);
+        assert!(close(op.p999_us, 999.0), "p99.9 {}", op.p999_us);
+        assert_eq!(op.histogram.iter().map(|(_, n)| n).sum::<u64>(), 1000);
+        // Stddev of a discrete uniform 1..=1000: sqrt((1000² - 1) / 12).
+        assert!(
+            (op.stddev_us - 288.67).abs() < 1.0,
+            "stddev {}",
+            op.stddev_us
+        );
+    }
+
+    #[test]
+    fn an_empty_histogram_reports_zeros() {
+        let op = op_latency("set", &super::super::engine::latency_histogram());
+        assert_eq!((op.count, op.p99_us, op.max_us), (0, 0.0, 0.0));
+    }
+}
