@@ -11,7 +11,9 @@ use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 
 use kura_server::{ProtocolChoice, ServerConfig};
-use kura_store::{MemoryConfig, MemoryStore, SizeClasses};
+use kura_store::{
+    DiskConfig, DiskStore, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
+};
 
 use crate::Failure;
 
@@ -92,9 +94,18 @@ pub struct ServeArgs {
     /// Extended options, comma-separated key=value (e.g. idle_timeout=600).
     #[arg(short = 'o', long = "extended")]
     extended: Vec<String>,
-    /// Storage engine.
-    #[arg(long = "engine", value_enum, default_value_t = EngineArg::Memory)]
+    /// Storage engine: disk keeps every acknowledged write (LMDB); memory is a pure cache.
+    #[arg(long = "engine", value_enum, default_value_t = EngineArg::Disk)]
     engine: EngineArg,
+    /// Data directory of the disk engine.
+    #[arg(long = "dir", default_value = "kura-data")]
+    dir: PathBuf,
+    /// When writes reach the disk: always, batch, interval=<duration> (e.g. interval=1s), none.
+    #[arg(long = "sync", default_value = "batch")]
+    sync: String,
+    /// Largest size of the disk engine's data file (k/m/g/t suffix).
+    #[arg(long = "map-size", default_value = "64g")]
+    map_size: String,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -117,8 +128,17 @@ enum EngineArg {
 #[derive(Debug, Serialize)]
 struct Resolved {
     server: ServerConfig,
+    /// Set for the disk engine.
+    disk: Option<DiskSettings>,
     memory: MemorySettings,
     process: ProcessSettings,
+}
+
+#[derive(Debug, Serialize)]
+struct DiskSettings {
+    dir: PathBuf,
+    map_size_bytes: usize,
+    sync: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,11 +184,6 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if args.udp_port != 0 {
         return Err(usage("-U: UDP is not supported; use -U 0"));
     }
-    if args.engine == EngineArg::Disk {
-        return Err(usage(
-            "--engine disk: the disk engine is not available in this build",
-        ));
-    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
@@ -183,7 +198,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&max_item_size) {
         return Err(usage("-I: the item size limit must be between 1k and 1g"));
     }
-    if max_item_size > memory_limit {
+    if args.engine == EngineArg::Memory && max_item_size > memory_limit {
         return Err(usage(
             "-I: the item size limit cannot exceed the memory limit (-m)",
         ));
@@ -237,14 +252,36 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         verbosity: args.verbose,
         chunk_size: args.chunk_size,
         growth_factor: args.growth_factor,
-        engine: "memory".into(),
+        engine: match args.engine {
+            EngineArg::Memory => "memory".into(),
+            EngineArg::Disk => "disk".into(),
+        },
         ..ServerConfig::default()
+    };
+    let disk = match args.engine {
+        EngineArg::Memory => None,
+        EngineArg::Disk => {
+            // Checked here so a bad policy is a usage error, before anything opens.
+            args.sync
+                .parse::<SyncPolicy>()
+                .map_err(|e| usage(format!("--sync: {e}")))?;
+            let map_size = parse_size(&args.map_size, MIB, "--map-size")?;
+            if map_size < 16 * MIB {
+                return Err(usage("--map-size must be at least 16m"));
+            }
+            Some(DiskSettings {
+                dir: args.dir.clone(),
+                map_size_bytes: map_size,
+                sync: args.sync.clone(),
+            })
+        }
     };
     for option in args.extended.iter().flat_map(|o| o.split(',')) {
         apply_extended(option.trim(), &mut server)?;
     }
     Ok(Resolved {
         server,
+        disk,
         memory: MemorySettings {
             limit_bytes: memory_limit,
             evictions: !args.disable_evictions,
@@ -362,16 +399,28 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .context("writing the pid file")?;
     }
-    let store = Arc::new(MemoryStore::new(MemoryConfig {
-        limit_bytes: resolved.memory.limit_bytes,
-        evict: resolved.memory.evictions,
-        classes: SizeClasses::new(
-            resolved.server.chunk_size,
-            resolved.server.growth_factor,
-            resolved.server.max_item_size.max(MIB),
+    let classes = SizeClasses::new(
+        resolved.server.chunk_size,
+        resolved.server.growth_factor,
+        resolved.server.max_item_size.max(MIB),
+    );
+    let store: Arc<dyn Store> = match &resolved.disk {
+        Some(disk) => Arc::new(
+            DiskStore::open(DiskConfig {
+                dir: disk.dir.clone(),
+                map_size: disk.map_size_bytes,
+                sync: disk.sync.parse().map_err(|e: String| usage(e))?,
+                classes,
+            })
+            .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,
         ),
-        ..MemoryConfig::default()
-    }));
+        None => Arc::new(MemoryStore::new(MemoryConfig {
+            limit_bytes: resolved.memory.limit_bytes,
+            evict: resolved.memory.evictions,
+            classes,
+            ..MemoryConfig::default()
+        })),
+    };
     let handle = kura_server::start(resolved.server, store, resolved.memory.evictions)
         .context("starting the server")?;
     if let Some(user) = &args.user {

@@ -22,8 +22,17 @@ struct Server {
 }
 
 impl Server {
+    /// A memory-engine server unless `extra` names an engine.
     fn start(extra: &[&str]) -> Server {
-        let port = free_port();
+        let engine: &[&str] = if extra.contains(&"--engine") {
+            &[]
+        } else {
+            &["--engine", "memory"]
+        };
+        Self::start_on(free_port(), &[engine, extra].concat())
+    }
+
+    fn start_on(port: u16, extra: &[&str]) -> Server {
         let child = Command::new(KURA)
             .args(["serve", "-p", &port.to_string()])
             .args(extra)
@@ -110,7 +119,10 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-t", "0"],
         &["serve", "-I", "2g"],
         &["serve", "-I", "lots"],
-        &["serve", "-m", "1", "-I", "2m"],
+        &["serve", "--engine", "memory", "-m", "1", "-I", "2m"],
+        &["serve", "--sync", "sometimes"],
+        &["serve", "--sync", "interval=soon"],
+        &["serve", "--map-size", "1k"],
         &["serve", "-o", "no_such_option"],
         &["serve", "-l", "not-an-address"],
         &["serve", "-p", "99999"],
@@ -308,4 +320,76 @@ fn fifteen_thousand_concurrent_connections_on_default_settings() {
     }
     assert!(server.stat("curr_connections") > CONNECTIONS as u64);
     assert_eq!(server.stat("rejected_connections"), 0);
+}
+
+fn exchange(stream: &mut TcpStream, request: &[u8], reply_len: usize) -> Vec<u8> {
+    stream.write_all(request).unwrap();
+    let mut reply = vec![0u8; reply_len];
+    stream.read_exact(&mut reply).unwrap();
+    reply
+}
+
+fn gets_cas(stream: &mut TcpStream, key: &str) -> u64 {
+    stream
+        .write_all(format!("gets {key}\r\n").as_bytes())
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    line.split_whitespace().nth(4).unwrap().parse().unwrap()
+}
+
+/// The disk engine keeps acknowledged writes across a SIGKILL, with CAS
+/// values that stay unique across the restart.
+#[test]
+fn disk_engine_keeps_data_across_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let args = [
+        "--engine", "disk", "--dir", &dir_arg, "--sync", "always", "-t", "2",
+    ];
+    let mut server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    assert_eq!(
+        exchange(&mut stream, b"set kept 7 0 5\r\nhello\r\n", 8),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        exchange(&mut stream, b"set n 0 0 2\r\n10\r\nincr n 5\r\n", 12),
+        b"STORED\r\n15\r\n"
+    );
+    assert_eq!(
+        exchange(&mut stream, b"set gone 0 0 1\r\nx\r\ndelete gone\r\n", 17),
+        b"STORED\r\nDELETED\r\n"
+    );
+    let cas_before = gets_cas(&mut stream, "kept");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    assert_eq!(
+        exchange(&mut stream, b"get kept\r\n", 28),
+        b"VALUE kept 7 5\r\nhello\r\nEND\r\n"
+    );
+    assert_eq!(
+        exchange(&mut stream, b"get n gone\r\n", 22),
+        b"VALUE n 0 2\r\n15\r\nEND\r\n"
+    );
+    assert_eq!(
+        gets_cas(&mut stream, "kept"),
+        cas_before,
+        "CAS survives the restart"
+    );
+    stream = server.connect();
+    assert_eq!(
+        exchange(&mut stream, b"set other 0 0 1\r\ny\r\n", 8),
+        b"STORED\r\n"
+    );
+    assert!(
+        gets_cas(&mut stream, "other") > cas_before,
+        "new CAS values continue after the old ones"
+    );
+    assert!(server.stat("disk_fsyncs") > 0, "--sync always fsyncs");
 }

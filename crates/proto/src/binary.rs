@@ -62,6 +62,7 @@ pub enum Status {
     NonNumeric = 0x0006,
     UnknownCommand = 0x0081,
     OutOfMemory = 0x0082,
+    InternalError = 0x0084,
 }
 
 impl Status {
@@ -77,6 +78,7 @@ impl Status {
             Status::NonNumeric => b"Non-numeric server-side value for incr or decr",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
+            Status::InternalError => b"Internal error",
         }
     }
 }

@@ -140,12 +140,21 @@ fn transcripts() -> Vec<PathBuf> {
 }
 
 #[test]
-fn transcripts_match_memcached() {
+fn transcripts_match_memcached_on_the_memory_engine() {
+    replay_all(support::TestServer::start);
+}
+
+#[test]
+fn transcripts_match_memcached_on_the_disk_engine() {
+    replay_all(support::TestServer::disk);
+}
+
+fn replay_all(start: fn() -> support::TestServer) {
     let external = std::env::var("KURA_TRANSCRIPT_ADDR").ok();
     let mut failures = Vec::new();
     let mut count = 0;
     for file in transcripts() {
-        let server = external.is_none().then(support::TestServer::start);
+        let server = external.is_none().then(start);
         let addr = match &external {
             Some(addr) => addr.parse().expect("KURA_TRANSCRIPT_ADDR is host:port"),
             None => server.as_ref().unwrap().addr,

@@ -5,10 +5,12 @@
 pub mod classes;
 pub mod clock;
 pub mod counter;
+pub mod disk;
 pub mod memory;
 
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
+pub use disk::{DiskConfig, DiskStore, SyncPolicy};
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.
@@ -52,6 +54,11 @@ pub trait Store: Send + Sync {
 
     /// The clock that decides expiry.
     fn clock(&self) -> &Clock;
+
+    /// Figures only this engine has, for `stats` (name, value).
+    fn engine_stats(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// How a read treats the item.
@@ -123,6 +130,9 @@ pub enum StoreOutcome {
     NotFound,
     /// No room, and eviction is off (`-M`) or nothing can be evicted.
     OutOfMemory,
+    /// The storage refused the write (a full disk, a failed fsync): nothing
+    /// was acknowledged.
+    Failed,
 }
 
 #[derive(Debug, Clone, Copy, Default)]

@@ -236,6 +236,7 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
             ctx.counters.store_no_memory.incr();
             Err(Status::OutOfMemory)
         }
+        StoreOutcome::Failed => Err(Status::InternalError),
     }
 }
 

@@ -186,6 +186,7 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
             ctx.counters.store_no_memory.incr();
             ErrorReply::OutOfMemory.compose(out);
         }
+        StoreOutcome::Failed => ErrorReply::Server("storage write failed").compose(out),
     }
 }
 

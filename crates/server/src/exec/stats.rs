@@ -153,6 +153,9 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "bytes", store.bytes);
     line(&mut lines, "curr_items", store.curr_items);
     line(&mut lines, "total_items", store.total_items);
+    for (name, value) in shared.store.engine_stats() {
+        line(&mut lines, name, value);
+    }
     lines
 }
 

@@ -181,6 +181,7 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             ctx.counters.store_no_memory.incr();
             b"SERVER_ERROR out of memory storing object\r\n"
         }
+        StoreOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
     };
     reply_unless(request.noreply, reply, out);
 }

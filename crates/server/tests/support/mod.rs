@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kura_server::{ServerConfig, ServerHandle};
-use kura_store::{MemoryConfig, MemoryStore};
+use kura_store::{DiskConfig, DiskStore, MemoryConfig, MemoryStore, Store, SyncPolicy};
 
 pub struct TestServer {
     pub addr: SocketAddr,
     handle: Option<ServerHandle>,
+    /// The disk engine's data directory, removed when the server is dropped.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -20,18 +22,44 @@ impl TestServer {
     }
 
     pub fn with(config: ServerConfig, memory: MemoryConfig) -> Self {
+        let evict = memory.evict;
+        Self::serve(config, Arc::new(MemoryStore::new(memory)), evict, None)
+    }
+
+    /// A server on the disk engine, in a fresh temporary directory.
+    pub fn disk() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = DiskStore::open(DiskConfig {
+            dir: dir.path().to_path_buf(),
+            map_size: 1 << 30,
+            sync: SyncPolicy::Batch,
+            classes: Default::default(),
+        })
+        .expect("the disk engine opens");
+        let config = ServerConfig {
+            engine: "disk".into(),
+            ..ServerConfig::default()
+        };
+        Self::serve(config, Arc::new(store), false, Some(dir))
+    }
+
+    fn serve(
+        config: ServerConfig,
+        store: Arc<dyn Store>,
+        evict: bool,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
         let config = ServerConfig {
             port: 0,
             threads: config.threads.min(2),
             ..config
         };
-        let evict = memory.evict;
-        let store = Arc::new(MemoryStore::new(memory));
         let handle = kura_server::start(config, store, evict).expect("server starts");
         let addr = handle.local_addr().expect("a TCP address");
         TestServer {
             addr,
             handle: Some(handle),
+            _dir: dir,
         }
     }
 

@@ -252,6 +252,8 @@ struct Generator<'w> {
     pattern: Vec<u8>,
     /// Reused buffers for composing a request.
     key_buf: Vec<Vec<u8>>,
+    /// Reused buffer for reading responses.
+    read_buf: Vec<u8>,
     total_weight: u32,
     started: Instant,
     measured: Measured,
@@ -305,6 +307,7 @@ impl<'w> Generator<'w> {
             rng,
             pattern: shared_pattern(workload),
             key_buf: Vec::new(),
+            read_buf: vec![0; 64 * 1024],
             total_weight: workload.mix.iter().map(|(_, w)| w).sum::<u32>().max(1),
             started,
             measured: Measured::new(started),
@@ -623,12 +626,17 @@ impl<'w> Generator<'w> {
     }
 
     fn on_readable(&mut self, key: usize) {
-        let mut buf = [0u8; 64 * 1024];
+        let mut buf = std::mem::take(&mut self.read_buf);
+        self.read_from(key, &mut buf);
+        self.read_buf = buf;
+    }
+
+    fn read_from(&mut self, key: usize, buf: &mut [u8]) {
         loop {
             let Some(conn) = self.conns.get_mut(key) else {
                 return;
             };
-            match conn.stream.read(&mut buf) {
+            match conn.stream.read(buf) {
                 Ok(0) => {
                     let client = conn.client;
                     let kind = if conn.pending.is_empty() {

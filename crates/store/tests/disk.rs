@@ -1,0 +1,111 @@
+//! The disk engine through the `Store` trait: persistence, expiry, flush.
+
+use kura_store::{
+    DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, Store, StoreCommand,
+    StoreMode, StoreOutcome, SyncPolicy,
+};
+
+fn open(dir: &std::path::Path, sync: SyncPolicy) -> DiskStore {
+    DiskStore::open(DiskConfig {
+        dir: dir.to_path_buf(),
+        map_size: 64 << 20,
+        sync,
+        classes: Default::default(),
+    })
+    .expect("opens")
+}
+
+fn set(store: &dyn Store, key: &[u8], value: &[u8], expiry: u32) -> StoreOutcome {
+    store.store(&StoreCommand {
+        mode: StoreMode::Set,
+        key,
+        value,
+        flags: 9,
+        expiry,
+        compare_cas: None,
+        stale_if_older: false,
+    })
+}
+
+fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+    let mut found = None;
+    store.get(key, &GetOptions::default(), &mut |item| {
+        found = Some((item.value.to_vec(), item.flags, item.cas))
+    });
+    found
+}
+
+#[test]
+fn items_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let cas = {
+        let store = open(dir.path(), SyncPolicy::Always);
+        set(&store, b"a", b"one", 0);
+        set(&store, b"b", b"two", 0);
+        assert_eq!(
+            store.delete(b"b", &DeleteCommand::default()),
+            DeleteOutcome::Deleted
+        );
+        get(&store, b"a").unwrap().2
+    };
+    let store = open(dir.path(), SyncPolicy::Always);
+    assert_eq!(get(&store, b"a"), Some((b"one".to_vec(), 9, cas)));
+    assert_eq!(get(&store, b"b"), None);
+    let StoreOutcome::Stored { cas: next } = set(&store, b"c", b"x", 0) else {
+        panic!("not stored")
+    };
+    assert!(next > cas, "CAS values continue across reopening");
+    assert_eq!(store.stats().curr_items, 2);
+}
+
+#[test]
+fn expired_items_are_reclaimed_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::None);
+    let expiry = store.clock().expiry(10);
+    for i in 0..500u32 {
+        set(&store, format!("t{i}").as_bytes(), b"v", expiry);
+    }
+    set(&store, b"forever", b"v", 0);
+    assert!(get(&store, b"t1").is_some());
+    store.clock().advance(11);
+    assert!(get(&store, b"t1").is_none());
+    let mut removed = 0;
+    while let n @ 1.. = store.maintain() {
+        removed += n;
+    }
+    assert_eq!(removed, 499, "all but the one read after expiry");
+    assert_eq!(store.stats().curr_items, 1);
+    assert!(get(&store, b"forever").is_some());
+}
+
+#[test]
+fn flush_now_and_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::Batch);
+    set(&store, b"a", b"1", 0);
+    store.flush_all(0);
+    assert!(get(&store, b"a").is_none());
+    set(&store, b"b", b"1", 0);
+    store.flush_all(5);
+    assert!(get(&store, b"b").is_some());
+    store.clock().advance(6);
+    assert!(get(&store, b"b").is_none());
+}
+
+#[test]
+fn sync_policies_parse() {
+    assert_eq!("always".parse(), Ok(SyncPolicy::Always));
+    assert_eq!("batch".parse(), Ok(SyncPolicy::Batch));
+    assert_eq!("none".parse(), Ok(SyncPolicy::None));
+    assert_eq!(
+        "interval=1s".parse(),
+        Ok(SyncPolicy::Interval(std::time::Duration::from_secs(1)))
+    );
+    assert_eq!(
+        "interval=250ms".parse(),
+        Ok(SyncPolicy::Interval(std::time::Duration::from_millis(250)))
+    );
+    assert!("interval=".parse::<SyncPolicy>().is_err());
+    assert!("sometimes".parse::<SyncPolicy>().is_err());
+}
