@@ -148,6 +148,8 @@ pub enum DeleteOutcome {
     Deleted,
     NotFound,
     Exists,
+    /// The storage refused the write; nothing was deleted.
+    Failed,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -174,6 +176,8 @@ pub enum ArithOutcome {
     NonNumeric,
     Exists,
     OutOfMemory,
+    /// The storage refused the write; the counter is unchanged.
+    Failed,
 }
 
 /// What `me` shows of an item.

@@ -263,6 +263,7 @@ fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result
             Err(Status::KeyNotFound)
         }
         DeleteOutcome::Exists => Err(Status::KeyExists),
+        DeleteOutcome::Failed => Err(Status::InternalError),
     }
 }
 
@@ -318,6 +319,7 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         ArithOutcome::Exists => Err(Status::KeyExists),
         ArithOutcome::NonNumeric => Err(Status::NonNumeric),
         ArithOutcome::OutOfMemory => Err(Status::OutOfMemory),
+        ArithOutcome::Failed => Err(Status::InternalError),
     }
 }
 

@@ -186,7 +186,7 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
             ctx.counters.store_no_memory.incr();
             ErrorReply::OutOfMemory.compose(out);
         }
-        StoreOutcome::Failed => ErrorReply::Server("storage write failed").compose(out),
+        StoreOutcome::Failed => ErrorReply::StorageFailed.compose(out),
     }
 }
 
@@ -212,6 +212,7 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             compose_status(b"NF", command, None, ctx, out);
         }
         DeleteOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
+        DeleteOutcome::Failed => ErrorReply::StorageFailed.compose(out),
     }
 }
 
@@ -279,6 +280,7 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         ArithOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
         ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
+        ArithOutcome::Failed => ErrorReply::StorageFailed.compose(out),
     }
 }
 

@@ -28,6 +28,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
                     ctx.counters.delete_hits.incr();
                     b"DELETED\r\n"
                 }
+                DeleteOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
                 _ => {
                     ctx.counters.delete_misses.incr();
                     b"NOT_FOUND\r\n"
@@ -220,6 +221,7 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
         }
         ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
+        ArithOutcome::Failed => ErrorReply::StorageFailed.compose(out),
     }
 }
 
