@@ -31,9 +31,11 @@ pub struct ServeArgs {
     /// Interfaces to listen on, comma-separated (default 127.0.0.1: safer than memcached's all-interfaces).
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
     listen: String,
-    /// Memory for items, in megabytes (or with a k/m/g suffix).
-    #[arg(short = 'm', long = "memory-limit", default_value = "64")]
-    memory_limit: String,
+    /// Memory limit in megabytes (or with a k/m/g suffix): the memory engine's
+    /// items (default 64); the disk engine's resident memory, its writes
+    /// waiting for commit and the mapped pages it holds (default 1024).
+    #[arg(short = 'm', long = "memory-limit")]
+    memory_limit: Option<String>,
     /// Most simultaneous connections.
     #[arg(short = 'c', long = "conn-limit", default_value_t = 16384)]
     conn_limit: usize,
@@ -106,6 +108,10 @@ pub struct ServeArgs {
     /// Largest size of the disk engine's data file (k/m/g/t suffix).
     #[arg(long = "map-size", default_value = "64g")]
     map_size: String,
+    /// Disk engine: refuse writes (SERVER_ERROR) while less than this is left
+    /// on the file system or in the map; deletes still work (k/m/g suffix).
+    #[arg(long = "disk-reserve", default_value = "64m")]
+    disk_reserve: String,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -139,6 +145,13 @@ struct DiskSettings {
     dir: PathBuf,
     map_size_bytes: usize,
     sync: String,
+    /// Writes are refused while less than this is left.
+    reserve_bytes: u64,
+    /// Resident memory kura keeps to: pending writes and mapped pages (the
+    /// OS page cache beyond it is the kernel's, reclaimed under pressure).
+    memory_budget_bytes: usize,
+    /// The part of the budget for writes waiting for their commit.
+    pending_limit_bytes: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -190,7 +203,15 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if threads == 0 || threads > 1024 {
         return Err(usage("-t: threads must be between 1 and 1024"));
     }
-    let memory_limit = parse_size(&args.memory_limit, MIB, "-m")?;
+    let default_limit = match args.engine {
+        EngineArg::Memory => "64",
+        EngineArg::Disk => "1024",
+    };
+    let memory_limit = parse_size(
+        args.memory_limit.as_deref().unwrap_or(default_limit),
+        MIB,
+        "-m",
+    )?;
     if memory_limit == 0 {
         return Err(usage("-m: the memory limit must be above 0"));
     }
@@ -269,10 +290,17 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             if map_size < 16 * MIB {
                 return Err(usage("--map-size must be at least 16m"));
             }
+            let reserve = parse_size(&args.disk_reserve, MIB, "--disk-reserve")?;
+            if memory_limit < 16 * MIB {
+                return Err(usage("-m: the disk engine needs at least 16m"));
+            }
             Some(DiskSettings {
                 dir: args.dir.clone(),
                 map_size_bytes: map_size,
                 sync: args.sync.clone(),
+                reserve_bytes: reserve as u64,
+                memory_budget_bytes: memory_limit,
+                pending_limit_bytes: memory_limit / 4,
             })
         }
     };
@@ -407,10 +435,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let store: Arc<dyn Store> = match &resolved.disk {
         Some(disk) => Arc::new(
             DiskStore::open(DiskConfig {
-                dir: disk.dir.clone(),
                 map_size: disk.map_size_bytes,
                 sync: disk.sync.parse().map_err(|e: String| usage(e))?,
                 classes,
+                reserve_bytes: disk.reserve_bytes,
+                memory_budget: disk.memory_budget_bytes,
+                pending_limit: disk.pending_limit_bytes,
+                ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,
         ),

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use kura_proto::Protocol;
+use kura_store::{AckState, AckTicket};
 
 use crate::exec::Context;
 use crate::session::{Session, Stop};
@@ -113,8 +114,16 @@ struct Connection {
     input: Vec<u8>,
     /// `input` holds complete requests that wait only for their turn.
     unserved: bool,
-    /// Reply bytes the socket did not take yet.
+    /// Reply bytes the socket did not take yet, or may not take yet.
     output: Vec<u8>,
+    /// Replies wait for this write's commit (0: none). Held replies are
+    /// the tail of `output`; replies are never reordered, so a fence holds
+    /// everything composed after the write as well.
+    fence: AckTicket,
+    /// Close once the held replies are sent (`quit` after a write).
+    closing: bool,
+    /// Listed in the worker's `held` connections.
+    held: bool,
     interest: Interest,
     info: Arc<ConnInfo>,
 }
@@ -132,6 +141,8 @@ enum Next {
 struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
+    /// A connection wrote this round: ask the engine to commit.
+    wrote: bool,
 }
 
 pub struct Worker {
@@ -143,6 +154,11 @@ pub struct Worker {
     scratch: Scratch,
     shared: Arc<Shared>,
     fixed_protocol: Option<Protocol>,
+    /// Connections whose replies wait for a commit.
+    held: Vec<usize>,
+    /// The oldest ticket a held connection waits for (0: none); the engine
+    /// wakes this worker when it is decided.
+    wanted: Arc<AtomicU64>,
 }
 
 impl Worker {
@@ -150,6 +166,17 @@ impl Worker {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (sender, inbox) = channel();
+        let wanted = Arc::new(AtomicU64::new(0));
+        {
+            let wanted = wanted.clone();
+            let waker = waker.clone();
+            shared.store.on_ack_progress(Box::new(move |decided| {
+                let ticket = wanted.load(Ordering::SeqCst);
+                if ticket != 0 && ticket <= decided {
+                    let _ = waker.wake();
+                }
+            }));
+        }
         let fixed_protocol = match shared.config.protocol {
             ProtocolChoice::Auto => None,
             ProtocolChoice::Ascii => Some(Protocol::Text),
@@ -164,9 +191,12 @@ impl Worker {
             scratch: Scratch {
                 input: vec![0; READ_CHUNK],
                 output: Vec::with_capacity(READ_CHUNK),
+                wrote: false,
             },
             shared,
             fixed_protocol,
+            held: Vec::new(),
+            wanted,
         };
         Ok((worker, Inbox { sender, waker }))
     }
@@ -189,7 +219,10 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    WAKER => self.adopt_new_connections(),
+                    WAKER => {
+                        self.adopt_new_connections();
+                        self.release_held();
+                    }
                     Token(key) => self.serve(key),
                 }
             }
@@ -198,6 +231,11 @@ impl Worker {
                     self.serve(key);
                 }
             }
+            if std::mem::take(&mut self.scratch.wrote) {
+                // One commit for every write of this round.
+                self.shared.store.request_commit();
+            }
+            self.arm_held();
             if self.shared.stopping() {
                 self.close_all();
                 return;
@@ -227,6 +265,9 @@ impl Worker {
                 input: Vec::new(),
                 unserved: false,
                 output: Vec::new(),
+                fence: 0,
+                closing: false,
+                held: false,
                 interest: Interest::READABLE,
                 info: info.clone(),
             };
@@ -264,6 +305,23 @@ impl Worker {
             .last_active
             .store(self.shared.store.clock().now(), Ordering::Relaxed);
         match serve_connection(connection, &mut self.scratch, &ctx) {
+            Next::Wait if connection.fence != 0 && !connection.output.is_empty() => {
+                // Nothing to do until the commit: no reads, no writes.
+                if !connection.held {
+                    connection.held = true;
+                    self.held.push(key);
+                }
+                if connection.interest != Interest::READABLE {
+                    connection.interest = Interest::READABLE;
+                    if connection
+                        .stream
+                        .reregister(self.poll.registry(), Token(key), Interest::READABLE)
+                        .is_err()
+                    {
+                        self.close(key);
+                    }
+                }
+            }
             Next::Wait => {
                 let wanted = if connection.output.is_empty() {
                     Interest::READABLE
@@ -286,6 +344,43 @@ impl Worker {
                 self.ready.push_back(key);
             }
             Next::Close => self.close(key),
+        }
+    }
+
+    /// Serves the held connections whose commit is decided.
+    fn release_held(&mut self) {
+        let store = &self.shared.store;
+        let mut released = Vec::new();
+        self.held.retain(|&key| {
+            let Some(connection) = self.connections.get_mut(key) else {
+                return false;
+            };
+            if connection.fence != 0 && store.ack_state(connection.fence) == AckState::Waiting {
+                return true;
+            }
+            connection.held = false;
+            released.push(key);
+            false
+        });
+        for key in released {
+            self.serve(key);
+        }
+    }
+
+    /// Tells the engine which ticket to wake this worker for. A decision
+    /// that landed before the ticket was published is caught here.
+    fn arm_held(&mut self) {
+        let oldest = self
+            .held
+            .iter()
+            .filter_map(|&key| self.connections.get(key))
+            .map(|connection| connection.fence)
+            .filter(|&fence| fence != 0)
+            .min()
+            .unwrap_or(0);
+        self.wanted.store(oldest, Ordering::SeqCst);
+        if oldest != 0 && self.shared.store.ack_state(oldest) != AckState::Waiting {
+            self.release_held();
         }
     }
 
@@ -333,6 +428,12 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
     let mut budget = ctx.shared.config.requests_per_event.max(1);
     // A connection may buffer one whole request: the largest item plus its command line.
     let max_input = ctx.shared.config.max_item_size + READ_CHUNK;
+    if connection.closing {
+        return match send_pending(connection, ctx) {
+            Ok(true) | Err(_) => Next::Close,
+            Ok(false) => Next::Wait,
+        };
+    }
     for _ in 0..READS_PER_EVENT {
         // Send what is pending first: a client that does not read is served no more.
         match send_pending(connection, ctx) {
@@ -392,6 +493,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection.input.drain(..used);
             (stop, read < room)
         };
+        if let Some(ticket) = ctx.shared.store.take_ack_ticket() {
+            connection.fence = connection.fence.max(ticket);
+            scratch.wrote = true;
+        }
         connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
         if connection.input.is_empty() && connection.input.capacity() > READ_CHUNK {
             // Give back the memory of a large request once it is served.
@@ -401,6 +506,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             return Next::Close;
         }
         match stop {
+            Stop::Close if connection.fence != 0 && !connection.output.is_empty() => {
+                connection.closing = true;
+                return Next::Wait;
+            }
             Stop::Close => return Next::Close,
             Stop::Shutdown => {
                 ctx.shared.request_shutdown();
@@ -438,7 +547,7 @@ fn write_replies(connection: &mut Connection, replies: &[u8], ctx: &Context<'_>)
     if replies.is_empty() {
         return Ok(());
     }
-    if !connection.output.is_empty() {
+    if !connection.output.is_empty() || !fence_lifted(connection, ctx)? {
         connection.output.extend_from_slice(replies);
         return Ok(());
     }
@@ -453,6 +562,9 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
     if connection.output.is_empty() {
         return Ok(true);
     }
+    if !fence_lifted(connection, ctx)? {
+        return Ok(false);
+    }
     let written = write_some(&mut connection.stream, &connection.output)?;
     ctx.counters.bytes_written.add(written as u64);
     connection.output.drain(..written);
@@ -461,6 +573,22 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
         return Ok(true);
     }
     Ok(false)
+}
+
+/// Whether replies may go out: the writes before them are committed. A
+/// failed commit is an error: the connection closes without acknowledging.
+fn fence_lifted(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
+    if connection.fence == 0 {
+        return Ok(true);
+    }
+    match ctx.shared.store.ack_state(connection.fence) {
+        AckState::Ready => {
+            connection.fence = 0;
+            Ok(true)
+        }
+        AckState::Waiting => Ok(false),
+        AckState::Failed => Err(io::Error::other("the commit of a write failed")),
+    }
 }
 
 /// Writes as much as the socket takes without blocking.

@@ -59,6 +59,43 @@ pub trait Store: Send + Sync {
     fn engine_stats(&self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+
+    // Acknowledgement. An engine that applies a write at once but makes it
+    // durable later (the disk engine's group commits) hands the calling
+    // thread a ticket; the server holds the replies of that batch of
+    // requests until the ticket is decided. The memory engine never does.
+
+    /// The ticket for the writes this thread made since its last call, if
+    /// their replies must wait.
+    fn take_ack_ticket(&self) -> Option<AckTicket> {
+        None
+    }
+
+    fn ack_state(&self, _ticket: AckTicket) -> AckState {
+        AckState::Ready
+    }
+
+    /// Asks the engine to commit what is pending now (a worker calls this
+    /// once per batch of events, so one commit serves them all).
+    fn request_commit(&self) {}
+
+    /// Registers a callback run after each decision, with the newest
+    /// decided ticket (the worker wakes its event loop with it).
+    fn on_ack_progress(&self, _listener: Box<dyn Fn(AckTicket) + Send + Sync>) {}
+}
+
+/// Orders writes for acknowledgement; larger tickets are decided later.
+pub type AckTicket = u64;
+
+/// Whether the replies of writes may go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckState {
+    /// Committed as the sync policy promises.
+    Ready,
+    Waiting,
+    /// The commit failed: the writes were not made durable and must not be
+    /// acknowledged (the server closes the connection instead).
+    Failed,
 }
 
 /// How a read treats the item.

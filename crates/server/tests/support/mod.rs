@@ -30,10 +30,10 @@ impl TestServer {
     pub fn disk() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = DiskStore::open(DiskConfig {
-            dir: dir.path().to_path_buf(),
             map_size: 1 << 30,
             sync: SyncPolicy::Batch,
-            classes: Default::default(),
+            reserve_bytes: 0,
+            ..DiskConfig::new(dir.path())
         })
         .expect("the disk engine opens");
         let config = ServerConfig {

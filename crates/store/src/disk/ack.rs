@@ -1,0 +1,100 @@
+//! Which writes may be acknowledged: the writer thread decides writes in
+//! sequence order, and replies wait for the decision (see `AckState`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::AckState;
+
+/// Failed ranges remembered; a waiter older than these was told long ago.
+const FAILED_RANGES_KEPT: usize = 1024;
+
+type Listener = Box<dyn Fn(u64) + Send + Sync>;
+
+#[derive(Default)]
+pub struct Acks {
+    /// Every write numbered up to this is decided: committed, or failed.
+    decided: AtomicU64,
+    /// Inclusive ranges of writes whose commit failed.
+    failed: Mutex<VecDeque<(u64, u64)>>,
+    listeners: Mutex<Vec<Listener>>,
+    progress: Mutex<()>,
+    advanced: Condvar,
+}
+
+impl Acks {
+    pub fn decided(&self) -> u64 {
+        self.decided.load(Ordering::Acquire)
+    }
+
+    pub fn state(&self, seq: u64) -> AckState {
+        if seq > self.decided() {
+            return AckState::Waiting;
+        }
+        let failed = self.failed.lock();
+        if failed.iter().any(|&(from, to)| (from..=to).contains(&seq)) {
+            AckState::Failed
+        } else {
+            AckState::Ready
+        }
+    }
+
+    /// Records that writes up to `through` are decided; `failed` when the
+    /// commit carrying those after the previous decision failed.
+    pub fn advance(&self, through: u64, failed: bool) {
+        let previous = self.decided();
+        if through <= previous {
+            return;
+        }
+        if failed {
+            let mut ranges = self.failed.lock();
+            if ranges.len() == FAILED_RANGES_KEPT {
+                ranges.pop_front();
+            }
+            ranges.push_back((previous + 1, through));
+        }
+        {
+            let _guard = self.progress.lock();
+            self.decided.store(through, Ordering::Release);
+            self.advanced.notify_all();
+        }
+        for listener in self.listeners.lock().iter() {
+            listener(through);
+        }
+    }
+
+    pub fn listen(&self, listener: Listener) {
+        self.listeners.lock().push(listener);
+    }
+
+    /// Blocks until `seq` is decided or `timeout` passes.
+    pub fn wait(&self, seq: u64, timeout: Duration) -> AckState {
+        let mut guard = self.progress.lock();
+        if self.decided() < seq {
+            self.advanced.wait_for(&mut guard, timeout);
+        }
+        drop(guard);
+        self.state(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_in_a_failed_commit_are_reported_failed() {
+        let acks = Acks::default();
+        acks.advance(5, false);
+        acks.advance(9, true);
+        assert_eq!(acks.state(5), AckState::Ready);
+        assert_eq!(acks.state(6), AckState::Failed);
+        assert_eq!(acks.state(9), AckState::Failed);
+        assert_eq!(acks.state(10), AckState::Waiting);
+        acks.advance(12, false);
+        assert_eq!(acks.state(11), AckState::Ready);
+    }
+}

@@ -1,0 +1,876 @@
+//! The disk engine: every item in LMDB (through `heed`), so data survives
+//! restarts and crashes, and reads of data larger than RAM cost about one
+//! page-cache miss.
+//!
+//! ```text
+//!  worker ─ write ─▶ pending (sharded, in memory; reads look here first)
+//!                        │ drained by
+//!                        ▼
+//!                    writer thread ─ one LMDB transaction per group ─▶ data.mdb
+//!                        │ decides tickets in order
+//!                        ▼
+//!  worker ◀─ wake ── acks (replies to the group's writes go out now)
+//!                    syncer thread ─ fsync as the sync policy says
+//! ```
+//!
+//! Workers never wait for LMDB's single writer and never fsync: a write
+//! lands in `pending` and its reply is held (not the worker) until the group
+//! commit that carries it. Reads of committed data are LMDB read
+//! transactions on the memory map and write nothing; a first read only
+//! notes the fetched bit for the next group.
+//!
+//! Reads see a pending write before it is committed (read-uncommitted, as
+//! Redis reads see writes before the append-only file is synced); a commit
+//! that fails closes the connections that wrote in it, unacknowledged.
+
+mod ack;
+mod pending;
+mod policy;
+mod record;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use heed::types::Bytes;
+use heed::{Database, Env, EnvFlags, EnvOpenOptions};
+use parking_lot::Mutex;
+
+use crate::classes::SizeClasses;
+use crate::clock::{Clock, ExpiryTime};
+use crate::{
+    AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand,
+    DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
+    StoreStats,
+};
+
+use pending::{Change, PendingWrites};
+pub use policy::SyncPolicy;
+use record::{ClassCounts, Header, FETCHED, HEADER_LEN, STALE, WIN_SENT};
+
+/// Readers LMDB admits at once: one slot per thread that ever reads.
+const MAX_READERS: u32 = 1024;
+
+#[derive(Debug, Clone)]
+pub struct DiskConfig {
+    pub dir: PathBuf,
+    /// The largest the data file may grow (LMDB's map size).
+    pub map_size: usize,
+    pub sync: SyncPolicy,
+    pub classes: SizeClasses,
+    /// Writes are refused (`SERVER_ERROR`) while less than this much room
+    /// is left in the map or on the file system; deletes still work.
+    pub reserve_bytes: u64,
+    /// Memory for writes waiting for their commit; a writer that finds it
+    /// full waits for the commit in progress.
+    pub pending_limit: usize,
+    /// Resident memory kura keeps to: when the process grows past it, the
+    /// pages of the data file it has mapped are dropped from its resident
+    /// set (they stay in the OS page cache; the next read maps them again).
+    pub memory_budget: usize,
+}
+
+impl DiskConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DiskConfig {
+            dir: dir.into(),
+            map_size: 64 << 30,
+            sync: SyncPolicy::Batch,
+            classes: SizeClasses::default(),
+            reserve_bytes: 64 << 20,
+            pending_limit: 256 << 20,
+            memory_budget: 1 << 30,
+        }
+    }
+}
+
+/// Why the disk engine could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+    #[error("cannot open the LMDB environment: {0}")]
+    Lmdb(#[from] heed::Error),
+    #[error("cannot start the writer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+pub struct DiskStore {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What the workers, the writer and the syncer share.
+struct Inner {
+    env: Env,
+    items: Database<Bytes, Bytes>,
+    expiry: Database<Bytes, Bytes>,
+    meta: Database<Bytes, Bytes>,
+    config: DiskConfig,
+    clock: Clock,
+    last_cas: AtomicU64,
+    pending: PendingWrites,
+    acks: ack::Acks,
+    /// A flush waiting for the writer. The writer drains pending writes
+    /// under this lock, so a flush falls wholly before or after a drain.
+    flush_request: Mutex<Option<u64>>,
+    /// Items with a CAS up to this were flushed (the writer clears them
+    /// from LMDB in its next commit; until then reads skip them).
+    flushed_through: AtomicU64,
+    /// Server time of a pending delayed `flush_all`; 0 when none.
+    flush_deadline: AtomicU32,
+    /// An fsync or commit failed for a reason other than space: writes are
+    /// refused from then on.
+    poisoned: AtomicBool,
+    /// Too little room left: writes are refused until space is freed.
+    out_of_space: AtomicBool,
+    /// Items and bytes per class, as of the last commit.
+    committed_classes: Mutex<ClassCounts>,
+    counters: Counters,
+    signals: writer::Signals,
+}
+
+#[derive(Default)]
+struct Counters {
+    total_items: AtomicU64,
+    reclaimed: AtomicU64,
+    expired_unfetched: AtomicU64,
+    crawler_reclaimed: AtomicU64,
+    commits: AtomicU64,
+    committed_writes: AtomicU64,
+    largest_commit: AtomicU64,
+    failed_commits: AtomicU64,
+    fsyncs: AtomicU64,
+    fsync_micros: AtomicU64,
+    writes_refused: AtomicU64,
+}
+
+/// Any failure on the write path: the write is not acknowledged.
+#[derive(Debug)]
+struct WriteFailed;
+
+impl From<heed::Error> for WriteFailed {
+    fn from(error: heed::Error) -> Self {
+        tracing::error!(%error, "disk engine read failed");
+        WriteFailed
+    }
+}
+
+/// What a write does to its key, decided against the current item.
+enum Decision {
+    Keep,
+    /// Store this record (header and value, encoded).
+    Put(Vec<u8>),
+    Remove,
+}
+
+/// What a read found, when it may not have to write.
+enum Lookup {
+    Miss,
+    Hit,
+    /// Hit an item never read before: note the fetched bit.
+    FirstHit(u64),
+    /// The read changes the item (touch, recache win): redo it as a write.
+    NeedsWrite,
+}
+
+thread_local! {
+    /// The newest write this thread made whose reply must wait.
+    static UNACKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl DiskStore {
+    pub fn open(config: DiskConfig) -> Result<Self, OpenError> {
+        std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
+        let mut options = EnvOpenOptions::new();
+        options
+            .map_size(config.map_size)
+            .max_dbs(4)
+            .max_readers(MAX_READERS);
+        // Random reads of data larger than RAM want one page, not a readahead window.
+        let mut flags = EnvFlags::NO_READ_AHEAD;
+        if config.sync != SyncPolicy::Always {
+            // The syncer thread fsyncs as the policy says; commits only write.
+            flags |= EnvFlags::NO_SYNC;
+        }
+        // SAFETY: the environment is opened once per process and directory; kura
+        // never opens the same data file twice, and does not modify it outside LMDB.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.flags(flags).open(&config.dir)? };
+        let mut txn = env.write_txn()?;
+        let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
+        let expiry = env.create_database(&mut txn, Some("expiry"))?;
+        let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
+        let last_cas = meta
+            .get(&txn, b"cas")?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        let classes = match meta.get(&txn, b"classes")?.and_then(ClassCounts::decode) {
+            Some(counts) => counts,
+            None => count_classes(&items, &txn, &config.classes)?,
+        };
+        txn.commit()?;
+        let inner = Arc::new(Inner {
+            env,
+            items,
+            expiry,
+            meta,
+            clock: Clock::new(),
+            last_cas: AtomicU64::new(last_cas),
+            pending: PendingWrites::new(),
+            acks: ack::Acks::default(),
+            flush_request: Mutex::new(None),
+            flushed_through: AtomicU64::new(0),
+            flush_deadline: AtomicU32::new(0),
+            poisoned: AtomicBool::new(false),
+            out_of_space: AtomicBool::new(false),
+            committed_classes: Mutex::new(classes),
+            counters: Counters::default(),
+            signals: writer::Signals::default(),
+            config,
+        });
+        inner.check_space();
+        let threads = writer::start(&inner).map_err(OpenError::Thread)?;
+        Ok(DiskStore { inner, threads })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.inner.env.path()
+    }
+
+    /// Blocks until every write made so far is decided (for callers that use
+    /// the engine directly, such as benchmarks and tests).
+    pub fn wait_for_commit(&self) -> AckState {
+        let seq = self.inner.pending.last_seq();
+        self.inner.signals.wake_writer();
+        loop {
+            match self.inner.acks.wait(seq, Duration::from_millis(10)) {
+                AckState::Waiting => self.inner.signals.wake_writer(),
+                decided => return decided,
+            }
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        self.inner.signals.stop();
+        let mut threads = self.threads.drain(..);
+        // The writer commits what is pending before it ends; then one last
+        // fsync, so a clean shutdown leaves everything on disk.
+        if let Some(writer) = threads.next() {
+            let _ = writer.join();
+        }
+        if self.inner.config.sync.background_period().is_some() {
+            self.inner.sync_now();
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Per-class figures counted by walking every item: only for a data
+/// directory written before the counts were kept.
+fn count_classes(
+    items: &Database<Bytes, Bytes>,
+    txn: &heed::RoTxn<'_>,
+    classes: &SizeClasses,
+) -> heed::Result<ClassCounts> {
+    let mut counts = ClassCounts::default();
+    for entry in items.iter(txn)? {
+        let (key, record) = entry?;
+        let size = key.len() + record.len();
+        counts.add(classes.class_of(size), size as u64);
+    }
+    Ok(counts)
+}
+
+impl Inner {
+    fn now_unix(&self) -> u32 {
+        self.clock.unix_now().min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Server time → Unix time, for storing (0 stays "never").
+    fn to_unix(&self, expiry: ExpiryTime) -> u32 {
+        if expiry == 0 {
+            0
+        } else {
+            let offset = i64::from(expiry) - i64::from(self.clock.now());
+            (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32
+        }
+    }
+
+    fn ttl(&self, expiry_unix: u32) -> i64 {
+        if expiry_unix == 0 {
+            -1
+        } else {
+            i64::from(expiry_unix)
+                .saturating_sub(i64::from(self.now_unix()))
+                .max(0)
+        }
+    }
+
+    fn expired(&self, header: &Header) -> bool {
+        header.expiry_unix != 0 && header.expiry_unix <= self.now_unix()
+    }
+
+    /// Whether a stored item still counts: not expired, not flushed.
+    fn alive(&self, header: &Header) -> bool {
+        !self.expired(header) && header.cas > self.flushed_through.load(Ordering::Acquire)
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn class_of(&self, key: &[u8], value_len: usize) -> usize {
+        self.config
+            .classes
+            .class_of(key.len() + value_len + HEADER_LEN)
+    }
+
+    fn writable(&self) -> bool {
+        let ok =
+            !self.poisoned.load(Ordering::Acquire) && !self.out_of_space.load(Ordering::Acquire);
+        if !ok {
+            self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Flushes everything written so far: reads skip it at once, the writer
+    /// clears it from LMDB in its next commit.
+    fn flush(&self) {
+        let mut request = self.flush_request.lock();
+        let boundary = self.last_cas.load(Ordering::Acquire);
+        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+        *request = Some(boundary);
+        let seq = self.pending.next_seq();
+        drop(request);
+        note_unacked(seq);
+    }
+
+    /// Applies a delayed flush whose time has come.
+    fn apply_due_flush(&self) {
+        let deadline = self.flush_deadline.load(Ordering::Relaxed);
+        if deadline != 0
+            && self.clock.now() >= deadline
+            && self
+                .flush_deadline
+                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.flush();
+        }
+    }
+
+    /// Runs `f` on the key's current stored record: its pending write if it
+    /// has one, else what LMDB holds. LMDB is read only after the pending
+    /// table was checked, so a write the writer has just retired is seen
+    /// committed.
+    fn with_record<R>(
+        &self,
+        pending: Option<Change>,
+        key: &[u8],
+        f: impl FnOnce(Option<(Header, &[u8])>) -> R,
+    ) -> Result<R, WriteFailed> {
+        match pending {
+            Some(Change::Put(record)) => Ok(f(Header::decode(&record))),
+            Some(Change::Remove) => Ok(f(None)),
+            other => {
+                let txn = self.env.read_txn()?;
+                let mut found = self.items.get(&txn, key)?.and_then(Header::decode);
+                if let (Some((header, _)), Some(Change::MarkFetched)) = (&mut found, other) {
+                    header.bits |= FETCHED;
+                }
+                Ok(f(found))
+            }
+        }
+    }
+
+    /// A write: decides against the current item under the key's shard lock
+    /// (so read-modify-writes are atomic) and leaves the change pending.
+    fn modify<R>(
+        &self,
+        key: &[u8],
+        decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Decision, R),
+    ) -> Result<R, WriteFailed> {
+        self.apply_due_flush();
+        let mut shard = self.pending.lock(key);
+        let pending = shard.get(key).map(|p| p.change.clone());
+        let (decision, result) = self.with_record(pending, key, |found| {
+            let dead = found.is_some_and(|(header, _)| !self.alive(&header));
+            if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
+                self.counters
+                    .expired_unfetched
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            decide(
+                found.filter(|(header, _)| !dead && self.alive(header)),
+                dead,
+            )
+        })?;
+        let change = match decision {
+            Decision::Keep => None,
+            Decision::Put(record) => Some(Change::Put(Arc::new(record))),
+            Decision::Remove => Some(Change::Remove),
+        };
+        if let Some(change) = change {
+            note_unacked(shard.put(key, change));
+        }
+        drop(shard);
+        self.wait_for_pending_room();
+        Ok(result)
+    }
+
+    /// Backpressure: more pending than allowed means the writer is behind;
+    /// wait for it rather than grow without bound.
+    fn wait_for_pending_room(&self) {
+        while self.pending.bytes() > self.config.pending_limit
+            && !self.poisoned.load(Ordering::Acquire)
+        {
+            self.signals.wake_writer();
+            let seq = self.pending.last_seq();
+            self.acks.wait(seq, Duration::from_millis(5));
+        }
+    }
+
+    /// Notes the fetched bit of an item read for the first time.
+    fn mark_fetched(&self, key: &[u8], cas: u64) {
+        let mut shard = self.pending.lock(key);
+        let change = match shard.get(key).map(|p| &p.change) {
+            None => Change::MarkFetched,
+            Some(Change::Put(record)) => match Header::decode(record) {
+                Some((header, _)) if header.cas == cas && !header.has(FETCHED) => {
+                    let mut copy = record.as_ref().clone();
+                    record::set_bits(&mut copy, FETCHED);
+                    Change::Put(Arc::new(copy))
+                }
+                _ => return,
+            },
+            Some(Change::Remove | Change::MarkFetched) => return,
+        };
+        shard.put(key, change);
+    }
+
+    fn view<'a>(&self, key: &'a [u8], header: &Header, value: &'a [u8], won: bool) -> ItemView<'a> {
+        ItemView {
+            key,
+            value,
+            flags: header.flags,
+            cas: header.cas,
+            ttl: self.ttl(header.expiry_unix),
+            fetched_before: header.has(FETCHED),
+            idle_seconds: 0,
+            stale: header.has(STALE),
+            won,
+            win_taken: header.has(WIN_SENT) && !won,
+        }
+    }
+
+    fn get(
+        &self,
+        key: &[u8],
+        options: &GetOptions,
+        visit: &mut dyn FnMut(&ItemView<'_>),
+    ) -> Result<bool, WriteFailed> {
+        self.apply_due_flush();
+        // The common case reads without writing.
+        let pending = self.pending.lock(key).get(key).map(|p| p.change.clone());
+        let lookup = self.with_record(pending, key, |found| {
+            let Some((header, value)) = found.filter(|(header, _)| self.alive(header)) else {
+                return Lookup::Miss;
+            };
+            let recache_due = options.recache_below.is_some_and(|below| {
+                let ttl = self.ttl(header.expiry_unix);
+                ttl != -1 && ttl < below
+            });
+            if options.touch.is_some()
+                || (!header.has(WIN_SENT) && (header.has(STALE) || recache_due))
+            {
+                return Lookup::NeedsWrite;
+            }
+            visit(&self.view(key, &header, value, false));
+            if options.no_bump || header.has(FETCHED) {
+                Lookup::Hit
+            } else {
+                Lookup::FirstHit(header.cas)
+            }
+        })?;
+        match lookup {
+            Lookup::Hit => return Ok(true),
+            Lookup::FirstHit(cas) => {
+                self.mark_fetched(key, cas);
+                return Ok(true);
+            }
+            Lookup::Miss if options.vivify.is_none() => return Ok(false),
+            Lookup::Miss | Lookup::NeedsWrite => {}
+        }
+        if !self.writable() {
+            return Err(WriteFailed);
+        }
+        self.modify(key, |found, _| {
+            let Some((old, value)) = found else {
+                let Some(expiry) = options.vivify else {
+                    return (Decision::Keep, false);
+                };
+                let header = Header {
+                    flags: 0,
+                    expiry_unix: self.to_unix(expiry),
+                    cas: self.next_cas(),
+                    bits: WIN_SENT,
+                };
+                self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                visit(&self.view(key, &header, &[], true));
+                return (Decision::Put(header.encode(&[])), true);
+            };
+            let mut header = old;
+            if let Some(expiry) = options.touch {
+                header.expiry_unix = self.to_unix(expiry);
+            }
+            let mut won = false;
+            if !header.has(WIN_SENT) {
+                let ttl = self.ttl(header.expiry_unix);
+                let recache = options
+                    .recache_below
+                    .is_some_and(|below| ttl != -1 && ttl < below);
+                if header.has(STALE) || recache {
+                    header.bits |= WIN_SENT;
+                    won = true;
+                }
+            }
+            // The reader sees the old state with the new expiry.
+            let seen = Header {
+                expiry_unix: header.expiry_unix,
+                ..old
+            };
+            visit(&self.view(key, &seen, value, won));
+            if !options.no_bump {
+                header.bits |= FETCHED;
+            }
+            (Decision::Put(header.encode(&[value])), true)
+        })
+    }
+
+    fn store(&self, command: &StoreCommand<'_>) -> Result<StoreOutcome, WriteFailed> {
+        self.modify(command.key, |existing, reused| {
+            let mut stale = false;
+            if let (Some((old, _)), Some(cas)) = (&existing, command.compare_cas) {
+                if cas != old.cas {
+                    if command.stale_if_older && cas < old.cas {
+                        stale = true;
+                    } else {
+                        return (Decision::Keep, StoreOutcome::Exists);
+                    }
+                }
+            }
+            let refused = match (command.mode, &existing) {
+                (StoreMode::Add, Some(_)) => Some(StoreOutcome::NotStored),
+                (StoreMode::Set, None) if command.compare_cas.is_some() => {
+                    Some(StoreOutcome::NotFound)
+                }
+                (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                    Some(StoreOutcome::NotStored)
+                }
+                _ => None,
+            };
+            if let Some(outcome) = refused {
+                return (Decision::Keep, outcome);
+            }
+            let cas = self.next_cas();
+            let bits = if stale { STALE } else { 0 };
+            let decision = match (command.mode, existing) {
+                (StoreMode::Append | StoreMode::Prepend, Some((old, value))) => {
+                    let parts: [&[u8]; 2] = if command.mode == StoreMode::Append {
+                        [value, command.value]
+                    } else {
+                        [command.value, value]
+                    };
+                    let header = Header { cas, bits, ..old };
+                    Decision::Put(header.encode(&parts))
+                }
+                (_, existing) => {
+                    if crate::clock::is_expired(command.expiry, self.clock.now()) {
+                        // Stored already expired (negative exptime): nothing to keep.
+                        if existing.is_some() {
+                            Decision::Remove
+                        } else {
+                            Decision::Keep
+                        }
+                    } else {
+                        let header = Header {
+                            flags: command.flags,
+                            expiry_unix: self.to_unix(command.expiry),
+                            cas,
+                            bits,
+                        };
+                        Decision::Put(header.encode(&[command.value]))
+                    }
+                }
+            };
+            self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+            if reused {
+                self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
+            }
+            (decision, StoreOutcome::Stored { cas })
+        })
+    }
+
+    fn delete(&self, key: &[u8], command: &DeleteCommand) -> Result<DeleteOutcome, WriteFailed> {
+        self.modify(key, |existing, _| {
+            let Some((old, value)) = existing else {
+                return (Decision::Keep, DeleteOutcome::NotFound);
+            };
+            if command.compare_cas.is_some_and(|cas| cas != old.cas) {
+                return (Decision::Keep, DeleteOutcome::Exists);
+            }
+            let decision = match command.invalidate {
+                Some(new_expiry) => {
+                    let header = Header {
+                        cas: self.next_cas(),
+                        bits: (old.bits | STALE) & !WIN_SENT,
+                        expiry_unix: new_expiry.map_or(old.expiry_unix, |e| self.to_unix(e)),
+                        ..old
+                    };
+                    Decision::Put(header.encode(&[value]))
+                }
+                None => Decision::Remove,
+            };
+            (decision, DeleteOutcome::Deleted)
+        })
+    }
+
+    fn arith(&self, key: &[u8], command: &ArithCommand) -> Result<ArithOutcome, WriteFailed> {
+        self.modify(key, |existing, _| {
+            let Some((old, value)) = existing else {
+                let Some((initial, expiry)) = command.vivify else {
+                    return (Decision::Keep, ArithOutcome::NotFound);
+                };
+                let mut digits = Vec::with_capacity(20);
+                crate::counter::push(&mut digits, initial);
+                let header = Header {
+                    flags: 0,
+                    expiry_unix: self.to_unix(expiry),
+                    cas: self.next_cas(),
+                    bits: 0,
+                };
+                self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                let outcome = ArithOutcome::Value {
+                    value: initial,
+                    cas: header.cas,
+                    ttl: self.ttl(header.expiry_unix),
+                    created: true,
+                };
+                return (Decision::Put(header.encode(&[&digits])), outcome);
+            };
+            if command.compare_cas.is_some_and(|cas| cas != old.cas) {
+                return (Decision::Keep, ArithOutcome::Exists);
+            }
+            let Some(current) = crate::counter::parse(value) else {
+                return (Decision::Keep, ArithOutcome::NonNumeric);
+            };
+            let number = if command.decrement {
+                current.saturating_sub(command.delta)
+            } else {
+                current.wrapping_add(command.delta)
+            };
+            let mut digits = Vec::with_capacity(20);
+            crate::counter::push(&mut digits, number);
+            if digits.len() < value.len() {
+                // memcached pads a shorter number with spaces, keeping the length.
+                digits.resize(value.len(), b' ');
+            }
+            let header = Header {
+                cas: self.next_cas(),
+                bits: old.bits | FETCHED,
+                expiry_unix: command.touch.map_or(old.expiry_unix, |e| self.to_unix(e)),
+                ..old
+            };
+            let outcome = ArithOutcome::Value {
+                value: number,
+                cas: header.cas,
+                ttl: self.ttl(header.expiry_unix),
+                created: false,
+            };
+            (Decision::Put(header.encode(&[&digits])), outcome)
+        })
+    }
+}
+
+/// Remembers that this thread's replies must wait for write `seq`.
+fn note_unacked(seq: u64) {
+    UNACKED.with(|unacked| unacked.set(unacked.get().max(seq)));
+}
+
+impl Store for DiskStore {
+    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool {
+        self.inner.get(key, options, visit).unwrap_or(false)
+    }
+
+    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome {
+        if !self.inner.writable() {
+            return StoreOutcome::Failed;
+        }
+        self.inner.store(command).unwrap_or(StoreOutcome::Failed)
+    }
+
+    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome {
+        // Deletes free space, so they go on while the disk is full.
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return DeleteOutcome::Failed;
+        }
+        self.inner
+            .delete(key, command)
+            .unwrap_or(DeleteOutcome::Failed)
+    }
+
+    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome {
+        if !self.inner.writable() {
+            return ArithOutcome::Failed;
+        }
+        self.inner
+            .arith(key, command)
+            .unwrap_or(ArithOutcome::Failed)
+    }
+
+    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool {
+        let options = GetOptions {
+            touch: Some(expiry),
+            no_bump: true,
+            ..GetOptions::default()
+        };
+        self.get(key, &options, &mut |_| {})
+    }
+
+    fn flush_all(&self, delay: i64) {
+        if delay <= 0 {
+            self.inner.flush_deadline.store(0, Ordering::Relaxed);
+            self.inner.flush();
+        } else {
+            self.inner
+                .flush_deadline
+                .store(self.inner.clock.expiry(delay).max(1), Ordering::Relaxed);
+        }
+    }
+
+    fn debug(&self, key: &[u8]) -> Option<DebugView> {
+        let inner = &self.inner;
+        let pending = inner.pending.lock(key).get(key).map(|p| p.change.clone());
+        inner
+            .with_record(pending, key, |found| {
+                let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
+                Some(DebugView {
+                    ttl: inner.ttl(header.expiry_unix),
+                    idle_seconds: 0,
+                    cas: header.cas,
+                    fetched: header.has(FETCHED),
+                    class: inner.class_of(key, value.len()),
+                    size: key.len() + value.len() + HEADER_LEN,
+                })
+            })
+            .ok()
+            .flatten()
+    }
+
+    fn maintain(&self) -> usize {
+        self.inner.apply_due_flush();
+        self.inner.check_space();
+        self.inner.reclaim_expired_now()
+    }
+
+    fn set_memory_limit(&self, _bytes: usize) {
+        // The disk engine keeps everything; its memory is the OS page cache.
+    }
+
+    fn stats(&self) -> StoreStats {
+        let inner = &self.inner;
+        let counters = &inner.counters;
+        let counts = inner.committed_classes.lock().clone();
+        StoreStats {
+            curr_items: counts.items(),
+            total_items: counters.total_items.load(Ordering::Relaxed),
+            bytes: counts.bytes(),
+            limit_maxbytes: inner.config.map_size as u64,
+            reclaimed: counters.reclaimed.load(Ordering::Relaxed),
+            expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
+            crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
+            classes: counts
+                .0
+                .iter()
+                .enumerate()
+                .filter(|(_, (items, _))| *items > 0)
+                .map(|(i, &(items, bytes))| ClassStats {
+                    class: i + 1,
+                    chunk_size: inner.config.classes.chunk_size(i + 1),
+                    items,
+                    bytes,
+                    ..ClassStats::default()
+                })
+                .collect(),
+            ..StoreStats::default()
+        }
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) {
+        let inner = &self.inner;
+        let Ok(txn) = inner.env.read_txn() else {
+            return;
+        };
+        let Ok(iter) = inner.items.iter(&txn) else {
+            return;
+        };
+        for (key, bytes) in iter.filter_map(Result::ok) {
+            let Some((header, value)) = Header::decode(bytes) else {
+                continue;
+            };
+            if !inner.alive(&header) {
+                continue;
+            }
+            visit(&ItemInfo {
+                key,
+                ttl: inner.ttl(header.expiry_unix),
+                idle_seconds: 0,
+                cas: header.cas,
+                fetched: header.has(FETCHED),
+                class: inner.class_of(key, value.len()),
+                size: key.len() + value.len() + HEADER_LEN,
+            });
+        }
+    }
+
+    fn size_histogram(&self) -> Vec<(usize, u64)> {
+        let mut buckets = std::collections::BTreeMap::new();
+        self.scan(&mut |item| *buckets.entry(item.size.div_ceil(32) * 32).or_insert(0u64) += 1);
+        buckets.into_iter().collect()
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    fn engine_stats(&self) -> Vec<(&'static str, String)> {
+        self.inner.engine_stats()
+    }
+
+    fn take_ack_ticket(&self) -> Option<AckTicket> {
+        let seq = UNACKED.with(|unacked| unacked.replace(0));
+        (seq != 0).then_some(seq)
+    }
+
+    fn ack_state(&self, ticket: AckTicket) -> AckState {
+        self.inner.acks.state(ticket)
+    }
+
+    fn request_commit(&self) {
+        self.inner.signals.wake_writer();
+    }
+
+    fn on_ack_progress(&self, listener: Box<dyn Fn(AckTicket) + Send + Sync>) {
+        self.inner.acks.listen(listener);
+    }
+}

@@ -1,0 +1,198 @@
+//! Writes applied but not yet committed to LMDB.
+//!
+//! Workers never wait for LMDB's single writer: a write lands here (under
+//! its key's shard lock, which also makes read-modify-writes such as incr
+//! and append atomic) and the writer thread commits everything pending in
+//! one transaction. Reads look here first, so a write is visible at once.
+//! An entry leaves only after the commit that carried it, and only if no
+//! newer write replaced it meanwhile.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use parking_lot::{Mutex, MutexGuard};
+
+const SHARDS: usize = 64;
+/// Bookkeeping charged per entry on top of key and record.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// What a pending write does to its key.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// The key's new record (header and value, as stored).
+    Put(Arc<Vec<u8>>),
+    Remove,
+    /// Sets the fetched bit of the record already committed: a first read
+    /// costs no copy of the value.
+    MarkFetched,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub change: Change,
+    /// Order of the write; the writer acknowledges by sequence.
+    pub seq: u64,
+}
+
+impl Pending {
+    fn charge(&self, key: &[u8]) -> usize {
+        let record = match &self.change {
+            Change::Put(record) => record.len(),
+            Change::Remove | Change::MarkFetched => 0,
+        };
+        key.len() + record + ENTRY_OVERHEAD
+    }
+}
+
+/// One pending write taken by the writer for a commit.
+pub struct Drained {
+    pub key: Arc<[u8]>,
+    pub pending: Pending,
+}
+
+type Entries = HashMap<Arc<[u8]>, Pending, foldhash::fast::FixedState>;
+
+pub struct PendingWrites {
+    shards: Box<[Mutex<Entries>]>,
+    hasher: foldhash::fast::FixedState,
+    last_seq: AtomicU64,
+    /// Set by every write, cleared by the writer when it drains.
+    dirty: AtomicBool,
+    bytes: AtomicUsize,
+}
+
+/// A locked shard, for reading and writing the keys that hash to it.
+pub struct Shard<'a> {
+    entries: MutexGuard<'a, Entries>,
+    owner: &'a PendingWrites,
+}
+
+impl Shard<'_> {
+    pub fn get(&self, key: &[u8]) -> Option<&Pending> {
+        self.entries.get(key)
+    }
+
+    /// Records a write; returns its sequence number.
+    pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
+        let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let pending = Pending { change, seq };
+        let added = pending.charge(key);
+        let removed = match self.entries.get_mut(key) {
+            Some(entry) => {
+                let removed = entry.charge(key);
+                *entry = pending;
+                removed
+            }
+            None => {
+                self.entries.insert(Arc::from(key), pending);
+                0
+            }
+        };
+        self.owner.bytes.fetch_add(added, Ordering::Relaxed);
+        self.owner.bytes.fetch_sub(removed, Ordering::Relaxed);
+        self.owner.dirty.store(true, Ordering::Release);
+        seq
+    }
+}
+
+impl PendingWrites {
+    pub fn new() -> Self {
+        PendingWrites {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Entries::default()))
+                .collect(),
+            hasher: foldhash::fast::FixedState::default(),
+            last_seq: AtomicU64::new(0),
+            dirty: AtomicBool::new(false),
+            bytes: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn lock(&self, key: &[u8]) -> Shard<'_> {
+        let index = (self.hasher.hash_one(key) as usize) % SHARDS;
+        Shard {
+            entries: self.shards[index].lock(),
+            owner: self,
+        }
+    }
+
+    /// The newest sequence number handed out.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    /// A sequence number for an event that is not a key's write (a flush).
+    pub fn next_seq(&self) -> u64 {
+        self.last_seq.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// Bytes held by pending writes.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes a copy of every pending write. Returns the sequence number up to
+    /// which every write is among them: a write takes its number under its
+    /// shard's lock, so one numbered before this call is visible once that
+    /// shard is locked here.
+    pub fn drain(&self) -> (u64, Vec<Drained>) {
+        self.dirty.store(false, Ordering::Release);
+        let through = self.last_seq();
+        let mut drained = Vec::new();
+        for shard in self.shards.iter() {
+            let entries = shard.lock();
+            drained.extend(entries.iter().map(|(key, pending)| Drained {
+                key: key.clone(),
+                pending: pending.clone(),
+            }));
+        }
+        (through, drained)
+    }
+
+    /// Forgets the writes a commit carried, unless a newer write replaced one.
+    pub fn retire(&self, committed: &[Drained]) {
+        for done in committed {
+            let mut shard = self.lock(&done.key);
+            if shard
+                .entries
+                .get(&done.key[..])
+                .is_some_and(|p| p.seq == done.pending.seq)
+            {
+                if let Some(pending) = shard.entries.remove(&done.key[..]) {
+                    self.bytes
+                        .fetch_sub(pending.charge(&done.key), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_sees_every_numbered_write_and_retire_keeps_newer_ones() {
+        let pending = PendingWrites::new();
+        pending.lock(b"a").put(b"a", Change::Remove);
+        pending
+            .lock(b"b")
+            .put(b"b", Change::Put(Arc::new(vec![0; 20])));
+        let (through, drained) = pending.drain();
+        assert_eq!(through, 2);
+        assert_eq!(drained.len(), 2);
+        assert!(!pending.is_dirty());
+        // "b" is written again before the commit lands: it must stay pending.
+        pending.lock(b"b").put(b"b", Change::MarkFetched);
+        pending.retire(&drained);
+        assert!(pending.lock(b"a").get(b"a").is_none());
+        assert_eq!(pending.lock(b"b").get(b"b").map(|p| p.seq), Some(3));
+        assert_eq!(pending.bytes(), 1 + ENTRY_OVERHEAD);
+    }
+}
