@@ -393,3 +393,207 @@ fn disk_engine_keeps_data_across_a_kill() {
     );
     assert!(server.stat("disk_fsyncs") > 0, "--sync always fsyncs");
 }
+
+/// Sends one request and reads one reply line.
+fn request_line(stream: &mut TcpStream, request: &[u8]) -> std::io::Result<String> {
+    stream.write_all(request)?;
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    while !reply.ends_with(b"\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        reply.push(byte[0]);
+    }
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+fn value_of(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| b'a' + ((i * 7 + j) % 26) as u8).collect()
+}
+
+/// Reads `key` back; `None` when it is absent.
+fn read_value(stream: &mut TcpStream, key: &str) -> Option<Vec<u8>> {
+    stream
+        .write_all(format!("get {key}\r\n").as_bytes())
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut header = String::new();
+    reader.read_line(&mut header).unwrap();
+    if header == "END\r\n" {
+        return None;
+    }
+    let len: usize = header
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut value = vec![0u8; len + 2];
+    reader.read_exact(&mut value).unwrap();
+    let mut end = String::new();
+    reader.read_line(&mut end).unwrap();
+    assert_eq!(end, "END\r\n");
+    value.truncate(len);
+    Some(value)
+}
+
+/// A tmpfs mounted for the life of the value.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs failed");
+        SmallDisk { dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let disk = SmallDisk::mount("40m");
+    let data = disk.dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let port = free_port();
+    let args = [
+        "--engine",
+        "disk",
+        "--dir",
+        data,
+        "--disk-reserve",
+        "4m",
+        "--map-size",
+        "1g",
+    ];
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    const VALUE_LEN: usize = 64 * 1024;
+    let mut acknowledged = Vec::new();
+    let mut refusal = None;
+    for i in 0..2_000 {
+        let mut request = format!("set k{i} 0 0 {VALUE_LEN}\r\n").into_bytes();
+        request.extend(value_of(i, VALUE_LEN));
+        request.extend(b"\r\n");
+        match request_line(&mut stream, &request) {
+            Ok(reply) if reply == "STORED\r\n" => acknowledged.push(i),
+            Ok(reply) => {
+                refusal = Some(reply);
+                break;
+            }
+            // A group whose commit failed is not acknowledged: the connection closes.
+            Err(_) => stream = server.connect(),
+        }
+    }
+    assert_eq!(
+        refusal.as_deref(),
+        Some("SERVER_ERROR storage write failed\r\n"),
+        "a full disk refuses writes with SERVER_ERROR"
+    );
+    assert!(
+        acknowledged.len() > 100,
+        "{} writes fit",
+        acknowledged.len()
+    );
+    assert_eq!(server.stat("disk_out_of_space"), 1);
+    for &i in [acknowledged[0], *acknowledged.last().unwrap()].iter() {
+        assert_eq!(
+            read_value(&mut stream, &format!("k{i}")),
+            Some(value_of(i, VALUE_LEN)),
+            "reads go on while writes are refused"
+        );
+    }
+
+    let (deleted, kept) = acknowledged.split_at(acknowledged.len() / 2);
+    for i in deleted {
+        assert_eq!(
+            request_line(&mut stream, format!("delete k{i}\r\n").as_bytes()).unwrap(),
+            "DELETED\r\n"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = request_line(&mut stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
+        if reply == "STORED\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes did not resume: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Nothing acknowledged is lost or damaged, also after a crash.
+    drop(server);
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    for &i in kept {
+        assert_eq!(
+            read_value(&mut stream, &format!("k{i}")),
+            Some(value_of(i, VALUE_LEN)),
+            "k{i}"
+        );
+    }
+    for i in deleted {
+        assert_eq!(read_value(&mut stream, &format!("k{i}")), None);
+    }
+    assert_eq!(read_value(&mut stream, "resumed"), Some(b"ok".to_vec()));
+}
+
+#[test]
+fn disk_engine_resident_memory_stays_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&[
+        "--engine",
+        "disk",
+        "--dir",
+        data.to_str().unwrap(),
+        "-m",
+        "32",
+    ]);
+    let mut stream = server.connect();
+    const VALUE_LEN: usize = 100 * 1024;
+    const ITEMS: usize = 1_200; // 120 MB of data, almost 4x the budget
+    for i in 0..ITEMS {
+        let mut request = format!("set r{i} 0 0 {VALUE_LEN} noreply\r\n").into_bytes();
+        request.extend(value_of(i, VALUE_LEN));
+        request.extend(b"\r\n");
+        stream.write_all(&request).unwrap();
+    }
+    assert_eq!(request_line(&mut stream, b"mn\r\n").unwrap(), "MN\r\n");
+    let mut peak = 0;
+    for round in 0..2 {
+        for i in 0..ITEMS {
+            assert_eq!(
+                read_value(&mut stream, &format!("r{i}")),
+                Some(value_of(i, VALUE_LEN)),
+                "round {round} r{i}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        peak = peak.max(server.rss_kib());
+    }
+    // The budget, plus what any kura process holds (binary, threads, buffers).
+    let allowed = 32 * 1024 + 24 * 1024;
+    assert!(
+        peak <= allowed,
+        "resident {peak} KiB, allowed {allowed} KiB"
+    );
+    assert!(server.stat("disk_resident_trims") > 0);
+}

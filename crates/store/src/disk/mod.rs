@@ -27,6 +27,7 @@ mod ack;
 mod pending;
 mod policy;
 mod record;
+mod resident;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -146,6 +147,7 @@ struct Counters {
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
     writes_refused: AtomicU64,
+    resident_trims: AtomicU64,
 }
 
 /// Any failure on the write path: the write is not acknowledged.
@@ -778,9 +780,15 @@ impl Store for DiskStore {
     }
 
     fn maintain(&self) -> usize {
-        self.inner.apply_due_flush();
-        self.inner.check_space();
-        self.inner.reclaim_expired_now()
+        let inner = &self.inner;
+        inner.apply_due_flush();
+        inner.check_space();
+        resident::trim(
+            &inner.env.path().join("data.mdb"),
+            inner.config.memory_budget as u64,
+            &inner.counters.resident_trims,
+        );
+        inner.reclaim_expired_now()
     }
 
     fn set_memory_limit(&self, _bytes: usize) {

@@ -25,6 +25,9 @@ use crate::AckState;
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// Expired items removed per round, so one round never grows unbounded.
 const RECLAIM_BATCH: usize = 10_000;
+/// How often a busy writer checks the space left, so a fast writer refuses
+/// writes before the file system is full, not after.
+const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// How the threads are woken and stopped.
 #[derive(Default)]
@@ -35,6 +38,8 @@ pub struct Signals {
     syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     reclaim: AtomicBool,
+    /// When the writer last checked the space left.
+    space_checked: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Signals {
@@ -133,6 +138,7 @@ impl Inner {
             self.acks.advance(through, false);
             return false;
         }
+        self.check_space_if_due();
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
@@ -394,6 +400,15 @@ impl Inner {
         Some(map_left.min(fs_free + file.saturating_sub(used)))
     }
 
+    fn check_space_if_due(&self) {
+        let mut checked = self.signals.space_checked.lock();
+        if checked.is_none_or(|at| at.elapsed() >= SPACE_CHECK_EVERY) {
+            *checked = Some(Instant::now());
+            drop(checked);
+            self.check_space();
+        }
+    }
+
     /// Refuses writes while less than the reserve is left; resumes when
     /// space was freed.
     pub(super) fn check_space(&self) {
@@ -469,6 +484,17 @@ impl Inner {
             (
                 "disk_expired_reclaimed",
                 load(&counters.crawler_reclaimed).to_string(),
+            ),
+            ("disk_memory_budget", self.config.memory_budget.to_string()),
+            (
+                "disk_resident_bytes",
+                super::resident::process_resident_bytes()
+                    .unwrap_or(0)
+                    .to_string(),
+            ),
+            (
+                "disk_resident_trims",
+                load(&counters.resident_trims).to_string(),
             ),
         ]
     }

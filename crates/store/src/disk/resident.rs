@@ -1,0 +1,72 @@
+//! Keeps kura's resident memory within its budget on the disk engine.
+//!
+//! Reads go through LMDB's memory map, so every page read stays mapped into
+//! kura and counts in its resident set, however large the data. When the
+//! process grows past the budget, the map's pages are dropped from kura's
+//! page tables (`MADV_DONTNEED` on a shared file mapping): they stay in the
+//! OS page cache, which the kernel shares and reclaims under pressure, and
+//! the next read of one maps it again (a minor fault, no disk read).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes resident in the process, from `/proc/self/statm`.
+pub fn process_resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |size| size as u64)
+}
+
+/// The address range where `file` is mapped, from `/proc/self/maps`.
+fn mapping_of(file: &Path) -> Option<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let wanted = file.to_str()?;
+    maps.lines()
+        .filter(|line| line.ends_with(wanted))
+        .filter_map(|line| {
+            let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+            Some((
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+            ))
+        })
+        .max_by_key(|(start, end)| end - start)
+}
+
+/// Drops the data file's mapped pages from the resident set when the
+/// process is over `budget`. Returns whether it trimmed.
+pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) -> bool {
+    if process_resident_bytes().is_none_or(|resident| resident <= budget) {
+        return false;
+    }
+    let Some((start, end)) = mapping_of(data_file) else {
+        return false;
+    };
+    let Some(address) = std::ptr::NonNull::new(start as *mut std::ffi::c_void) else {
+        return false;
+    };
+    // SAFETY: the range is LMDB's read-only shared mapping of the data file,
+    // found in /proc/self/maps. MADV_DONTNEED on a shared file mapping only
+    // drops page-table entries: the mapping stays, and the next access reads
+    // the same bytes from the page cache, so readers holding pointers into
+    // the map are unaffected.
+    #[allow(unsafe_code)]
+    let done = unsafe {
+        nix::sys::mman::madvise(
+            address,
+            end - start,
+            nix::sys::mman::MmapAdvise::MADV_DONTNEED,
+        )
+    };
+    if done.is_ok() {
+        trims.fetch_add(1, Ordering::Relaxed);
+    }
+    done.is_ok()
+}
