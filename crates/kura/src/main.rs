@@ -1,5 +1,6 @@
 //! `kura`: one binary, several tools. `kura serve` runs the server.
 
+mod engine_bench;
 mod serve;
 
 use std::process::ExitCode;
@@ -20,6 +21,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Load-test a memcached or Redis server (takes mcperf's options).
     Bench(Box<kura_tools::bench::BenchArgs>),
+    /// Time the disk engine without the network, as Tokyo Cabinet's tchtest does.
+    BenchEngine(engine_bench::EngineBenchArgs),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::BenchEngine(args) => engine_bench::run(args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),

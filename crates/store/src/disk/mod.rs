@@ -560,6 +560,12 @@ impl Inner {
     }
 
     fn store(&self, command: &StoreCommand<'_>) -> Result<StoreOutcome, WriteFailed> {
+        if command.mode == StoreMode::Set
+            && command.compare_cas.is_none()
+            && !crate::clock::is_expired(command.expiry, self.clock.now())
+        {
+            return Ok(self.set_blind(command));
+        }
         self.modify(command.key, |existing, reused| {
             let mut stale = false;
             if let (Some((old, _)), Some(cas)) = (&existing, command.compare_cas) {
@@ -621,6 +627,26 @@ impl Inner {
             }
             (decision, StoreOutcome::Stored { cas })
         })
+    }
+
+    /// A plain `set` replaces whatever is there, so it skips reading the
+    /// current item (the writer fixes the expiry index and counts).
+    fn set_blind(&self, command: &StoreCommand<'_>) -> StoreOutcome {
+        self.apply_due_flush();
+        let mut shard = self.pending.lock(command.key);
+        let cas = self.next_cas();
+        let header = Header {
+            flags: command.flags,
+            expiry_unix: self.to_unix(command.expiry),
+            cas,
+            bits: 0,
+        };
+        let record = header.encode(&[command.value]);
+        note_unacked(shard.put(command.key, Change::Put(Arc::new(record))));
+        drop(shard);
+        self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+        self.wait_for_pending_room();
+        StoreOutcome::Stored { cas }
     }
 
     fn delete(&self, key: &[u8], command: &DeleteCommand) -> Result<DeleteOutcome, WriteFailed> {

@@ -34,6 +34,8 @@ pub struct Pending {
     pub change: Change,
     /// Order of the write; the writer acknowledges by sequence.
     pub seq: u64,
+    /// Changed since the writer last drained: listed in the shard's queue.
+    queued: bool,
 }
 
 impl Pending {
@@ -54,8 +56,16 @@ pub struct Drained {
 
 type Entries = HashMap<Arc<[u8]>, Pending, foldhash::fast::FixedState>;
 
+/// One shard: its pending writes, and the keys changed since the last
+/// drain (so a drain does not walk a table that is mostly committed).
+#[derive(Default)]
+struct ShardState {
+    entries: Entries,
+    queue: Vec<Arc<[u8]>>,
+}
+
 pub struct PendingWrites {
-    shards: Box<[Mutex<Entries>]>,
+    shards: Box<[Mutex<ShardState>]>,
     hasher: foldhash::fast::FixedState,
     last_seq: AtomicU64,
     /// Set by every write, cleared by the writer when it drains.
@@ -65,28 +75,38 @@ pub struct PendingWrites {
 
 /// A locked shard, for reading and writing the keys that hash to it.
 pub struct Shard<'a> {
-    entries: MutexGuard<'a, Entries>,
+    state: MutexGuard<'a, ShardState>,
     owner: &'a PendingWrites,
 }
 
 impl Shard<'_> {
     pub fn get(&self, key: &[u8]) -> Option<&Pending> {
-        self.entries.get(key)
+        self.state.entries.get(key)
     }
 
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let pending = Pending { change, seq };
+        let pending = Pending {
+            change,
+            seq,
+            queued: true,
+        };
         let added = pending.charge(key);
-        let removed = match self.entries.get_mut(key) {
-            Some(entry) => {
+        let state = &mut *self.state;
+        let removed = match state.entries.get_key_value_mut(key) {
+            Some((stored_key, entry)) => {
+                if !entry.queued {
+                    state.queue.push(stored_key.clone());
+                }
                 let removed = entry.charge(key);
                 *entry = pending;
                 removed
             }
             None => {
-                self.entries.insert(Arc::from(key), pending);
+                let stored_key: Arc<[u8]> = Arc::from(key);
+                state.queue.push(stored_key.clone());
+                state.entries.insert(stored_key, pending);
                 0
             }
         };
@@ -101,7 +121,7 @@ impl PendingWrites {
     pub fn new() -> Self {
         PendingWrites {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(Entries::default()))
+                .map(|_| Mutex::new(ShardState::default()))
                 .collect(),
             hasher: foldhash::fast::FixedState::default(),
             last_seq: AtomicU64::new(0),
@@ -113,7 +133,7 @@ impl PendingWrites {
     pub fn lock(&self, key: &[u8]) -> Shard<'_> {
         let index = (self.hasher.hash_one(key) as usize) % SHARDS;
         Shard {
-            entries: self.shards[index].lock(),
+            state: self.shards[index].lock(),
             owner: self,
         }
     }
@@ -146,11 +166,17 @@ impl PendingWrites {
         let through = self.last_seq();
         let mut drained = Vec::new();
         for shard in self.shards.iter() {
-            let entries = shard.lock();
-            drained.extend(entries.iter().map(|(key, pending)| Drained {
-                key: key.clone(),
-                pending: pending.clone(),
-            }));
+            let mut state = shard.lock();
+            let state = &mut *state;
+            for key in state.queue.drain(..) {
+                if let Some(pending) = state.entries.get_mut(&key) {
+                    pending.queued = false;
+                    drained.push(Drained {
+                        key,
+                        pending: pending.clone(),
+                    });
+                }
+            }
         }
         (through, drained)
     }
@@ -159,12 +185,12 @@ impl PendingWrites {
     pub fn retire(&self, committed: &[Drained]) {
         for done in committed {
             let mut shard = self.lock(&done.key);
-            if shard
-                .entries
+            let entries = &mut shard.state.entries;
+            if entries
                 .get(&done.key[..])
                 .is_some_and(|p| p.seq == done.pending.seq)
             {
-                if let Some(pending) = shard.entries.remove(&done.key[..]) {
+                if let Some(pending) = entries.remove(&done.key[..]) {
                     self.bytes
                         .fetch_sub(pending.charge(&done.key), Ordering::Relaxed);
                 }
