@@ -50,7 +50,7 @@ use crate::{
 
 use pending::{Change, PendingWrites};
 pub use policy::SyncPolicy;
-use record::{ClassCounts, Header, FETCHED, HEADER_LEN, STALE, WIN_SENT};
+use record::{item_size, ClassCounts, Header, FETCHED, STALE, WIN_SENT};
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
@@ -247,14 +247,7 @@ impl DiskStore {
     /// Blocks until every write made so far is decided (for callers that use
     /// the engine directly, such as benchmarks and tests).
     pub fn wait_for_commit(&self) -> AckState {
-        let seq = self.inner.pending.last_seq();
-        self.inner.signals.wake_writer();
-        loop {
-            match self.inner.acks.wait(seq, Duration::from_millis(10)) {
-                AckState::Waiting => self.inner.signals.wake_writer(),
-                decided => return decided,
-            }
-        }
+        self.inner.wait_until_decided(self.inner.pending.last_seq())
     }
 }
 
@@ -331,9 +324,23 @@ impl Inner {
     }
 
     fn class_of(&self, key: &[u8], value_len: usize) -> usize {
-        self.config
-            .classes
-            .class_of(key.len() + value_len + HEADER_LEN)
+        self.config.classes.class_of(item_size(key, value_len))
+    }
+
+    /// The key's pending change, if it has one (the shard is unlocked after).
+    fn pending_change(&self, key: &[u8]) -> Option<Change> {
+        self.pending.lock(key).get(key).map(|p| p.change.clone())
+    }
+
+    /// Wakes the writer until write `seq` is decided (or the engine stops).
+    fn wait_until_decided(&self, seq: u64) -> AckState {
+        loop {
+            self.signals.wake_writer();
+            match self.acks.wait(seq, Duration::from_millis(10)) {
+                AckState::Waiting if !self.signals.stopping() => {}
+                state => return state,
+            }
+        }
     }
 
     fn writable(&self) -> bool {
@@ -483,7 +490,7 @@ impl Inner {
     ) -> Result<bool, WriteFailed> {
         self.apply_due_flush();
         // The common case reads without writing.
-        let pending = self.pending.lock(key).get(key).map(|p| p.change.clone());
+        let pending = self.pending_change(key);
         let lookup = self.with_record(pending, key, |found| {
             let Some((header, value)) = found.filter(|(header, _)| self.alive(header)) else {
                 return Lookup::Miss;
@@ -788,7 +795,7 @@ impl Store for DiskStore {
 
     fn debug(&self, key: &[u8]) -> Option<DebugView> {
         let inner = &self.inner;
-        let pending = inner.pending.lock(key).get(key).map(|p| p.change.clone());
+        let pending = inner.pending_change(key);
         inner
             .with_record(pending, key, |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
@@ -798,7 +805,7 @@ impl Store for DiskStore {
                     cas: header.cas,
                     fetched: header.has(FETCHED),
                     class: inner.class_of(key, value.len()),
-                    size: key.len() + value.len() + HEADER_LEN,
+                    size: item_size(key, value.len()),
                 })
             })
             .ok()
@@ -872,7 +879,7 @@ impl Store for DiskStore {
                 cas: header.cas,
                 fetched: header.has(FETCHED),
                 class: inner.class_of(key, value.len()),
-                size: key.len() + value.len() + HEADER_LEN,
+                size: item_size(key, value.len()),
             });
         }
     }

@@ -61,6 +61,11 @@ impl Header {
     }
 }
 
+/// What an item weighs in `stats`: key, header and value.
+pub fn item_size(key: &[u8], value_len: usize) -> usize {
+    key.len() + HEADER_LEN + value_len
+}
+
 /// Sets the header bits of an encoded record in place.
 pub fn set_bits(record: &mut [u8], bits: u8) {
     if let Some(byte) = record.get_mut(HEADER_LEN - 1) {

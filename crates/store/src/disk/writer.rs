@@ -60,7 +60,7 @@ impl Signals {
         }
     }
 
-    fn stopping(&self) -> bool {
+    pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
 }
@@ -245,17 +245,10 @@ impl Inner {
                 return self.index_new(txn, key, stored, counts);
             }
         }
-        let old = self
-            .items
-            .get(txn, key)?
-            .and_then(Header::decode)
-            .map(|(header, value)| (header, value.len()));
+        let old = self.stored_header(txn, key)?;
         let forget_old = |txn: &mut RwTxn<'_>, counts: &mut ClassCounts, keep_expiry: u32| {
             if let Some((old, len)) = old {
-                counts.remove(
-                    self.class_of(key, len),
-                    (key.len() + len + record::HEADER_LEN) as u64,
-                );
+                self.uncount(counts, key, len);
                 if old.expiry_unix != 0 && old.expiry_unix != keep_expiry {
                     self.expiry
                         .delete(txn, &record::expiry_key(old.expiry_unix, key))?;
@@ -308,10 +301,27 @@ impl Inner {
             }
             counts.add(
                 self.class_of(key, value.len()),
-                stored.len() as u64 + key.len() as u64,
+                record::item_size(key, value.len()) as u64,
             );
         }
         Ok(())
+    }
+
+    /// The header and value length of the record committed under `key`.
+    fn stored_header(&self, txn: &RwTxn<'_>, key: &[u8]) -> heed::Result<Option<(Header, usize)>> {
+        Ok(self
+            .items
+            .get(txn, key)?
+            .and_then(Header::decode)
+            .map(|(header, value)| (header, value.len())))
+    }
+
+    /// Takes an item of `value_len` out of the class counts.
+    fn uncount(&self, counts: &mut ClassCounts, key: &[u8], value_len: usize) {
+        counts.remove(
+            self.class_of(key, value_len),
+            record::item_size(key, value_len) as u64,
+        );
     }
 
     /// Removes a batch of expired items, oldest first, by the expiry index.
@@ -331,11 +341,7 @@ impl Inner {
         for index_key in &due {
             let key = &index_key[4..];
             self.expiry.delete(txn, index_key)?;
-            let found = self
-                .items
-                .get(txn, key)?
-                .and_then(Header::decode)
-                .map(|(header, value)| (header, value.len()));
+            let found = self.stored_header(txn, key)?;
             let Some((header, len)) = found.filter(|(header, _)| self.expired(header)) else {
                 continue;
             };
@@ -345,10 +351,7 @@ impl Inner {
                     .fetch_add(1, Ordering::Relaxed);
             }
             self.items.delete(txn, key)?;
-            counts.remove(
-                self.class_of(key, len),
-                (key.len() + len + record::HEADER_LEN) as u64,
-            );
+            self.uncount(counts, key, len);
             removed += 1;
         }
         Ok(removed)
@@ -372,12 +375,8 @@ impl Inner {
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
         let seq = self.pending.next_seq();
-        self.signals.wake_writer();
-        while self.acks.wait(seq, Duration::from_millis(10)) == AckState::Waiting {
-            if self.signals.stopping() {
-                return 0;
-            }
-            self.signals.wake_writer();
+        if self.wait_until_decided(seq) == AckState::Waiting {
+            return 0;
         }
         (self.counters.crawler_reclaimed.load(Ordering::Acquire) - before) as usize
     }
