@@ -28,6 +28,10 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod support;
+
+use support::{free_port, wait_until_ready};
+
 const WRITERS: usize = 4;
 const SET_KEYS: usize = 24;
 const APPEND_KEYS: usize = 12;
@@ -42,14 +46,6 @@ const APPEND_RESET_LEN: usize = 4096;
 
 fn kura_bin() -> String {
     std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Server {
@@ -79,29 +75,7 @@ impl Server {
             .spawn()
             .expect("kura starts");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        // Ready when it answers `version`: no fixed sleep.
-        loop {
-            if let Ok(mut stream) = TcpStream::connect(addr) {
-                stream
-                    .set_read_timeout(Some(Duration::from_secs(5)))
-                    .unwrap();
-                if stream.write_all(b"version\r\n").is_ok() {
-                    let mut buf = [0u8; 32];
-                    if stream
-                        .read(&mut buf)
-                        .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
-                    {
-                        break;
-                    }
-                }
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("kura exited while starting on {}: {status}", dir.display());
-            }
-            assert!(Instant::now() < deadline, "kura did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until_ready(&mut child, addr);
         Server { child, addr }
     }
 

@@ -6,15 +6,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const KURA: &str = env!("CARGO_BIN_EXE_kura");
+mod support;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{free_port, wait_until_ready};
+
+const KURA: &str = env!("CARGO_BIN_EXE_kura");
 
 struct Server {
     child: Child,
@@ -33,7 +29,7 @@ impl Server {
     }
 
     fn start_on(port: u16, extra: &[&str]) -> Server {
-        let child = Command::new(KURA)
+        let mut child = Command::new(KURA)
             .args(["serve", "-p", &port.to_string()])
             .args(extra)
             .stdout(Stdio::null())
@@ -41,26 +37,7 @@ impl Server {
             .spawn()
             .expect("kura starts");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        // Ready when it answers `version`: no fixed sleep.
-        loop {
-            if let Ok(mut stream) = TcpStream::connect(addr) {
-                stream
-                    .set_read_timeout(Some(Duration::from_secs(5)))
-                    .unwrap();
-                if stream.write_all(b"version\r\n").is_ok() {
-                    let mut buf = [0u8; 32];
-                    if stream
-                        .read(&mut buf)
-                        .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
-                    {
-                        break;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "kura did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_ready(&mut child, addr);
         Server { child, addr }
     }
 

@@ -1,0 +1,42 @@
+//! What the process-level tests share: a free port, and waiting for a
+//! started `kura serve` to answer.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until the server answers `version` on `addr` (no fixed sleep);
+/// fails if it exits first or takes more than 20 s.
+pub fn wait_until_ready(child: &mut Child, addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut stream) = TcpStream::connect(addr) {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            if stream.write_all(b"version\r\n").is_ok() {
+                let mut buf = [0u8; 32];
+                if stream
+                    .read(&mut buf)
+                    .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
+                {
+                    return;
+                }
+            }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("kura exited while starting on {addr}: {status}");
+        }
+        assert!(Instant::now() < deadline, "kura did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
