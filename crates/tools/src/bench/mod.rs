@@ -274,6 +274,8 @@ impl LoadArgs {
 }
 
 /// Raises the open-file limit so tens of thousands of connections fit.
+/// Each generator thread has its own descriptor table (see `engine::run`), and
+/// the limit bounds descriptor numbers per table: it must fit one thread's share.
 pub fn raise_open_files(wanted: u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
@@ -317,7 +319,8 @@ pub fn measure(
     workload: &Workload,
     quiet: bool,
 ) -> Result<(RunReport, engine::Measured), BenchError> {
-    raise_open_files(workload.clients * workload.servers.len() as u64 + 256);
+    let clients_per_thread = workload.clients.div_ceil(workload.threads.max(1) as u64);
+    raise_open_files(clients_per_thread * workload.servers.len() as u64 + 256);
     let progress = Arc::new(Progress::default());
     let show = !quiet && std::io::stderr().is_terminal();
     let ticker = show.then(|| {

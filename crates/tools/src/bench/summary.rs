@@ -76,7 +76,7 @@ pub fn mcperf_summary(workload: &Workload, m: &Measured) -> String {
         } else {
             0.0
         },
-        workload.clients
+        workload.clients * workload.servers.len() as u64
     );
     let _ = writeln!(
         out,
