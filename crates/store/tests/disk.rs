@@ -111,3 +111,36 @@ fn sync_policies_parse() {
     assert!("interval=".parse::<SyncPolicy>().is_err());
     assert!("sometimes".parse::<SyncPolicy>().is_err());
 }
+
+/// First reads are noted in memory and committed later (when the writer is
+/// idle, or at shutdown): the fetched bit is right at once and survives a
+/// clean reopen.
+#[test]
+fn first_reads_are_noted_and_kept_across_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetched_before = |store: &dyn Store, key: &[u8]| {
+        let mut seen = None;
+        store.get(key, &GetOptions::default(), &mut |item| {
+            seen = Some(item.fetched_before)
+        });
+        seen
+    };
+    {
+        let store = open(dir.path(), SyncPolicy::Batch);
+        set(&store, b"read", b"1", 0);
+        set(&store, b"unread", b"2", 0);
+        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(fetched_before(&store, b"read"), Some(false));
+        assert_eq!(fetched_before(&store, b"read"), Some(true));
+    }
+    let store = open(dir.path(), SyncPolicy::Batch);
+    let no_bump = GetOptions {
+        no_bump: true,
+        ..GetOptions::default()
+    };
+    for (key, expected) in [(&b"read"[..], true), (b"unread", false)] {
+        let mut seen = None;
+        store.get(key, &no_bump, &mut |item| seen = Some(item.fetched_before));
+        assert_eq!(seen, Some(expected), "{}", String::from_utf8_lossy(key));
+    }
+}

@@ -86,6 +86,12 @@ impl DiskConfig {
             memory_budget: 1 << 30,
         }
     }
+
+    /// First-read marks allowed to wait in memory before the writer commits
+    /// them although it is busy: about a quarter of the pending memory.
+    pub fn mark_limit(&self) -> usize {
+        self.pending_limit / 512
+    }
 }
 
 /// Why the disk engine could not open.

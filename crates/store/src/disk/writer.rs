@@ -23,6 +23,8 @@ use crate::AckState;
 /// How long an idle writer sleeps before looking for work nobody announced
 /// (first-read fetched bits, writes of callers that never ask for a commit).
 const IDLE_TICK: Duration = Duration::from_millis(5);
+/// First-read marks committed per round when the writer takes them.
+const MARK_BATCH: usize = 4096;
 /// Expired items removed per round, so one round never grows unbounded.
 const RECLAIM_BATCH: usize = 10_000;
 /// How often a busy writer checks the space left, so a fast writer refuses
@@ -103,16 +105,27 @@ fn is_out_of_space(error: &heed::Error) -> bool {
 
 impl Inner {
     fn write_loop(&self) {
+        // No write came for a whole idle tick: a good time for the marks.
+        let mut quiet = false;
         loop {
             let stopping = self.signals.stopping();
-            let worked = self.commit_round();
+            let marks = if stopping {
+                usize::MAX
+            } else if quiet || self.pending.marks_waiting() > self.config.mark_limit() {
+                MARK_BATCH
+            } else {
+                0
+            };
+            let worked = self.commit_round(marks);
             if stopping && !worked {
                 return;
             }
+            quiet = false;
             if !worked {
                 self.signals.writer_idle.store(true, Ordering::SeqCst);
                 if !self.has_work() {
                     thread::park_timeout(IDLE_TICK);
+                    quiet = !self.pending.is_dirty();
                 }
                 self.signals.writer_idle.store(false, Ordering::SeqCst);
             }
@@ -126,11 +139,12 @@ impl Inner {
             || self.signals.stopping()
     }
 
-    /// One group commit. Returns false when there was nothing to do.
-    fn commit_round(&self) -> bool {
+    /// One group commit, with up to `marks` first-read marks. Returns false
+    /// when there was nothing to do.
+    fn commit_round(&self, marks: usize) -> bool {
         let (flush, through, drained) = {
             let mut request = self.flush_request.lock();
-            let (through, drained) = self.pending.drain();
+            let (through, drained) = self.pending.drain(marks);
             (request.take(), through, drained)
         };
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
@@ -495,6 +509,10 @@ impl Inner {
             ),
             ("disk_pending_bytes", self.pending.bytes().to_string()),
             ("disk_pending_limit", self.config.pending_limit.to_string()),
+            (
+                "disk_fetch_marks_waiting",
+                self.pending.marks_waiting().to_string(),
+            ),
             ("disk_reserve_bytes", self.config.reserve_bytes.to_string()),
             (
                 "disk_out_of_space",

@@ -266,6 +266,10 @@ struct Generator<'w> {
     key_buf: Vec<Vec<u8>>,
     /// Reused buffer for reading responses.
     read_buf: Vec<u8>,
+    /// Connections with requests composed but not yet written: the requests
+    /// that one read's responses release leave in one `send` per connection
+    /// rather than one each.
+    unsent: Vec<usize>,
     total_weight: u32,
     started: Instant,
     measured: Measured,
@@ -320,6 +324,7 @@ impl<'w> Generator<'w> {
             pattern: shared_pattern(workload),
             key_buf: Vec::new(),
             read_buf: vec![0; 64 * 1024],
+            unsent: Vec::new(),
             total_weight: workload.mix.iter().map(|(_, w)| w).sum::<u32>().max(1),
             started,
             measured: Measured::new(started),
@@ -347,6 +352,7 @@ impl<'w> Generator<'w> {
             }
             self.open_due_clients(now);
             self.issue_scheduled(now);
+            self.flush_unsent();
             if self.to_open.is_empty() && self.clients.is_empty() {
                 break;
             }
@@ -360,6 +366,9 @@ impl<'w> Generator<'w> {
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(key);
                 }
+                // At once, not after the whole batch of events: the server
+                // works on these requests while the next responses are read.
+                self.flush_unsent();
             }
             let now = self.now_ns();
             if now - last_timeout_check > 100_000_000 {
@@ -592,12 +601,22 @@ impl<'w> Generator<'w> {
             },
             key: first_key,
         });
+        if before == 0 {
+            self.unsent.push(conn_key);
+        }
         self.key_buf = key_buf;
         self.measured.requests += 1;
         self.measured.bytes_sent += request_len;
         let _ = self.measured.request_sizes.record(request_len.max(1));
-        self.flush(conn_key);
         true
+    }
+
+    fn flush_unsent(&mut self) {
+        let mut unsent = std::mem::take(&mut self.unsent);
+        for key in unsent.drain(..) {
+            self.flush(key);
+        }
+        self.unsent = unsent;
     }
 
     fn flush(&mut self, key: usize) {
