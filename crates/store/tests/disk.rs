@@ -132,6 +132,14 @@ fn first_reads_are_noted_and_kept_across_reopening() {
         assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
         assert_eq!(fetched_before(&store, b"read"), Some(false));
         assert_eq!(fetched_before(&store, b"read"), Some(true));
+        // Stored again, it is a new item, not read yet.
+        set(&store, b"again", b"1", 0);
+        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(fetched_before(&store, b"again"), Some(false));
+        set(&store, b"again", b"2", 0);
+        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(fetched_before(&store, b"again"), Some(false));
+        assert_eq!(fetched_before(&store, b"again"), Some(true));
     }
     let store = open(dir.path(), SyncPolicy::Batch);
     let no_bump = GetOptions {

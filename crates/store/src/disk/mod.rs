@@ -24,6 +24,7 @@
 //! that fails closes the connections that wrote in it, unacknowledged.
 
 mod ack;
+mod marks;
 mod pending;
 mod policy;
 mod record;
@@ -87,10 +88,11 @@ impl DiskConfig {
         }
     }
 
-    /// First-read marks allowed to wait in memory before the writer commits
-    /// them although it is busy: about a quarter of the pending memory.
+    /// First reads noted in memory before the writer commits them although
+    /// it is busy: about a sixth of the pending memory (a note costs about
+    /// 100 bytes with its key).
     pub fn mark_limit(&self) -> usize {
-        self.pending_limit / 512
+        self.pending_limit / 600
     }
 }
 
@@ -120,6 +122,7 @@ struct Inner {
     clock: Clock,
     last_cas: AtomicU64,
     pending: PendingWrites,
+    marks: marks::FetchMarks,
     acks: ack::Acks,
     /// A flush waiting for the writer. The writer drains pending writes
     /// under this lock, so a flush falls wholly before or after a drain.
@@ -230,6 +233,7 @@ impl DiskStore {
             clock: Clock::new(),
             last_cas: AtomicU64::new(last_cas),
             pending: PendingWrites::new(),
+            marks: marks::FetchMarks::new(),
             acks: ack::Acks::default(),
             flush_request: Mutex::new(None),
             flushed_through: AtomicU64::new(0),
@@ -397,11 +401,13 @@ impl Inner {
         match pending {
             Some(Change::Put(record)) => Ok(f(Header::decode(&record))),
             Some(Change::Remove) => Ok(f(None)),
-            other => {
+            Some(Change::MarkFetched { .. }) | None => {
                 let txn = self.env.read_txn()?;
                 let mut found = self.items.get(&txn, key)?.and_then(Header::decode);
-                if let (Some((header, _)), Some(Change::MarkFetched)) = (&mut found, other) {
-                    header.bits |= FETCHED;
+                if let Some((header, _)) = &mut found {
+                    if !header.has(FETCHED) && self.marks.noted(key, header.cas) {
+                        header.bits |= FETCHED;
+                    }
                 }
                 Ok(f(found))
             }
@@ -455,11 +461,16 @@ impl Inner {
         }
     }
 
-    /// Notes the fetched bit of an item read for the first time.
+    /// Notes the fetched bit of an item read for the first time: in memory
+    /// (`marks.rs`) if the item is committed, in its pending record if not.
     fn mark_fetched(&self, key: &[u8], cas: u64) {
         let mut shard = self.pending.lock(key);
         let change = match shard.get(key).map(|p| &p.change) {
-            None => Change::MarkFetched,
+            None => {
+                drop(shard);
+                self.marks.note(key, cas);
+                return;
+            }
             Some(Change::Put(record)) => match Header::decode(record) {
                 Some((header, _)) if header.cas == cas && !header.has(FETCHED) => {
                     let mut copy = record.as_ref().clone();
@@ -468,7 +479,7 @@ impl Inner {
                 }
                 _ => return,
             },
-            Some(Change::Remove | Change::MarkFetched) => return,
+            Some(Change::Remove | Change::MarkFetched { .. }) => return,
         };
         shard.put(key, change);
     }

@@ -111,7 +111,7 @@ impl Inner {
             let stopping = self.signals.stopping();
             let marks = if stopping {
                 usize::MAX
-            } else if quiet || self.pending.marks_waiting() > self.config.mark_limit() {
+            } else if quiet || self.marks.waiting() > self.config.mark_limit() {
                 MARK_BATCH
             } else {
                 0
@@ -144,7 +144,9 @@ impl Inner {
     fn commit_round(&self, marks: usize) -> bool {
         let (flush, through, drained) = {
             let mut request = self.flush_request.lock();
-            let (through, drained) = self.pending.drain(marks);
+            let (through, mut drained) = self.pending.drain();
+            let marks = self.marks.take(marks);
+            drained.extend(marks.into_iter().map(|(key, cas)| Drained::mark(key, cas)));
             (request.take(), through, drained)
         };
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
@@ -289,8 +291,8 @@ impl Inner {
                     self.items.delete(txn, key)?;
                 }
             }
-            Change::MarkFetched => {
-                if old.is_some_and(|(header, _)| !header.has(FETCHED)) {
+            Change::MarkFetched { cas } => {
+                if old.is_some_and(|(header, _)| !header.has(FETCHED) && header.cas == *cas) {
                     let mut stored = self.items.get(txn, key)?.unwrap_or_default().to_vec();
                     record::set_bits(&mut stored, FETCHED);
                     self.items.put(txn, key, &stored)?;
@@ -509,10 +511,7 @@ impl Inner {
             ),
             ("disk_pending_bytes", self.pending.bytes().to_string()),
             ("disk_pending_limit", self.config.pending_limit.to_string()),
-            (
-                "disk_fetch_marks_waiting",
-                self.pending.marks_waiting().to_string(),
-            ),
+            ("disk_fetch_marks_waiting", self.marks.waiting().to_string()),
             ("disk_reserve_bytes", self.config.reserve_bytes.to_string()),
             (
                 "disk_out_of_space",

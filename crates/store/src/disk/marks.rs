@@ -1,0 +1,150 @@
+//! First reads noted in memory (the fetched bit), committed later.
+//!
+//! A first read sets the item's fetched bit, which meta `h` and the
+//! `*_unfetched` counters report. Committing it rewrites the record's page
+//! as a set does: committed with the next group, marks were half of all
+//! committed writes in a read-mostly load and doubled the writer's work. So
+//! the worker only notes `(key, CAS)` here, reads consult the note, and the
+//! writer commits notes in batches when it is idle, when too many wait, or
+//! at shutdown (see `writer.rs`). A SIGKILL loses only notes: an item then
+//! reads as not fetched before, a hint, never data.
+//!
+//! Notes are kept apart from the pending writes on purpose: a table holding
+//! a note for every item read made each read's pending lookup miss cache.
+//! A note is matched by a 64-bit hash of the key and the item's CAS value,
+//! so a key stored again (new CAS) is not fetched until it is read.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+const SHARDS: usize = 64;
+
+#[derive(Default)]
+struct Shard {
+    /// Key hash → CAS value of the item when it was first read.
+    noted: HashMap<u64, u64, foldhash::fast::FixedState>,
+    /// The notes' keys in the order they came, for the writer.
+    keys: Vec<(Arc<[u8]>, u64)>,
+}
+
+pub struct FetchMarks {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: foldhash::fast::FixedState,
+    waiting: AtomicUsize,
+}
+
+impl FetchMarks {
+    pub fn new() -> Self {
+        FetchMarks {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: foldhash::fast::FixedState::with_seed(0x6d61_726b),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> (u64, &Mutex<Shard>) {
+        let hash = self.hasher.hash_one(key);
+        (hash, &self.shards[(hash >> 58) as usize % SHARDS])
+    }
+
+    /// Notes the first read of the item `cas` under `key`; false if it was
+    /// noted already.
+    pub fn note(&self, key: &[u8], cas: u64) -> bool {
+        let (hash, shard) = self.shard(key);
+        let mut shard = shard.lock();
+        if shard.noted.insert(hash, cas) == Some(cas) {
+            return false;
+        }
+        shard.keys.push((Arc::from(key), cas));
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether the item `cas` under `key` was read since its last commit.
+    pub fn noted(&self, key: &[u8], cas: u64) -> bool {
+        if self.waiting() == 0 {
+            return false;
+        }
+        let (hash, shard) = self.shard(key);
+        shard.lock().noted.get(&hash) == Some(&cas)
+    }
+
+    /// Notes waiting for the writer.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Takes about `max` notes, oldest first in every shard, for a commit.
+    pub fn take(&self, max: usize) -> Vec<(Arc<[u8]>, u64)> {
+        let per_shard = max.div_ceil(SHARDS);
+        let mut taken = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let shard = &mut *shard;
+            let count = per_shard.min(shard.keys.len());
+            for (key, cas) in shard.keys.drain(..count) {
+                let hash = self.hasher.hash_one(&key[..]);
+                // A newer note of the same key (its item was stored again
+                // and read) stays for a later batch.
+                if shard.noted.get(&hash) == Some(&cas) {
+                    shard.noted.remove(&hash);
+                }
+                taken.push((key, cas));
+            }
+            self.waiting.fetch_sub(count, Ordering::Relaxed);
+        }
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_matches_its_item_until_taken() {
+        let marks = FetchMarks::new();
+        assert!(!marks.noted(b"k", 7));
+        assert!(marks.note(b"k", 7));
+        assert!(!marks.note(b"k", 7), "noted once");
+        assert!(marks.noted(b"k", 7));
+        assert!(
+            !marks.noted(b"k", 8),
+            "the key stored again is another item"
+        );
+        assert!(!marks.noted(b"other", 7));
+        assert_eq!(marks.waiting(), 1);
+        let taken = marks.take(usize::MAX);
+        assert_eq!(taken.len(), 1);
+        assert_eq!((&taken[0].0[..], taken[0].1), (&b"k"[..], 7));
+        assert_eq!(marks.waiting(), 0);
+        assert!(!marks.noted(b"k", 7));
+    }
+
+    #[test]
+    fn a_limited_take_leaves_the_rest_and_newer_items_are_noted_again() {
+        let marks = FetchMarks::new();
+        for i in 0..10_000u64 {
+            marks.note(format!("n{i}").as_bytes(), i);
+        }
+        let taken = marks.take(640);
+        assert!((500..=640).contains(&taken.len()), "{}", taken.len());
+        assert_eq!(marks.waiting(), 10_000 - taken.len());
+        // The same key read again as a newer item: both notes reach the writer.
+        marks.note(b"x", 1);
+        marks.note(b"x", 2);
+        assert!(marks.noted(b"x", 2));
+        let cas_of_x: Vec<u64> = marks
+            .take(usize::MAX)
+            .into_iter()
+            .filter(|(key, _)| &key[..] == b"x")
+            .map(|(_, cas)| cas)
+            .collect();
+        assert_eq!(cas_of_x, [1, 2]);
+        assert_eq!(marks.waiting(), 0);
+    }
+}
