@@ -152,3 +152,69 @@ fn first_reads_are_noted_and_kept_across_reopening() {
         assert_eq!(seen, Some(expected), "{}", String::from_utf8_lossy(key));
     }
 }
+
+/// Reads served from the read cache never go back in time: counters that
+/// only grow are read concurrently with their increments and commits, and
+/// no reader ever sees one shrink.
+#[test]
+fn cached_reads_never_go_back_while_writes_commit() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::None);
+    const KEYS: usize = 8;
+    const INCREMENTS: u64 = 3000;
+    let keys: Vec<Vec<u8>> = (0..KEYS).map(|i| format!("c{i}").into_bytes()).collect();
+    for key in &keys {
+        set(&store, key, b"0", 0);
+    }
+    let read = |key: &[u8]| -> u64 {
+        let (value, _, _) = get(&store, key).expect("the counter exists");
+        std::str::from_utf8(&value).unwrap().trim().parse().unwrap()
+    };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for key in &keys {
+            let store = &store;
+            scope.spawn(move || {
+                for _ in 0..INCREMENTS {
+                    let outcome = store.arith(
+                        key,
+                        &kura_store::ArithCommand {
+                            decrement: false,
+                            delta: 1,
+                            compare_cas: None,
+                            vivify: None,
+                            touch: None,
+                        },
+                    );
+                    assert!(matches!(outcome, kura_store::ArithOutcome::Value { .. }));
+                }
+            });
+        }
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let mut seen = [0u64; KEYS];
+                let mut reads = 0u64;
+                while !done.load(Ordering::Relaxed) || reads < 1000 {
+                    for (i, key) in keys.iter().enumerate() {
+                        let now = read(key);
+                        assert!(now >= seen[i], "{} went from {} to {now}", i, seen[i]);
+                        seen[i] = now;
+                        reads += 1;
+                    }
+                }
+            });
+        }
+        // Ends the readers once every increment is in.
+        scope.spawn(|| {
+            while keys.iter().any(|key| read(key) < INCREMENTS) {
+                std::thread::yield_now();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    for key in &keys {
+        assert_eq!(read(key), INCREMENTS);
+    }
+}

@@ -49,7 +49,7 @@ use crate::{
     StoreStats,
 };
 
-use pending::{Change, PendingWrites};
+use pending::{Change, PendingWrites, Shard, MAX_CACHED_RECORD};
 pub use policy::SyncPolicy;
 use record::{item_size, ClassCounts, Header, FETCHED, STALE, WIN_SENT};
 
@@ -86,6 +86,11 @@ impl DiskConfig {
             pending_limit: 256 << 20,
             memory_budget: 1 << 30,
         }
+    }
+
+    /// Committed records kept in memory for reads: a quarter of the budget.
+    pub fn read_cache_bytes(&self) -> usize {
+        self.memory_budget / 4
     }
 
     /// First reads noted in memory before the writer commits them although
@@ -232,7 +237,7 @@ impl DiskStore {
             meta,
             clock: Clock::new(),
             last_cas: AtomicU64::new(last_cas),
-            pending: PendingWrites::new(),
+            pending: PendingWrites::new(config.read_cache_bytes()),
             marks: marks::FetchMarks::new(),
             acks: ack::Acks::default(),
             flush_request: Mutex::new(None),
@@ -337,11 +342,6 @@ impl Inner {
         self.config.classes.class_of(item_size(key, value_len))
     }
 
-    /// The key's pending change, if it has one (the shard is unlocked after).
-    fn pending_change(&self, key: &[u8]) -> Option<Change> {
-        self.pending.lock(key).get(key).map(|p| p.change.clone())
-    }
-
     /// Wakes the writer until write `seq` is decided (or the engine stops).
     fn wait_until_decided(&self, seq: u64) -> AckState {
         loop {
@@ -372,6 +372,8 @@ impl Inner {
         let seq = self.pending.next_seq();
         drop(request);
         note_unacked(seq);
+        // Every cached record is dead now: give their memory back.
+        self.pending.clear_cache();
     }
 
     /// Applies a delayed flush whose time has come.
@@ -389,29 +391,51 @@ impl Inner {
     }
 
     /// Runs `f` on the key's current stored record: its pending write if it
-    /// has one, else what LMDB holds. LMDB is read only after the pending
-    /// table was checked, so a write the writer has just retired is seen
-    /// committed.
+    /// has one, else its cached record, else what LMDB holds (then cached).
+    /// The caller holds the key's shard lock, so no write of the key comes
+    /// between the look in the pending table and the read of LMDB: a write
+    /// the writer has just retired is seen committed, and what is cached is
+    /// LMDB's newest.
     fn with_record<R>(
         &self,
-        pending: Option<Change>,
+        shard: &mut Shard<'_>,
         key: &[u8],
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
-        match pending {
-            Some(Change::Put(record)) => Ok(f(Header::decode(&record))),
-            Some(Change::Remove) => Ok(f(None)),
-            Some(Change::MarkFetched { .. }) | None => {
-                let txn = self.env.read_txn()?;
-                let mut found = self.items.get(&txn, key)?.and_then(Header::decode);
-                if let Some((header, _)) = &mut found {
-                    if !header.has(FETCHED) && self.marks.noted(key, header.cas) {
-                        header.bits |= FETCHED;
-                    }
-                }
-                Ok(f(found))
+        let noted_fetched = |found| self.with_noted_fetch(key, found);
+        match shard.get(key).map(|p| &p.change) {
+            Some(Change::Put(record)) => return Ok(f(Header::decode(record))),
+            Some(Change::Remove) => return Ok(f(None)),
+            Some(Change::MarkFetched { .. }) | None => {}
+        }
+        if let Some(record) = shard.cached(key).cloned() {
+            return Ok(f(noted_fetched(Header::decode(&record))));
+        }
+        let txn = self.env.read_txn()?;
+        let stored = self.items.get(&txn, key)?;
+        match stored {
+            Some(record) if record.len() <= MAX_CACHED_RECORD => {
+                let record = Arc::new(record.to_vec());
+                shard.cache(key, record.clone());
+                Ok(f(noted_fetched(Header::decode(&record))))
+            }
+            _ => Ok(f(noted_fetched(stored.and_then(Header::decode)))),
+        }
+    }
+
+    /// Sets the fetched bit of a committed record whose first read is noted
+    /// but not yet committed.
+    fn with_noted_fetch<'v>(
+        &self,
+        key: &[u8],
+        mut found: Option<(Header, &'v [u8])>,
+    ) -> Option<(Header, &'v [u8])> {
+        if let Some((header, _)) = &mut found {
+            if !header.has(FETCHED) && self.marks.noted(key, header.cas) {
+                header.bits |= FETCHED;
             }
         }
+        found
     }
 
     /// A write: decides against the current item under the key's shard lock
@@ -423,8 +447,7 @@ impl Inner {
     ) -> Result<R, WriteFailed> {
         self.apply_due_flush();
         let mut shard = self.pending.lock(key);
-        let pending = shard.get(key).map(|p| p.change.clone());
-        let (decision, result) = self.with_record(pending, key, |found| {
+        let (decision, result) = self.with_record(&mut shard, key, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
             if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
                 self.counters
@@ -507,8 +530,8 @@ impl Inner {
     ) -> Result<bool, WriteFailed> {
         self.apply_due_flush();
         // The common case reads without writing.
-        let pending = self.pending_change(key);
-        let lookup = self.with_record(pending, key, |found| {
+        let mut shard = self.pending.lock(key);
+        let lookup = self.with_record(&mut shard, key, |found| {
             let Some((header, value)) = found.filter(|(header, _)| self.alive(header)) else {
                 return Lookup::Miss;
             };
@@ -528,6 +551,7 @@ impl Inner {
                 Lookup::FirstHit(header.cas)
             }
         })?;
+        drop(shard);
         match lookup {
             Lookup::Hit => return Ok(true),
             Lookup::FirstHit(cas) => {
@@ -812,9 +836,9 @@ impl Store for DiskStore {
 
     fn debug(&self, key: &[u8]) -> Option<DebugView> {
         let inner = &self.inner;
-        let pending = inner.pending_change(key);
+        let mut shard = inner.pending.lock(key);
         inner
-            .with_record(pending, key, |found| {
+            .with_record(&mut shard, key, |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),

@@ -6,7 +6,15 @@
 //! one transaction. Reads look here first, so a write is visible at once.
 //! An entry leaves only after the commit that carried it, and only if no
 //! newer write replaced it meanwhile.
+//!
+//! Each shard also caches committed records that were read (`cache`), so a
+//! hot read costs one hash lookup instead of a B-tree descent. A record
+//! enters the cache only under its shard's lock, read from LMDB when the key
+//! had no pending write, and every write of the key removes it under the
+//! same lock: the cache never holds anything older than LMDB's newest
+//! commit of that key. Eviction is first in, first out, by bytes.
 
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,6 +25,8 @@ use parking_lot::{Mutex, MutexGuard};
 const SHARDS: usize = 64;
 /// Bookkeeping charged per entry on top of key and record.
 const ENTRY_OVERHEAD: usize = 64;
+/// Larger records are not cached: copying them costs more than a descent.
+pub const MAX_CACHED_RECORD: usize = 16 * 1024;
 
 /// What a pending write does to its key.
 #[derive(Debug, Clone)]
@@ -80,6 +90,52 @@ type Entries = HashMap<Arc<[u8]>, Pending, foldhash::fast::FixedState>;
 struct ShardState {
     entries: Entries,
     queue: Vec<Arc<[u8]>>,
+    cache: ReadCache,
+}
+
+/// Committed records recently read, bounded by bytes.
+#[derive(Default)]
+struct ReadCache {
+    records: HashMap<Arc<[u8]>, Arc<Vec<u8>>, foldhash::fast::FixedState>,
+    /// Insertion order; may name keys since removed (skipped when evicting).
+    order: VecDeque<Arc<[u8]>>,
+    bytes: usize,
+}
+
+impl ReadCache {
+    fn charge(key: &[u8], record: &[u8]) -> usize {
+        key.len() + record.len() + ENTRY_OVERHEAD
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(record) = self.records.remove(key) {
+            self.bytes -= Self::charge(key, &record);
+        }
+    }
+
+    fn insert(&mut self, key: &[u8], record: Arc<Vec<u8>>, budget: usize) {
+        let charge = Self::charge(key, &record);
+        if charge > budget / 8 {
+            return;
+        }
+        while self.bytes + charge > budget {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.remove(&oldest);
+        }
+        let key: Arc<[u8]> = Arc::from(key);
+        if let Some(old) = self.records.insert(key.clone(), record) {
+            self.bytes -= Self::charge(&key, &old);
+        }
+        self.bytes += charge;
+        self.order.push_back(key);
+        // Writes remove records but leave their keys in `order`.
+        if self.order.len() > 2 * self.records.len() + 64 {
+            let records = &self.records;
+            self.order.retain(|key| records.contains_key(key));
+        }
+    }
 }
 
 pub struct PendingWrites {
@@ -89,6 +145,8 @@ pub struct PendingWrites {
     /// Set by every write, cleared by the writer when it drains.
     dirty: AtomicBool,
     bytes: AtomicUsize,
+    /// Bytes each shard's read cache may hold.
+    cache_budget_per_shard: usize,
 }
 
 /// A locked shard, for reading and writing the keys that hash to it.
@@ -102,6 +160,18 @@ impl Shard<'_> {
         self.state.entries.get(key)
     }
 
+    /// The committed record of `key`, if it is cached.
+    pub fn cached(&self, key: &[u8]) -> Option<&Arc<Vec<u8>>> {
+        self.state.cache.records.get(key)
+    }
+
+    /// Caches a record just read from LMDB. The caller holds this shard's
+    /// lock since it found no pending write of `key`, before reading LMDB.
+    pub fn cache(&mut self, key: &[u8], record: Arc<Vec<u8>>) {
+        let budget = self.owner.cache_budget_per_shard;
+        self.state.cache.insert(key, record, budget);
+    }
+
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
@@ -112,6 +182,7 @@ impl Shard<'_> {
         };
         let added = pending.charge(key);
         let state = &mut *self.state;
+        state.cache.remove(key);
         let removed = match state.entries.get_key_value_mut(key) {
             Some((stored_key, entry)) => {
                 if !entry.queued {
@@ -136,7 +207,8 @@ impl Shard<'_> {
 }
 
 impl PendingWrites {
-    pub fn new() -> Self {
+    /// `cache_budget`: bytes of committed records kept for reads (0: none).
+    pub fn new(cache_budget: usize) -> Self {
         PendingWrites {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(ShardState::default()))
@@ -145,6 +217,7 @@ impl PendingWrites {
             last_seq: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             bytes: AtomicUsize::new(0),
+            cache_budget_per_shard: cache_budget / SHARDS,
         }
     }
 
@@ -173,6 +246,24 @@ impl PendingWrites {
     /// Bytes held by pending writes.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes held by the read caches, and their records.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        self.shards.iter().fold((0, 0), |(bytes, records), shard| {
+            let state = shard.lock();
+            (
+                bytes + state.cache.bytes,
+                records + state.cache.records.len(),
+            )
+        })
+    }
+
+    /// Empties the read caches (after a flush, whose records are all dead).
+    pub fn clear_cache(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().cache = ReadCache::default();
+        }
     }
 
     /// Takes a copy of every pending write. Returns the sequence number up to
@@ -223,7 +314,7 @@ mod tests {
 
     #[test]
     fn drain_sees_every_numbered_write_and_retire_keeps_newer_ones() {
-        let pending = PendingWrites::new();
+        let pending = PendingWrites::new(0);
         pending.lock(b"a").put(b"a", Change::Remove);
         pending
             .lock(b"b")
@@ -238,5 +329,46 @@ mod tests {
         assert!(pending.lock(b"a").get(b"a").is_none());
         assert_eq!(pending.lock(b"b").get(b"b").map(|p| p.seq), Some(3));
         assert_eq!(pending.bytes(), 1 + ENTRY_OVERHEAD);
+    }
+
+    #[test]
+    fn a_write_removes_the_cached_record_and_the_cache_keeps_to_its_budget() {
+        let pending = PendingWrites::new(SHARDS * 4096);
+        let record = Arc::new(vec![7u8; 100]);
+        pending.lock(b"k").cache(b"k", record.clone());
+        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record));
+        pending.lock(b"k").put(b"k", Change::Remove);
+        assert_eq!(pending.lock(b"k").cached(b"k"), None);
+        assert_eq!(pending.cache_usage(), (0, 0));
+
+        // One shard, many records: the oldest leave first, within budget.
+        let shard_of_k = {
+            let mut keys = Vec::new();
+            let mut i = 0u32;
+            while keys.len() < 200 {
+                let key = format!("key{i}").into_bytes();
+                if (pending.hasher.hash_one(&key) as usize) % SHARDS
+                    == (pending.hasher.hash_one(b"k") as usize) % SHARDS
+                {
+                    keys.push(key);
+                }
+                i += 1;
+            }
+            keys
+        };
+        for key in &shard_of_k {
+            pending.lock(key).cache(key, record.clone());
+        }
+        let (bytes, records) = pending.cache_usage();
+        assert!(bytes <= 4096, "{bytes}");
+        assert!(records > 10, "{records}");
+        assert_eq!(pending.lock(&shard_of_k[0]).cached(&shard_of_k[0]), None);
+        let last = shard_of_k.last().unwrap();
+        assert!(pending.lock(last).cached(last).is_some());
+        // A record too large for the budget is not cached.
+        pending.lock(b"big").cache(b"big", Arc::new(vec![0; 4096]));
+        assert_eq!(pending.lock(b"big").cached(b"big"), None);
+        pending.clear_cache();
+        assert_eq!(pending.cache_usage(), (0, 0));
     }
 }

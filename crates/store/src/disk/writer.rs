@@ -473,6 +473,7 @@ impl Inner {
         let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         let commits = load(&counters.commits);
         let fsyncs = load(&counters.fsyncs);
+        let (cache_bytes, cache_records) = self.pending.cache_usage();
         let info = self.env.info();
         vec![
             ("disk_path", self.env.path().display().to_string()),
@@ -512,6 +513,12 @@ impl Inner {
             ("disk_pending_bytes", self.pending.bytes().to_string()),
             ("disk_pending_limit", self.config.pending_limit.to_string()),
             ("disk_fetch_marks_waiting", self.marks.waiting().to_string()),
+            ("disk_read_cache_bytes", cache_bytes.to_string()),
+            ("disk_read_cache_items", cache_records.to_string()),
+            (
+                "disk_read_cache_limit",
+                self.config.read_cache_bytes().to_string(),
+            ),
             ("disk_reserve_bytes", self.config.reserve_bytes.to_string()),
             (
                 "disk_out_of_space",
