@@ -142,6 +142,11 @@ struct Inner {
     poisoned: AtomicBool,
     /// Too little room left: writes are refused until space is freed.
     out_of_space: AtomicBool,
+    /// The data file is larger than the memory budget, so a write's leaf
+    /// page is likely on the device: a plain set reads it in the worker
+    /// (many at once) rather than leave the single writer to read them one
+    /// by one in its commit.
+    fetch_before_write: AtomicBool,
     /// Items and bytes per class, as of the last commit.
     committed_classes: Mutex<ClassCounts>,
     counters: Counters,
@@ -245,6 +250,7 @@ impl DiskStore {
             flush_deadline: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
+            fetch_before_write: AtomicBool::new(false),
             committed_classes: Mutex::new(classes),
             counters: Counters::default(),
             signals: writer::Signals::default(),
@@ -692,6 +698,12 @@ impl Inner {
         let record = header.encode(&[command.value]);
         note_unacked(shard.put(command.key, Change::Put(Arc::new(record))));
         drop(shard);
+        if self.fetch_before_write.load(Ordering::Relaxed) {
+            // Faults the key's leaf page in; the value read is not needed.
+            if let Ok(txn) = self.env.read_txn() {
+                let _ = self.items.get(&txn, command.key);
+            }
+        }
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();
         StoreOutcome::Stored { cas }
@@ -857,6 +869,11 @@ impl Store for DiskStore {
         let inner = &self.inner;
         inner.apply_due_flush();
         inner.check_space();
+        let file_bytes = inner.env.real_disk_size().unwrap_or(0);
+        inner.fetch_before_write.store(
+            file_bytes > inner.config.memory_budget as u64,
+            Ordering::Relaxed,
+        );
         resident::trim(
             &inner.env.path().join("data.mdb"),
             inner.config.memory_budget as u64,
