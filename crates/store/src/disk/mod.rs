@@ -420,7 +420,7 @@ impl Inner {
         let txn = self.env.read_txn()?;
         let stored = self.items.get(&txn, key)?;
         match stored {
-            Some(record) if record.len() <= MAX_CACHED_RECORD => {
+            Some(record) if record.len() <= MAX_CACHED_RECORD && shard.admit(key) => {
                 let record = Arc::new(record.to_vec());
                 shard.cache(key, record.clone());
                 Ok(f(noted_fetched(Header::decode(&record))))

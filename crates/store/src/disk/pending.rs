@@ -12,7 +12,10 @@
 //! enters the cache only under its shard's lock, read from LMDB when the key
 //! had no pending write, and every write of the key removes it under the
 //! same lock: the cache never holds anything older than LMDB's newest
-//! commit of that key. Eviction is first in, first out, by bytes.
+//! commit of that key. A record is cached on its key's second miss, not its
+//! first (a set of recently missed key hashes keeps the door), so a scan or
+//! random reads over data larger than the cache do not pay a copy per read.
+//! Eviction is first in, first out, by bytes.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -27,6 +30,8 @@ const SHARDS: usize = 64;
 const ENTRY_OVERHEAD: usize = 64;
 /// Larger records are not cached: copying them costs more than a descent.
 pub const MAX_CACHED_RECORD: usize = 16 * 1024;
+/// Keys missed once that each shard remembers (then it starts over).
+const DOORKEEPER_KEYS: usize = 4096;
 
 /// What a pending write does to its key.
 #[derive(Debug, Clone)]
@@ -100,6 +105,8 @@ struct ReadCache {
     /// Insertion order; may name keys since removed (skipped when evicting).
     order: VecDeque<Arc<[u8]>>,
     bytes: usize,
+    /// Hashes of keys missed once and not cached yet.
+    missed_once: hashbrown::HashSet<u64, foldhash::fast::FixedState>,
 }
 
 impl ReadCache {
@@ -111,6 +118,20 @@ impl ReadCache {
         if let Some(record) = self.records.remove(key) {
             self.bytes -= Self::charge(key, &record);
         }
+    }
+
+    /// Whether a record just missed should be cached: yes on its key's
+    /// second miss since the doorkeeper last started over.
+    fn admit(&mut self, key: &[u8]) -> bool {
+        let hash = self.records.hasher().hash_one(key);
+        if self.missed_once.remove(&hash) {
+            return true;
+        }
+        if self.missed_once.len() >= DOORKEEPER_KEYS {
+            self.missed_once.clear();
+        }
+        self.missed_once.insert(hash);
+        false
     }
 
     fn insert(&mut self, key: &[u8], record: Arc<Vec<u8>>, budget: usize) {
@@ -163,6 +184,12 @@ impl Shard<'_> {
     /// The committed record of `key`, if it is cached.
     pub fn cached(&self, key: &[u8]) -> Option<&Arc<Vec<u8>>> {
         self.state.cache.records.get(key)
+    }
+
+    /// Whether the record of `key`, just missed, should be cached (see the
+    /// module's notes); ask before copying it.
+    pub fn admit(&mut self, key: &[u8]) -> bool {
+        self.owner.cache_budget_per_shard > 0 && self.state.cache.admit(key)
     }
 
     /// Caches a record just read from LMDB. The caller holds this shard's
@@ -334,6 +361,9 @@ mod tests {
     #[test]
     fn a_write_removes_the_cached_record_and_the_cache_keeps_to_its_budget() {
         let pending = PendingWrites::new(SHARDS * 4096);
+        assert!(!pending.lock(b"k").admit(b"k"), "not on the first miss");
+        assert!(pending.lock(b"k").admit(b"k"), "on the second");
+        assert!(!PendingWrites::new(0).lock(b"k").admit(b"k"));
         let record = Arc::new(vec![7u8; 100]);
         pending.lock(b"k").cache(b"k", record.clone());
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record));
