@@ -142,7 +142,7 @@ struct Inner {
     poisoned: AtomicBool,
     /// Too little room left: writes are refused until space is freed.
     out_of_space: AtomicBool,
-    /// The data file is larger than the memory budget, so a write's leaf
+    /// The live data is larger than the memory budget, so a write's leaf
     /// page is likely on the device: a plain set reads it in the worker
     /// (many at once) rather than leave the single writer to read them one
     /// by one in its commit.
@@ -869,9 +869,10 @@ impl Store for DiskStore {
         let inner = &self.inner;
         inner.apply_due_flush();
         inner.check_space();
-        let file_bytes = inner.env.real_disk_size().unwrap_or(0);
+        // Live items, not the file: after a flush the file keeps its size.
+        let live_bytes = inner.committed_classes.lock().bytes();
         inner.fetch_before_write.store(
-            file_bytes > inner.config.memory_budget as u64,
+            live_bytes > inner.config.memory_budget as u64,
             Ordering::Relaxed,
         );
         resident::trim(
