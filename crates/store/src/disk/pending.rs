@@ -62,8 +62,13 @@ impl Pending {
             Change::Put(record) => record.len(),
             Change::Remove | Change::MarkFetched { .. } => 0,
         };
-        key.len() + record + ENTRY_OVERHEAD
+        entry_charge(key, record)
     }
+}
+
+/// Bytes charged for an entry of the pending table or the read cache.
+fn entry_charge(key: &[u8], record_len: usize) -> usize {
+    key.len() + record_len + ENTRY_OVERHEAD
 }
 
 /// One pending write taken by the writer for a commit.
@@ -110,13 +115,9 @@ struct ReadCache {
 }
 
 impl ReadCache {
-    fn charge(key: &[u8], record: &[u8]) -> usize {
-        key.len() + record.len() + ENTRY_OVERHEAD
-    }
-
     fn remove(&mut self, key: &[u8]) {
         if let Some(record) = self.records.remove(key) {
-            self.bytes -= Self::charge(key, &record);
+            self.bytes -= entry_charge(key, record.len());
         }
     }
 
@@ -135,7 +136,7 @@ impl ReadCache {
     }
 
     fn insert(&mut self, key: &[u8], record: Arc<Vec<u8>>, budget: usize) {
-        let charge = Self::charge(key, &record);
+        let charge = entry_charge(key, record.len());
         if charge > budget / 8 {
             return;
         }
@@ -147,7 +148,7 @@ impl ReadCache {
         }
         let key: Arc<[u8]> = Arc::from(key);
         if let Some(old) = self.records.insert(key.clone(), record) {
-            self.bytes -= Self::charge(&key, &old);
+            self.bytes -= entry_charge(&key, old.len());
         }
         self.bytes += charge;
         self.order.push_back(key);
