@@ -409,24 +409,23 @@ impl Inner {
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
         let noted_fetched = |found| self.with_noted_fetch(key, found);
-        match shard.get(key).map(|p| &p.change) {
+        match shard.get(key) {
             Some(Change::Put(record)) => return Ok(f(Header::decode(record))),
             Some(Change::Remove) => return Ok(f(None)),
-            Some(Change::MarkFetched { .. }) | None => {}
+            None => {}
         }
-        if let Some(record) = shard.cached(key).cloned() {
-            return Ok(f(noted_fetched(Header::decode(&record))));
+        if let Some(record) = shard.cached(key) {
+            return Ok(f(noted_fetched(Header::decode(record))));
         }
         let txn = self.env.read_txn()?;
         let stored = self.items.get(&txn, key)?;
-        match stored {
-            Some(record) if record.len() <= MAX_CACHED_RECORD && shard.admit(key) => {
-                let record = Arc::new(record.to_vec());
-                shard.cache(key, record.clone());
-                Ok(f(noted_fetched(Header::decode(&record))))
+        let result = f(noted_fetched(stored.and_then(Header::decode)));
+        if let Some(record) = stored {
+            if record.len() <= MAX_CACHED_RECORD && shard.admit(key) {
+                shard.cache(key, Box::from(record));
             }
-            _ => Ok(f(noted_fetched(stored.and_then(Header::decode)))),
         }
+        Ok(result)
     }
 
     /// Sets the fetched bit of a committed record whose first read is noted
@@ -467,7 +466,7 @@ impl Inner {
         })?;
         let change = match decision {
             Decision::Keep => None,
-            Decision::Put(record) => Some(Change::Put(Arc::new(record))),
+            Decision::Put(record) => Some(Change::Put(record.into())),
             Decision::Remove => Some(Change::Remove),
         };
         if let Some(change) = change {
@@ -494,7 +493,7 @@ impl Inner {
     /// (`marks.rs`) if the item is committed, in its pending record if not.
     fn mark_fetched(&self, key: &[u8], cas: u64) {
         let mut shard = self.pending.lock(key);
-        let change = match shard.get(key).map(|p| &p.change) {
+        let change = match shard.get(key) {
             None => {
                 drop(shard);
                 self.marks.note(key, cas);
@@ -502,13 +501,13 @@ impl Inner {
             }
             Some(Change::Put(record)) => match Header::decode(record) {
                 Some((header, _)) if header.cas == cas && !header.has(FETCHED) => {
-                    let mut copy = record.as_ref().clone();
+                    let mut copy = record.clone();
                     record::set_bits(&mut copy, FETCHED);
-                    Change::Put(Arc::new(copy))
+                    Change::Put(copy)
                 }
                 _ => return,
             },
-            Some(Change::Remove | Change::MarkFetched { .. }) => return,
+            Some(Change::Remove) => return,
         };
         shard.put(key, change);
     }
@@ -696,7 +695,7 @@ impl Inner {
             bits: 0,
         };
         let record = header.encode(&[command.value]);
-        note_unacked(shard.put(command.key, Change::Put(Arc::new(record))));
+        note_unacked(shard.put(command.key, Change::Put(record.into())));
         drop(shard);
         if self.fetch_before_write.load(Ordering::Relaxed) {
             // Faults the key's leaf page in; the value read is not needed.

@@ -4,8 +4,14 @@
 //! its key's shard lock, which also makes read-modify-writes such as incr
 //! and append atomic) and the writer thread commits everything pending in
 //! one transaction. Reads look here first, so a write is visible at once.
-//! An entry leaves only after the commit that carried it, and only if no
-//! newer write replaced it meanwhile.
+//!
+//! Each shard keeps two generations. `fresh` takes the writes; when the
+//! writer starts a commit it swaps `fresh` for an empty map and shares the
+//! old one as `committing`, which reads consult after `fresh` and nobody
+//! changes. When the commit ends the writer drops `committing`: LMDB now
+//! answers for those keys, and a newer write of one is in `fresh`. So a
+//! write is never copied for the writer and never looked up again to
+//! retire it; the swap and the drop are one step per shard.
 //!
 //! Each shard also caches committed records that were read (`cache`), so a
 //! hot read costs one hash lookup instead of a B-tree descent. A record
@@ -32,35 +38,23 @@ const ENTRY_OVERHEAD: usize = 64;
 pub const MAX_CACHED_RECORD: usize = 16 * 1024;
 /// Keys missed once that each shard remembers (then it starts over).
 const DOORKEEPER_KEYS: usize = 4096;
+/// A shard's emptied map is kept for its next round unless it grew past
+/// this many entries (a burst should not pin its memory).
+const SPARE_MAP_ENTRIES: usize = 16 * 1024;
 
 /// What a pending write does to its key.
 #[derive(Debug, Clone)]
 pub enum Change {
     /// The key's new record (header and value, as stored).
-    Put(Arc<Vec<u8>>),
+    Put(Box<[u8]>),
     Remove,
-    /// Sets the fetched bit of the committed record if it is still the item
-    /// of that CAS value. Never held in the table: first reads wait in
-    /// `marks.rs` and reach the writer as this change.
-    MarkFetched {
-        cas: u64,
-    },
 }
 
-#[derive(Debug, Clone)]
-pub struct Pending {
-    pub change: Change,
-    /// Order of the write; the writer acknowledges by sequence.
-    pub seq: u64,
-    /// Changed since the writer last drained: listed in the shard's queue.
-    queued: bool,
-}
-
-impl Pending {
+impl Change {
     fn charge(&self, key: &[u8]) -> usize {
-        let record = match &self.change {
+        let record = match self {
             Change::Put(record) => record.len(),
-            Change::Remove | Change::MarkFetched { .. } => 0,
+            Change::Remove => 0,
         };
         entry_charge(key, record)
     }
@@ -71,42 +65,46 @@ fn entry_charge(key: &[u8], record_len: usize) -> usize {
     key.len() + record_len + ENTRY_OVERHEAD
 }
 
-/// One pending write taken by the writer for a commit.
-pub struct Drained {
-    pub key: Arc<[u8]>,
-    pub pending: Pending,
-}
+type Entries = HashMap<Box<[u8]>, Change, foldhash::fast::FixedState>;
 
-impl Drained {
-    /// A first-read mark for the writer. Sequence 0: no reply waits for it,
-    /// and retiring it leaves the table alone.
-    pub fn mark(key: Arc<[u8]>, cas: u64) -> Self {
-        Drained {
-            key,
-            pending: Pending {
-                change: Change::MarkFetched { cas },
-                seq: 0,
-                queued: false,
-            },
-        }
-    }
-}
-
-type Entries = HashMap<Arc<[u8]>, Pending, foldhash::fast::FixedState>;
-
-/// One shard: its pending writes, and the keys changed since the last
-/// drain (so a drain does not walk a table that is mostly committed).
+/// One shard: the writes since the last drain, the ones being committed,
+/// and the read cache.
 #[derive(Default)]
 struct ShardState {
-    entries: Entries,
-    queue: Vec<Arc<[u8]>>,
+    fresh: Entries,
+    /// Bytes charged for `fresh`.
+    fresh_bytes: usize,
+    committing: Option<Arc<Entries>>,
+    /// An emptied map for the next drain, so maps do not regrow each round.
+    spare: Option<Entries>,
     cache: ReadCache,
+}
+
+/// The writes one commit carries: every shard's `fresh` map at the drain.
+pub struct Batch {
+    /// The sequence number up to which every write is in this batch.
+    pub through: u64,
+    maps: Vec<(usize, Arc<Entries>)>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// The batch's writes, in no particular order.
+    pub fn writes(&self) -> impl Iterator<Item = (&[u8], &Change)> {
+        self.maps
+            .iter()
+            .flat_map(|(_, map)| map.iter().map(|(key, change)| (&key[..], change)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.maps.iter().map(|(_, map)| map.len()).sum()
+    }
 }
 
 /// Committed records recently read, bounded by bytes.
 #[derive(Default)]
 struct ReadCache {
-    records: HashMap<Arc<[u8]>, Arc<Vec<u8>>, foldhash::fast::FixedState>,
+    records: HashMap<Arc<[u8]>, Box<[u8]>, foldhash::fast::FixedState>,
     /// Insertion order; may name keys since removed (skipped when evicting).
     order: VecDeque<Arc<[u8]>>,
     bytes: usize,
@@ -135,7 +133,7 @@ impl ReadCache {
         false
     }
 
-    fn insert(&mut self, key: &[u8], record: Arc<Vec<u8>>, budget: usize) {
+    fn insert(&mut self, key: &[u8], record: Box<[u8]>, budget: usize) {
         let charge = entry_charge(key, record.len());
         if charge > budget / 8 {
             return;
@@ -178,13 +176,18 @@ pub struct Shard<'a> {
 }
 
 impl Shard<'_> {
-    pub fn get(&self, key: &[u8]) -> Option<&Pending> {
-        self.state.entries.get(key)
+    /// The key's newest pending write, fresh or being committed.
+    pub fn get(&self, key: &[u8]) -> Option<&Change> {
+        let state = &*self.state;
+        state
+            .fresh
+            .get(key)
+            .or_else(|| state.committing.as_ref()?.get(key))
     }
 
     /// The committed record of `key`, if it is cached.
-    pub fn cached(&self, key: &[u8]) -> Option<&Arc<Vec<u8>>> {
-        self.state.cache.records.get(key)
+    pub fn cached(&self, key: &[u8]) -> Option<&[u8]> {
+        self.state.cache.records.get(key).map(|record| &record[..])
     }
 
     /// Whether the record of `key`, just missed, should be cached (see the
@@ -195,7 +198,7 @@ impl Shard<'_> {
 
     /// Caches a record just read from LMDB. The caller holds this shard's
     /// lock since it found no pending write of `key`, before reading LMDB.
-    pub fn cache(&mut self, key: &[u8], record: Arc<Vec<u8>>) {
+    pub fn cache(&mut self, key: &[u8], record: Box<[u8]>) {
         let budget = self.owner.cache_budget_per_shard;
         self.state.cache.insert(key, record, budget);
     }
@@ -203,30 +206,17 @@ impl Shard<'_> {
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let pending = Pending {
-            change,
-            seq,
-            queued: true,
-        };
-        let added = pending.charge(key);
+        let added = change.charge(key);
         let state = &mut *self.state;
         state.cache.remove(key);
-        let removed = match state.entries.get_key_value_mut(key) {
-            Some((stored_key, entry)) => {
-                if !entry.queued {
-                    state.queue.push(stored_key.clone());
-                }
-                let removed = entry.charge(key);
-                *entry = pending;
-                removed
-            }
+        let removed = match state.fresh.get_mut(key) {
+            Some(entry) => std::mem::replace(entry, change).charge(key),
             None => {
-                let stored_key: Arc<[u8]> = Arc::from(key);
-                state.queue.push(stored_key.clone());
-                state.entries.insert(stored_key, pending);
+                state.fresh.insert(Box::from(key), change);
                 0
             }
         };
+        state.fresh_bytes = state.fresh_bytes + added - removed;
         self.owner.bytes.fetch_add(added, Ordering::Relaxed);
         self.owner.bytes.fetch_sub(removed, Ordering::Relaxed);
         self.owner.dirty.store(true, Ordering::Release);
@@ -294,45 +284,49 @@ impl PendingWrites {
         }
     }
 
-    /// Takes a copy of every pending write. Returns the sequence number up to
-    /// which every write is among them: a write takes its number under its
-    /// shard's lock, so one numbered before this call is visible once that
-    /// shard is locked here.
-    pub fn drain(&self) -> (u64, Vec<Drained>) {
+    /// Takes every fresh write for a commit; they stay readable as
+    /// `committing` until [`retire`](Self::retire). The batch's `through`
+    /// is the sequence number up to which every write is in it: a write
+    /// takes its number under its shard's lock, so one numbered before this
+    /// call is in the map swapped out once that shard is locked here.
+    pub fn drain(&self) -> Batch {
         self.dirty.store(false, Ordering::Release);
-        let through = self.last_seq();
-        let mut drained = Vec::new();
-        for shard in self.shards.iter() {
+        let mut batch = Batch {
+            through: self.last_seq(),
+            maps: Vec::new(),
+            bytes: 0,
+        };
+        for (index, shard) in self.shards.iter().enumerate() {
             let mut state = shard.lock();
-            let state = &mut *state;
-            for key in state.queue.drain(..) {
-                if let Some(pending) = state.entries.get_mut(&key) {
-                    pending.queued = false;
-                    drained.push(Drained {
-                        key,
-                        pending: pending.clone(),
-                    });
-                }
+            if state.fresh.is_empty() {
+                continue;
             }
+            debug_assert!(state.committing.is_none(), "the last batch is retired");
+            let spare = state.spare.take().unwrap_or_default();
+            let map = Arc::new(std::mem::replace(&mut state.fresh, spare));
+            state.committing = Some(map.clone());
+            batch.bytes += std::mem::take(&mut state.fresh_bytes);
+            batch.maps.push((index, map));
         }
-        (through, drained)
+        batch
     }
 
-    /// Forgets the writes a commit carried, unless a newer write replaced one.
-    pub fn retire(&self, committed: &[Drained]) {
-        for done in committed {
-            let mut shard = self.lock(&done.key);
-            let entries = &mut shard.state.entries;
-            if entries
-                .get(&done.key[..])
-                .is_some_and(|p| p.seq == done.pending.seq)
-            {
-                if let Some(pending) = entries.remove(&done.key[..]) {
-                    self.bytes
-                        .fetch_sub(pending.charge(&done.key), Ordering::Relaxed);
+    /// Forgets the writes a commit carried (committed, or failed and
+    /// dropped): reads of their keys go to LMDB, or to a newer fresh write.
+    pub fn retire(&self, batch: Batch) {
+        for (index, map) in batch.maps {
+            let shard = &self.shards[index];
+            let shared = shard.lock().committing.take();
+            drop(shared);
+            // The writer held the only other reference: the map is ours.
+            if let Ok(mut map) = Arc::try_unwrap(map) {
+                if map.capacity() <= SPARE_MAP_ENTRIES {
+                    map.clear();
+                    shard.lock().spare = Some(map);
                 }
             }
         }
+        self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
     }
 }
 
@@ -340,23 +334,39 @@ impl PendingWrites {
 mod tests {
     use super::*;
 
+    fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
+        match shard.get(key)? {
+            Change::Put(record) => Some(record.to_vec()),
+            Change::Remove => None,
+        }
+    }
+
     #[test]
-    fn drain_sees_every_numbered_write_and_retire_keeps_newer_ones() {
+    fn writes_stay_readable_while_committing_and_newer_ones_win() {
         let pending = PendingWrites::new(0);
         pending.lock(b"a").put(b"a", Change::Remove);
         pending
             .lock(b"b")
-            .put(b"b", Change::Put(Arc::new(vec![0; 20])));
-        let (through, drained) = pending.drain();
-        assert_eq!(through, 2);
-        assert_eq!(drained.len(), 2);
+            .put(b"b", Change::Put(vec![1; 20].into()));
+        let batch = pending.drain();
+        assert_eq!(batch.through, 2);
+        assert_eq!(batch.len(), 2);
         assert!(!pending.is_dirty());
-        // "b" is written again before the commit lands: it must stay pending.
-        pending.lock(b"b").put(b"b", Change::Remove);
-        pending.retire(&drained);
+        assert!(matches!(pending.lock(b"a").get(b"a"), Some(Change::Remove)));
+        assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
+        // "b" is written again before the commit lands: the new write wins
+        // now, and stays pending after the batch is retired.
+        pending.lock(b"b").put(b"b", Change::Put(vec![2; 5].into()));
+        assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
+        pending.retire(batch);
         assert!(pending.lock(b"a").get(b"a").is_none());
-        assert_eq!(pending.lock(b"b").get(b"b").map(|p| p.seq), Some(3));
-        assert_eq!(pending.bytes(), 1 + ENTRY_OVERHEAD);
+        assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
+        assert_eq!(pending.bytes(), 1 + 5 + ENTRY_OVERHEAD);
+        let next = pending.drain();
+        assert_eq!((next.through, next.len()), (3, 1));
+        pending.retire(next);
+        assert_eq!(pending.bytes(), 0);
+        assert!(pending.lock(b"b").get(b"b").is_none());
     }
 
     #[test]
@@ -365,9 +375,9 @@ mod tests {
         assert!(!pending.lock(b"k").admit(b"k"), "not on the first miss");
         assert!(pending.lock(b"k").admit(b"k"), "on the second");
         assert!(!PendingWrites::new(0).lock(b"k").admit(b"k"));
-        let record = Arc::new(vec![7u8; 100]);
-        pending.lock(b"k").cache(b"k", record.clone());
-        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record));
+        let record = vec![7u8; 100];
+        pending.lock(b"k").cache(b"k", record.clone().into());
+        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record[..]));
         pending.lock(b"k").put(b"k", Change::Remove);
         assert_eq!(pending.lock(b"k").cached(b"k"), None);
         assert_eq!(pending.cache_usage(), (0, 0));
@@ -388,7 +398,7 @@ mod tests {
             keys
         };
         for key in &shard_of_k {
-            pending.lock(key).cache(key, record.clone());
+            pending.lock(key).cache(key, record.clone().into());
         }
         let (bytes, records) = pending.cache_usage();
         assert!(bytes <= 4096, "{bytes}");
@@ -397,7 +407,7 @@ mod tests {
         let last = shard_of_k.last().unwrap();
         assert!(pending.lock(last).cached(last).is_some());
         // A record too large for the budget is not cached.
-        pending.lock(b"big").cache(b"big", Arc::new(vec![0; 4096]));
+        pending.lock(b"big").cache(b"big", vec![0; 4096].into());
         assert_eq!(pending.lock(b"big").cached(b"big"), None);
         pending.clear_cache();
         assert_eq!(pending.cache_usage(), (0, 0));

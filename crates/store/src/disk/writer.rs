@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::pending::{Change, Drained};
+use super::pending::{Batch, Change};
 use super::record::{self, ClassCounts, Header, FETCHED};
 use super::{Inner, SyncPolicy};
 use crate::AckState;
@@ -30,6 +30,25 @@ const RECLAIM_BATCH: usize = 10_000;
 /// How often a busy writer checks the space left, so a fast writer refuses
 /// writes before the file system is full, not after.
 const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// One change the writer applies to a key.
+#[derive(Clone, Copy)]
+enum Write<'a> {
+    Put(&'a [u8]),
+    Remove,
+    /// Sets the fetched bit of the committed record if it is still the item
+    /// of that CAS value (first reads wait in `marks.rs`).
+    MarkFetched(u64),
+}
+
+impl<'a> From<&'a Change> for Write<'a> {
+    fn from(change: &'a Change) -> Self {
+        match change {
+            Change::Put(record) => Write::Put(record),
+            Change::Remove => Write::Remove,
+        }
+    }
+}
 
 /// How the threads are woken and stopped.
 #[derive(Default)]
@@ -142,15 +161,15 @@ impl Inner {
     /// One group commit, with up to `marks` first-read marks. Returns false
     /// when there was nothing to do.
     fn commit_round(&self, marks: usize) -> bool {
-        let (flush, through, drained) = {
+        let (flush, batch, marks) = {
             let mut request = self.flush_request.lock();
-            let (through, mut drained) = self.pending.drain();
-            let marks = self.marks.take(marks);
-            drained.extend(marks.into_iter().map(|(key, cas)| Drained::mark(key, cas)));
-            (request.take(), through, drained)
+            let batch = self.pending.drain();
+            (request.take(), batch, self.marks.take(marks))
         };
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
-        if drained.is_empty() && flush.is_none() && !reclaim {
+        let through = batch.through;
+        let writes = batch.len() + marks.len();
+        if writes == 0 && flush.is_none() && !reclaim {
             self.acks.advance(through, false);
             return false;
         }
@@ -158,19 +177,22 @@ impl Inner {
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
-            self.commit(flush.is_some(), &drained, reclaim)
+            self.commit(flush.is_some(), &batch, &marks, reclaim)
                 .map_err(Some)
         };
+        // Committed or failed, the batch leaves the pending table: reads
+        // now go to LMDB, which holds it or what came before it.
+        self.pending.retire(batch);
         match result {
             Ok(()) => {
                 let counters = &self.counters;
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
                     .committed_writes
-                    .fetch_add(drained.len() as u64, Ordering::Relaxed);
+                    .fetch_add(writes as u64, Ordering::Relaxed);
                 counters
                     .largest_commit
-                    .fetch_max(drained.len() as u64, Ordering::Relaxed);
+                    .fetch_max(writes as u64, Ordering::Relaxed);
                 self.acks.advance(through, false);
             }
             Err(error) => {
@@ -190,12 +212,16 @@ impl Inner {
                 self.acks.advance(through, true);
             }
         }
-        // A failed group is dropped too: reads fall back to what is committed.
-        self.pending.retire(&drained);
         true
     }
 
-    fn commit(&self, flush: bool, drained: &[Drained], reclaim: bool) -> heed::Result<()> {
+    fn commit(
+        &self,
+        flush: bool,
+        batch: &Batch,
+        marks: &[(Arc<[u8]>, u64)],
+        reclaim: bool,
+    ) -> heed::Result<()> {
         let mut txn = self.env.write_txn()?;
         let mut counts = self.committed_classes.lock().clone();
         if flush {
@@ -206,16 +232,18 @@ impl Inner {
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
         // In key order: neighbouring keys share pages, so the group dirties
         // and writes fewer of them.
-        let mut drained: Vec<&Drained> = drained.iter().collect();
-        drained.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        for write in drained {
-            self.apply(
-                &mut txn,
-                &write.key,
-                &write.pending.change,
-                flushed_through,
-                &mut counts,
-            )?;
+        let mut writes: Vec<(&[u8], Write<'_>)> = batch
+            .writes()
+            .map(|(key, change)| (key, Write::from(change)))
+            .chain(
+                marks
+                    .iter()
+                    .map(|(key, cas)| (&key[..], Write::MarkFetched(*cas))),
+            )
+            .collect();
+        writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (key, write) in writes {
+            self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
         let reclaimed = if reclaim {
             self.reclaim_expired(&mut txn, &mut counts)?
@@ -247,11 +275,11 @@ impl Inner {
         &self,
         txn: &mut RwTxn<'_>,
         key: &[u8],
-        change: &Change,
+        write: Write<'_>,
         flushed_through: u64,
         counts: &mut ClassCounts,
     ) -> heed::Result<()> {
-        if let Change::Put(stored) = change {
+        if let Write::Put(stored) = write {
             // Most puts are of new keys: insert and learn whether one was
             // there in a single descent of the tree.
             let fresh = Header::decode(stored)
@@ -272,8 +300,8 @@ impl Inner {
             }
             heed::Result::Ok(())
         };
-        match change {
-            Change::Put(stored) => {
+        match write {
+            Write::Put(stored) => {
                 let Some((header, _)) = Header::decode(stored) else {
                     return Ok(());
                 };
@@ -285,14 +313,14 @@ impl Inner {
                 self.items.put(txn, key, stored)?;
                 self.index_new(txn, key, stored, counts)?;
             }
-            Change::Remove => {
+            Write::Remove => {
                 if old.is_some() {
                     forget_old(txn, counts, 0)?;
                     self.items.delete(txn, key)?;
                 }
             }
-            Change::MarkFetched { cas } => {
-                if old.is_some_and(|(header, _)| !header.has(FETCHED) && header.cas == *cas) {
+            Write::MarkFetched(cas) => {
+                if old.is_some_and(|(header, _)| !header.has(FETCHED) && header.cas == cas) {
                     let mut stored = self.items.get(txn, key)?.unwrap_or_default().to_vec();
                     record::set_bits(&mut stored, FETCHED);
                     self.items.put(txn, key, &stored)?;
