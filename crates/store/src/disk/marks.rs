@@ -41,21 +41,27 @@ impl FetchMarks {
     pub fn new() -> Self {
         FetchMarks {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            hasher: foldhash::fast::FixedState::with_seed(0x6d61_726b),
+            // The pending table's hasher: callers pass the hash it computed.
+            hasher: foldhash::fast::FixedState::default(),
             waiting: AtomicUsize::new(0),
         }
     }
 
-    fn shard(&self, key: &[u8]) -> (u64, &Mutex<Shard>) {
-        let hash = self.hasher.hash_one(key);
-        (hash, &self.shards[(hash >> 58) as usize % SHARDS])
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[(hash >> 58) as usize % SHARDS]
     }
 
-    /// Notes the first read of the item `cas` under `key`; false if it was
-    /// noted already.
-    pub fn note(&self, key: &[u8], cas: u64) -> bool {
-        let (hash, shard) = self.shard(key);
-        let mut shard = shard.lock();
+    /// The hash that `note` and `noted` take for `key` (the pending table
+    /// computes the same one).
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Notes the first read of the item `cas` under `key` (of `hash`);
+    /// false if it was noted already.
+    pub fn note(&self, hash: u64, key: &[u8], cas: u64) -> bool {
+        debug_assert_eq!(self.hash(key), hash);
+        let mut shard = self.shard(hash).lock();
         if shard.noted.insert(hash, cas) == Some(cas) {
             return false;
         }
@@ -64,13 +70,13 @@ impl FetchMarks {
         true
     }
 
-    /// Whether the item `cas` under `key` was read since its last commit.
-    pub fn noted(&self, key: &[u8], cas: u64) -> bool {
+    /// Whether the item `cas` under the key of `hash` was read since its
+    /// last commit.
+    pub fn noted(&self, hash: u64, cas: u64) -> bool {
         if self.waiting() == 0 {
             return false;
         }
-        let (hash, shard) = self.shard(key);
-        shard.lock().noted.get(&hash) == Some(&cas)
+        self.shard(hash).lock().noted.get(&hash) == Some(&cas)
     }
 
     /// Notes waiting for the writer.
@@ -108,36 +114,37 @@ mod tests {
     #[test]
     fn a_note_matches_its_item_until_taken() {
         let marks = FetchMarks::new();
-        assert!(!marks.noted(b"k", 7));
-        assert!(marks.note(b"k", 7));
-        assert!(!marks.note(b"k", 7), "noted once");
-        assert!(marks.noted(b"k", 7));
+        assert!(!marks.noted(marks.hash(b"k"), 7));
+        assert!(marks.note(marks.hash(b"k"), b"k", 7));
+        assert!(!marks.note(marks.hash(b"k"), b"k", 7), "noted once");
+        assert!(marks.noted(marks.hash(b"k"), 7));
         assert!(
-            !marks.noted(b"k", 8),
+            !marks.noted(marks.hash(b"k"), 8),
             "the key stored again is another item"
         );
-        assert!(!marks.noted(b"other", 7));
+        assert!(!marks.noted(marks.hash(b"other"), 7));
         assert_eq!(marks.waiting(), 1);
         let taken = marks.take(usize::MAX);
         assert_eq!(taken.len(), 1);
         assert_eq!((&taken[0].0[..], taken[0].1), (&b"k"[..], 7));
         assert_eq!(marks.waiting(), 0);
-        assert!(!marks.noted(b"k", 7));
+        assert!(!marks.noted(marks.hash(b"k"), 7));
     }
 
     #[test]
     fn a_limited_take_leaves_the_rest_and_newer_items_are_noted_again() {
         let marks = FetchMarks::new();
         for i in 0..10_000u64 {
-            marks.note(format!("n{i}").as_bytes(), i);
+            let key = format!("n{i}");
+            marks.note(marks.hash(key.as_bytes()), key.as_bytes(), i);
         }
         let taken = marks.take(640);
         assert!((500..=640).contains(&taken.len()), "{}", taken.len());
         assert_eq!(marks.waiting(), 10_000 - taken.len());
         // The same key read again as a newer item: both notes reach the writer.
-        marks.note(b"x", 1);
-        marks.note(b"x", 2);
-        assert!(marks.noted(b"x", 2));
+        marks.note(marks.hash(b"x"), b"x", 1);
+        marks.note(marks.hash(b"x"), b"x", 2);
+        assert!(marks.noted(marks.hash(b"x"), 2));
         let cas_of_x: Vec<u64> = marks
             .take(usize::MAX)
             .into_iter()

@@ -408,7 +408,8 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
-        let noted_fetched = |found| self.with_noted_fetch(key, found);
+        let hash = shard.hash();
+        let noted_fetched = |found| self.with_noted_fetch(hash, found);
         match shard.get(key) {
             Some(Change::Put(record)) => return Ok(f(Header::decode(record))),
             Some(Change::Remove) => return Ok(f(None)),
@@ -421,8 +422,8 @@ impl Inner {
         let stored = self.items.get(&txn, key)?;
         let result = f(noted_fetched(stored.and_then(Header::decode)));
         if let Some(record) = stored {
-            if record.len() <= MAX_CACHED_RECORD && shard.admit(key) {
-                shard.cache(key, Box::from(record));
+            if record.len() <= MAX_CACHED_RECORD && shard.admit() {
+                shard.cache(key, record);
             }
         }
         Ok(result)
@@ -432,11 +433,11 @@ impl Inner {
     /// but not yet committed.
     fn with_noted_fetch<'v>(
         &self,
-        key: &[u8],
+        hash: u64,
         mut found: Option<(Header, &'v [u8])>,
     ) -> Option<(Header, &'v [u8])> {
         if let Some((header, _)) = &mut found {
-            if !header.has(FETCHED) && self.marks.noted(key, header.cas) {
+            if !header.has(FETCHED) && self.marks.noted(hash, header.cas) {
                 header.bits |= FETCHED;
             }
         }
@@ -495,8 +496,9 @@ impl Inner {
         let mut shard = self.pending.lock(key);
         let change = match shard.get(key) {
             None => {
+                let hash = shard.hash();
                 drop(shard);
-                self.marks.note(key, cas);
+                self.marks.note(hash, key, cas);
                 return;
             }
             Some(Change::Put(record)) => match Header::decode(record) {

@@ -28,7 +28,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 const SHARDS: usize = 64;
@@ -65,7 +65,19 @@ fn entry_charge(key: &[u8], record_len: usize) -> usize {
     key.len() + record_len + ENTRY_OVERHEAD
 }
 
-type Entries = HashMap<Box<[u8]>, Change, foldhash::fast::FixedState>;
+/// A pending write: its key and what it does to it.
+struct Entry {
+    key: Box<[u8]>,
+    change: Change,
+}
+
+/// Pending writes by key, looked up with the hash the shard's lock computed.
+type Entries = HashTable<Entry>;
+
+fn find<'m>(map: &'m Entries, hash: u64, key: &[u8]) -> Option<&'m Change> {
+    map.find(hash, |entry| *entry.key == *key)
+        .map(|entry| &entry.change)
+}
 
 /// One shard: the writes since the last drain, the ones being committed,
 /// and the read cache.
@@ -93,7 +105,7 @@ impl Batch {
     pub fn writes(&self) -> impl Iterator<Item = (&[u8], &Change)> {
         self.maps
             .iter()
-            .flat_map(|(_, map)| map.iter().map(|(key, change)| (&key[..], change)))
+            .flat_map(|(_, map)| map.iter().map(|entry| (&entry.key[..], &entry.change)))
     }
 
     pub fn len(&self) -> usize {
@@ -101,28 +113,60 @@ impl Batch {
     }
 }
 
+/// A cached committed record and its key, in one allocation.
+struct CachedRecord {
+    hash: u64,
+    key_len: usize,
+    /// The key, then the record.
+    bytes: Box<[u8]>,
+}
+
+impl CachedRecord {
+    fn key(&self) -> &[u8] {
+        &self.bytes[..self.key_len]
+    }
+
+    fn record(&self) -> &[u8] {
+        &self.bytes[self.key_len..]
+    }
+}
+
 /// Committed records recently read, bounded by bytes.
 #[derive(Default)]
 struct ReadCache {
-    records: HashMap<Arc<[u8]>, Box<[u8]>, foldhash::fast::FixedState>,
-    /// Insertion order; may name keys since removed (skipped when evicting).
-    order: VecDeque<Arc<[u8]>>,
+    records: HashTable<CachedRecord>,
+    /// Key hashes in insertion order; may name records since removed
+    /// (skipped when evicting).
+    order: VecDeque<u64>,
     bytes: usize,
     /// Hashes of keys missed once and not cached yet.
     missed_once: hashbrown::HashSet<u64, foldhash::fast::FixedState>,
 }
 
 impl ReadCache {
-    fn remove(&mut self, key: &[u8]) {
-        if let Some(record) = self.records.remove(key) {
-            self.bytes -= entry_charge(key, record.len());
+    fn get(&self, hash: u64, key: &[u8]) -> Option<&[u8]> {
+        self.records
+            .find(hash, |cached| cached.hash == hash && cached.key() == key)
+            .map(CachedRecord::record)
+    }
+
+    fn remove(&mut self, hash: u64, key: &[u8]) {
+        self.remove_where(hash, |cached| cached.key() == key);
+    }
+
+    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
+        if let Ok(found) = self
+            .records
+            .find_entry(hash, |cached| cached.hash == hash && also(cached))
+        {
+            let (cached, _) = found.remove();
+            self.bytes -= entry_charge(cached.key(), cached.record().len());
         }
     }
 
     /// Whether a record just missed should be cached: yes on its key's
     /// second miss since the doorkeeper last started over.
-    fn admit(&mut self, key: &[u8]) -> bool {
-        let hash = self.records.hasher().hash_one(key);
+    fn admit(&mut self, hash: u64) -> bool {
         if self.missed_once.remove(&hash) {
             return true;
         }
@@ -133,7 +177,7 @@ impl ReadCache {
         false
     }
 
-    fn insert(&mut self, key: &[u8], record: Box<[u8]>, budget: usize) {
+    fn insert(&mut self, hash: u64, key: &[u8], record: &[u8], budget: usize) {
         let charge = entry_charge(key, record.len());
         if charge > budget / 8 {
             return;
@@ -142,18 +186,27 @@ impl ReadCache {
             let Some(oldest) = self.order.pop_front() else {
                 break;
             };
-            self.remove(&oldest);
+            // 64-bit hashes: another record with the same one is not worth a key copy.
+            self.remove_where(oldest, |_| true);
         }
-        let key: Arc<[u8]> = Arc::from(key);
-        if let Some(old) = self.records.insert(key.clone(), record) {
-            self.bytes -= entry_charge(&key, old.len());
-        }
+        self.remove(hash, key);
+        let mut bytes = Vec::with_capacity(key.len() + record.len());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(record);
+        let cached = CachedRecord {
+            hash,
+            key_len: key.len(),
+            bytes: bytes.into_boxed_slice(),
+        };
+        self.records
+            .insert_unique(hash, cached, |cached| cached.hash);
         self.bytes += charge;
-        self.order.push_back(key);
-        // Writes remove records but leave their keys in `order`.
+        self.order.push_back(hash);
+        // Writes remove records but leave their hashes in `order`.
         if self.order.len() > 2 * self.records.len() + 64 {
             let records = &self.records;
-            self.order.retain(|key| records.contains_key(key));
+            self.order
+                .retain(|&hash| records.find(hash, |cached| cached.hash == hash).is_some());
         }
     }
 }
@@ -169,50 +222,65 @@ pub struct PendingWrites {
     cache_budget_per_shard: usize,
 }
 
-/// A locked shard, for reading and writing the keys that hash to it.
+/// A locked shard, for reading and writing the key it was locked for
+/// (the methods take the key again, and use the hash computed at the lock).
 pub struct Shard<'a> {
     state: MutexGuard<'a, ShardState>,
     owner: &'a PendingWrites,
+    hash: u64,
 }
 
 impl Shard<'_> {
+    /// The hash of the key this shard was locked for.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
     /// The key's newest pending write, fresh or being committed.
     pub fn get(&self, key: &[u8]) -> Option<&Change> {
+        debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let state = &*self.state;
-        state
-            .fresh
-            .get(key)
-            .or_else(|| state.committing.as_ref()?.get(key))
+        find(&state.fresh, self.hash, key)
+            .or_else(|| find(state.committing.as_ref()?, self.hash, key))
     }
 
     /// The committed record of `key`, if it is cached.
     pub fn cached(&self, key: &[u8]) -> Option<&[u8]> {
-        self.state.cache.records.get(key).map(|record| &record[..])
+        self.state.cache.get(self.hash, key)
     }
 
     /// Whether the record of `key`, just missed, should be cached (see the
     /// module's notes); ask before copying it.
-    pub fn admit(&mut self, key: &[u8]) -> bool {
-        self.owner.cache_budget_per_shard > 0 && self.state.cache.admit(key)
+    pub fn admit(&mut self) -> bool {
+        self.owner.cache_budget_per_shard > 0 && self.state.cache.admit(self.hash)
     }
 
     /// Caches a record just read from LMDB. The caller holds this shard's
     /// lock since it found no pending write of `key`, before reading LMDB.
-    pub fn cache(&mut self, key: &[u8], record: Box<[u8]>) {
+    pub fn cache(&mut self, key: &[u8], record: &[u8]) {
         let budget = self.owner.cache_budget_per_shard;
-        self.state.cache.insert(key, record, budget);
+        self.state.cache.insert(self.hash, key, record, budget);
     }
 
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
+        debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
         let added = change.charge(key);
+        let hash = self.hash;
         let state = &mut *self.state;
-        state.cache.remove(key);
-        let removed = match state.fresh.get_mut(key) {
-            Some(entry) => std::mem::replace(entry, change).charge(key),
+        state.cache.remove(hash, key);
+        let removed = match state.fresh.find_mut(hash, |entry| *entry.key == *key) {
+            Some(entry) => std::mem::replace(&mut entry.change, change).charge(key),
             None => {
-                state.fresh.insert(Box::from(key), change);
+                let hasher = &self.owner.hasher;
+                let entry = Entry {
+                    key: Box::from(key),
+                    change,
+                };
+                state
+                    .fresh
+                    .insert_unique(hash, entry, |entry| hasher.hash_one(&entry.key[..]));
                 0
             }
         };
@@ -240,10 +308,11 @@ impl PendingWrites {
     }
 
     pub fn lock(&self, key: &[u8]) -> Shard<'_> {
-        let index = (self.hasher.hash_one(key) as usize) % SHARDS;
+        let hash = self.hasher.hash_one(key);
         Shard {
-            state: self.shards[index].lock(),
+            state: self.shards[hash as usize % SHARDS].lock(),
             owner: self,
+            hash,
         }
     }
 
@@ -372,11 +441,11 @@ mod tests {
     #[test]
     fn a_write_removes_the_cached_record_and_the_cache_keeps_to_its_budget() {
         let pending = PendingWrites::new(SHARDS * 4096);
-        assert!(!pending.lock(b"k").admit(b"k"), "not on the first miss");
-        assert!(pending.lock(b"k").admit(b"k"), "on the second");
-        assert!(!PendingWrites::new(0).lock(b"k").admit(b"k"));
+        assert!(!pending.lock(b"k").admit(), "not on the first miss");
+        assert!(pending.lock(b"k").admit(), "on the second");
+        assert!(!PendingWrites::new(0).lock(b"k").admit());
         let record = vec![7u8; 100];
-        pending.lock(b"k").cache(b"k", record.clone().into());
+        pending.lock(b"k").cache(b"k", &record);
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record[..]));
         pending.lock(b"k").put(b"k", Change::Remove);
         assert_eq!(pending.lock(b"k").cached(b"k"), None);
@@ -398,7 +467,7 @@ mod tests {
             keys
         };
         for key in &shard_of_k {
-            pending.lock(key).cache(key, record.clone().into());
+            pending.lock(key).cache(key, &record);
         }
         let (bytes, records) = pending.cache_usage();
         assert!(bytes <= 4096, "{bytes}");
@@ -407,7 +476,7 @@ mod tests {
         let last = shard_of_k.last().unwrap();
         assert!(pending.lock(last).cached(last).is_some());
         // A record too large for the budget is not cached.
-        pending.lock(b"big").cache(b"big", vec![0; 4096].into());
+        pending.lock(b"big").cache(b"big", &[0; 4096]);
         assert_eq!(pending.lock(b"big").cached(b"big"), None);
         pending.clear_cache();
         assert_eq!(pending.cache_usage(), (0, 0));

@@ -143,8 +143,11 @@ impl Inner {
             if !worked {
                 self.signals.writer_idle.store(true, Ordering::SeqCst);
                 if !self.has_work() {
+                    // A park may end early (an old wake-up): quiet means a
+                    // whole tick without a write.
+                    let parked = Instant::now();
                     thread::park_timeout(IDLE_TICK);
-                    quiet = !self.pending.is_dirty();
+                    quiet = parked.elapsed() >= IDLE_TICK && !self.pending.is_dirty();
                 }
                 self.signals.writer_idle.store(false, Ordering::SeqCst);
             }
