@@ -688,6 +688,14 @@ impl Inner {
     /// current item (the writer fixes the expiry index and counts).
     fn set_blind(&self, command: &StoreCommand<'_>) -> StoreOutcome {
         self.apply_due_flush();
+        if self.fetch_before_write.load(Ordering::Relaxed) {
+            // Faults the key's leaf page in before the writer can take the
+            // write, so the writer does not wait for the device in its
+            // commit; the value read is not needed.
+            if let Ok(txn) = self.env.read_txn() {
+                let _ = self.items.get(&txn, command.key);
+            }
+        }
         let mut shard = self.pending.lock(command.key);
         let cas = self.next_cas();
         let header = Header {
@@ -699,12 +707,6 @@ impl Inner {
         let record = header.encode(&[command.value]);
         note_unacked(shard.put(command.key, Change::Put(record.into())));
         drop(shard);
-        if self.fetch_before_write.load(Ordering::Relaxed) {
-            // Faults the key's leaf page in; the value read is not needed.
-            if let Ok(txn) = self.env.read_txn() {
-                let _ = self.items.get(&txn, command.key);
-            }
-        }
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();
         StoreOutcome::Stored { cas }
