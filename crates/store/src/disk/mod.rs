@@ -49,9 +49,9 @@ use crate::{
     StoreStats,
 };
 
-use pending::{Change, PendingWrites, Shard, MAX_CACHED_RECORD};
+use pending::{Change, Pending, PendingWrites, Shard, MAX_CACHED_RECORD};
 pub use policy::SyncPolicy;
-use record::{item_size, ClassCounts, Header, FETCHED, STALE, WIN_SENT};
+use record::{item_size, ClassCounts, Header, Keyed, FETCHED, STALE, WIN_SENT};
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
@@ -411,8 +411,8 @@ impl Inner {
         let hash = shard.hash();
         let noted_fetched = |found| self.with_noted_fetch(hash, found);
         match shard.get(key) {
-            Some(Change::Put(record)) => return Ok(f(Header::decode(record))),
-            Some(Change::Remove) => return Ok(f(None)),
+            Some(Pending::Put(record)) => return Ok(f(Header::decode(record))),
+            Some(Pending::Remove) => return Ok(f(None)),
             None => {}
         }
         if let Some(record) = shard.cached(key) {
@@ -467,7 +467,7 @@ impl Inner {
         })?;
         let change = match decision {
             Decision::Keep => None,
-            Decision::Put(record) => Some(Change::Put(record.into())),
+            Decision::Put(record) => Some(Change::Put(Keyed::new(key, &record))),
             Decision::Remove => Some(Change::Remove),
         };
         if let Some(change) = change {
@@ -501,15 +501,15 @@ impl Inner {
                 self.marks.note(hash, key, cas);
                 return;
             }
-            Some(Change::Put(record)) => match Header::decode(record) {
+            Some(Pending::Put(record)) => match Header::decode(record) {
                 Some((header, _)) if header.cas == cas && !header.has(FETCHED) => {
-                    let mut copy = record.clone();
-                    record::set_bits(&mut copy, FETCHED);
+                    let mut copy = Keyed::new(key, record);
+                    record::set_bits(copy.record_mut(), FETCHED);
                     Change::Put(copy)
                 }
                 _ => return,
             },
-            Some(Change::Remove) => return,
+            Some(Pending::Remove) => return,
         };
         shard.put(key, change);
     }
@@ -704,8 +704,8 @@ impl Inner {
             cas,
             bits: 0,
         };
-        let record = header.encode(&[command.value]);
-        note_unacked(shard.put(command.key, Change::Put(record.into())));
+        let keyed = Keyed::encode(command.key, &header, &[command.value]);
+        note_unacked(shard.put(command.key, Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();

@@ -8,20 +8,22 @@
 //! Each shard keeps two generations. `fresh` takes the writes; when the
 //! writer starts a commit it swaps `fresh` for an empty map and shares the
 //! old one as `committing`, which reads consult after `fresh` and nobody
-//! changes. When the commit ends the writer drops `committing`: LMDB now
+//! changes. When the commit ends the writer retires `committing`: LMDB now
 //! answers for those keys, and a newer write of one is in `fresh`. So a
-//! write is never copied for the writer and never looked up again to
-//! retire it; the swap and the drop are one step per shard.
+//! write is never copied for the writer and never looked up again before
+//! its commit.
 //!
-//! Each shard also caches committed records that were read (`cache`), so a
-//! hot read costs one hash lookup instead of a B-tree descent. A record
-//! enters the cache only under its shard's lock, read from LMDB when the key
-//! had no pending write, and every write of the key removes it under the
-//! same lock: the cache never holds anything older than LMDB's newest
-//! commit of that key. A record is cached on its key's second miss, not its
-//! first (a set of recently missed key hashes keeps the door), so a scan or
-//! random reads over data larger than the cache do not pay a copy per read.
-//! Eviction is first in, first out, by bytes.
+//! Each shard also caches committed records (`cache`), so a hot read costs
+//! one hash lookup instead of a B-tree descent. A record enters the cache
+//! only under its shard's lock, and every write of the key removes it under
+//! the same lock: the cache never holds anything older than LMDB's newest
+//! commit of that key. Two ways in: a committed write moves in when it
+//! retires, unless a newer write of its key is fresh (written data is
+//! usually read soon, and the move costs no copy); and a record read from
+//! LMDB, when the key had no pending write, on its key's second miss, not
+//! its first (a set of recently missed key hashes keeps the door), so a
+//! scan or random reads over data larger than the cache do not pay a copy
+//! per read. Eviction is first in, first out, by bytes.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -30,6 +32,8 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
+
+use super::record::Keyed;
 
 const SHARDS: usize = 64;
 /// Bookkeeping charged per entry on top of key and record.
@@ -42,21 +46,58 @@ const DOORKEEPER_KEYS: usize = 4096;
 /// this many entries (a burst should not pin its memory).
 const SPARE_MAP_ENTRIES: usize = 16 * 1024;
 
-/// What a pending write does to its key.
+/// A write, as a worker hands it over.
 #[derive(Debug, Clone)]
 pub enum Change {
-    /// The key's new record (header and value, as stored).
-    Put(Box<[u8]>),
+    /// The key's new record (header and value, as stored), with the key.
+    Put(Keyed),
     Remove,
 }
 
-impl Change {
-    fn charge(&self, key: &[u8]) -> usize {
-        let record = match self {
-            Change::Put(record) => record.len(),
-            Change::Remove => 0,
-        };
-        entry_charge(key, record)
+/// A pending write as it is held: the key and what it does to it.
+enum Entry {
+    Put(Keyed),
+    Remove(Box<[u8]>),
+}
+
+/// A pending write, as reads and the writer see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending<'a> {
+    /// The key's new record.
+    Put(&'a [u8]),
+    Remove,
+}
+
+impl Entry {
+    fn new(key: &[u8], change: Change) -> Entry {
+        match change {
+            Change::Put(keyed) => {
+                debug_assert_eq!(keyed.key(), key);
+                Entry::Put(keyed)
+            }
+            Change::Remove => Entry::Remove(Box::from(key)),
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        match self {
+            Entry::Put(keyed) => keyed.key(),
+            Entry::Remove(key) => key,
+        }
+    }
+
+    fn pending(&self) -> Pending<'_> {
+        match self {
+            Entry::Put(keyed) => Pending::Put(keyed.record()),
+            Entry::Remove(_) => Pending::Remove,
+        }
+    }
+
+    fn charge(&self) -> usize {
+        match self {
+            Entry::Put(keyed) => entry_charge(keyed.key(), keyed.record().len()),
+            Entry::Remove(key) => entry_charge(key, 0),
+        }
     }
 }
 
@@ -65,18 +106,12 @@ fn entry_charge(key: &[u8], record_len: usize) -> usize {
     key.len() + record_len + ENTRY_OVERHEAD
 }
 
-/// A pending write: its key and what it does to it.
-struct Entry {
-    key: Box<[u8]>,
-    change: Change,
-}
-
 /// Pending writes by key, looked up with the hash the shard's lock computed.
 type Entries = HashTable<Entry>;
 
-fn find<'m>(map: &'m Entries, hash: u64, key: &[u8]) -> Option<&'m Change> {
-    map.find(hash, |entry| *entry.key == *key)
-        .map(|entry| &entry.change)
+fn find<'m>(map: &'m Entries, hash: u64, key: &[u8]) -> Option<Pending<'m>> {
+    map.find(hash, |entry| entry.key() == key)
+        .map(Entry::pending)
 }
 
 /// One shard: the writes since the last drain, the ones being committed,
@@ -102,10 +137,10 @@ pub struct Batch {
 
 impl Batch {
     /// The batch's writes, in no particular order.
-    pub fn writes(&self) -> impl Iterator<Item = (&[u8], &Change)> {
+    pub fn writes(&self) -> impl Iterator<Item = (&[u8], Pending<'_>)> {
         self.maps
             .iter()
-            .flat_map(|(_, map)| map.iter().map(|entry| (&entry.key[..], &entry.change)))
+            .flat_map(|(_, map)| map.iter().map(|entry| (entry.key(), entry.pending())))
     }
 
     pub fn len(&self) -> usize {
@@ -113,25 +148,23 @@ impl Batch {
     }
 }
 
-/// A cached committed record and its key, in one allocation.
+/// A cached committed record, with its key and the key's hash.
 struct CachedRecord {
     hash: u64,
-    key_len: usize,
-    /// The key, then the record.
-    bytes: Box<[u8]>,
+    keyed: Keyed,
 }
 
 impl CachedRecord {
     fn key(&self) -> &[u8] {
-        &self.bytes[..self.key_len]
+        self.keyed.key()
     }
 
     fn record(&self) -> &[u8] {
-        &self.bytes[self.key_len..]
+        self.keyed.record()
     }
 }
 
-/// Committed records recently read, bounded by bytes.
+/// Committed records recently written or read, bounded by bytes.
 #[derive(Default)]
 struct ReadCache {
     records: HashTable<CachedRecord>,
@@ -177,8 +210,8 @@ impl ReadCache {
         false
     }
 
-    fn insert(&mut self, hash: u64, key: &[u8], record: &[u8], budget: usize) {
-        let charge = entry_charge(key, record.len());
+    fn insert(&mut self, hash: u64, keyed: Keyed, budget: usize) {
+        let charge = entry_charge(keyed.key(), keyed.record().len());
         if charge > budget / 8 {
             return;
         }
@@ -189,15 +222,8 @@ impl ReadCache {
             // 64-bit hashes: another record with the same one is not worth a key copy.
             self.remove_where(oldest, |_| true);
         }
-        self.remove(hash, key);
-        let mut bytes = Vec::with_capacity(key.len() + record.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(record);
-        let cached = CachedRecord {
-            hash,
-            key_len: key.len(),
-            bytes: bytes.into_boxed_slice(),
-        };
+        self.remove(hash, keyed.key());
+        let cached = CachedRecord { hash, keyed };
         self.records
             .insert_unique(hash, cached, |cached| cached.hash);
         self.bytes += charge;
@@ -237,7 +263,7 @@ impl Shard<'_> {
     }
 
     /// The key's newest pending write, fresh or being committed.
-    pub fn get(&self, key: &[u8]) -> Option<&Change> {
+    pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
         debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let state = &*self.state;
         find(&state.fresh, self.hash, key)
@@ -259,28 +285,27 @@ impl Shard<'_> {
     /// lock since it found no pending write of `key`, before reading LMDB.
     pub fn cache(&mut self, key: &[u8], record: &[u8]) {
         let budget = self.owner.cache_budget_per_shard;
-        self.state.cache.insert(self.hash, key, record, budget);
+        self.state
+            .cache
+            .insert(self.hash, Keyed::new(key, record), budget);
     }
 
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
         debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let added = change.charge(key);
+        let entry = Entry::new(key, change);
+        let added = entry.charge();
         let hash = self.hash;
         let state = &mut *self.state;
         state.cache.remove(hash, key);
-        let removed = match state.fresh.find_mut(hash, |entry| *entry.key == *key) {
-            Some(entry) => std::mem::replace(&mut entry.change, change).charge(key),
+        let removed = match state.fresh.find_mut(hash, |old| old.key() == key) {
+            Some(old) => std::mem::replace(old, entry).charge(),
             None => {
                 let hasher = &self.owner.hasher;
-                let entry = Entry {
-                    key: Box::from(key),
-                    change,
-                };
                 state
                     .fresh
-                    .insert_unique(hash, entry, |entry| hasher.hash_one(&entry.key[..]));
+                    .insert_unique(hash, entry, |entry| hasher.hash_one(entry.key()));
                 0
             }
         };
@@ -380,19 +405,35 @@ impl PendingWrites {
         batch
     }
 
-    /// Forgets the writes a commit carried (committed, or failed and
-    /// dropped): reads of their keys go to LMDB, or to a newer fresh write.
-    pub fn retire(&self, batch: Batch) {
+    /// Forgets the writes a commit carried. Committed ones move into the
+    /// read cache (see the module's notes); failed ones are dropped, and
+    /// reads of their keys go to LMDB, which holds what came before them.
+    pub fn retire(&self, batch: Batch, committed: bool) {
+        let budget = self.cache_budget_per_shard;
         for (index, map) in batch.maps {
             let shard = &self.shards[index];
-            let shared = shard.lock().committing.take();
-            drop(shared);
+            let mut state = shard.lock();
+            drop(state.committing.take());
             // The writer held the only other reference: the map is ours.
-            if let Ok(mut map) = Arc::try_unwrap(map) {
-                if map.capacity() <= SPARE_MAP_ENTRIES {
-                    map.clear();
-                    shard.lock().spare = Some(map);
+            let Ok(mut map) = Arc::try_unwrap(map) else {
+                continue;
+            };
+            if committed && budget > 0 {
+                let state = &mut *state;
+                for entry in map.drain() {
+                    let Entry::Put(keyed) = entry else { continue };
+                    let hash = self.hasher.hash_one(keyed.key());
+                    if keyed.record().len() <= MAX_CACHED_RECORD
+                        && find(&state.fresh, hash, keyed.key()).is_none()
+                    {
+                        state.cache.insert(hash, keyed, budget);
+                    }
                 }
+            }
+            drop(state);
+            if map.capacity() <= SPARE_MAP_ENTRIES {
+                map.clear();
+                shard.lock().spare = Some(map);
             }
         }
         self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
@@ -405,37 +446,66 @@ mod tests {
 
     fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
         match shard.get(key)? {
-            Change::Put(record) => Some(record.to_vec()),
-            Change::Remove => None,
+            Pending::Put(record) => Some(record.to_vec()),
+            Pending::Remove => None,
         }
+    }
+
+    fn put(key: &[u8], record: &[u8]) -> Change {
+        Change::Put(Keyed::new(key, record))
     }
 
     #[test]
     fn writes_stay_readable_while_committing_and_newer_ones_win() {
         let pending = PendingWrites::new(0);
         pending.lock(b"a").put(b"a", Change::Remove);
-        pending
-            .lock(b"b")
-            .put(b"b", Change::Put(vec![1; 20].into()));
+        pending.lock(b"b").put(b"b", put(b"b", &[1; 20]));
         let batch = pending.drain();
         assert_eq!(batch.through, 2);
         assert_eq!(batch.len(), 2);
         assert!(!pending.is_dirty());
-        assert!(matches!(pending.lock(b"a").get(b"a"), Some(Change::Remove)));
+        assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
         // "b" is written again before the commit lands: the new write wins
         // now, and stays pending after the batch is retired.
-        pending.lock(b"b").put(b"b", Change::Put(vec![2; 5].into()));
+        pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.retire(batch);
+        pending.retire(batch, true);
         assert!(pending.lock(b"a").get(b"a").is_none());
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         assert_eq!(pending.bytes(), 1 + 5 + ENTRY_OVERHEAD);
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.retire(next);
+        pending.retire(next, false);
         assert_eq!(pending.bytes(), 0);
         assert!(pending.lock(b"b").get(b"b").is_none());
+    }
+
+    #[test]
+    fn committed_writes_move_into_the_cache_unless_a_newer_write_is_fresh() {
+        let pending = PendingWrites::new(SHARDS * 4096);
+        pending.lock(b"x").put(b"x", put(b"x", &[1; 10]));
+        pending.lock(b"y").put(b"y", put(b"y", &[2; 10]));
+        pending.lock(b"z").put(b"z", Change::Remove);
+        let batch = pending.drain();
+        pending.lock(b"y").put(b"y", put(b"y", &[3; 10]));
+        pending.retire(batch, true);
+        assert_eq!(pending.lock(b"x").cached(b"x"), Some(&[1u8; 10][..]));
+        assert_eq!(
+            pending.lock(b"y").cached(b"y"),
+            None,
+            "older than the fresh write"
+        );
+        assert_eq!(pending.lock(b"z").cached(b"z"), None);
+        let failed = pending.drain();
+        pending.retire(failed, false);
+        assert_eq!(
+            pending.lock(b"y").cached(b"y"),
+            None,
+            "a failed commit is not cached"
+        );
+        assert_eq!(pending.cache_usage().1, 1);
+        assert_eq!(pending.bytes(), 0);
     }
 
     #[test]

@@ -15,6 +15,52 @@ pub const STALE: u8 = 2;
 /// A reader has already won the right to recache it.
 pub const WIN_SENT: u8 = 4;
 
+/// A key and its stored record in one allocation: what a pending write
+/// and a cached read hold, so a lookup touches one block, and a committed
+/// write moves into the read cache without a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyed {
+    key_len: usize,
+    /// The key, then the record.
+    bytes: Box<[u8]>,
+}
+
+impl Keyed {
+    pub fn new(key: &[u8], record: &[u8]) -> Keyed {
+        let mut bytes = Vec::with_capacity(key.len() + record.len());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(record);
+        Keyed {
+            key_len: key.len(),
+            bytes: bytes.into_boxed_slice(),
+        }
+    }
+
+    /// The record of `header` and the value parts, under `key`.
+    pub fn encode(key: &[u8], header: &Header, value_parts: &[&[u8]]) -> Keyed {
+        let value_len = value_parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut bytes = Vec::with_capacity(key.len() + HEADER_LEN + value_len);
+        bytes.extend_from_slice(key);
+        header.encode_into(&mut bytes, value_parts);
+        Keyed {
+            key_len: key.len(),
+            bytes: bytes.into_boxed_slice(),
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.bytes[..self.key_len]
+    }
+
+    pub fn record(&self) -> &[u8] {
+        &self.bytes[self.key_len..]
+    }
+
+    pub fn record_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.key_len..]
+    }
+}
+
 /// An item's header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -46,6 +92,11 @@ impl Header {
     pub fn encode(&self, value_parts: &[&[u8]]) -> Vec<u8> {
         let len = HEADER_LEN + value_parts.iter().map(|p| p.len()).sum::<usize>();
         let mut out = Vec::with_capacity(len);
+        self.encode_into(&mut out, value_parts);
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>, value_parts: &[&[u8]]) {
         out.extend_from_slice(&self.flags.to_le_bytes());
         out.extend_from_slice(&self.expiry_unix.to_le_bytes());
         out.extend_from_slice(&self.cas.to_le_bytes());
@@ -53,7 +104,6 @@ impl Header {
         for part in value_parts {
             out.extend_from_slice(part);
         }
-        out
     }
 
     pub fn has(&self, bit: u8) -> bool {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::pending::{Batch, Change};
+use super::pending::{Batch, Pending};
 use super::record::{self, ClassCounts, Header, FETCHED};
 use super::{Inner, SyncPolicy};
 use crate::AckState;
@@ -41,11 +41,11 @@ enum Write<'a> {
     MarkFetched(u64),
 }
 
-impl<'a> From<&'a Change> for Write<'a> {
-    fn from(change: &'a Change) -> Self {
-        match change {
-            Change::Put(record) => Write::Put(record),
-            Change::Remove => Write::Remove,
+impl<'a> From<Pending<'a>> for Write<'a> {
+    fn from(pending: Pending<'a>) -> Self {
+        match pending {
+            Pending::Put(record) => Write::Put(record),
+            Pending::Remove => Write::Remove,
         }
     }
 }
@@ -185,7 +185,7 @@ impl Inner {
         };
         // Committed or failed, the batch leaves the pending table: reads
         // now go to LMDB, which holds it or what came before it.
-        self.pending.retire(batch);
+        self.pending.retire(batch, result.is_ok());
         match result {
             Ok(()) => {
                 let counters = &self.counters;
