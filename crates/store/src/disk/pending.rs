@@ -13,17 +13,15 @@
 //! write is never copied for the writer and never looked up again before
 //! its commit.
 //!
-//! Each shard also caches committed records (`cache`), so a hot read costs
-//! one hash lookup instead of a B-tree descent. A record enters the cache
-//! only under its shard's lock, and every write of the key removes it under
-//! the same lock: the cache never holds anything older than LMDB's newest
-//! commit of that key. Two ways in: a committed write moves in when it
-//! retires, unless a newer write of its key is fresh (written data is
-//! usually read soon, and the move costs no copy); and a record read from
-//! LMDB, when the key had no pending write, on its key's second miss, not
-//! its first (a set of recently missed key hashes keeps the door), so a
-//! scan or random reads over data larger than the cache do not pay a copy
-//! per read. Eviction is first in, first out, by bytes.
+//! Each shard also caches committed records that were read (`cache`), so a
+//! hot read costs one hash lookup instead of a B-tree descent. A record
+//! enters the cache only under its shard's lock, read from LMDB when the key
+//! had no pending write, and every write of the key removes it under the
+//! same lock: the cache never holds anything older than LMDB's newest
+//! commit of that key. A record is cached on its key's second miss, not its
+//! first (a set of recently missed key hashes keeps the door), so a scan or
+//! random reads over data larger than the cache do not pay a copy per read.
+//! Eviction is first in, first out, by bytes.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -164,7 +162,7 @@ impl CachedRecord {
     }
 }
 
-/// Committed records recently written or read, bounded by bytes.
+/// Committed records recently read, bounded by bytes.
 #[derive(Default)]
 struct ReadCache {
     records: HashTable<CachedRecord>,
@@ -405,35 +403,19 @@ impl PendingWrites {
         batch
     }
 
-    /// Forgets the writes a commit carried. Committed ones move into the
-    /// read cache (see the module's notes); failed ones are dropped, and
-    /// reads of their keys go to LMDB, which holds what came before them.
-    pub fn retire(&self, batch: Batch, committed: bool) {
-        let budget = self.cache_budget_per_shard;
+    /// Forgets the writes a commit carried (committed, or failed and
+    /// dropped): reads of their keys go to LMDB, or to a newer fresh write.
+    pub fn retire(&self, batch: Batch) {
         for (index, map) in batch.maps {
             let shard = &self.shards[index];
-            let mut state = shard.lock();
-            drop(state.committing.take());
+            let shared = shard.lock().committing.take();
+            drop(shared);
             // The writer held the only other reference: the map is ours.
-            let Ok(mut map) = Arc::try_unwrap(map) else {
-                continue;
-            };
-            if committed && budget > 0 {
-                let state = &mut *state;
-                for entry in map.drain() {
-                    let Entry::Put(keyed) = entry else { continue };
-                    let hash = self.hasher.hash_one(keyed.key());
-                    if keyed.record().len() <= MAX_CACHED_RECORD
-                        && find(&state.fresh, hash, keyed.key()).is_none()
-                    {
-                        state.cache.insert(hash, keyed, budget);
-                    }
+            if let Ok(mut map) = Arc::try_unwrap(map) {
+                if map.capacity() <= SPARE_MAP_ENTRIES {
+                    map.clear();
+                    shard.lock().spare = Some(map);
                 }
-            }
-            drop(state);
-            if map.capacity() <= SPARE_MAP_ENTRIES {
-                map.clear();
-                shard.lock().spare = Some(map);
             }
         }
         self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
@@ -470,42 +452,15 @@ mod tests {
         // now, and stays pending after the batch is retired.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.retire(batch, true);
+        pending.retire(batch);
         assert!(pending.lock(b"a").get(b"a").is_none());
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         assert_eq!(pending.bytes(), 1 + 5 + ENTRY_OVERHEAD);
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.retire(next, false);
+        pending.retire(next);
         assert_eq!(pending.bytes(), 0);
         assert!(pending.lock(b"b").get(b"b").is_none());
-    }
-
-    #[test]
-    fn committed_writes_move_into_the_cache_unless_a_newer_write_is_fresh() {
-        let pending = PendingWrites::new(SHARDS * 4096);
-        pending.lock(b"x").put(b"x", put(b"x", &[1; 10]));
-        pending.lock(b"y").put(b"y", put(b"y", &[2; 10]));
-        pending.lock(b"z").put(b"z", Change::Remove);
-        let batch = pending.drain();
-        pending.lock(b"y").put(b"y", put(b"y", &[3; 10]));
-        pending.retire(batch, true);
-        assert_eq!(pending.lock(b"x").cached(b"x"), Some(&[1u8; 10][..]));
-        assert_eq!(
-            pending.lock(b"y").cached(b"y"),
-            None,
-            "older than the fresh write"
-        );
-        assert_eq!(pending.lock(b"z").cached(b"z"), None);
-        let failed = pending.drain();
-        pending.retire(failed, false);
-        assert_eq!(
-            pending.lock(b"y").cached(b"y"),
-            None,
-            "a failed commit is not cached"
-        );
-        assert_eq!(pending.cache_usage().1, 1);
-        assert_eq!(pending.bytes(), 0);
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Inner {
         };
         // Committed or failed, the batch leaves the pending table: reads
         // now go to LMDB, which holds it or what came before it.
-        self.pending.retire(batch, result.is_ok());
+        self.pending.retire(batch);
         match result {
             Ok(()) => {
                 let counters = &self.counters;
