@@ -10,8 +10,8 @@
 //! old one as `committing`, which reads consult after `fresh` and nobody
 //! changes. When the commit ends the writer retires `committing`: LMDB now
 //! answers for those keys, and a newer write of one is in `fresh`. So a
-//! write is never copied for the writer and never looked up again before
-//! its commit.
+//! write is never copied for the writer, and never looked up again to be
+//! retired: the swap and the drop are one step per shard.
 //!
 //! Each shard also caches committed records that were read (`cache`), so a
 //! hot read costs one hash lookup instead of a B-tree descent. A record

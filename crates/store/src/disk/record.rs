@@ -16,8 +16,7 @@ pub const STALE: u8 = 2;
 pub const WIN_SENT: u8 = 4;
 
 /// A key and its stored record in one allocation: what a pending write
-/// and a cached read hold, so a lookup touches one block, and a committed
-/// write moves into the read cache without a copy.
+/// and a cached read hold, so a lookup touches the table and one block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyed {
     key_len: usize,
