@@ -44,6 +44,14 @@ const DOORKEEPER_KEYS: usize = 4096;
 /// this many entries (a burst should not pin its memory).
 const SPARE_MAP_ENTRIES: usize = 16 * 1024;
 
+/// The shard of a key's hash. Middle bits: the shard's tables probe with
+/// the same hash, and hashbrown takes the bucket from the low bits and the
+/// tag from the top seven, so shard bits taken from either end would crowd
+/// every key of a shard into a 64th of the buckets or share one tag.
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
+}
+
 /// A write, as a worker hands it over.
 #[derive(Debug, Clone)]
 pub enum Change {
@@ -333,7 +341,7 @@ impl PendingWrites {
     pub fn lock(&self, key: &[u8]) -> Shard<'_> {
         let hash = self.hasher.hash_one(key);
         Shard {
-            state: self.shards[hash as usize % SHARDS].lock(),
+            state: self.shards[shard_of(hash)].lock(),
             owner: self,
             hash,
         }
@@ -482,8 +490,8 @@ mod tests {
             let mut i = 0u32;
             while keys.len() < 200 {
                 let key = format!("key{i}").into_bytes();
-                if (pending.hasher.hash_one(&key) as usize) % SHARDS
-                    == (pending.hasher.hash_one(b"k") as usize) % SHARDS
+                if shard_of(pending.hasher.hash_one(&key))
+                    == shard_of(pending.hasher.hash_one(b"k"))
                 {
                     keys.push(key);
                 }
