@@ -153,6 +153,51 @@ fn first_reads_are_noted_and_kept_across_reopening() {
     }
 }
 
+/// A read served from the read cache still knows the item was read before
+/// once the writer has committed the first read's note (the note is gone
+/// then, and the cached copy was made before the commit).
+#[test]
+fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::None);
+    let fetched_before = |key: &[u8]| {
+        let mut seen = None;
+        store.get(key, &GetOptions::default(), &mut |item| {
+            seen = Some(item.fetched_before)
+        });
+        seen
+    };
+    set(&store, b"k", b"v", 0);
+    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(fetched_before(b"k"), Some(false), "the first read notes it");
+    assert_eq!(
+        fetched_before(b"k"),
+        Some(true),
+        "the second read caches it"
+    );
+    let waiting = || {
+        store
+            .engine_stats()
+            .into_iter()
+            .find(|(name, _)| *name == "disk_fetch_marks_waiting")
+            .map(|(_, value)| value)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while waiting().as_deref() != Some("0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the note was never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(
+        fetched_before(b"k"),
+        Some(true),
+        "read from the cache after the note's commit"
+    );
+}
+
 /// Reads served from the read cache never go back in time: counters that
 /// only grow are read concurrently with their increments and commits, and
 /// no reader ever sees one shrink.

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::record::Keyed;
+use super::record::{self, Header, Keyed};
 
 const SHARDS: usize = 64;
 /// Bookkeeping charged per entry on top of key and record.
@@ -409,6 +409,25 @@ impl PendingWrites {
             batch.maps.push((index, map));
         }
         batch
+    }
+
+    /// Sets `bits` in the cached record of `key` if it is still the item
+    /// `cas`: the writer committed that change to LMDB, and the cache must
+    /// not hold anything older.
+    pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
+        let mut shard = self.lock(key);
+        let hash = shard.hash;
+        let cached = shard
+            .state
+            .cache
+            .records
+            .find_mut(hash, |cached| cached.hash == hash && cached.key() == key);
+        if let Some(cached) = cached {
+            let record = cached.keyed.record_mut();
+            if Header::decode(record).is_some_and(|(header, _)| header.cas == cas) {
+                record::set_bits(record, bits);
+            }
+        }
     }
 
     /// Forgets the writes a commit carried (committed, or failed and

@@ -188,6 +188,10 @@ impl Inner {
         self.pending.retire(batch);
         match result {
             Ok(()) => {
+                // The read cache may hold a copy made before the bit was set.
+                for (key, cas) in &marks {
+                    self.pending.set_cached_bits(key, *cas, FETCHED);
+                }
                 let counters = &self.counters;
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
