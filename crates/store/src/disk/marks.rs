@@ -34,7 +34,10 @@ struct Shard {
 pub struct FetchMarks {
     shards: Box<[Mutex<Shard>]>,
     hasher: foldhash::fast::FixedState,
+    /// Notes not yet taken by the writer.
     waiting: AtomicUsize,
+    /// Notes reads consult: waiting, or taken and not yet forgotten.
+    held: AtomicUsize,
 }
 
 impl FetchMarks {
@@ -44,6 +47,7 @@ impl FetchMarks {
             // The pending table's hasher: callers pass the hash it computed.
             hasher: foldhash::fast::FixedState::default(),
             waiting: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -62,8 +66,12 @@ impl FetchMarks {
     pub fn note(&self, hash: u64, key: &[u8], cas: u64) -> bool {
         debug_assert_eq!(self.hash(key), hash);
         let mut shard = self.shard(hash).lock();
-        if shard.noted.insert(hash, cas) == Some(cas) {
-            return false;
+        match shard.noted.insert(hash, cas) {
+            Some(old) if old == cas => return false,
+            Some(_) => {}
+            None => {
+                self.held.fetch_add(1, Ordering::Relaxed);
+            }
         }
         shard.keys.push((Arc::from(key), cas));
         self.waiting.fetch_add(1, Ordering::Relaxed);
@@ -73,7 +81,7 @@ impl FetchMarks {
     /// Whether the item `cas` under the key of `hash` was read since its
     /// last commit.
     pub fn noted(&self, hash: u64, cas: u64) -> bool {
-        if self.waiting() == 0 {
+        if self.held.load(Ordering::Relaxed) == 0 {
             return false;
         }
         self.shard(hash).lock().noted.get(&hash) == Some(&cas)
@@ -85,25 +93,32 @@ impl FetchMarks {
     }
 
     /// Takes about `max` notes, oldest first in every shard, for a commit.
+    /// Reads still see them until [`forget`](Self::forget), which the
+    /// writer calls once the commit is over and the read cache agrees.
     pub fn take(&self, max: usize) -> Vec<(Arc<[u8]>, u64)> {
         let per_shard = max.div_ceil(SHARDS);
         let mut taken = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
-            let shard = &mut *shard;
             let count = per_shard.min(shard.keys.len());
-            for (key, cas) in shard.keys.drain(..count) {
-                let hash = self.hasher.hash_one(&key[..]);
-                // A newer note of the same key (its item was stored again
-                // and read) stays for a later batch.
-                if shard.noted.get(&hash) == Some(&cas) {
-                    shard.noted.remove(&hash);
-                }
-                taken.push((key, cas));
-            }
+            taken.extend(shard.keys.drain(..count));
             self.waiting.fetch_sub(count, Ordering::Relaxed);
         }
         taken
+    }
+
+    /// Drops notes taken for a commit that is over.
+    pub fn forget(&self, taken: &[(Arc<[u8]>, u64)]) {
+        for (key, cas) in taken {
+            let hash = self.hash(key);
+            let mut shard = self.shard(hash).lock();
+            // A newer note of the same key (its item was stored again and
+            // read) stays for a later batch.
+            if shard.noted.get(&hash) == Some(cas) {
+                shard.noted.remove(&hash);
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -112,7 +127,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_note_matches_its_item_until_taken() {
+    fn a_note_matches_its_item_until_forgotten() {
         let marks = FetchMarks::new();
         assert!(!marks.noted(marks.hash(b"k"), 7));
         assert!(marks.note(marks.hash(b"k"), b"k", 7));
@@ -128,6 +143,11 @@ mod tests {
         assert_eq!(taken.len(), 1);
         assert_eq!((&taken[0].0[..], taken[0].1), (&b"k"[..], 7));
         assert_eq!(marks.waiting(), 0);
+        assert!(
+            marks.noted(marks.hash(b"k"), 7),
+            "seen until its commit is over"
+        );
+        marks.forget(&taken);
         assert!(!marks.noted(marks.hash(b"k"), 7));
     }
 

@@ -186,12 +186,16 @@ impl Inner {
         // Committed or failed, the batch leaves the pending table: reads
         // now go to LMDB, which holds it or what came before it.
         self.pending.retire(batch);
+        if result.is_ok() {
+            // The read cache may hold a copy made before the bit was set.
+            for (key, cas) in &marks {
+                self.pending.set_cached_bits(key, *cas, FETCHED);
+            }
+        }
+        // Only now: until here reads took the fetched bit from the notes.
+        self.marks.forget(&marks);
         match result {
             Ok(()) => {
-                // The read cache may hold a copy made before the bit was set.
-                for (key, cas) in &marks {
-                    self.pending.set_cached_bits(key, *cas, FETCHED);
-                }
                 let counters = &self.counters;
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
