@@ -183,8 +183,8 @@ impl From<heed::Error> for WriteFailed {
 /// What a write does to its key, decided against the current item.
 enum Decision {
     Keep,
-    /// Store this record (header and value, encoded).
-    Put(Vec<u8>),
+    /// Store this record (header and value, encoded, with the key).
+    Put(Keyed),
     Remove,
 }
 
@@ -467,7 +467,7 @@ impl Inner {
         })?;
         let change = match decision {
             Decision::Keep => None,
-            Decision::Put(record) => Some(Change::Put(Keyed::new(key, &record))),
+            Decision::Put(keyed) => Some(Change::Put(keyed)),
             Decision::Remove => Some(Change::Remove),
         };
         if let Some(change) = change {
@@ -584,7 +584,7 @@ impl Inner {
                 };
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                 visit(&self.view(key, &header, &[], true));
-                return (Decision::Put(header.encode(&[])), true);
+                return (Decision::Put(Keyed::encode(key, &header, &[])), true);
             };
             let mut header = old;
             if let Some(expiry) = options.touch {
@@ -610,7 +610,7 @@ impl Inner {
             if !options.no_bump {
                 header.bits |= FETCHED;
             }
-            (Decision::Put(header.encode(&[value])), true)
+            (Decision::Put(Keyed::encode(key, &header, &[value])), true)
         })
     }
 
@@ -655,7 +655,7 @@ impl Inner {
                         [command.value, value]
                     };
                     let header = Header { cas, bits, ..old };
-                    Decision::Put(header.encode(&parts))
+                    Decision::Put(Keyed::encode(command.key, &header, &parts))
                 }
                 (_, existing) => {
                     if crate::clock::is_expired(command.expiry, self.clock.now()) {
@@ -672,7 +672,7 @@ impl Inner {
                             cas,
                             bits,
                         };
-                        Decision::Put(header.encode(&[command.value]))
+                        Decision::Put(Keyed::encode(command.key, &header, &[command.value]))
                     }
                 }
             };
@@ -728,7 +728,7 @@ impl Inner {
                         expiry_unix: new_expiry.map_or(old.expiry_unix, |e| self.to_unix(e)),
                         ..old
                     };
-                    Decision::Put(header.encode(&[value]))
+                    Decision::Put(Keyed::encode(key, &header, &[value]))
                 }
                 None => Decision::Remove,
             };
@@ -757,7 +757,10 @@ impl Inner {
                     ttl: self.ttl(header.expiry_unix),
                     created: true,
                 };
-                return (Decision::Put(header.encode(&[&digits])), outcome);
+                return (
+                    Decision::Put(Keyed::encode(key, &header, &[&digits])),
+                    outcome,
+                );
             };
             if command.compare_cas.is_some_and(|cas| cas != old.cas) {
                 return (Decision::Keep, ArithOutcome::Exists);
@@ -788,7 +791,10 @@ impl Inner {
                 ttl: self.ttl(header.expiry_unix),
                 created: false,
             };
-            (Decision::Put(header.encode(&[&digits])), outcome)
+            (
+                Decision::Put(Keyed::encode(key, &header, &[&digits])),
+                outcome,
+            )
         })
     }
 }

@@ -87,14 +87,7 @@ impl Header {
         ))
     }
 
-    /// The record of this header followed by the value parts.
-    pub fn encode(&self, value_parts: &[&[u8]]) -> Vec<u8> {
-        let len = HEADER_LEN + value_parts.iter().map(|p| p.len()).sum::<usize>();
-        let mut out = Vec::with_capacity(len);
-        self.encode_into(&mut out, value_parts);
-        out
-    }
-
+    /// Appends the record of this header followed by the value parts.
     fn encode_into(&self, out: &mut Vec<u8>, value_parts: &[&[u8]]) {
         out.extend_from_slice(&self.flags.to_le_bytes());
         out.extend_from_slice(&self.expiry_unix.to_le_bytes());
@@ -201,13 +194,16 @@ mod tests {
             cas: 42,
             bits: STALE,
         };
-        let mut record = header.encode(&[b"hello ", b"world"]);
-        set_bits(&mut record, FETCHED);
-        let (decoded, value) = Header::decode(&record).unwrap();
+        let mut keyed = Keyed::encode(b"key", &header, &[b"hello ", b"world"]);
+        set_bits(keyed.record_mut(), FETCHED);
+        assert_eq!(keyed.key(), b"key");
+        let record = keyed.record();
+        let (decoded, value) = Header::decode(record).unwrap();
         assert_eq!(decoded.bits, STALE | FETCHED);
         assert_eq!((decoded.flags, decoded.cas), (0xdead_beef, 42));
         assert_eq!(value, b"hello world");
         assert!(Header::decode(&record[..HEADER_LEN - 1]).is_none());
+        assert_eq!(Keyed::new(b"key", record), keyed);
     }
 
     #[test]
