@@ -189,6 +189,12 @@ impl ReadCache {
             .map(CachedRecord::record)
     }
 
+    fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut [u8]> {
+        self.records
+            .find_mut(hash, |cached| cached.hash == hash && cached.key() == key)
+            .map(|cached| cached.keyed.record_mut())
+    }
+
     fn remove(&mut self, hash: u64, key: &[u8]) {
         self.remove_where(hash, |cached| cached.key() == key);
     }
@@ -417,13 +423,7 @@ impl PendingWrites {
     pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
         let mut shard = self.lock(key);
         let hash = shard.hash;
-        let cached = shard
-            .state
-            .cache
-            .records
-            .find_mut(hash, |cached| cached.hash == hash && cached.key() == key);
-        if let Some(cached) = cached {
-            let record = cached.keyed.record_mut();
+        if let Some(record) = shard.state.cache.get_mut(hash, key) {
             if Header::decode(record).is_some_and(|(header, _)| header.cas == cas) {
                 record::set_bits(record, bits);
             }

@@ -300,6 +300,18 @@ impl Inner {
                 return self.index_new(txn, key, stored, counts);
             }
         }
+        if let Write::MarkFetched(cas) = write {
+            // One read of the record: its header decides, its bytes are rewritten.
+            let Some(stored) = self.items.get(txn, key)? else {
+                return Ok(());
+            };
+            if Header::decode(stored).is_some_and(|(h, _)| !h.has(FETCHED) && h.cas == cas) {
+                let mut stored = stored.to_vec();
+                record::set_bits(&mut stored, FETCHED);
+                self.items.put(txn, key, &stored)?;
+            }
+            return Ok(());
+        }
         let old = self.stored_header(txn, key)?;
         let forget_old = |txn: &mut RwTxn<'_>, counts: &mut ClassCounts, keep_expiry: u32| {
             if let Some((old, len)) = old {
@@ -330,13 +342,8 @@ impl Inner {
                     self.items.delete(txn, key)?;
                 }
             }
-            Write::MarkFetched(cas) => {
-                if old.is_some_and(|(header, _)| !header.has(FETCHED) && header.cas == cas) {
-                    let mut stored = self.items.get(txn, key)?.unwrap_or_default().to_vec();
-                    record::set_bits(&mut stored, FETCHED);
-                    self.items.put(txn, key, &stored)?;
-                }
-            }
+            // Applied above, before the header lookup it does not need.
+            Write::MarkFetched(_) => {}
         }
         Ok(())
     }
