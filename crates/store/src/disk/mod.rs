@@ -24,6 +24,7 @@
 //! that fails closes the connections that wrote in it, unacknowledged.
 
 mod ack;
+mod journal;
 mod marks;
 mod pending;
 mod policy;
@@ -55,6 +56,8 @@ use record::{item_size, ClassCounts, Header, Keyed, FETCHED, STALE, WIN_SENT};
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
+/// `meta` key: the newest journal segment whose writes LMDB holds.
+const JOURNAL_APPLIED: &[u8] = b"journal";
 
 #[derive(Debug, Clone)]
 pub struct DiskConfig {
@@ -93,6 +96,12 @@ impl DiskConfig {
         self.memory_budget / 4
     }
 
+    /// Journalled writes that make the applier start a round before its
+    /// interval: a quarter of the pending memory.
+    pub fn apply_threshold(&self) -> usize {
+        self.pending_limit / 4
+    }
+
     /// First reads noted in memory before the writer commits them although
     /// it is busy: about a sixth of the pending memory (a note costs about
     /// 100 bytes with its key).
@@ -110,6 +119,8 @@ pub enum OpenError {
     Lmdb(#[from] heed::Error),
     #[error("cannot start the writer thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot open or replay the journal: {0}")]
+    Journal(std::io::Error),
 }
 
 pub struct DiskStore {
@@ -128,7 +139,13 @@ struct Inner {
     last_cas: AtomicU64,
     pending: PendingWrites,
     marks: marks::FetchMarks,
+    journal: journal::Journal,
+    /// Journalled and not yet applied (the writer's and applier's meeting point).
+    logged: Mutex<writer::Logged>,
+    /// Writes decided: journalled (their replies may go), or failed.
     acks: ack::Acks,
+    /// Writes in LMDB (or failed): what stats, scans and backpressure wait for.
+    applied: ack::Acks,
     /// A flush waiting for the writer. The writer drains pending writes
     /// under this lock, so a flush falls wholly before or after a drain.
     flush_request: Mutex<Option<u64>>,
@@ -159,8 +176,12 @@ struct Counters {
     reclaimed: AtomicU64,
     expired_unfetched: AtomicU64,
     crawler_reclaimed: AtomicU64,
+    /// Journal groups, and the writes in them.
     commits: AtomicU64,
     committed_writes: AtomicU64,
+    /// LMDB transactions of journalled writes, and the writes in them.
+    applies: AtomicU64,
+    applied_writes: AtomicU64,
     largest_commit: AtomicU64,
     failed_commits: AtomicU64,
     fsyncs: AtomicU64,
@@ -211,12 +232,10 @@ impl DiskStore {
             .map_size(config.map_size)
             .max_dbs(4)
             .max_readers(MAX_READERS);
-        // Random reads of data larger than RAM want one page, not a readahead window.
-        let mut flags = EnvFlags::NO_READ_AHEAD;
-        if config.sync != SyncPolicy::Always {
-            // The syncer thread fsyncs as the policy says; commits only write.
-            flags |= EnvFlags::NO_SYNC;
-        }
+        // Random reads of data larger than RAM want one page, not a readahead
+        // window. The journal makes writes durable; the applier fsyncs the
+        // data file itself before it deletes journal segments.
+        let flags = EnvFlags::NO_READ_AHEAD | EnvFlags::NO_SYNC;
         // SAFETY: the environment is opened once per process and directory; kura
         // never opens the same data file twice, and does not modify it outside LMDB.
         #[allow(unsafe_code)]
@@ -234,7 +253,16 @@ impl DiskStore {
             Some(counts) => counts,
             None => count_classes(&items, &txn, &config.classes)?,
         };
+        let applied_segment = meta
+            .get(&txn, JOURNAL_APPLIED)?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
         txn.commit()?;
+        let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
+        let newest = segments.last().map_or(0, |(number, _)| *number);
+        let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
+            .map_err(OpenError::Journal)?;
         let inner = Arc::new(Inner {
             env,
             items,
@@ -244,7 +272,10 @@ impl DiskStore {
             last_cas: AtomicU64::new(last_cas),
             pending: PendingWrites::new(config.read_cache_bytes()),
             marks: marks::FetchMarks::new(),
+            journal,
+            logged: Mutex::new(writer::Logged::default()),
             acks: ack::Acks::default(),
+            applied: ack::Acks::default(),
             flush_request: Mutex::new(None),
             flushed_through: AtomicU64::new(0),
             flush_deadline: AtomicU32::new(0),
@@ -256,6 +287,7 @@ impl DiskStore {
             signals: writer::Signals::default(),
             config,
         });
+        inner.replay(&segments, applied_segment)?;
         inner.check_space();
         let threads = writer::start(&inner).map_err(OpenError::Thread)?;
         Ok(DiskStore { inner, threads })
@@ -265,10 +297,10 @@ impl DiskStore {
         self.inner.env.path()
     }
 
-    /// Blocks until every write made so far is decided (for callers that use
-    /// the engine directly, such as benchmarks and tests).
+    /// Blocks until every write made so far is in LMDB (for callers that
+    /// use the engine directly, such as benchmarks and tests).
     pub fn wait_for_commit(&self) -> AckState {
-        self.inner.wait_until_decided(self.inner.pending.last_seq())
+        self.inner.wait_until_applied(self.inner.pending.last_seq())
     }
 }
 
@@ -276,14 +308,13 @@ impl Drop for DiskStore {
     fn drop(&mut self) {
         self.inner.signals.stop();
         let mut threads = self.threads.drain(..);
-        // The writer commits what is pending before it ends; then one last
-        // fsync, so a clean shutdown leaves everything on disk.
+        // The writer journals what is pending before it ends; the applier
+        // then puts everything into LMDB, fsyncs it and empties the journal,
+        // so a clean shutdown leaves nothing to replay.
         if let Some(writer) = threads.next() {
             let _ = writer.join();
         }
-        if self.inner.config.sync.background_period().is_some() {
-            self.inner.sync_now();
-        }
+        self.inner.signals.finish();
         for thread in threads {
             let _ = thread.join();
         }
@@ -348,14 +379,26 @@ impl Inner {
         self.config.classes.class_of(item_size(key, value_len))
     }
 
-    /// Wakes the writer until write `seq` is decided (or the engine stops).
-    fn wait_until_decided(&self, seq: u64) -> AckState {
+    /// Wakes the writer and the applier until write `seq` is in LMDB or
+    /// failed (or the engine stops).
+    fn wait_until_applied(&self, seq: u64) -> AckState {
         loop {
             self.signals.wake_writer();
-            match self.acks.wait(seq, Duration::from_millis(10)) {
-                AckState::Waiting if !self.signals.stopping() => {}
-                state => return state,
+            if self.acks.decided() >= seq {
+                self.signals.wake_applier();
             }
+            match self.applied.wait(seq, Duration::from_millis(10)) {
+                AckState::Waiting if !self.signals.stopping() => {}
+                _ => return self.acks.state(seq),
+            }
+        }
+    }
+
+    /// Brings LMDB up to every write made so far, for the figures and scans
+    /// that read it directly.
+    fn apply_everything(&self) {
+        if self.applied.decided() < self.pending.last_seq() {
+            self.wait_until_applied(self.pending.last_seq());
         }
     }
 
@@ -366,6 +409,70 @@ impl Inner {
             self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
         }
         ok
+    }
+
+    /// Puts the writes of journal segments LMDB does not hold yet into it,
+    /// oldest first (they were acknowledged before a crash), fsyncs the data
+    /// file and deletes the segments.
+    fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
+        let mut replayed = None;
+        let mut counts = self.committed_classes.lock().clone();
+        for (number, path) in segments {
+            if *number <= applied {
+                continue;
+            }
+            let mut txn = self.env.write_txn()?;
+            let mut failed = None;
+            let records = journal::replay(path, |record| {
+                if failed.is_some() {
+                    return;
+                }
+                let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                let result = match record {
+                    journal::Record::Put { key, record } => {
+                        if let Some((header, _)) = Header::decode(record) {
+                            self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
+                        }
+                        let write = writer::Write::Put(record);
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Remove { key } => {
+                        let write = writer::Write::Remove;
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Flush(boundary) => {
+                        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+                        counts = ClassCounts::default();
+                        self.items
+                            .clear(&mut txn)
+                            .and_then(|()| self.expiry.clear(&mut txn))
+                    }
+                };
+                failed = result.err();
+            })
+            .map_err(OpenError::Journal)?;
+            if let Some(error) = failed {
+                return Err(error.into());
+            }
+            self.meta.put(
+                &mut txn,
+                b"cas",
+                &self.last_cas.load(Ordering::Acquire).to_le_bytes(),
+            )?;
+            self.meta.put(&mut txn, b"classes", &counts.encode())?;
+            self.meta
+                .put(&mut txn, JOURNAL_APPLIED, &number.to_le_bytes())?;
+            txn.commit()?;
+            tracing::info!(segment = number, records, "replayed journal segment");
+            replayed = Some(*number);
+        }
+        *self.committed_classes.lock() = counts;
+        self.env.force_sync()?;
+        let last = replayed.unwrap_or(applied).max(applied);
+        self.journal
+            .remove_through(last)
+            .map_err(OpenError::Journal)?;
+        Ok(())
     }
 
     /// Flushes everything written so far: reads skip it at once, the writer
@@ -483,10 +590,12 @@ impl Inner {
     fn wait_for_pending_room(&self) {
         while self.pending.bytes() > self.config.pending_limit
             && !self.poisoned.load(Ordering::Acquire)
+            && !self.out_of_space.load(Ordering::Acquire)
         {
             self.signals.wake_writer();
+            self.signals.wake_applier();
             let seq = self.pending.last_seq();
-            self.acks.wait(seq, Duration::from_millis(5));
+            self.applied.wait(seq, Duration::from_millis(5));
         }
     }
 
@@ -897,6 +1006,7 @@ impl Store for DiskStore {
     }
 
     fn stats(&self) -> StoreStats {
+        self.inner.apply_everything();
         let inner = &self.inner;
         let counters = &inner.counters;
         let counts = inner.committed_classes.lock().clone();
@@ -926,6 +1036,7 @@ impl Store for DiskStore {
     }
 
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) {
+        self.inner.apply_everything();
         let inner = &self.inner;
         let Ok(txn) = inner.env.read_txn() else {
             return;
@@ -953,6 +1064,7 @@ impl Store for DiskStore {
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {
+        self.inner.apply_everything();
         let mut buckets = std::collections::BTreeMap::new();
         self.scan(&mut |item| *buckets.entry(item.size.div_ceil(32) * 32).or_insert(0u64) += 1);
         buckets.into_iter().collect()

@@ -1,17 +1,20 @@
-//! Writes applied but not yet committed to LMDB.
+//! Writes not yet in LMDB.
 //!
 //! Workers never wait for LMDB's single writer: a write lands here (under
 //! its key's shard lock, which also makes read-modify-writes such as incr
-//! and append atomic) and the writer thread commits everything pending in
-//! one transaction. Reads look here first, so a write is visible at once.
+//! and append atomic), the writer thread journals it with its group, and
+//! the applier later puts many groups into LMDB in one transaction. Reads
+//! look here first, so a write is visible at once.
 //!
-//! Each shard keeps two generations. `fresh` takes the writes; when the
-//! writer starts a commit it swaps `fresh` for an empty map and shares the
-//! old one as `committing`, which reads consult after `fresh` and nobody
-//! changes. When the commit ends the writer retires `committing`: LMDB now
-//! answers for those keys, and a newer write of one is in `fresh`. So a
-//! write is never copied for the writer, and never looked up again to be
-//! retired: the swap and the drop are one step per shard.
+//! Each shard keeps four generations. `fresh` takes the writes; when the
+//! writer starts a group it swaps `fresh` for an empty map and shares the
+//! old one as `committing`, which nobody changes. Once the group is in the
+//! journal its writes move into `logged` (a newer write of a key replaces
+//! the older). The applier swaps `logged` out as `applying`, and drops it
+//! once LMDB has committed it: LMDB now answers for those keys, and a newer
+//! write of one is in a younger generation. Reads look from the youngest to
+//! the oldest. A write is never copied, and never looked up again to be
+//! retired: the swaps and the drops are one step per shard.
 //!
 //! Each shard also caches committed records that were read (`cache`), so a
 //! hot read costs one hash lookup instead of a B-tree descent. A record
@@ -61,6 +64,7 @@ pub enum Change {
 }
 
 /// A pending write as it is held: the key and what it does to it.
+#[derive(Clone)]
 enum Entry {
     Put(Keyed),
     Remove(Box<[u8]>),
@@ -120,22 +124,32 @@ fn find<'m>(map: &'m Entries, hash: u64, key: &[u8]) -> Option<Pending<'m>> {
         .map(Entry::pending)
 }
 
-/// One shard: the writes since the last drain, the ones being committed,
-/// and the read cache.
+/// One shard: the writes since the last drain, the ones being journalled,
+/// those journalled and waiting for LMDB, those being applied to LMDB, and
+/// the read cache. Reads look in that order: newest first.
 #[derive(Default)]
 struct ShardState {
     fresh: Entries,
     /// Bytes charged for `fresh`.
     fresh_bytes: usize,
     committing: Option<Arc<Entries>>,
+    /// Journalled (acknowledged) writes the applier has not taken yet; the
+    /// newest write of a key replaces an older one here.
+    logged: Entries,
+    logged_bytes: usize,
+    /// Usually one map; more only while a failed transaction is retried
+    /// with the writes logged since (oldest first).
+    applying: Vec<Arc<Entries>>,
     /// An emptied map for the next drain, so maps do not regrow each round.
     spare: Option<Entries>,
     cache: ReadCache,
 }
 
-/// The writes one commit carries: every shard's `fresh` map at the drain.
+/// The writes one journal group carries (every shard's `fresh` map at the
+/// drain), or one LMDB transaction (every shard's `logged` map).
 pub struct Batch {
-    /// The sequence number up to which every write is in this batch.
+    /// The sequence number up to which every write is in this batch (or,
+    /// for an apply, in this one or an earlier one).
     pub through: u64,
     maps: Vec<(usize, Arc<Entries>)>,
     bytes: usize,
@@ -255,7 +269,10 @@ pub struct PendingWrites {
     last_seq: AtomicU64,
     /// Set by every write, cleared by the writer when it drains.
     dirty: AtomicBool,
+    /// Bytes held by pending writes of every generation.
     bytes: AtomicUsize,
+    /// Bytes held by `logged` maps.
+    logged_bytes: AtomicUsize,
     /// Bytes each shard's read cache may hold.
     cache_budget_per_shard: usize,
 }
@@ -280,6 +297,15 @@ impl Shard<'_> {
         let state = &*self.state;
         find(&state.fresh, self.hash, key)
             .or_else(|| find(state.committing.as_ref()?, self.hash, key))
+            .or_else(|| find(&state.logged, self.hash, key))
+            .or_else(|| {
+                let hash = self.hash;
+                state
+                    .applying
+                    .iter()
+                    .rev()
+                    .find_map(|map| find(map, hash, key))
+            })
     }
 
     /// The committed record of `key`, if it is cached.
@@ -340,6 +366,7 @@ impl PendingWrites {
             last_seq: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             bytes: AtomicUsize::new(0),
+            logged_bytes: AtomicUsize::new(0),
             cache_budget_per_shard: cache_budget / SHARDS,
         }
     }
@@ -390,8 +417,8 @@ impl PendingWrites {
         }
     }
 
-    /// Takes every fresh write for a commit; they stay readable as
-    /// `committing` until [`retire`](Self::retire). The batch's `through`
+    /// Takes every fresh write for a journal group; they stay readable as
+    /// `committing` until [`merge_logged`](Self::merge_logged). The batch's `through`
     /// is the sequence number up to which every write is in it: a write
     /// takes its number under its shard's lock, so one numbered before this
     /// call is in the map swapped out once that shard is locked here.
@@ -430,20 +457,90 @@ impl PendingWrites {
         }
     }
 
-    /// Forgets the writes a commit carried (committed, or failed and
-    /// dropped): reads of their keys go to LMDB, or to a newer fresh write.
-    pub fn retire(&self, batch: Batch) {
+    /// Moves a journalled batch into the shards' `logged` maps, where it
+    /// waits for the applier; a newer write of a key replaces the older.
+    pub fn merge_logged(&self, batch: Batch) {
+        let mut replaced = 0;
         for (index, map) in batch.maps {
-            let shard = &self.shards[index];
-            let shared = shard.lock().committing.take();
-            drop(shared);
+            let mut state = self.shards[index].lock();
+            drop(state.committing.take());
             // The writer held the only other reference: the map is ours.
-            if let Ok(mut map) = Arc::try_unwrap(map) {
-                if map.capacity() <= SPARE_MAP_ENTRIES {
-                    map.clear();
-                    shard.lock().spare = Some(map);
-                }
+            let mut map = Arc::unwrap_or_clone(map);
+            let state = &mut *state;
+            for entry in map.drain() {
+                let hash = self.hasher.hash_one(entry.key());
+                let added = entry.charge();
+                let removed = match state.logged.find_mut(hash, |old| old.key() == entry.key()) {
+                    Some(old) => std::mem::replace(old, entry).charge(),
+                    None => {
+                        let hasher = &self.hasher;
+                        state
+                            .logged
+                            .insert_unique(hash, entry, |entry| hasher.hash_one(entry.key()));
+                        0
+                    }
+                };
+                state.logged_bytes = state.logged_bytes + added - removed;
+                replaced += removed;
             }
+            if map.capacity() <= SPARE_MAP_ENTRIES {
+                state.spare = Some(map);
+            }
+        }
+        self.bytes.fetch_sub(replaced, Ordering::Relaxed);
+        self.logged_bytes
+            .fetch_add(batch.bytes - replaced, Ordering::Relaxed);
+    }
+
+    /// Bytes of journalled writes waiting for the applier.
+    pub fn logged_bytes(&self) -> usize {
+        self.logged_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes every journalled write for one LMDB transaction; they stay
+    /// readable as `applying` until [`retire_applied`](Self::retire_applied).
+    /// `through`: every write numbered up to it was journalled before.
+    pub fn take_logged(&self, through: u64) -> Batch {
+        let mut batch = Batch {
+            through,
+            maps: Vec::new(),
+            bytes: 0,
+        };
+        for (index, shard) in self.shards.iter().enumerate() {
+            let mut state = shard.lock();
+            if state.logged.is_empty() {
+                continue;
+            }
+            let map = Arc::new(std::mem::take(&mut state.logged));
+            state.applying.push(map.clone());
+            batch.bytes += std::mem::take(&mut state.logged_bytes);
+            batch.maps.push((index, map));
+        }
+        self.logged_bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
+        batch
+    }
+
+    /// Forgets writes LMDB now holds (every `applying` map): reads of their
+    /// keys go to LMDB, or to a newer pending write.
+    pub fn retire_applied(&self, batches: Vec<Batch>) {
+        for batch in batches {
+            for (index, map) in batch.maps {
+                let shared = std::mem::take(&mut self.shards[index].lock().applying);
+                // Freed outside the lock.
+                drop(shared);
+                drop(map);
+            }
+            self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops a batch whose journal append failed: it was never acknowledged,
+    /// and reads go back to what was there before it.
+    pub fn drop_failed(&self, batch: Batch) {
+        for (index, map) in batch.maps {
+            let shared = self.shards[index].lock().committing.take();
+            drop(shared);
+            drop(map);
         }
         self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
     }
@@ -465,7 +562,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_stay_readable_while_committing_and_newer_ones_win() {
+    fn writes_stay_readable_through_every_generation_and_newer_ones_win() {
         let pending = PendingWrites::new(0);
         pending.lock(b"a").put(b"a", Change::Remove);
         pending.lock(b"b").put(b"b", put(b"b", &[1; 20]));
@@ -475,19 +572,33 @@ mod tests {
         assert!(!pending.is_dirty());
         assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
-        // "b" is written again before the commit lands: the new write wins
-        // now, and stays pending after the batch is retired.
+        // "b" is written again while its group is journalled: the new write
+        // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.retire(batch);
-        assert!(pending.lock(b"a").get(b"a").is_none());
+        pending.merge_logged(batch);
+        assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        assert_eq!(pending.bytes(), 1 + 5 + ENTRY_OVERHEAD);
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.retire(next);
-        assert_eq!(pending.bytes(), 0);
+        pending.merge_logged(next);
+        // The newer write of "b" replaced the older one in `logged`.
+        assert_eq!(pending.logged_bytes(), 1 + 1 + 5 + 2 * ENTRY_OVERHEAD);
+        assert_eq!(pending.bytes(), pending.logged_bytes());
+        let applying = pending.take_logged(3);
+        assert_eq!((applying.through, applying.len()), (3, 2));
+        assert_eq!(pending.logged_bytes(), 0);
+        // Still readable while LMDB takes them; a newer write wins.
+        pending.lock(b"a").put(b"a", put(b"a", &[3; 2]));
+        assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
+        assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
+        pending.retire_applied(vec![applying]);
         assert!(pending.lock(b"b").get(b"b").is_none());
+        assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
+        let failed = pending.drain();
+        pending.drop_failed(failed);
+        assert!(pending.lock(b"a").get(b"a").is_none());
+        assert_eq!(pending.bytes(), 0);
     }
 
     #[test]

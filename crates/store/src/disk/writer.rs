@@ -1,11 +1,14 @@
-//! The writer thread (group commits) and the syncer thread (fsync as the
-//! policy says).
+//! The writer thread (journal groups), the applier thread (LMDB
+//! transactions) and the syncer thread (fsync as the policy says).
 //!
-//! Each round the writer takes every pending write, applies them in one LMDB
-//! transaction together with a due flush and a batch of expired items, and
-//! commits. Writes that arrive while a commit runs form the next group, so
-//! groups grow with load and a single LMDB writer keeps up with many
-//! workers.
+//! Each round the writer takes every pending write and appends them to the
+//! journal in one write; then their replies may go out. Writes that arrive
+//! meanwhile form the next group, so groups grow with load. The applier
+//! takes everything journalled since its last round, at least every
+//! [`APPLY_EVERY`] or once a quarter of the pending memory is waiting, and
+//! applies it in one LMDB transaction together with a due flush, first-read
+//! marks and a batch of expired items; it commits, fsyncs the data file and
+//! deletes the journal segments LMDB now holds.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,30 +18,30 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
+use super::journal::{self, Record};
 use super::pending::{Batch, Pending};
 use super::record::{self, ClassCounts, Header, FETCHED};
 use super::{Inner, SyncPolicy};
 use crate::AckState;
 
-/// How long an idle writer sleeps before looking for work nobody announced
-/// (first-read fetched bits, writes of callers that never ask for a commit).
+/// How long an idle writer sleeps before looking for writes of callers
+/// that never ask for a commit.
 const IDLE_TICK: Duration = Duration::from_millis(5);
-/// First-read marks committed per round when the writer takes them.
-const MARK_BATCH: usize = 4096;
+/// The longest journalled writes wait for LMDB while the engine is busy.
+pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
+/// First-read marks committed per LMDB transaction at most.
+const MARK_BATCH: usize = 64 * 1024;
 /// Expired items removed per round, so one round never grows unbounded.
 const RECLAIM_BATCH: usize = 10_000;
 /// How often a busy writer checks the space left, so a fast writer refuses
 /// writes before the file system is full, not after.
 const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
 
-/// One change the writer applies to a key.
+/// One change the applier makes to a key.
 #[derive(Clone, Copy)]
-enum Write<'a> {
+pub(super) enum Write<'a> {
     Put(&'a [u8]),
     Remove,
-    /// Sets the fetched bit of the committed record if it is still the item
-    /// of that CAS value (first reads wait in `marks.rs`).
-    MarkFetched(u64),
 }
 
 impl<'a> From<Pending<'a>> for Write<'a> {
@@ -50,12 +53,41 @@ impl<'a> From<Pending<'a>> for Write<'a> {
     }
 }
 
+/// What the writer has journalled and the applier has not taken. The writer
+/// holds this lock from its append until the group is in `logged`, and the
+/// applier holds it to start a new segment and take `logged`: so the writes
+/// it takes are exactly those in the segments before the new one.
+#[derive(Default)]
+pub(super) struct Logged {
+    /// Every write numbered up to this is journalled (or failed).
+    through: u64,
+    /// The newest flush journalled and not yet applied.
+    flush: Option<u64>,
+    /// Segments appended to since the applier's last rotation.
+    dirty: bool,
+}
+
+/// One LMDB transaction's worth of journalled writes, kept until committed.
+struct ApplyRound {
+    /// Oldest first; more than one only while a failed commit is retried.
+    batches: Vec<Batch>,
+    flush: Option<u64>,
+    /// The newest journal segment these writes came from.
+    segment: u64,
+    /// A commit of it failed before.
+    retried: bool,
+}
+
 /// How the threads are woken and stopped.
 #[derive(Default)]
 pub struct Signals {
     stopping: AtomicBool,
+    /// The writer is done: the applier applies everything and ends.
+    finishing: AtomicBool,
     writer: OnceLock<Thread>,
     writer_idle: AtomicBool,
+    applier: OnceLock<Thread>,
+    apply_requested: AtomicBool,
     syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     reclaim: AtomicBool,
@@ -72,9 +104,26 @@ impl Signals {
         }
     }
 
+    /// Asks the applier for a round now.
+    pub fn wake_applier(&self) {
+        self.apply_requested.store(true, Ordering::SeqCst);
+        if let Some(applier) = self.applier.get() {
+            applier.unpark();
+        }
+    }
+
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        for thread in [&self.writer, &self.syncer] {
+        if let Some(thread) = self.writer.get() {
+            thread.unpark();
+        }
+    }
+
+    /// After the writer ended: the applier applies what is left and ends,
+    /// then the syncer.
+    pub fn finish(&self) {
+        self.finishing.store(true, Ordering::SeqCst);
+        for thread in [&self.applier, &self.syncer] {
             if let Some(thread) = thread.get() {
                 thread.unpark();
             }
@@ -84,26 +133,30 @@ impl Signals {
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    fn finishing(&self) -> bool {
+        self.finishing.load(Ordering::SeqCst)
+    }
 }
 
-/// Starts the writer, and the syncer when the policy has one.
+/// Starts the writer, the applier, and the syncer when the policy has one,
+/// in that order (the order they are stopped in).
 pub fn start(inner: &Arc<Inner>) -> io::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
-    let writer = {
+    let spawn = |name: &str, run: fn(&Inner)| {
         let inner = inner.clone();
         thread::Builder::new()
-            .name("kura-disk-writer".into())
-            .spawn(move || inner.write_loop())?
+            .name(name.into())
+            .spawn(move || run(&inner))
     };
+    let writer = spawn("kura-disk-writer", Inner::write_loop)?;
     let _ = inner.signals.writer.set(writer.thread().clone());
     threads.push(writer);
-    if let Some(period) = inner.config.sync.background_period() {
-        let syncer = {
-            let inner = inner.clone();
-            thread::Builder::new()
-                .name("kura-disk-syncer".into())
-                .spawn(move || inner.sync_loop(period))?
-        };
+    let applier = spawn("kura-disk-applier", Inner::apply_loop)?;
+    let _ = inner.signals.applier.set(applier.thread().clone());
+    threads.push(applier);
+    if inner.config.sync.background_period().is_some() {
+        let syncer = spawn("kura-disk-syncer", Inner::sync_loop)?;
         let _ = inner.signals.syncer.set(syncer.thread().clone());
         threads.push(syncer);
     }
@@ -124,30 +177,17 @@ fn is_out_of_space(error: &heed::Error) -> bool {
 
 impl Inner {
     fn write_loop(&self) {
-        // No write came for a whole idle tick: a good time for the marks.
-        let mut quiet = false;
+        let mut group = Vec::new();
         loop {
             let stopping = self.signals.stopping();
-            let marks = if stopping {
-                usize::MAX
-            } else if quiet || self.marks.waiting() > self.config.mark_limit() {
-                MARK_BATCH
-            } else {
-                0
-            };
-            let worked = self.commit_round(marks);
+            let worked = self.journal_round(&mut group);
             if stopping && !worked {
                 return;
             }
-            quiet = false;
             if !worked {
                 self.signals.writer_idle.store(true, Ordering::SeqCst);
                 if !self.has_work() {
-                    // A park may end early (an old wake-up): quiet means a
-                    // whole tick without a write.
-                    let parked = Instant::now();
                     thread::park_timeout(IDLE_TICK);
-                    quiet = parked.elapsed() >= IDLE_TICK && !self.pending.is_dirty();
                 }
                 self.signals.writer_idle.store(false, Ordering::SeqCst);
             }
@@ -155,37 +195,190 @@ impl Inner {
     }
 
     fn has_work(&self) -> bool {
-        self.pending.is_dirty()
-            || self.flush_request.lock().is_some()
-            || self.signals.reclaim.load(Ordering::Acquire)
-            || self.signals.stopping()
+        self.pending.is_dirty() || self.flush_request.lock().is_some() || self.signals.stopping()
     }
 
-    /// One group commit, with up to `marks` first-read marks. Returns false
-    /// when there was nothing to do.
-    fn commit_round(&self, marks: usize) -> bool {
-        let (flush, batch, marks) = {
+    /// Journals every pending write (and a flush) in one append, then lets
+    /// their replies go. Returns false when there was nothing to do.
+    fn journal_round(&self, group: &mut Vec<u8>) -> bool {
+        let (flush, batch) = {
             let mut request = self.flush_request.lock();
-            let batch = self.pending.drain();
-            (request.take(), batch, self.marks.take(marks))
+            (request.take(), self.pending.drain())
         };
-        let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let through = batch.through;
-        let writes = batch.len() + marks.len();
-        if writes == 0 && flush.is_none() && !reclaim {
+        let writes = batch.len();
+        if writes == 0 && flush.is_none() {
+            self.logged.lock().through = through;
             self.acks.advance(through, false);
             return false;
         }
         self.check_space_if_due();
+        group.clear();
+        if let Some(boundary) = flush {
+            journal::encode(group, Record::Flush(boundary));
+        }
+        for (key, change) in batch.writes() {
+            let record = match change {
+                Pending::Put(record) => Record::Put { key, record },
+                Pending::Remove => Record::Remove { key },
+            };
+            journal::encode(group, record);
+        }
+        let mut logged = self.logged.lock();
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
-            self.commit(flush.is_some(), &batch, &marks, reclaim)
-                .map_err(Some)
+            self.append(group).map_err(Some)
         };
-        // Committed or failed, the batch leaves the pending table: reads
-        // now go to LMDB, which holds it or what came before it.
-        self.pending.retire(batch);
+        logged.through = through;
+        match result {
+            Ok(()) => {
+                logged.dirty = true;
+                if let Some(boundary) = flush {
+                    logged.flush = logged.flush.max(Some(boundary));
+                }
+                let counters = &self.counters;
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .committed_writes
+                    .fetch_add(writes as u64, Ordering::Relaxed);
+                counters
+                    .largest_commit
+                    .fetch_max(writes as u64, Ordering::Relaxed);
+                self.acks.advance(through, false);
+                self.pending.merge_logged(batch);
+                drop(logged);
+                if self.pending.logged_bytes() >= self.config.apply_threshold() {
+                    self.signals.wake_applier();
+                }
+            }
+            Err(error) => {
+                drop(logged);
+                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                match error {
+                    Some(error)
+                        if error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) =>
+                    {
+                        tracing::error!(%error, "disk full: refusing writes until space is freed");
+                        self.out_of_space.store(true, Ordering::Release);
+                    }
+                    Some(error) => {
+                        tracing::error!(%error, "journal write failed: refusing writes from now on");
+                        self.poisoned.store(true, Ordering::Release);
+                    }
+                    None => {}
+                }
+                // Never acknowledged: those connections are closed instead,
+                // and reads go back to what was there before.
+                self.pending.drop_failed(batch);
+                self.acks.advance(through, true);
+            }
+        }
+        true
+    }
+
+    /// Appends a group to the journal; under `always`, fsyncs it too.
+    fn append(&self, group: &[u8]) -> io::Result<()> {
+        self.journal.append(group)?;
+        if self.config.sync == SyncPolicy::Always {
+            let started = Instant::now();
+            self.journal.sync()?;
+            self.count_fsync(started);
+        }
+        Ok(())
+    }
+
+    fn apply_loop(&self) {
+        let mut retry = None;
+        let mut last_round = Instant::now();
+        loop {
+            let finishing = self.signals.finishing();
+            let requested = self.signals.apply_requested.swap(false, Ordering::SeqCst);
+            let due = finishing
+                || requested
+                || retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
+                || last_round.elapsed() >= APPLY_EVERY
+                || self.pending.logged_bytes() >= self.config.apply_threshold()
+                || self.marks.waiting() > self.config.mark_limit();
+            if due {
+                last_round = Instant::now();
+                let worked = self.apply_round(&mut retry, finishing);
+                if finishing && !worked && retry.is_none() {
+                    return;
+                }
+                if finishing && retry.is_some() {
+                    // Nothing more will come; a commit that keeps failing
+                    // leaves its writes in the journal for the next start.
+                    return;
+                }
+                if worked {
+                    continue;
+                }
+            }
+            let wait = APPLY_EVERY.saturating_sub(last_round.elapsed());
+            thread::park_timeout(wait.max(Duration::from_millis(1)));
+        }
+    }
+
+    /// One LMDB transaction: what was journalled since the last one, with
+    /// first-read marks and a batch of expired items. Returns false when
+    /// there was nothing to do.
+    fn apply_round(&self, retry: &mut Option<ApplyRound>, all_marks: bool) -> bool {
+        let (through, taken) = {
+            let mut logged = self.logged.lock();
+            let through = logged.through;
+            let taken = if logged.dirty {
+                match self.journal.rotate(self.config.sync != SyncPolicy::None) {
+                    Ok(segment) => {
+                        logged.dirty = false;
+                        Some((
+                            self.pending.take_logged(through),
+                            logged.flush.take(),
+                            segment,
+                        ))
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "cannot start a journal segment: refusing writes from now on");
+                        self.poisoned.store(true, Ordering::Release);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            (through, taken)
+        };
+        // After `through`: a caller flags a reclaim before it numbers the
+        // write it waits for, so a round that covers that number sees it.
+        let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
+        let mut round = retry.take();
+        if let Some((batch, flush, segment)) = taken {
+            let round = round.get_or_insert_with(|| ApplyRound {
+                batches: Vec::new(),
+                flush: None,
+                segment,
+                retried: false,
+            });
+            round.batches.push(batch);
+            round.flush = round.flush.max(flush);
+            round.segment = segment;
+        }
+        let marks = self
+            .marks
+            .take(if all_marks { usize::MAX } else { MARK_BATCH });
+        if round.is_none() && marks.is_empty() && !reclaim {
+            self.applied.advance(through, false);
+            return false;
+        }
+        let mut result = Ok(());
+        if let Some(round) = round.as_ref().filter(|round| round.retried) {
+            // Deletes journalled since may free the room the writes need,
+            // but LMDB reuses a freed page only in a later transaction.
+            result = self.commit_removes(round);
+        }
+        let result = result
+            .and_then(|()| self.commit(round.as_ref(), reclaim))
+            .and_then(|()| self.commit_marks(&marks));
         if result.is_ok() {
             // The read cache may hold a copy made before the bit was set.
             for (key, cas) in &marks {
@@ -196,65 +389,74 @@ impl Inner {
         self.marks.forget(&marks);
         match result {
             Ok(()) => {
-                let counters = &self.counters;
-                counters.commits.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .committed_writes
-                    .fetch_add(writes as u64, Ordering::Relaxed);
-                counters
-                    .largest_commit
-                    .fetch_max(writes as u64, Ordering::Relaxed);
-                self.acks.advance(through, false);
+                if let Some(round) = round {
+                    self.counters.applies.fetch_add(1, Ordering::Relaxed);
+                    // LMDB holds these writes now, on disk: the journal
+                    // need not.
+                    if self.sync_now() {
+                        if let Err(error) = self.journal.remove_through(round.segment) {
+                            tracing::warn!(%error, "cannot remove applied journal segments");
+                        }
+                    }
+                    self.pending.retire_applied(round.batches);
+                }
+                self.applied.advance(through, false);
             }
             Err(error) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                match error {
-                    Some(error) if is_out_of_space(&error) => {
+                let first = round.as_ref().is_none_or(|round| !round.retried);
+                // LMDB reports a short write (a full file system) as EIO.
+                let short = is_out_of_space(&error)
+                    || self
+                        .space_left()
+                        .is_some_and(|left| left < self.config.reserve_bytes);
+                if short {
+                    if first {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
-                        self.out_of_space.store(true, Ordering::Release);
                     }
-                    Some(error) => {
+                    self.out_of_space.store(true, Ordering::Release);
+                } else {
+                    if first {
                         tracing::error!(%error, "disk commit failed: refusing writes from now on");
-                        self.poisoned.store(true, Ordering::Release);
                     }
-                    None => {}
+                    self.poisoned.store(true, Ordering::Release);
                 }
-                // Not acknowledged: those connections are closed instead.
-                self.acks.advance(through, true);
+                if let Some(round) = &mut round {
+                    round.retried = true;
+                }
+                // The writes are acknowledged and in the journal: they stay
+                // pending (readable) and the next round tries again, with
+                // whatever was journalled since (deletes may free space).
+                *retry = round;
             }
         }
         true
     }
 
-    fn commit(
-        &self,
-        flush: bool,
-        batch: &Batch,
-        marks: &[(Arc<[u8]>, u64)],
-        reclaim: bool,
-    ) -> heed::Result<()> {
+    fn commit(&self, round: Option<&ApplyRound>, reclaim: bool) -> heed::Result<()> {
         let mut txn = self.env.write_txn()?;
         let mut counts = self.committed_classes.lock().clone();
-        if flush {
+        if round.is_some_and(|round| round.flush.is_some()) {
             self.items.clear(&mut txn)?;
             self.expiry.clear(&mut txn)?;
             counts = ClassCounts::default();
         }
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
-        // In key order: neighbouring keys share pages, so the group dirties
-        // and writes fewer of them.
-        let mut writes: Vec<(&[u8], Write<'_>)> = batch
-            .writes()
-            .map(|(key, change)| (key, Write::from(change)))
-            .chain(
-                marks
-                    .iter()
-                    .map(|(key, cas)| (&key[..], Write::MarkFetched(*cas))),
-            )
-            .collect();
-        writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        for (key, write) in writes {
-            self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+        // Each batch in key order (neighbouring keys share pages, so the
+        // transaction dirties fewer of them); batches oldest first, so the
+        // newest write of a key is the one that stays.
+        let batches = round.map_or(&[][..], |round| &round.batches[..]);
+        let mut applied = 0;
+        for batch in batches {
+            let mut writes: Vec<(&[u8], Write<'_>)> = batch
+                .writes()
+                .map(|(key, change)| (key, Write::from(change)))
+                .collect();
+            writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            applied += writes.len();
+            for (key, write) in writes {
+                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+            }
         }
         let reclaimed = if reclaim {
             self.reclaim_expired(&mut txn, &mut counts)?
@@ -267,22 +469,83 @@ impl Inner {
             &self.last_cas.load(Ordering::Acquire).to_le_bytes(),
         )?;
         self.meta.put(&mut txn, b"classes", &counts.encode())?;
-        let started = Instant::now();
-        txn.commit()?;
-        if self.config.sync == SyncPolicy::Always {
-            // LMDB synced data and meta page inside the commit.
-            self.count_fsync(started);
+        if let Some(round) = round {
+            self.meta.put(
+                &mut txn,
+                super::JOURNAL_APPLIED,
+                &round.segment.to_le_bytes(),
+            )?;
         }
+        txn.commit()?;
         *self.committed_classes.lock() = counts;
+        self.counters
+            .applied_writes
+            .fetch_add(applied as u64, Ordering::Relaxed);
         self.counters
             .crawler_reclaimed
             .fetch_add(reclaimed, Ordering::Relaxed);
         Ok(())
     }
 
+    /// Sets the fetched bits of first reads, in transactions that rewrite
+    /// at most the apply threshold's worth of records each: a mark rewrites
+    /// its whole record, and one transaction's dirty pages are all in memory.
+    fn commit_marks(&self, marks: &[(Arc<[u8]>, u64)]) -> heed::Result<()> {
+        let mut noted: Vec<(&[u8], u64)> =
+            marks.iter().map(|(key, cas)| (&key[..], *cas)).collect();
+        noted.sort_unstable();
+        let mut rest = &noted[..];
+        while !rest.is_empty() {
+            let mut txn = self.env.write_txn()?;
+            let mut rewritten = 0;
+            while let Some((&(key, cas), more)) = rest.split_first() {
+                if rewritten >= self.config.apply_threshold() {
+                    break;
+                }
+                rest = more;
+                // Still the item that was read, and not marked yet.
+                let Some(stored) = self.items.get(&txn, key)? else {
+                    continue;
+                };
+                if Header::decode(stored).is_some_and(|(h, _)| !h.has(FETCHED) && h.cas == cas) {
+                    let mut stored = stored.to_vec();
+                    record::set_bits(&mut stored, FETCHED);
+                    self.items.put(&mut txn, key, &stored)?;
+                    rewritten += key.len() + stored.len();
+                }
+            }
+            txn.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Commits only the keys whose newest write in `round` is a removal.
+    fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
+        let mut newest = std::collections::HashMap::new();
+        for batch in &round.batches {
+            newest.extend(batch.writes());
+        }
+        let mut removed: Vec<&[u8]> = newest
+            .into_iter()
+            .filter(|(_, change)| *change == Pending::Remove)
+            .map(|(key, _)| key)
+            .collect();
+        removed.sort_unstable();
+        let mut txn = self.env.write_txn()?;
+        let mut counts = self.committed_classes.lock().clone();
+        let flushed_through = self.flushed_through.load(Ordering::Acquire);
+        for key in removed {
+            self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
+        }
+        self.meta.put(&mut txn, b"classes", &counts.encode())?;
+        txn.commit()?;
+        *self.committed_classes.lock() = counts;
+        Ok(())
+    }
+
     /// Applies one pending write, keeping the expiry index and the class
     /// counts right.
-    fn apply(
+    pub(super) fn apply(
         &self,
         txn: &mut RwTxn<'_>,
         key: &[u8],
@@ -299,18 +562,6 @@ impl Inner {
             if fresh {
                 return self.index_new(txn, key, stored, counts);
             }
-        }
-        if let Write::MarkFetched(cas) = write {
-            // One read of the record: its header decides, its bytes are rewritten.
-            let Some(stored) = self.items.get(txn, key)? else {
-                return Ok(());
-            };
-            if Header::decode(stored).is_some_and(|(h, _)| !h.has(FETCHED) && h.cas == cas) {
-                let mut stored = stored.to_vec();
-                record::set_bits(&mut stored, FETCHED);
-                self.items.put(txn, key, &stored)?;
-            }
-            return Ok(());
         }
         let old = self.stored_header(txn, key)?;
         let forget_old = |txn: &mut RwTxn<'_>, counts: &mut ClassCounts, keep_expiry: u32| {
@@ -342,8 +593,6 @@ impl Inner {
                     self.items.delete(txn, key)?;
                 }
             }
-            // Applied above, before the header lookup it does not need.
-            Write::MarkFetched(_) => {}
         }
         Ok(())
     }
@@ -437,36 +686,51 @@ impl Inner {
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
         let seq = self.pending.next_seq();
-        if self.wait_until_decided(seq) == AckState::Waiting {
+        if self.wait_until_applied(seq) == AckState::Waiting {
             return 0;
         }
         (self.counters.crawler_reclaimed.load(Ordering::Acquire) - before) as usize
     }
 
-    fn sync_loop(&self, period: Duration) {
-        let mut synced_commits = 0;
+    /// fsyncs the journal as the policy says (the applier fsyncs the data
+    /// file itself before it deletes journal segments).
+    fn sync_loop(&self) {
+        let period = self.config.sync.background_period().unwrap_or(IDLE_TICK);
+        let mut synced_groups = 0;
         loop {
-            let stopping = self.signals.stopping();
-            let commits = self.counters.commits.load(Ordering::Acquire);
-            if commits > synced_commits {
-                self.sync_now();
-                synced_commits = commits;
+            let finishing = self.signals.finishing();
+            let groups = self.counters.commits.load(Ordering::Acquire);
+            if groups > synced_groups {
+                let started = Instant::now();
+                match self.journal.sync() {
+                    Ok(()) => self.count_fsync(started),
+                    Err(error) => {
+                        tracing::error!(%error, "journal fsync failed: refusing writes from now on");
+                        self.poisoned.store(true, Ordering::Release);
+                    }
+                }
+                synced_groups = groups;
             }
-            if stopping {
+            if finishing {
                 return;
             }
             thread::park_timeout(period);
         }
     }
 
-    /// fsyncs the data file; a failure poisons the engine.
-    pub(super) fn sync_now(&self) {
+    /// fsyncs the data file; a failure poisons the engine. Returns whether
+    /// it succeeded.
+    pub(super) fn sync_now(&self) -> bool {
         let started = Instant::now();
         match self.env.force_sync() {
-            Ok(()) => self.count_fsync(started),
+            Ok(()) => {
+                self.count_fsync(started);
+                true
+            }
             Err(error) => {
                 tracing::error!(%error, "fsync failed: refusing writes from now on");
                 self.poisoned.store(true, Ordering::Release);
+                false
             }
         }
     }
@@ -479,14 +743,16 @@ impl Inner {
     }
 
     /// Room left for data: in the map, and on the file system (pages freed
-    /// inside the file are reused before it grows).
+    /// inside the file are reused before it grows), less what the journal
+    /// holds for LMDB (it needs that much room when it is applied).
     fn space_left(&self) -> Option<u64> {
         let used = self.env.non_free_pages_size().ok()?;
         let file = self.env.real_disk_size().ok()?;
         let fs = nix::sys::statvfs::statvfs(self.env.path()).ok()?;
         let fs_free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
         let map_left = (self.config.map_size as u64).saturating_sub(used);
-        Some(map_left.min(fs_free + file.saturating_sub(used)))
+        let room = map_left.min(fs_free + file.saturating_sub(used));
+        Some(room.saturating_sub(self.journal.bytes()))
     }
 
     fn check_space_if_due(&self) {
@@ -550,6 +816,16 @@ impl Inner {
             (
                 "disk_failed_commits",
                 load(&counters.failed_commits).to_string(),
+            ),
+            ("disk_applies", load(&counters.applies).to_string()),
+            (
+                "disk_applied_writes",
+                load(&counters.applied_writes).to_string(),
+            ),
+            ("disk_journal_bytes", self.journal.bytes().to_string()),
+            (
+                "disk_journal_waiting_bytes",
+                self.pending.logged_bytes().to_string(),
             ),
             ("disk_fsyncs", fsyncs.to_string()),
             (
