@@ -107,6 +107,16 @@ impl FetchMarks {
         taken
     }
 
+    /// Gives back notes taken for a commit that could not set them yet (their
+    /// items were still pending): a later commit takes them again.
+    pub fn put_back(&self, notes: Vec<(Arc<[u8]>, u64)>) {
+        for (key, cas) in notes {
+            let hash = self.hash(&key);
+            self.shard(hash).lock().keys.push((key, cas));
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Drops notes taken for a commit that is over.
     pub fn forget(&self, taken: &[(Arc<[u8]>, u64)]) {
         for (key, cas) in taken {
@@ -147,6 +157,10 @@ mod tests {
             marks.noted(marks.hash(b"k"), 7),
             "seen until its commit is over"
         );
+        marks.put_back(taken);
+        assert_eq!(marks.waiting(), 1);
+        let taken = marks.take(usize::MAX);
+        assert!(marks.noted(marks.hash(b"k"), 7), "put back, still seen");
         marks.forget(&taken);
         assert!(!marks.noted(marks.hash(b"k"), 7));
     }

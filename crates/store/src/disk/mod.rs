@@ -518,7 +518,7 @@ impl Inner {
         let hash = shard.hash();
         let noted_fetched = |found| self.with_noted_fetch(hash, found);
         match shard.get(key) {
-            Some(Pending::Put(record)) => return Ok(f(Header::decode(record))),
+            Some(Pending::Put(record)) => return Ok(f(noted_fetched(Header::decode(record)))),
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
         }
@@ -599,28 +599,11 @@ impl Inner {
         }
     }
 
-    /// Notes the fetched bit of an item read for the first time: in memory
-    /// (`marks.rs`) if the item is committed, in its pending record if not.
+    /// Notes the fetched bit of an item read for the first time, in memory
+    /// (`marks.rs`), whether the item is committed or still pending: the
+    /// applier sets the bit in LMDB once the item is there.
     fn mark_fetched(&self, key: &[u8], cas: u64) {
-        let mut shard = self.pending.lock(key);
-        let change = match shard.get(key) {
-            None => {
-                let hash = shard.hash();
-                drop(shard);
-                self.marks.note(hash, key, cas);
-                return;
-            }
-            Some(Pending::Put(record)) => match Header::decode(record) {
-                Some((header, _)) if header.cas == cas && !header.has(FETCHED) => {
-                    let mut copy = Keyed::new(key, record);
-                    record::set_bits(copy.record_mut(), FETCHED);
-                    Change::Put(copy)
-                }
-                _ => return,
-            },
-            Some(Pending::Remove) => return,
-        };
-        shard.put(key, change);
+        self.marks.note(self.marks.hash(key), key, cas);
     }
 
     fn view<'a>(&self, key: &'a [u8], header: &Header, value: &'a [u8], won: bool) -> ItemView<'a> {

@@ -488,8 +488,8 @@ impl PendingWrites {
             }
         }
         self.bytes.fetch_sub(replaced, Ordering::Relaxed);
-        self.logged_bytes
-            .fetch_add(batch.bytes - replaced, Ordering::Relaxed);
+        self.logged_bytes.fetch_add(batch.bytes, Ordering::Relaxed);
+        self.logged_bytes.fetch_sub(replaced, Ordering::Relaxed);
     }
 
     /// Bytes of journalled writes waiting for the applier.
@@ -521,14 +521,52 @@ impl PendingWrites {
     }
 
     /// Forgets writes LMDB now holds (every `applying` map): reads of their
-    /// keys go to LMDB, or to a newer pending write.
-    pub fn retire_applied(&self, batches: Vec<Batch>) {
+    /// keys go to LMDB, or to a newer pending write. A record that was read
+    /// while pending (`was_read(hash, cas)`) moves into the read cache, with
+    /// its fetched bit set, unless a newer write of its key is pending.
+    pub fn retire_applied(&self, batches: Vec<Batch>, was_read: impl Fn(u64, u64) -> bool) {
+        let promote = batches.len() == 1 && self.cache_budget_per_shard > 0;
+        let budget = self.cache_budget_per_shard;
         for batch in batches {
             for (index, map) in batch.maps {
-                let shared = std::mem::take(&mut self.shards[index].lock().applying);
-                // Freed outside the lock.
-                drop(shared);
-                drop(map);
+                let mut guard = self.shards[index].lock();
+                let applying = std::mem::take(&mut guard.applying);
+                if !promote {
+                    drop(guard);
+                    // Freed outside the lock.
+                    drop((applying, map));
+                    continue;
+                }
+                drop(applying);
+                // The shard held the only other reference: the map is ours.
+                let mut map = Arc::unwrap_or_clone(map);
+                let state = &mut *guard;
+                let mut freed = Vec::new();
+                for entry in map.drain() {
+                    let Entry::Put(mut keyed) = entry else {
+                        freed.push(entry);
+                        continue;
+                    };
+                    let hash = self.hasher.hash_one(keyed.key());
+                    let key = keyed.key();
+                    let cas = Header::decode(keyed.record()).map(|(header, _)| header.cas);
+                    let wanted = keyed.record().len() <= MAX_CACHED_RECORD
+                        && cas.is_some_and(|cas| was_read(hash, cas))
+                        && find(&state.fresh, hash, key).is_none()
+                        && state
+                            .committing
+                            .as_ref()
+                            .is_none_or(|map| find(map, hash, key).is_none())
+                        && find(&state.logged, hash, key).is_none();
+                    if wanted {
+                        record::set_bits(keyed.record_mut(), record::FETCHED);
+                        state.cache.insert(hash, keyed, budget);
+                    } else {
+                        freed.push(Entry::Put(keyed));
+                    }
+                }
+                drop(guard);
+                drop(freed);
             }
             self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
         }
@@ -592,7 +630,7 @@ mod tests {
         pending.lock(b"a").put(b"a", put(b"a", &[3; 2]));
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.retire_applied(vec![applying]);
+        pending.retire_applied(vec![applying], |_, _| false);
         assert!(pending.lock(b"b").get(b"b").is_none());
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         let failed = pending.drain();

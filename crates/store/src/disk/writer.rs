@@ -379,16 +379,16 @@ impl Inner {
         let result = result
             .and_then(|()| self.commit(round.as_ref(), reclaim))
             .and_then(|()| self.commit_marks(&marks));
-        if result.is_ok() {
+        let mut early = Vec::new();
+        if let Ok(still_pending) = &result {
             // The read cache may hold a copy made before the bit was set.
             for (key, cas) in &marks {
                 self.pending.set_cached_bits(key, *cas, FETCHED);
             }
+            early.clone_from(still_pending);
         }
-        // Only now: until here reads took the fetched bit from the notes.
-        self.marks.forget(&marks);
         match result {
-            Ok(()) => {
+            Ok(_) => {
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
                     // LMDB holds these writes now, on disk: the journal
@@ -398,7 +398,28 @@ impl Inner {
                             tracing::warn!(%error, "cannot remove applied journal segments");
                         }
                     }
-                    self.pending.retire_applied(round.batches);
+                    // Records read while pending go to the read cache (with
+                    // the bit their mark just set in LMDB): they were wanted.
+                    let marks = &self.marks;
+                    let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                    self.pending.retire_applied(round.batches, |hash, cas| {
+                        cas > flushed_through && marks.noted(hash, cas)
+                    });
+                }
+                // Only now: until here reads took the fetched bit from the
+                // notes. Those of items still pending stay, for a later round.
+                if early.is_empty() {
+                    self.marks.forget(&marks);
+                } else {
+                    let kept: std::collections::HashSet<(&[u8], u64)> =
+                        early.iter().map(|(key, cas)| (&key[..], *cas)).collect();
+                    let done: Vec<_> = marks
+                        .iter()
+                        .filter(|(key, cas)| !kept.contains(&(&key[..], *cas)))
+                        .cloned()
+                        .collect();
+                    self.marks.forget(&done);
+                    self.marks.put_back(early);
                 }
                 self.applied.advance(through, false);
             }
@@ -424,6 +445,7 @@ impl Inner {
                 if let Some(round) = &mut round {
                     round.retried = true;
                 }
+                self.marks.forget(&marks);
                 // The writes are acknowledged and in the journal: they stay
                 // pending (readable) and the next round tries again, with
                 // whatever was journalled since (deletes may free space).
@@ -490,33 +512,50 @@ impl Inner {
     /// Sets the fetched bits of first reads, in transactions that rewrite
     /// at most the apply threshold's worth of records each: a mark rewrites
     /// its whole record, and one transaction's dirty pages are all in memory.
-    fn commit_marks(&self, marks: &[(Arc<[u8]>, u64)]) -> heed::Result<()> {
-        let mut noted: Vec<(&[u8], u64)> =
-            marks.iter().map(|(key, cas)| (&key[..], *cas)).collect();
+    /// Returns the marks of items still pending (LMDB has an older item or
+    /// none under the key), for a later round.
+    fn commit_marks(&self, marks: &[(Arc<[u8]>, u64)]) -> heed::Result<Vec<(Arc<[u8]>, u64)>> {
+        let mut noted: Vec<&(Arc<[u8]>, u64)> = marks.iter().collect();
         noted.sort_unstable();
+        let mut early = Vec::new();
         let mut rest = &noted[..];
         while !rest.is_empty() {
             let mut txn = self.env.write_txn()?;
             let mut rewritten = 0;
-            while let Some((&(key, cas), more)) = rest.split_first() {
+            while let Some((&mark, more)) = rest.split_first() {
                 if rewritten >= self.config.apply_threshold() {
                     break;
                 }
                 rest = more;
-                // Still the item that was read, and not marked yet.
-                let Some(stored) = self.items.get(&txn, key)? else {
-                    continue;
-                };
-                if Header::decode(stored).is_some_and(|(h, _)| !h.has(FETCHED) && h.cas == cas) {
-                    let mut stored = stored.to_vec();
-                    record::set_bits(&mut stored, FETCHED);
-                    self.items.put(&mut txn, key, &stored)?;
-                    rewritten += key.len() + stored.len();
+                let (key, cas) = (&mark.0[..], mark.1);
+                let header = self.items.get(&txn, key)?.and_then(Header::decode);
+                match header {
+                    Some((h, _)) if h.cas == cas => {
+                        if !h.has(FETCHED) {
+                            let stored = self.items.get(&txn, key)?.unwrap_or_default();
+                            let mut stored = stored.to_vec();
+                            record::set_bits(&mut stored, FETCHED);
+                            self.items.put(&mut txn, key, &stored)?;
+                            rewritten += key.len() + stored.len();
+                        }
+                    }
+                    Some((h, _)) if h.cas > cas => {}
+                    // Read while pending, and not in LMDB yet.
+                    _ if self.pending_item_is(key, cas) => early.push(mark.clone()),
+                    _ => {}
                 }
             }
             txn.commit()?;
         }
-        Ok(())
+        Ok(early)
+    }
+
+    /// Whether the newest pending write of `key` stores the item `cas`.
+    fn pending_item_is(&self, key: &[u8], cas: u64) -> bool {
+        match self.pending.lock(key).get(key) {
+            Some(Pending::Put(record)) => Header::decode(record).is_some_and(|(h, _)| h.cas == cas),
+            _ => false,
+        }
     }
 
     /// Commits only the keys whose newest write in `round` is a removal.
