@@ -528,18 +528,16 @@ impl Inner {
                 }
                 rest = more;
                 let (key, cas) = (&mark.0[..], mark.1);
-                let header = self.items.get(&txn, key)?.and_then(Header::decode);
-                match header {
-                    Some((h, _)) if h.cas == cas => {
-                        if !h.has(FETCHED) {
-                            let stored = self.items.get(&txn, key)?.unwrap_or_default();
-                            let mut stored = stored.to_vec();
-                            record::set_bits(&mut stored, FETCHED);
-                            self.items.put(&mut txn, key, &stored)?;
-                            rewritten += key.len() + stored.len();
-                        }
+                let stored = self.items.get(&txn, key)?;
+                let found = stored.and_then(|stored| Some((Header::decode(stored)?.0, stored)));
+                match found {
+                    Some((h, stored)) if h.cas == cas && !h.has(FETCHED) => {
+                        let mut stored = stored.to_vec();
+                        record::set_bits(&mut stored, FETCHED);
+                        self.items.put(&mut txn, key, &stored)?;
+                        rewritten += key.len() + stored.len();
                     }
-                    Some((h, _)) if h.cas > cas => {}
+                    Some((h, _)) if h.cas >= cas => {}
                     // Read while pending, and not in LMDB yet.
                     _ if self.pending_item_is(key, cas) => early.push(mark.clone()),
                     _ => {}
