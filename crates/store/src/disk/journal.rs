@@ -135,6 +135,22 @@ pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>)) -> io::Result<usiz
     Ok(count)
 }
 
+/// A segment created and not yet appended to.
+pub struct NextSegment(Segment);
+
+/// A segment no longer appended to.
+pub struct Retired {
+    pub number: u64,
+    file: Arc<File>,
+}
+
+impl Retired {
+    /// fsyncs it: it may hold acknowledged writes the syncer has not reached.
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
 /// The segment being appended to.
 struct Segment {
     number: u64,
@@ -180,16 +196,21 @@ impl Journal {
         file.sync_data()
     }
 
-    /// Starts a new segment and returns the number of the one before it,
-    /// which is fsynced first when `sync` (it holds acknowledged writes
-    /// the syncer may not have reached).
-    pub fn rotate(&self, sync: bool) -> io::Result<u64> {
-        let mut segment = self.current.lock();
-        if sync {
-            segment.file.sync_data()?;
+    /// Creates the segment that follows the current one, for
+    /// [`switch`](Self::switch): creating it (and making its name durable)
+    /// takes time, switching does not.
+    pub fn prepare(&self) -> io::Result<NextSegment> {
+        let number = self.current.lock().number + 1;
+        Segment::create(&self.dir, number).map(NextSegment)
+    }
+
+    /// Appends go to `next` from now on; returns the segment before it.
+    pub fn switch(&self, next: NextSegment) -> Retired {
+        let old = std::mem::replace(&mut *self.current.lock(), next.0);
+        Retired {
+            number: old.number,
+            file: old.file,
         }
-        let next = Segment::create(&self.dir, segment.number + 1)?;
-        Ok(std::mem::replace(&mut *segment, next).number)
     }
 
     /// Deletes the segments up to `number`: LMDB holds their writes, on disk.
@@ -290,7 +311,10 @@ mod tests {
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"a" });
         journal.append(&group).unwrap();
-        assert_eq!(journal.rotate(true).unwrap(), 7);
+        let next = journal.prepare().unwrap();
+        let retired = journal.switch(next);
+        retired.sync().unwrap();
+        assert_eq!(retired.number, 7);
         let mut second = Vec::new();
         encode(&mut second, Record::Flush(5));
         journal.append(&second).unwrap();

@@ -140,6 +140,9 @@ struct Inner {
     pending: PendingWrites,
     marks: marks::FetchMarks,
     journal: journal::Journal,
+    /// Held by whoever journals the next group (a worker after its poll
+    /// round, or the writer thread), with the buffer the group is encoded in.
+    journal_leader: Mutex<Vec<u8>>,
     /// Journalled and not yet applied (the writer's and applier's meeting point).
     logged: Mutex<writer::Logged>,
     /// Writes decided: journalled (their replies may go), or failed.
@@ -164,6 +167,8 @@ struct Inner {
     /// (many at once) rather than leave the single writer to read them one
     /// by one in its commit.
     fetch_before_write: AtomicBool,
+    /// Pages LMDB uses and its file's size, in bytes, as of the last commit.
+    lmdb_usage: Mutex<Option<(u64, u64)>>,
     /// Items and bytes per class, as of the last commit.
     committed_classes: Mutex<ClassCounts>,
     counters: Counters,
@@ -273,6 +278,7 @@ impl DiskStore {
             pending: PendingWrites::new(config.read_cache_bytes()),
             marks: marks::FetchMarks::new(),
             journal,
+            journal_leader: Mutex::new(Vec::new()),
             logged: Mutex::new(writer::Logged::default()),
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
@@ -282,12 +288,14 @@ impl DiskStore {
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
             fetch_before_write: AtomicBool::new(false),
+            lmdb_usage: Mutex::new(None),
             committed_classes: Mutex::new(classes),
             counters: Counters::default(),
             signals: writer::Signals::default(),
             config,
         });
         inner.replay(&segments, applied_segment)?;
+        inner.measure_lmdb_usage();
         inner.check_space();
         let threads = writer::start(&inner).map_err(OpenError::Thread)?;
         Ok(DiskStore { inner, threads })
@@ -1071,7 +1079,18 @@ impl Store for DiskStore {
     }
 
     fn request_commit(&self) {
-        self.inner.signals.wake_writer();
+        let inner = &self.inner;
+        // A worker journals its own round's writes when no other thread is
+        // at it: an append costs less than waking the writer thread and
+        // being woken back. Under `always` the append waits for an fsync,
+        // which workers leave to the writer thread.
+        if inner.config.sync != SyncPolicy::Always {
+            if let Some(mut group) = inner.journal_leader.try_lock() {
+                inner.journal_round(&mut group);
+                return;
+            }
+        }
+        inner.signals.wake_writer();
     }
 
     fn on_ack_progress(&self, listener: Box<dyn Fn(AckTicket) + Send + Sync>) {

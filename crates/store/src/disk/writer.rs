@@ -177,10 +177,9 @@ fn is_out_of_space(error: &heed::Error) -> bool {
 
 impl Inner {
     fn write_loop(&self) {
-        let mut group = Vec::new();
         loop {
             let stopping = self.signals.stopping();
-            let worked = self.journal_round(&mut group);
+            let worked = self.journal_round(&mut self.journal_leader.lock());
             if stopping && !worked {
                 return;
             }
@@ -199,8 +198,9 @@ impl Inner {
     }
 
     /// Journals every pending write (and a flush) in one append, then lets
-    /// their replies go. Returns false when there was nothing to do.
-    fn journal_round(&self, group: &mut Vec<u8>) -> bool {
+    /// their replies go. Returns false when there was nothing to do. The
+    /// caller holds the journal's leader lock, whose buffer is `group`.
+    pub(super) fn journal_round(&self, group: &mut Vec<u8>) -> bool {
         let (flush, batch) = {
             let mut request = self.flush_request.lock();
             (request.take(), self.pending.drain())
@@ -324,30 +324,43 @@ impl Inner {
     /// first-read marks and a batch of expired items. Returns false when
     /// there was nothing to do.
     fn apply_round(&self, retry: &mut Option<ApplyRound>, all_marks: bool) -> bool {
+        // The next segment is made before the writers are held up.
+        let next = if self.logged.lock().dirty {
+            match self.journal.prepare() {
+                Ok(next) => Some(next),
+                Err(error) => {
+                    tracing::error!(%error, "cannot start a journal segment: refusing writes from now on");
+                    self.poisoned.store(true, Ordering::Release);
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let (through, taken) = {
             let mut logged = self.logged.lock();
             let through = logged.through;
-            let taken = if logged.dirty {
-                match self.journal.rotate(self.config.sync != SyncPolicy::None) {
-                    Ok(segment) => {
-                        logged.dirty = false;
-                        Some((
-                            self.pending.take_logged(through),
-                            logged.flush.take(),
-                            segment,
-                        ))
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "cannot start a journal segment: refusing writes from now on");
-                        self.poisoned.store(true, Ordering::Release);
-                        None
-                    }
-                }
-            } else {
-                None
-            };
+            // Only the applier clears `dirty`: a prepared segment is used.
+            let taken = next.map(|next| {
+                logged.dirty = false;
+                let retired = self.journal.switch(next);
+                (
+                    self.pending.take_logged(through),
+                    logged.flush.take(),
+                    retired,
+                )
+            });
             (through, taken)
         };
+        let taken = taken.map(|(batch, flush, retired)| {
+            if self.config.sync != SyncPolicy::None {
+                if let Err(error) = retired.sync() {
+                    tracing::error!(%error, "journal fsync failed: refusing writes from now on");
+                    self.poisoned.store(true, Ordering::Release);
+                }
+            }
+            (batch, flush, retired.number)
+        });
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
@@ -499,6 +512,7 @@ impl Inner {
             )?;
         }
         txn.commit()?;
+        self.measure_lmdb_usage();
         *self.committed_classes.lock() = counts;
         self.counters
             .applied_writes
@@ -576,6 +590,7 @@ impl Inner {
         }
         self.meta.put(&mut txn, b"classes", &counts.encode())?;
         txn.commit()?;
+        self.measure_lmdb_usage();
         *self.committed_classes.lock() = counts;
         Ok(())
     }
@@ -590,28 +605,7 @@ impl Inner {
         flushed_through: u64,
         counts: &mut ClassCounts,
     ) -> heed::Result<()> {
-        if let Write::Put(stored) = write {
-            // Most puts are of new keys: insert and learn whether one was
-            // there in a single descent of the tree.
-            let fresh = Header::decode(stored)
-                .is_some_and(|(header, _)| header.cas > flushed_through)
-                && self.items.get_or_put(txn, key, stored)?.is_none();
-            if fresh {
-                return self.index_new(txn, key, stored, counts);
-            }
-        }
-        let old = self.stored_header(txn, key)?;
-        let forget_old = |txn: &mut RwTxn<'_>, counts: &mut ClassCounts, keep_expiry: u32| {
-            if let Some((old, len)) = old {
-                self.uncount(counts, key, len);
-                if old.expiry_unix != 0 && old.expiry_unix != keep_expiry {
-                    self.expiry
-                        .delete(txn, &record::expiry_key(old.expiry_unix, key))?;
-                }
-            }
-            heed::Result::Ok(())
-        };
-        match write {
+        let old = match write {
             Write::Put(stored) => {
                 let Some((header, _)) = Header::decode(stored) else {
                     return Ok(());
@@ -620,15 +614,39 @@ impl Inner {
                     // Written before a flush that covers it: already gone.
                     return Ok(());
                 }
-                forget_old(txn, counts, header.expiry_unix)?;
+                // Insert, or learn what was there, in one descent.
+                let Some(old) = self.items.get_or_put(txn, key, stored)? else {
+                    return self.index_new(txn, key, stored, counts);
+                };
+                let old = Header::decode(old).map(|(old, value)| (old, value.len()));
+                self.forget_old(txn, key, old, counts, header.expiry_unix)?;
                 self.items.put(txn, key, stored)?;
-                self.index_new(txn, key, stored, counts)?;
+                return self.index_new(txn, key, stored, counts);
             }
-            Write::Remove => {
-                if old.is_some() {
-                    forget_old(txn, counts, 0)?;
-                    self.items.delete(txn, key)?;
-                }
+            Write::Remove => self.stored_header(txn, key)?,
+        };
+        if old.is_some() {
+            self.forget_old(txn, key, old, counts, 0)?;
+            self.items.delete(txn, key)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the record being replaced or removed out of the counts and the
+    /// expiry index (unless the new one expires at the same time).
+    fn forget_old(
+        &self,
+        txn: &mut RwTxn<'_>,
+        key: &[u8],
+        old: Option<(Header, usize)>,
+        counts: &mut ClassCounts,
+        keep_expiry: u32,
+    ) -> heed::Result<()> {
+        if let Some((old, len)) = old {
+            self.uncount(counts, key, len);
+            if old.expiry_unix != 0 && old.expiry_unix != keep_expiry {
+                self.expiry
+                    .delete(txn, &record::expiry_key(old.expiry_unix, key))?;
             }
         }
         Ok(())
@@ -783,13 +801,24 @@ impl Inner {
     /// inside the file are reused before it grows), less what the journal
     /// holds for LMDB (it needs that much room when it is applied).
     fn space_left(&self) -> Option<u64> {
-        let used = self.env.non_free_pages_size().ok()?;
-        let file = self.env.real_disk_size().ok()?;
+        let (used, file) = (*self.lmdb_usage.lock())?;
         let fs = nix::sys::statvfs::statvfs(self.env.path()).ok()?;
         let fs_free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
         let map_left = (self.config.map_size as u64).saturating_sub(used);
         let room = map_left.min(fs_free + file.saturating_sub(used));
         Some(room.saturating_sub(self.journal.bytes()))
+    }
+
+    /// Measures the pages LMDB uses and its file's size: the file changes
+    /// only in a commit, and counting the used pages walks the free list,
+    /// too slow for every space check.
+    pub(super) fn measure_lmdb_usage(&self) {
+        let usage = self
+            .env
+            .non_free_pages_size()
+            .ok()
+            .zip(self.env.real_disk_size().ok());
+        *self.lmdb_usage.lock() = usage;
     }
 
     fn check_space_if_due(&self) {
