@@ -166,6 +166,16 @@ impl Batch {
     pub fn len(&self) -> usize {
         self.maps.iter().map(|(_, map)| map.len()).sum()
     }
+
+    /// The batch's write of `key` (of `hash`, as the pending table hashes it).
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<Pending<'_>> {
+        let shard = shard_of(hash);
+        let at = self
+            .maps
+            .binary_search_by_key(&shard, |(index, _)| *index)
+            .ok()?;
+        find(&self.maps[at].1, hash, key)
+    }
 }
 
 /// A cached committed record, with its key and the key's hash.

@@ -11,6 +11,7 @@
 //! deletes the journal segments LMDB now holds.
 
 use std::io;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
@@ -391,7 +392,7 @@ impl Inner {
         }
         let result = result
             .and_then(|()| self.commit(round.as_ref(), reclaim))
-            .and_then(|()| self.commit_marks(&marks));
+            .and_then(|()| self.commit_marks(&marks, round.as_ref()));
         let mut early = Vec::new();
         if let Ok(still_pending) = &result {
             // The read cache may hold a copy made before the bit was set.
@@ -528,8 +529,30 @@ impl Inner {
     /// its whole record, and one transaction's dirty pages are all in memory.
     /// Returns the marks of items still pending (LMDB has an older item or
     /// none under the key), for a later round.
-    fn commit_marks(&self, marks: &[(Arc<[u8]>, u64)]) -> heed::Result<Vec<(Arc<[u8]>, u64)>> {
-        let mut noted: Vec<&(Arc<[u8]>, u64)> = marks.iter().collect();
+    fn commit_marks(
+        &self,
+        marks: &[(Arc<[u8]>, u64)],
+        round: Option<&ApplyRound>,
+    ) -> heed::Result<Vec<(Arc<[u8]>, u64)>> {
+        // Items this round stored were stored with their bit (see `apply`).
+        let stored_now = |key: &[u8], cas: u64| {
+            let hash = self.marks.hash(key);
+            round.is_some_and(|round| {
+                round
+                    .batches
+                    .iter()
+                    .any(|batch| match batch.get(hash, key) {
+                        Some(Pending::Put(record)) => {
+                            Header::decode(record).is_some_and(|(header, _)| header.cas == cas)
+                        }
+                        _ => false,
+                    })
+            })
+        };
+        let mut noted: Vec<&(Arc<[u8]>, u64)> = marks
+            .iter()
+            .filter(|(key, cas)| !stored_now(key, *cas))
+            .collect();
         noted.sort_unstable();
         let mut early = Vec::new();
         let mut rest = &noted[..];
@@ -614,13 +637,25 @@ impl Inner {
                     // Written before a flush that covers it: already gone.
                     return Ok(());
                 }
+                // Read while pending: stored with its fetched bit, so the
+                // mark need not rewrite it.
+                let fetched =
+                    !header.has(FETCHED) && self.marks.noted(self.marks.hash(key), header.cas);
+                let write = |reserved: &mut heed::ReservedSpace<'_>| {
+                    reserved.write_all(stored)?;
+                    if fetched {
+                        record::set_bits(reserved.written_mut(), FETCHED);
+                    }
+                    Ok(())
+                };
                 // Insert, or learn what was there, in one descent.
-                let Some(old) = self.items.get_or_put(txn, key, stored)? else {
+                let len = stored.len();
+                let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? else {
                     return self.index_new(txn, key, stored, counts);
                 };
                 let old = Header::decode(old).map(|(old, value)| (old, value.len()));
                 self.forget_old(txn, key, old, counts, header.expiry_unix)?;
-                self.items.put(txn, key, stored)?;
+                self.items.put_reserved(txn, key, len, write)?;
                 return self.index_new(txn, key, stored, counts);
             }
             Write::Remove => self.stored_header(txn, key)?,
