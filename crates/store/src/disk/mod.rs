@@ -97,9 +97,10 @@ impl DiskConfig {
     }
 
     /// Journalled writes that make the applier start a round before its
-    /// interval: a quarter of the pending memory.
+    /// interval: a sixteenth of the pending memory (big enough to share
+    /// pages, small enough to apply while more writes come).
     pub fn apply_threshold(&self) -> usize {
-        self.pending_limit / 4
+        self.pending_limit / 16
     }
 
     /// First reads noted in memory before the writer commits them although

@@ -63,9 +63,16 @@ pub enum Change {
     Remove,
 }
 
-/// A pending write as it is held: the key and what it does to it.
+/// A pending write as it is held: the key, its hash (so moving the entry
+/// from map to map never hashes the key again) and what it does to it.
 #[derive(Clone)]
-enum Entry {
+struct Entry {
+    hash: u64,
+    held: Held,
+}
+
+#[derive(Clone)]
+enum Held {
     Put(Keyed),
     Remove(Box<[u8]>),
 }
@@ -79,34 +86,35 @@ pub enum Pending<'a> {
 }
 
 impl Entry {
-    fn new(key: &[u8], change: Change) -> Entry {
-        match change {
+    fn new(hash: u64, key: &[u8], change: Change) -> Entry {
+        let held = match change {
             Change::Put(keyed) => {
                 debug_assert_eq!(keyed.key(), key);
-                Entry::Put(keyed)
+                Held::Put(keyed)
             }
-            Change::Remove => Entry::Remove(Box::from(key)),
-        }
+            Change::Remove => Held::Remove(Box::from(key)),
+        };
+        Entry { hash, held }
     }
 
     fn key(&self) -> &[u8] {
-        match self {
-            Entry::Put(keyed) => keyed.key(),
-            Entry::Remove(key) => key,
+        match &self.held {
+            Held::Put(keyed) => keyed.key(),
+            Held::Remove(key) => key,
         }
     }
 
     fn pending(&self) -> Pending<'_> {
-        match self {
-            Entry::Put(keyed) => Pending::Put(keyed.record()),
-            Entry::Remove(_) => Pending::Remove,
+        match &self.held {
+            Held::Put(keyed) => Pending::Put(keyed.record()),
+            Held::Remove(_) => Pending::Remove,
         }
     }
 
     fn charge(&self) -> usize {
-        match self {
-            Entry::Put(keyed) => entry_charge(keyed.key(), keyed.record().len()),
-            Entry::Remove(key) => entry_charge(key, 0),
+        match &self.held {
+            Held::Put(keyed) => entry_charge(keyed.key(), keyed.record().len()),
+            Held::Remove(key) => entry_charge(key, 0),
         }
     }
 }
@@ -342,7 +350,7 @@ impl Shard<'_> {
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
         debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let entry = Entry::new(key, change);
+        let entry = Entry::new(self.hash, key, change);
         let added = entry.charge();
         let hash = self.hash;
         let state = &mut *self.state;
@@ -350,10 +358,7 @@ impl Shard<'_> {
         let removed = match state.fresh.find_mut(hash, |old| old.key() == key) {
             Some(old) => std::mem::replace(old, entry).charge(),
             None => {
-                let hasher = &self.owner.hasher;
-                state
-                    .fresh
-                    .insert_unique(hash, entry, |entry| hasher.hash_one(entry.key()));
+                state.fresh.insert_unique(hash, entry, |entry| entry.hash);
                 0
             }
         };
@@ -478,15 +483,12 @@ impl PendingWrites {
             let mut map = Arc::unwrap_or_clone(map);
             let state = &mut *state;
             for entry in map.drain() {
-                let hash = self.hasher.hash_one(entry.key());
+                let hash = entry.hash;
                 let added = entry.charge();
                 let removed = match state.logged.find_mut(hash, |old| old.key() == entry.key()) {
                     Some(old) => std::mem::replace(old, entry).charge(),
                     None => {
-                        let hasher = &self.hasher;
-                        state
-                            .logged
-                            .insert_unique(hash, entry, |entry| hasher.hash_one(entry.key()));
+                        state.logged.insert_unique(hash, entry, |entry| entry.hash);
                         0
                     }
                 };
@@ -553,11 +555,14 @@ impl PendingWrites {
                 let state = &mut *guard;
                 let mut freed = Vec::new();
                 for entry in map.drain() {
-                    let Entry::Put(mut keyed) = entry else {
+                    let Entry {
+                        hash,
+                        held: Held::Put(mut keyed),
+                    } = entry
+                    else {
                         freed.push(entry);
                         continue;
                     };
-                    let hash = self.hasher.hash_one(keyed.key());
                     let key = keyed.key();
                     let cas = Header::decode(keyed.record()).map(|(header, _)| header.cas);
                     let wanted = keyed.record().len() <= MAX_CACHED_RECORD
@@ -572,7 +577,10 @@ impl PendingWrites {
                         record::set_bits(keyed.record_mut(), record::FETCHED);
                         state.cache.insert(hash, keyed, budget);
                     } else {
-                        freed.push(Entry::Put(keyed));
+                        freed.push(Entry {
+                            hash,
+                            held: Held::Put(keyed),
+                        });
                     }
                 }
                 drop(guard);

@@ -5,7 +5,7 @@
 //! journal in one write; then their replies may go out. Writes that arrive
 //! meanwhile form the next group, so groups grow with load. The applier
 //! takes everything journalled since its last round, at least every
-//! [`APPLY_EVERY`] or once a quarter of the pending memory is waiting, and
+//! [`APPLY_EVERY`] or once a sixteenth of the pending memory is waiting, and
 //! applies it in one LMDB transaction together with a due flush, first-read
 //! marks and a batch of expired items; it commits, fsyncs the data file and
 //! deletes the journal segments LMDB now holds.
@@ -162,6 +162,15 @@ pub fn start(inner: &Arc<Inner>) -> io::Result<Vec<JoinHandle<()>>> {
         threads.push(syncer);
     }
     Ok(threads)
+}
+
+/// The first eight bytes of `key`, zero-padded, as a number that sorts as
+/// the bytes do.
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut prefix = [0; 8];
+    let len = key.len().min(8);
+    prefix[..len].copy_from_slice(&key[..len]);
+    u64::from_be_bytes(prefix)
 }
 
 /// Whether an LMDB failure means "no room" (writes may resume later) rather
@@ -484,13 +493,15 @@ impl Inner {
         let batches = round.map_or(&[][..], |round| &round.batches[..]);
         let mut applied = 0;
         for batch in batches {
-            let mut writes: Vec<(&[u8], Write<'_>)> = batch
+            let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
                 .writes()
-                .map(|(key, change)| (key, Write::from(change)))
+                .map(|(key, change)| (key_prefix(key), key, Write::from(change)))
                 .collect();
-            writes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            // Most keys differ in their first eight bytes: one integer
+            // comparison instead of a memcmp call.
+            writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
             applied += writes.len();
-            for (key, write) in writes {
+            for (_, key, write) in writes {
                 self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
             }
         }
@@ -971,5 +982,36 @@ impl Inner {
                 load(&counters.resident_trims).to_string(),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_prefix;
+
+    #[test]
+    fn a_smaller_key_prefix_means_a_smaller_key() {
+        let keys: [&[u8]; 8] = [
+            b"",
+            b"a",
+            b"a\0",
+            b"ab",
+            b"abcdefghA",
+            b"abcdefghZ",
+            b"b",
+            &[0xff, 0xfe, 0xfd],
+        ];
+        for a in keys {
+            for b in keys {
+                if key_prefix(a) < key_prefix(b) {
+                    assert!(a < b, "{a:?} {b:?}");
+                }
+            }
+        }
+        assert_eq!(
+            key_prefix(b"a"),
+            key_prefix(b"a\0"),
+            "ties fall back to the keys"
+        );
     }
 }
