@@ -164,9 +164,9 @@ struct Inner {
     /// Too little room left: writes are refused until space is freed.
     out_of_space: AtomicBool,
     /// The live data is larger than the memory budget, so a write's leaf
-    /// page is likely on the device: a plain set reads it in the worker
-    /// (many at once) rather than leave the single writer to read them one
-    /// by one in its commit.
+    /// page is likely on the device: the applier reads a round's pages with
+    /// several threads at once before its transaction, rather than one by
+    /// one inside it.
     fetch_before_write: AtomicBool,
     /// Pages LMDB uses and its file's size, in bytes, as of the last commit.
     lmdb_usage: Mutex<Option<(u64, u64)>>,
@@ -789,14 +789,6 @@ impl Inner {
     /// current item (the writer fixes the expiry index and counts).
     fn set_blind(&self, command: &StoreCommand<'_>) -> StoreOutcome {
         self.apply_due_flush();
-        if self.fetch_before_write.load(Ordering::Relaxed) {
-            // Faults the key's leaf page in before the writer can take the
-            // write, so the writer does not wait for the device in its
-            // commit; the value read is not needed.
-            if let Ok(txn) = self.env.read_txn() {
-                let _ = self.items.get(&txn, command.key);
-            }
-        }
         let mut shard = self.pending.lock(command.key);
         let cas = self.next_cas();
         let header = Header {

@@ -30,6 +30,9 @@ use crate::AckState;
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// The longest journalled writes wait for LMDB while the engine is busy.
 pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
+/// Threads that read a round's pages before its transaction, when the data
+/// is larger than memory (the device serves several reads at once).
+const PREFETCH_THREADS: usize = 16;
 /// First-read marks committed per LMDB transaction at most.
 const MARK_BATCH: usize = 64 * 1024;
 /// Expired items removed per round, so one round never grows unbounded.
@@ -66,6 +69,15 @@ pub(super) struct Logged {
     flush: Option<u64>,
     /// Segments appended to since the applier's last rotation.
     dirty: bool,
+}
+
+/// What the applier carries from round to round.
+struct ApplierState {
+    /// A round whose commit failed, to try again.
+    retry: Option<ApplyRound>,
+    /// The newest segment committed to LMDB but not yet fsynced there (a
+    /// failed fsync leaves it for the next round).
+    unsynced: Option<u64>,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -299,29 +311,33 @@ impl Inner {
     }
 
     fn apply_loop(&self) {
-        let mut retry = None;
+        let mut state = ApplierState {
+            retry: None,
+            unsynced: None,
+        };
         let mut last_round = Instant::now();
         loop {
             let finishing = self.signals.finishing();
             let requested = self.signals.apply_requested.swap(false, Ordering::SeqCst);
             let due = finishing
                 || requested
-                || retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
+                || state.retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
                 || last_round.elapsed() >= APPLY_EVERY
                 || self.pending.logged_bytes() >= self.config.apply_threshold()
                 || self.marks.waiting() > self.config.mark_limit();
             if due {
                 last_round = Instant::now();
-                let worked = self.apply_round(&mut retry, finishing);
-                if finishing && !worked && retry.is_none() {
-                    return;
+                let worked = self.apply_round(&mut state.retry, finishing);
+                if let Some(segment) = worked.filter(|&segment| segment != 0) {
+                    state.unsynced = Some(segment);
                 }
-                if finishing && retry.is_some() {
+                self.sync_applied(&mut state);
+                if finishing && (worked.is_none() || state.retry.is_some()) {
                     // Nothing more will come; a commit that keeps failing
                     // leaves its writes in the journal for the next start.
                     return;
                 }
-                if worked {
+                if worked.is_some() {
                     continue;
                 }
             }
@@ -330,10 +346,27 @@ impl Inner {
         }
     }
 
+    /// fsyncs the data file and deletes the journal segments it now holds.
+    /// After every round: fsyncs once a second instead let dirty pages pile
+    /// up, and under a memory cap reclaim then writes them back in the way
+    /// of reads (capped random overwrites: 15,800/s against 19,600/s).
+    fn sync_applied(&self, state: &mut ApplierState) {
+        let Some(segment) = state.unsynced else {
+            return;
+        };
+        if self.sync_now() {
+            state.unsynced = None;
+            if let Err(error) = self.journal.remove_through(segment) {
+                tracing::warn!(%error, "cannot remove applied journal segments");
+            }
+        }
+    }
+
     /// One LMDB transaction: what was journalled since the last one, with
-    /// first-read marks and a batch of expired items. Returns false when
-    /// there was nothing to do.
-    fn apply_round(&self, retry: &mut Option<ApplyRound>, all_marks: bool) -> bool {
+    /// first-read marks and a batch of expired items. Returns `None` when
+    /// there was nothing to do or the commit failed, else the newest
+    /// journal segment LMDB now holds (0 when it holds no new one).
+    fn apply_round(&self, retry: &mut Option<ApplyRound>, all_marks: bool) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
             match self.journal.prepare() {
@@ -391,7 +424,7 @@ impl Inner {
             .take(if all_marks { usize::MAX } else { MARK_BATCH });
         if round.is_none() && marks.is_empty() && !reclaim {
             self.applied.advance(through, false);
-            return false;
+            return None;
         }
         let mut result = Ok(());
         if let Some(round) = round.as_ref().filter(|round| round.retried) {
@@ -399,6 +432,7 @@ impl Inner {
             // but LMDB reuses a freed page only in a later transaction.
             result = self.commit_removes(round);
         }
+        let mut segment = 0;
         let result = result
             .and_then(|()| self.commit(round.as_ref(), reclaim))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
@@ -414,13 +448,7 @@ impl Inner {
             Ok(_) => {
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
-                    // LMDB holds these writes now, on disk: the journal
-                    // need not.
-                    if self.sync_now() {
-                        if let Err(error) = self.journal.remove_through(round.segment) {
-                            tracing::warn!(%error, "cannot remove applied journal segments");
-                        }
-                    }
+                    segment = round.segment;
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
                     let marks = &self.marks;
@@ -473,12 +501,17 @@ impl Inner {
                 // pending (readable) and the next round tries again, with
                 // whatever was journalled since (deletes may free space).
                 *retry = round;
+                // Tried again after a pause, not at once.
+                return None;
             }
         }
-        true
+        Some(segment)
     }
 
     fn commit(&self, round: Option<&ApplyRound>, reclaim: bool) -> heed::Result<()> {
+        if let Some(round) = round.filter(|_| self.fetch_before_write.load(Ordering::Relaxed)) {
+            self.prefetch(&round.batches);
+        }
         let mut txn = self.env.write_txn()?;
         let mut counts = self.committed_classes.lock().clone();
         if round.is_some_and(|round| round.flush.is_some()) {
@@ -533,6 +566,28 @@ impl Inner {
             .crawler_reclaimed
             .fetch_add(reclaimed, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Reads the pages the batches' keys live on, with [`PREFETCH_THREADS`]
+    /// threads at once: when the data is larger than memory they are on the
+    /// device, and the transaction would read them one at a time.
+    fn prefetch(&self, batches: &[Batch]) {
+        let keys: Vec<&[u8]> = batches
+            .iter()
+            .flat_map(|batch| batch.writes().map(|(key, _)| key))
+            .collect();
+        let share = keys.len().div_ceil(PREFETCH_THREADS).max(1);
+        thread::scope(|scope| {
+            for part in keys.chunks(share) {
+                scope.spawn(move || {
+                    if let Ok(txn) = self.env.read_txn() {
+                        for key in part {
+                            let _ = self.items.get(&txn, key);
+                        }
+                    }
+                });
+            }
+        });
     }
 
     /// Sets the fetched bits of first reads, in transactions that rewrite
