@@ -67,6 +67,10 @@ impl Server {
                 &port.to_string(),
                 "-t",
                 "2",
+                // A small budget: the applier takes the journal into LMDB
+                // every 256 KiB, so kills also land in and between applies.
+                "-m",
+                "16",
             ])
             .args(["--engine", "disk", "--sync", policy, "--dir"])
             .arg(dir)

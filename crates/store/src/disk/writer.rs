@@ -270,7 +270,7 @@ impl Inner {
                 self.acks.advance(through, false);
                 self.pending.merge_logged(batch);
                 drop(logged);
-                if self.pending.logged_bytes() >= self.config.apply_threshold() {
+                if self.apply_due() {
                     self.signals.wake_applier();
                 }
             }
@@ -310,6 +310,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Enough is journalled for a round before the interval: a sixteenth of
+    /// the pending memory waits, or the journal holds four times that (a few
+    /// hot keys overwritten fast keep `logged` small but grow the journal,
+    /// which must stay short to replay).
+    fn apply_due(&self) -> bool {
+        let threshold = self.config.apply_threshold();
+        self.pending.logged_bytes() >= threshold || self.journal.bytes() >= 4 * threshold as u64
+    }
+
     fn apply_loop(&self) {
         let mut state = ApplierState {
             retry: None,
@@ -323,7 +332,7 @@ impl Inner {
                 || requested
                 || state.retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
                 || last_round.elapsed() >= APPLY_EVERY
-                || self.pending.logged_bytes() >= self.config.apply_threshold()
+                || self.apply_due()
                 || self.marks.waiting() > self.config.mark_limit();
             if due {
                 last_round = Instant::now();
