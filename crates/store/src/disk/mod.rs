@@ -4,24 +4,25 @@
 //!
 //! ```text
 //!  worker ─ write ─▶ pending (sharded, in memory; reads look here first)
-//!                        │ drained by
-//!                        ▼
-//!                    writer thread ─ one LMDB transaction per group ─▶ data.mdb
-//!                        │ decides tickets in order
-//!                        ▼
-//!  worker ◀─ wake ── acks (replies to the group's writes go out now)
-//!                    syncer thread ─ fsync as the sync policy says
+//!    │                   │ after its poll round, the worker (or the writer thread)
+//!    │                   ▼
+//!    │               journal ─ one append per group ─▶ acks (the group's replies go out)
+//!    │                   │
+//!    │                   ▼
+//!    │               applier thread ─ one LMDB transaction per round ─▶ data.mdb, fsync,
+//!    │                   journal segments deleted
+//!    │               syncer thread ─ fsync of the journal as the sync policy says
 //! ```
 //!
-//! Workers never wait for LMDB's single writer and never fsync: a write
-//! lands in `pending` and its reply is held (not the worker) until the group
-//! commit that carries it. Reads of committed data are LMDB read
-//! transactions on the memory map and write nothing; a first read only
-//! notes the fetched bit for the next group.
+//! Workers never wait for LMDB's single writer: a write lands in `pending`
+//! and its reply is held (not the worker) until its group is journalled.
+//! Reads of committed data are LMDB read transactions on the memory map and
+//! write nothing; a first read only notes the fetched bit.
 //!
-//! Reads see a pending write before it is committed (read-uncommitted, as
-//! Redis reads see writes before the append-only file is synced); a commit
-//! that fails closes the connections that wrote in it, unacknowledged.
+//! Reads see a pending write before it is journalled (read-uncommitted, as
+//! Redis reads see writes before the append-only file is synced); a group
+//! whose append fails closes the connections that wrote in it,
+//! unacknowledged.
 
 mod ack;
 mod journal;

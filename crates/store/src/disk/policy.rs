@@ -6,15 +6,17 @@ use std::time::Duration;
 pub const BATCH_SYNC_GAP: Duration = Duration::from_millis(10);
 
 /// When an acknowledged write reaches the disk. Under every policy a reply
-/// goes out only after the write's group commit, so a crash of kura itself
-/// (the OS page cache survives) loses nothing acknowledged; the policies
-/// differ in what a power loss or kernel crash may cost.
+/// goes out only after the write's group is appended to the journal, so a
+/// crash of kura itself (the OS page cache survives) loses nothing
+/// acknowledged; the policies differ in what a power loss or kernel crash
+/// may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncPolicy {
-    /// Each group commit is fsynced (data, then LMDB's meta page) before its
-    /// writes are acknowledged: nothing acknowledged is lost on power loss.
+    /// Each journal group is fsynced before its writes are acknowledged
+    /// (concurrent writers share the fsync): nothing acknowledged is lost on
+    /// power loss.
     Always,
-    /// A background thread fsyncs what was committed, at most every
+    /// A background thread fsyncs the journal, at most every
     /// [`BATCH_SYNC_GAP`] so that fsyncs do not eat the CPU under load; a
     /// power loss may lose about that much (plus one fsync's duration).
     Batch,
