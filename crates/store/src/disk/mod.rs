@@ -57,6 +57,8 @@ use record::{item_size, ClassCounts, Header, Keyed, FETCHED, STALE, WIN_SENT};
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
+/// The longest `stats` or a scan waits for the applier to catch up.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
 /// `meta` key: the newest journal segment whose writes LMDB holds.
 const JOURNAL_APPLIED: &[u8] = b"journal";
 
@@ -405,10 +407,18 @@ impl Inner {
     }
 
     /// Brings LMDB up to every write made so far, for the figures and scans
-    /// that read it directly.
+    /// that read it directly: exact when the writes pause, at most
+    /// [`CATCH_UP_WAIT`] late under load (a monitor polling `stats` must not
+    /// stall a worker for a whole round).
     fn apply_everything(&self) {
-        if self.applied.decided() < self.pending.last_seq() {
-            self.wait_until_applied(self.pending.last_seq());
+        let seq = self.pending.last_seq();
+        let deadline = std::time::Instant::now() + CATCH_UP_WAIT;
+        while self.applied.decided() < seq && std::time::Instant::now() < deadline {
+            self.signals.wake_writer();
+            if self.acks.decided() >= seq {
+                self.signals.wake_applier();
+            }
+            self.applied.wait(seq, Duration::from_millis(5));
         }
     }
 
@@ -464,14 +474,7 @@ impl Inner {
             if let Some(error) = failed {
                 return Err(error.into());
             }
-            self.meta.put(
-                &mut txn,
-                b"cas",
-                &self.last_cas.load(Ordering::Acquire).to_le_bytes(),
-            )?;
-            self.meta.put(&mut txn, b"classes", &counts.encode())?;
-            self.meta
-                .put(&mut txn, JOURNAL_APPLIED, &number.to_le_bytes())?;
+            self.put_meta(&mut txn, &counts, Some(*number))?;
             txn.commit()?;
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);

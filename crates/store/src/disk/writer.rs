@@ -574,19 +574,7 @@ impl Inner {
         } else {
             0
         };
-        self.meta.put(
-            &mut txn,
-            b"cas",
-            &self.last_cas.load(Ordering::Acquire).to_le_bytes(),
-        )?;
-        self.meta.put(&mut txn, b"classes", &counts.encode())?;
-        if let Some(round) = round {
-            self.meta.put(
-                &mut txn,
-                super::JOURNAL_APPLIED,
-                &round.segment.to_le_bytes(),
-            )?;
-        }
+        self.put_meta(&mut txn, &counts, round.map(|round| round.segment))?;
         txn.commit()?;
         self.measure_lmdb_usage();
         *self.committed_classes.lock() = counts;
@@ -712,6 +700,24 @@ impl Inner {
         txn.commit()?;
         self.measure_lmdb_usage();
         *self.committed_classes.lock() = counts;
+        Ok(())
+    }
+
+    /// Records, with a transaction's writes, the last CAS handed out, the
+    /// class counts, and the newest journal segment LMDB now holds.
+    pub(super) fn put_meta(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &ClassCounts,
+        segment: Option<u64>,
+    ) -> heed::Result<()> {
+        let cas = self.last_cas.load(Ordering::Acquire);
+        self.meta.put(txn, b"cas", &cas.to_le_bytes())?;
+        self.meta.put(txn, b"classes", &counts.encode())?;
+        if let Some(segment) = segment {
+            self.meta
+                .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
+        }
         Ok(())
     }
 
