@@ -434,6 +434,35 @@ fn disk_engine_keeps_data_across_a_kill() {
     assert!(server.stat("disk_fsyncs") > 0, "--sync always fsyncs");
 }
 
+#[test]
+fn a_flush_survives_a_kill_and_so_does_what_came_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let args = ["--engine", "disk", "--dir", &dir_arg, "-t", "2"];
+    let mut server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    assert_eq!(
+        exchange(&mut stream, b"set before 0 0 1\r\nb\r\nflush_all\r\n", 12),
+        b"STORED\r\nOK\r\n"
+    );
+    assert_eq!(
+        exchange(&mut stream, b"set after 0 0 1\r\na\r\n", 8),
+        b"STORED\r\n"
+    );
+    // Killed before the applier's round: the restart replays the journal.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    assert_eq!(
+        exchange(&mut stream, b"get before after\r\n", 25),
+        b"VALUE after 0 1\r\na\r\nEND\r\n"
+    );
+    assert_eq!(server.stat("curr_items"), 1);
+}
+
 /// Sends one request and reads one reply line.
 fn request_line(stream: &mut TcpStream, request: &[u8]) -> std::io::Result<String> {
     stream.write_all(request)?;
