@@ -394,16 +394,7 @@ impl Inner {
     /// Wakes the writer and the applier until write `seq` is in LMDB or
     /// failed (or the engine stops).
     fn wait_until_applied(&self, seq: u64) -> AckState {
-        loop {
-            self.signals.wake_writer();
-            if self.acks.decided() >= seq {
-                self.signals.wake_applier();
-            }
-            match self.applied.wait(seq, Duration::from_millis(10)) {
-                AckState::Waiting if !self.signals.stopping() => {}
-                _ => return self.acks.state(seq),
-            }
-        }
+        self.wait_applied(seq, None)
     }
 
     /// Brings LMDB up to every write made so far, for the figures and scans
@@ -411,15 +402,25 @@ impl Inner {
     /// [`CATCH_UP_WAIT`] late under load (a monitor polling `stats` must not
     /// stall a worker for a whole round).
     fn apply_everything(&self) {
-        let seq = self.pending.last_seq();
         let deadline = std::time::Instant::now() + CATCH_UP_WAIT;
-        while self.applied.decided() < seq && std::time::Instant::now() < deadline {
+        self.wait_applied(self.pending.last_seq(), Some(deadline));
+    }
+
+    /// [`wait_until_applied`](Self::wait_until_applied), giving up at
+    /// `deadline` if there is one.
+    fn wait_applied(&self, seq: u64, deadline: Option<std::time::Instant>) -> AckState {
+        while self.applied.decided() < seq {
             self.signals.wake_writer();
             if self.acks.decided() >= seq {
                 self.signals.wake_applier();
             }
-            self.applied.wait(seq, Duration::from_millis(5));
+            let in_time = deadline.is_none_or(|at| std::time::Instant::now() < at);
+            let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
+            if !waiting || !in_time || self.signals.stopping() {
+                break;
+            }
         }
+        self.acks.state(seq)
     }
 
     fn writable(&self) -> bool {
