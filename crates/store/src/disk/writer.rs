@@ -185,6 +185,10 @@ fn key_prefix(key: &[u8]) -> u64 {
     u64::from_be_bytes(prefix)
 }
 
+fn is_enospc(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32)
+}
+
 /// Whether an LMDB failure means "no room" (writes may resume later) rather
 /// than a broken disk.
 fn is_out_of_space(error: &heed::Error) -> bool {
@@ -192,7 +196,7 @@ fn is_out_of_space(error: &heed::Error) -> bool {
     match error {
         heed::Error::Mdb(heed::MdbError::MapFull) => true,
         heed::Error::Mdb(heed::MdbError::Other(code)) => *code == enospc,
-        heed::Error::Io(error) => error.raw_os_error() == Some(enospc),
+        heed::Error::Io(error) => is_enospc(error),
         _ => false,
     }
 }
@@ -278,9 +282,7 @@ impl Inner {
                 drop(logged);
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 match error {
-                    Some(error)
-                        if error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) =>
-                    {
+                    Some(error) if is_enospc(&error) => {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
                         self.out_of_space.store(true, Ordering::Release);
                     }
@@ -561,7 +563,7 @@ impl Inner {
                 if dirty >= dirty_limit {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
-                    self.meta.put(&mut txn, b"classes", &counts.encode())?;
+                    self.put_meta(&mut txn, &counts, None)?;
                     txn.commit()?;
                     *self.committed_classes.lock() = counts.clone();
                     txn = self.env.write_txn()?;
@@ -696,7 +698,7 @@ impl Inner {
         for key in removed {
             self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
         }
-        self.meta.put(&mut txn, b"classes", &counts.encode())?;
+        self.put_meta(&mut txn, &counts, None)?;
         txn.commit()?;
         self.measure_lmdb_usage();
         *self.committed_classes.lock() = counts;
