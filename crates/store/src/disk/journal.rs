@@ -21,7 +21,7 @@
 //! last writes.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,18 +119,38 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Calls `visit` with each intact record of the segment at `path`, in
-/// order; returns how many there were.
+/// order; returns how many there were. Reads one record at a time: a
+/// segment can hold a quarter of the memory budget.
 pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>)) -> io::Result<usize> {
-    let bytes = fs::read(path)?;
-    let mut at = 0;
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut reader = io::BufReader::with_capacity(1 << 20, file);
+    let mut frame = Vec::new();
+    let mut at = 0u64;
     let mut count = 0;
-    while let Some((record, len)) = decode(&bytes[at..]) {
+    loop {
+        frame.resize(FRAME, 0);
+        if reader.read_exact(&mut frame).is_err() {
+            break;
+        }
+        let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
+        // A torn length may claim more than the file holds.
+        if at + FRAME as u64 + len > size {
+            break;
+        }
+        frame.resize(FRAME + len as usize, 0);
+        if reader.read_exact(&mut frame[FRAME..]).is_err() {
+            break;
+        }
+        let Some((record, _)) = decode(&frame) else {
+            break;
+        };
         visit(record);
-        at += len;
+        at += frame.len() as u64;
         count += 1;
     }
-    if at < bytes.len() {
-        tracing::warn!(path = %path.display(), at, len = bytes.len(), "journal segment ends in a torn record; replayed up to it");
+    if at < size {
+        tracing::warn!(path = %path.display(), at, len = size, "journal segment ends in a torn record; replayed up to it");
     }
     Ok(count)
 }
@@ -328,6 +348,15 @@ mod tests {
         let mut seen = Vec::new();
         replay(&found[1].1, |record| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!(seen, ["Flush(5)", "Remove { key: [97] }"]);
+        // A torn tail (a length that claims more than the file holds) ends
+        // the replay after the intact records.
+        let torn = dir.path().join("torn.log");
+        let mut bytes = fs::read(&found[1].1).unwrap();
+        bytes.extend_from_slice(&group[..FRAME + 1]);
+        fs::write(&torn, &bytes).unwrap();
+        seen.clear();
+        let count = replay(&torn, |record| seen.push(format!("{record:?}"))).unwrap();
+        assert_eq!((count, seen.len()), (2, 2));
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
         journal.remove_through(7).unwrap();
         assert_eq!(segments(dir.path()).unwrap().len(), 1);
