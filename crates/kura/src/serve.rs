@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// on the file system or in the map; deletes still work (k/m/g suffix).
     #[arg(long = "disk-reserve", default_value = "64m")]
     disk_reserve: String,
+    /// Disk engine: values at least this long are written once, to the
+    /// journal, and the data file points to them; 0 keeps every value in
+    /// the data file (k/m suffix; plain numbers are bytes).
+    #[arg(long = "log-values-from", default_value = "1024")]
+    log_values_from: String,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -152,6 +157,8 @@ struct DiskSettings {
     memory_budget_bytes: usize,
     /// The part of the budget for writes waiting for their commit.
     pending_limit_bytes: usize,
+    /// Values this long or longer stay in the journal (0: none do).
+    log_values_from_bytes: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -291,6 +298,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 return Err(usage("--map-size must be at least 16m"));
             }
             let reserve = parse_size(&args.disk_reserve, MIB, "--disk-reserve")?;
+            let log_values_from = parse_size(&args.log_values_from, 1, "--log-values-from")?;
             if memory_limit < 16 * MIB {
                 return Err(usage("-m: the disk engine needs at least 16m"));
             }
@@ -301,6 +309,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 reserve_bytes: reserve as u64,
                 memory_budget_bytes: memory_limit,
                 pending_limit_bytes: memory_limit / 4,
+                log_values_from_bytes: log_values_from,
             })
         }
     };
@@ -441,6 +450,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 reserve_bytes: disk.reserve_bytes,
                 memory_budget: disk.memory_budget_bytes,
                 pending_limit: disk.pending_limit_bytes,
+                log_values_from: disk.log_values_from_bytes,
                 ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,

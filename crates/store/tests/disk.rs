@@ -262,3 +262,100 @@ fn cached_reads_never_go_back_while_writes_commit() {
         assert_eq!(read(key), INCREMENTS);
     }
 }
+
+fn engine_stat(store: &dyn Store, name: &str) -> u64 {
+    store
+        .engine_stats()
+        .into_iter()
+        .find(|(stat, _)| *stat == name)
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or_else(|| panic!("no engine stat {name}"))
+}
+
+/// Large values stay in the journal, and LMDB points to them: they read
+/// back before and after their round, and across reopening; overwriting
+/// them makes garbage that compaction moves the live ones out of, so the
+/// journal stays near what is live.
+#[test]
+fn large_values_live_in_the_journal_which_compaction_keeps_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::Batch,
+        reserve_bytes: 0,
+        // Rounds of 64 KiB: compaction starts past 256 KiB of garbage.
+        pending_limit: 1 << 20,
+        ..DiskConfig::new(dir.path())
+    };
+    const KEYS: usize = 100;
+    const VALUE_LEN: usize = 4096;
+    let value = |key: usize, round: usize| {
+        let tag = format!("{key}:{round};");
+        tag.bytes().cycle().take(VALUE_LEN).collect::<Vec<u8>>()
+    };
+    let store = DiskStore::open(config.clone()).unwrap();
+    const ROUNDS: usize = 30;
+    // Key 0 is written once, odd keys every third round: old segments keep
+    // a few live values, which compaction moves.
+    let mut newest = vec![0; KEYS];
+    for round in 0..ROUNDS {
+        for (key, newest) in newest.iter_mut().enumerate() {
+            if round == 0 || (key > 0 && (key % 2 == 0 || round % 3 == 0)) {
+                set(&store, format!("k{key}").as_bytes(), &value(key, round), 0);
+                *newest = round;
+            }
+        }
+        // A small value stays in LMDB.
+        set(&store, b"small", format!("{round}").as_bytes(), 0);
+        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        for key in [0, KEYS / 2, KEYS - 1] {
+            let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+            assert_eq!(
+                found,
+                Some(value(key, newest[key])),
+                "k{key} after round {round}"
+            );
+        }
+    }
+    // Compaction runs between rounds; garbage may stay up to what is live
+    // (or 256 KiB), plus the segment being written.
+    let live = engine_stat(&store, "disk_journal_live_bytes");
+    let bound = 3 * live + (256 << 10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine_stat(&store, "disk_compactions") == 0
+        || engine_stat(&store, "disk_journal_bytes") > bound
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal holds {} bytes, {live} live, after {} compactions",
+            engine_stat(&store, "disk_journal_bytes"),
+            engine_stat(&store, "disk_compactions"),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let written = (ROUNDS * KEYS * VALUE_LEN) as u64;
+    assert!(bound < written / 4);
+    assert!(
+        live >= (KEYS * VALUE_LEN) as u64 && live < 2 * (KEYS * VALUE_LEN) as u64,
+        "live {live}"
+    );
+    for (key, &newest) in newest.iter().enumerate() {
+        let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+        assert_eq!(found, Some(value(key, newest)), "k{key}");
+    }
+    drop(store);
+    let store = DiskStore::open(config).unwrap();
+    for (key, &newest) in newest.iter().enumerate() {
+        let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+        assert_eq!(found, Some(value(key, newest)), "k{key} after reopening");
+    }
+    assert_eq!(get(&store, b"small").map(|f| f.0), Some(b"29".to_vec()));
+    assert_eq!(engine_stat(&store, "disk_journal_live_bytes"), live);
+    assert_eq!(store.stats().curr_items, KEYS as u64 + 1);
+    assert_eq!(
+        store.delete(b"k0", &DeleteCommand::default()),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert!(engine_stat(&store, "disk_journal_live_bytes") < live);
+}

@@ -7,19 +7,27 @@
 //! group's bytes once. Applying a second's worth of groups to LMDB in one
 //! transaction then touches each leaf once, not once per group.
 //!
-//! The journal is a series of segment files, `journal-<number>.log`. The
-//! applier starts a new segment whenever it takes the writes logged so far
-//! for LMDB; once that transaction is committed and the data file fsynced,
-//! every segment up to the applied one is deleted. On open, segments newer
-//! than the last applied one (LMDB's `meta` remembers it) are replayed.
+//! The journal is also the value log: a large value is written only here,
+//! and LMDB keeps a pointer to its record ([`record::LogPointer`]) instead
+//! of a second copy. The journal is a series of segment files,
+//! `journal-<number>.log`. The applier starts a new segment whenever it
+//! takes the writes logged so far for LMDB. On open, segments newer than
+//! the last applied one (LMDB's `meta` remembers it) are replayed. An
+//! applied segment is deleted once no pointer leads into it: LMDB counts
+//! the bytes each segment still holds for it, and the compactor moves the
+//! values out of a segment that is mostly garbage (a move record).
 //!
 //! Record: `len u32 LE | crc32 u32 LE | body`, the body being
 //! `kind u8 | key_len u16 LE | key | rest`: a put's rest is the record as
-//! LMDB stores it, a remove has none, a flush has its CAS boundary (u64 LE)
-//! and no key. A torn or corrupt record ends the segment's replay: only a
-//! power loss leaves one, and only under a policy that allows losing the
-//! last writes.
+//! LMDB stores it, a move's the segment and offset it moves from (u64 LE
+//! each) and then the record, a remove has none, a flush has its CAS
+//! boundary (u64 LE) and no key. A torn or corrupt record ends the
+//! segment's replay: only a power loss leaves one, and only under a policy
+//! that allows losing the last writes.
+//!
+//! [`record::LogPointer`]: super::record::LogPointer
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -32,8 +40,34 @@ use parking_lot::Mutex;
 const PUT: u8 = 1;
 const REMOVE: u8 = 2;
 const FLUSH: u8 = 3;
-const FRAME: usize = 8;
-const BODY_HEAD: usize = 3;
+const MOVE: u8 = 4;
+pub const FRAME: usize = 8;
+pub const BODY_HEAD: usize = 3;
+/// Segment files kept open for reads of values at once.
+const OPEN_SEGMENTS: usize = 256;
+
+/// Where a record starts in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    pub segment: u64,
+    pub offset: u64,
+}
+
+impl Location {
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&self.segment.to_le_bytes());
+        out[8..].copy_from_slice(&self.offset.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Location> {
+        Some(Location {
+            segment: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+            offset: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
+        })
+    }
+}
 
 /// One journalled change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,29 +81,53 @@ pub enum Record<'a> {
     },
     /// `flush_all`: every item with a CAS up to this is gone.
     Flush(u64),
+    /// The compactor copied a live record out of a segment: the key's
+    /// record points here if it still points at `from`.
+    Move {
+        key: &'a [u8],
+        from: Location,
+        record: &'a [u8],
+    },
+}
+
+/// The framed length of a put of `record` under `key`.
+pub fn put_len(key: &[u8], record_len: usize) -> usize {
+    FRAME + BODY_HEAD + key.len() + record_len
+}
+
+/// The framed length of a move of `record` under `key`.
+pub fn move_len(key: &[u8], record_len: usize) -> usize {
+    put_len(key, record_len) + 16
 }
 
 /// Appends `record`, framed, to `buf`.
 pub fn encode(buf: &mut Vec<u8>, record: Record<'_>) {
-    let (kind, key, rest): (u8, &[u8], &[u8]) = match record {
-        Record::Put { key, record } => (PUT, key, record),
-        Record::Remove { key } => (REMOVE, key, &[]),
-        Record::Flush(_) => (FLUSH, &[], &[]),
-    };
     let boundary;
-    let rest = if let Record::Flush(through) = record {
-        boundary = through.to_le_bytes();
-        &boundary[..]
-    } else {
-        rest
+    let from;
+    let (kind, key, prefix, rest): (u8, &[u8], &[u8], &[u8]) = match record {
+        Record::Put { key, record } => (PUT, key, &[], record),
+        Record::Remove { key } => (REMOVE, key, &[], &[]),
+        Record::Flush(through) => {
+            boundary = through.to_le_bytes();
+            (FLUSH, &[], &[], &boundary[..])
+        }
+        Record::Move {
+            key,
+            from: at,
+            record,
+        } => {
+            from = at.encode();
+            (MOVE, key, &from[..], record)
+        }
     };
-    let body_len = BODY_HEAD + key.len() + rest.len();
+    let body_len = BODY_HEAD + key.len() + prefix.len() + rest.len();
     let start = buf.len();
     buf.extend_from_slice(&(body_len as u32).to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
     buf.push(kind);
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
     buf.extend_from_slice(key);
+    buf.extend_from_slice(prefix);
     buf.extend_from_slice(rest);
     let crc = crc32fast::hash(&buf[start + FRAME..]);
     buf[start + 4..start + FRAME].copy_from_slice(&crc.to_le_bytes());
@@ -91,6 +149,11 @@ pub fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
         PUT => Record::Put { key, record: rest },
         REMOVE if rest.is_empty() => Record::Remove { key },
         FLUSH => Record::Flush(u64::from_le_bytes(rest.try_into().ok()?)),
+        MOVE => Record::Move {
+            key,
+            from: Location::decode(rest)?,
+            record: &rest[16..],
+        },
         _ => return None,
     };
     Some((record, FRAME + len))
@@ -118,10 +181,10 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Calls `visit` with each intact record of the segment at `path`, in
-/// order; returns how many there were. Reads one record at a time: a
-/// segment can hold a quarter of the memory budget.
-pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>)) -> io::Result<usize> {
+/// Calls `visit` with each intact record of the segment at `path` and its
+/// offset, in order; returns how many there were. Reads one record at a
+/// time: a segment can hold a quarter of the memory budget.
+pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>, u64)) -> io::Result<usize> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let mut reader = io::BufReader::with_capacity(1 << 20, file);
@@ -145,7 +208,7 @@ pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>)) -> io::Result<usiz
         let Some((record, _)) = decode(&frame) else {
             break;
         };
-        visit(record);
+        visit(record, at);
         at += frame.len() as u64;
         count += 1;
     }
@@ -181,24 +244,36 @@ struct Segment {
 pub struct Journal {
     dir: PathBuf,
     current: Mutex<Segment>,
-    /// Bytes in segments not yet deleted.
+    /// Bytes in every segment file, the current one included.
     bytes: AtomicU64,
+    /// Every segment but the current one, with its size.
+    older: Mutex<BTreeMap<u64, u64>>,
+    /// Segment files open for reads of values (a bounded few).
+    open: Mutex<HashMap<u64, Arc<File>>>,
 }
 
 impl Journal {
-    /// Starts segment `number` (newer than any in `dir`).
+    /// Starts segment `number`, newer than any in `dir`, and takes over
+    /// the segments already there.
     pub fn create(dir: &Path, number: u64) -> io::Result<Journal> {
+        let mut older = BTreeMap::new();
+        for (found, path) in segments(dir)? {
+            older.insert(found, fs::metadata(&path)?.len());
+        }
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
             current: Mutex::new(segment),
-            bytes: AtomicU64::new(0),
+            bytes: AtomicU64::new(older.values().sum()),
+            older: Mutex::new(older),
+            open: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Appends one group's records. A failed append leaves the segment as
-    /// it was (a partial group is cut off), or returns the error of the cut.
-    pub fn append(&self, group: &[u8]) -> io::Result<()> {
+    /// Appends one group's records; returns where the group starts. A
+    /// failed append leaves the segment as it was (a partial group is cut
+    /// off), or returns the error of the cut.
+    pub fn append(&self, group: &[u8]) -> io::Result<Location> {
         let mut segment = self.current.lock();
         let at = segment.len;
         if let Err(error) = segment.file.write_all_at(group, at) {
@@ -207,7 +282,10 @@ impl Journal {
         }
         segment.len += group.len() as u64;
         self.bytes.fetch_add(group.len() as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(Location {
+            segment: segment.number,
+            offset: at,
+        })
     }
 
     /// fsyncs the segment being appended to.
@@ -227,20 +305,27 @@ impl Journal {
     /// Appends go to `next` from now on; returns the segment before it.
     pub fn switch(&self, next: NextSegment) -> Retired {
         let old = std::mem::replace(&mut *self.current.lock(), next.0);
+        self.older.lock().insert(old.number, old.len);
         Retired {
             number: old.number,
             file: old.file,
         }
     }
 
-    /// Deletes the segments up to `number`: LMDB holds their writes, on disk.
-    pub fn remove_through(&self, number: u64) -> io::Result<()> {
-        for (found, path) in segments(&self.dir)? {
-            if found > number {
-                break;
-            }
-            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            fs::remove_file(&path)?;
+    /// The segments before the current one, oldest first, with their sizes.
+    pub fn older_segments(&self) -> Vec<(u64, u64)> {
+        self.older
+            .lock()
+            .iter()
+            .map(|(&n, &len)| (n, len))
+            .collect()
+    }
+
+    /// Deletes segment `number`: nothing in LMDB points into it, on disk.
+    pub fn remove(&self, number: u64) -> io::Result<()> {
+        self.open.lock().remove(&number);
+        fs::remove_file(segment_path(&self.dir, number))?;
+        if let Some(len) = self.older.lock().remove(&number) {
             let _ = self
                 .bytes
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
@@ -250,9 +335,73 @@ impl Journal {
         Ok(())
     }
 
-    /// Bytes in segments not yet deleted (written since open).
+    pub fn segment_path(&self, number: u64) -> PathBuf {
+        segment_path(&self.dir, number)
+    }
+
+    /// Bytes in the segment files.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes appended to the current segment: what the applier has not
+    /// taken yet, about.
+    pub fn current_bytes(&self) -> u64 {
+        self.current.lock().len
+    }
+
+    /// The stored record (header and value, as LMDB would hold it) of the
+    /// put or move framed in `frame_len` bytes at `at`. A segment deleted
+    /// since the caller found the pointer is `NotFound`: look again.
+    pub fn read_stored(&self, at: Location, frame_len: usize) -> io::Result<Stored> {
+        let file = self.file(at.segment)?;
+        let mut frame = vec![0; frame_len];
+        file.read_exact_at(&mut frame, at.offset)?;
+        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
+        let (record, len) = decode(&frame).ok_or_else(corrupt)?;
+        let record = match record {
+            Record::Put { record, .. } | Record::Move { record, .. } if len == frame_len => record,
+            _ => return Err(corrupt()),
+        };
+        let start = record.as_ptr() as usize - frame.as_ptr() as usize;
+        Ok(Stored {
+            range: start..start + record.len(),
+            frame,
+        })
+    }
+
+    fn file(&self, number: u64) -> io::Result<Arc<File>> {
+        {
+            let current = self.current.lock();
+            if current.number == number {
+                return Ok(current.file.clone());
+            }
+        }
+        if let Some(file) = self.open.lock().get(&number) {
+            return Ok(file.clone());
+        }
+        let file = Arc::new(File::open(segment_path(&self.dir, number))?);
+        let mut open = self.open.lock();
+        if open.len() >= OPEN_SEGMENTS {
+            // Any one: reopening a segment costs one open call.
+            if let Some(&victim) = open.keys().next() {
+                open.remove(&victim);
+            }
+        }
+        open.insert(number, file.clone());
+        Ok(file)
+    }
+}
+
+/// A stored record read from the value log.
+pub struct Stored {
+    frame: Vec<u8>,
+    range: std::ops::Range<usize>,
+}
+
+impl Stored {
+    pub fn record(&self) -> &[u8] {
+        &self.frame[self.range.clone()]
     }
 }
 
@@ -289,6 +438,14 @@ mod tests {
             },
             Record::Remove { key: b"beta" },
             Record::Flush(u64::MAX - 3),
+            Record::Move {
+                key: b"gamma",
+                from: Location {
+                    segment: 3,
+                    offset: 1 << 40,
+                },
+                record: &[9; 30],
+            },
             Record::Put {
                 key: b"",
                 record: &[],
@@ -346,8 +503,18 @@ mod tests {
             vec![7, 8]
         );
         let mut seen = Vec::new();
-        replay(&found[1].1, |record| seen.push(format!("{record:?}"))).unwrap();
-        assert_eq!(seen, ["Flush(5)", "Remove { key: [97] }"]);
+        replay(&found[1].1, |record, at| {
+            seen.push(format!("{at}: {record:?}"))
+        })
+        .unwrap();
+        let flush_len = second.len();
+        assert_eq!(
+            seen,
+            [
+                "0: Flush(5)".to_string(),
+                format!("{flush_len}: Remove {{ key: [97] }}")
+            ]
+        );
         // A torn tail (a length that claims more than the file holds) ends
         // the replay after the intact records.
         let torn = dir.path().join("torn.log");
@@ -355,11 +522,76 @@ mod tests {
         bytes.extend_from_slice(&group[..FRAME + 1]);
         fs::write(&torn, &bytes).unwrap();
         seen.clear();
-        let count = replay(&torn, |record| seen.push(format!("{record:?}"))).unwrap();
+        let count = replay(&torn, |record, _| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!((count, seen.len()), (2, 2));
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
-        journal.remove_through(7).unwrap();
+        assert_eq!(journal.older_segments(), vec![(7, group.len() as u64)]);
+        journal.remove(7).unwrap();
         assert_eq!(segments(dir.path()).unwrap().len(), 1);
         assert_eq!(journal.bytes(), (group.len() + second.len()) as u64);
+        assert!(journal.older_segments().is_empty());
+    }
+
+    #[test]
+    fn a_value_is_read_back_where_its_put_or_move_landed() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::create(dir.path(), 1).unwrap();
+        let mut group = Vec::new();
+        encode(&mut group, Record::Remove { key: b"x" });
+        let put_at = group.len();
+        encode(
+            &mut group,
+            Record::Put {
+                key: b"k",
+                record: b"first",
+            },
+        );
+        let start = journal.append(&group).unwrap();
+        assert_eq!(
+            start,
+            Location {
+                segment: 1,
+                offset: 0
+            }
+        );
+        let put = Location {
+            segment: 1,
+            offset: put_at as u64,
+        };
+        let stored = journal.read_stored(put, put_len(b"k", 5)).unwrap();
+        assert_eq!(stored.record(), b"first");
+        // A remove is no value; a wrong length is no record.
+        assert!(journal.read_stored(start, put_at).is_err());
+        assert!(journal.read_stored(put, put_len(b"k", 4)).is_err());
+
+        // After a switch the old segment is read from its file, and a move
+        // in the new one reads as its record.
+        let retired = journal.switch(journal.prepare().unwrap());
+        assert_eq!(retired.number, 1);
+        let mut moves = Vec::new();
+        encode(
+            &mut moves,
+            Record::Move {
+                key: b"k",
+                from: put,
+                record: b"moved",
+            },
+        );
+        let moved = journal.append(&moves).unwrap();
+        assert_eq!(moved.segment, 2);
+        assert_eq!(
+            journal.read_stored(put, put_len(b"k", 5)).unwrap().record(),
+            b"first"
+        );
+        assert_eq!(
+            journal
+                .read_stored(moved, move_len(b"k", 5))
+                .unwrap()
+                .record(),
+            b"moved"
+        );
+        journal.remove(1).unwrap();
+        let gone = journal.read_stored(put, put_len(b"k", 5)).err().unwrap();
+        assert_eq!(gone.kind(), io::ErrorKind::NotFound);
     }
 }

@@ -53,7 +53,9 @@ use crate::{
 
 use pending::{Change, Pending, PendingWrites, Shard, MAX_CACHED_RECORD};
 pub use policy::SyncPolicy;
-use record::{item_size, ClassCounts, Header, Keyed, FETCHED, STALE, WIN_SENT};
+use record::{
+    item_size, ClassCounts, Counts, Header, Keyed, LogPointer, FETCHED, IN_LOG, STALE, WIN_SENT,
+};
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
@@ -75,6 +77,9 @@ pub struct DiskConfig {
     /// Memory for writes waiting for their commit; a writer that finds it
     /// full waits for the commit in progress.
     pub pending_limit: usize,
+    /// Values at least this long stay in the journal, and LMDB holds a
+    /// pointer to them (0: every value goes into LMDB).
+    pub log_values_from: usize,
     /// Resident memory kura keeps to: when the process grows past it, the
     /// pages of the data file it has mapped are dropped from its resident
     /// set (they stay in the OS page cache; the next read maps them again).
@@ -90,8 +95,14 @@ impl DiskConfig {
             classes: SizeClasses::default(),
             reserve_bytes: 64 << 20,
             pending_limit: 256 << 20,
+            log_values_from: 1024,
             memory_budget: 1 << 30,
         }
+    }
+
+    /// Whether a value of `len` bytes stays in the journal.
+    pub fn keeps_in_log(&self, len: usize) -> bool {
+        self.log_values_from != 0 && len >= self.log_values_from
     }
 
     /// Committed records kept in memory for reads: a quarter of the budget.
@@ -171,10 +182,13 @@ struct Inner {
     /// several threads at once before its transaction, rather than one by
     /// one inside it.
     fetch_before_write: AtomicBool,
+    /// The newest journal segment whose writes LMDB holds.
+    applied_segment: AtomicU64,
     /// Pages LMDB uses and its file's size, in bytes, as of the last commit.
     lmdb_usage: Mutex<Option<(u64, u64)>>,
-    /// Items and bytes per class, as of the last commit.
-    committed_classes: Mutex<ClassCounts>,
+    /// Items and bytes per class, and the journal bytes LMDB points to,
+    /// as of the last commit.
+    committed_counts: Mutex<Counts>,
     counters: Counters,
     signals: writer::Signals,
 }
@@ -196,6 +210,9 @@ struct Counters {
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
     writes_refused: AtomicU64,
+    /// Journal segments compacted, and the bytes of values moved.
+    compactions: AtomicU64,
+    compacted_bytes: AtomicU64,
     resident_trims: AtomicU64,
 }
 
@@ -258,10 +275,21 @@ impl DiskStore {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
-        let classes = match meta.get(&txn, b"classes")?.and_then(ClassCounts::decode) {
-            Some(counts) => counts,
-            None => count_classes(&items, &txn, &config.classes)?,
+        let mut counts = Counts {
+            classes: match meta.get(&txn, b"classes")?.and_then(ClassCounts::decode) {
+                Some(classes) => classes,
+                None => count_classes(&items, &txn, &config.classes)?,
+            },
+            ..Counts::default()
         };
+        for entry in meta.prefix_iter(&txn, b"log")? {
+            let (key, bytes) = entry?;
+            let segment = key.get(3..11).and_then(|b| b.try_into().ok());
+            let bytes = bytes.try_into().ok().map(u64::from_le_bytes);
+            if let (Some(segment), Some(bytes)) = (segment, bytes) {
+                counts.log.set(u64::from_be_bytes(segment), bytes);
+            }
+        }
         let applied_segment = meta
             .get(&txn, JOURNAL_APPLIED)?
             .and_then(|b| b.try_into().ok())
@@ -292,8 +320,9 @@ impl DiskStore {
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
             fetch_before_write: AtomicBool::new(false),
+            applied_segment: AtomicU64::new(applied_segment),
             lmdb_usage: Mutex::new(None),
-            committed_classes: Mutex::new(classes),
+            committed_counts: Mutex::new(counts),
             counters: Counters::default(),
             signals: writer::Signals::default(),
             config,
@@ -343,7 +372,10 @@ fn count_classes(
     let mut counts = ClassCounts::default();
     for entry in items.iter(txn)? {
         let (key, record) = entry?;
-        let size = key.len() + record.len();
+        let size = match Header::decode(record) {
+            Some((header, value)) => item_size(key, record::stored_value_len(&header, value)),
+            None => key.len() + record.len(),
+        };
         counts.add(classes.class_of(size), size as u64);
     }
     Ok(counts)
@@ -434,27 +466,42 @@ impl Inner {
 
     /// Puts the writes of journal segments LMDB does not hold yet into it,
     /// oldest first (they were acknowledged before a crash), fsyncs the data
-    /// file and deletes the segments.
+    /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut replayed = None;
-        let mut counts = self.committed_classes.lock().clone();
+        let mut counts = self.committed_counts.lock().clone();
         for (number, path) in segments {
             if *number <= applied {
                 continue;
             }
             let mut txn = self.env.write_txn()?;
             let mut failed = None;
-            let records = journal::replay(path, |record| {
+            let records = journal::replay(path, |record, offset| {
                 if failed.is_some() {
                     return;
                 }
                 let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                let here = journal::Location {
+                    segment: *number,
+                    offset,
+                };
                 let result = match record {
                     journal::Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
-                        let write = writer::Write::Put(record);
+                        let write = writer::Write::Put {
+                            stored: record,
+                            logged: Some(here),
+                        };
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Move { key, from, record } => {
+                        let write = writer::Write::Move {
+                            from,
+                            to: here,
+                            frame_len: journal::move_len(key, record.len()),
+                        };
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Remove { key } => {
@@ -463,7 +510,7 @@ impl Inner {
                     }
                     journal::Record::Flush(boundary) => {
                         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-                        counts = ClassCounts::default();
+                        counts.clear();
                         self.items
                             .clear(&mut txn)
                             .and_then(|()| self.expiry.clear(&mut txn))
@@ -475,17 +522,15 @@ impl Inner {
             if let Some(error) = failed {
                 return Err(error.into());
             }
-            self.put_meta(&mut txn, &counts, Some(*number))?;
+            self.put_meta(&mut txn, &mut counts, Some(*number))?;
             txn.commit()?;
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);
         }
-        *self.committed_classes.lock() = counts;
+        *self.committed_counts.lock() = counts;
         self.env.force_sync()?;
         let last = replayed.unwrap_or(applied).max(applied);
-        self.journal
-            .remove_through(last)
-            .map_err(OpenError::Journal)?;
+        self.remove_dead_segments(last);
         Ok(())
     }
 
@@ -539,15 +584,50 @@ impl Inner {
         if let Some(record) = shard.cached(key) {
             return Ok(f(noted_fetched(Header::decode(record))));
         }
-        let txn = self.env.read_txn()?;
-        let stored = self.items.get(&txn, key)?;
-        let result = f(noted_fetched(stored.and_then(Header::decode)));
-        if let Some(record) = stored {
-            if record.len() <= MAX_CACHED_RECORD && shard.admit() {
-                shard.cache(key, record);
+        let mut attempts = 0;
+        loop {
+            let txn = self.env.read_txn()?;
+            let stored = self.items.get(&txn, key)?;
+            let in_log = stored
+                .and_then(Header::decode)
+                .and_then(|(header, value)| Some((header, LogPointer::of_stored(&header, value)?)));
+            let Some((header, pointer)) = in_log else {
+                let result = f(self.with_noted_fetch(hash, stored.and_then(Header::decode)));
+                if let Some(record) = stored {
+                    if record.len() <= MAX_CACHED_RECORD && shard.admit() {
+                        shard.cache(key, record);
+                    }
+                }
+                return Ok(result);
+            };
+            drop(txn);
+            let read = self
+                .journal
+                .read_stored(pointer.at, pointer.frame_len as usize);
+            let from_log = match read {
+                Ok(from_log) => from_log,
+                // Compacted since the pointer was read: read it again.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                    attempts += 1;
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%error, segment = pointer.at.segment, offset = pointer.at.offset, "cannot read a value from the journal");
+                    return Err(WriteFailed);
+                }
+            };
+            // LMDB's header (its bits are the newest), the journal's value.
+            let header = Header {
+                bits: header.bits & !IN_LOG,
+                ..header
+            };
+            let value = Header::decode(from_log.record()).map_or(&[][..], |(_, value)| value);
+            let result = f(self.with_noted_fetch(hash, Some((header, value))));
+            if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
+                shard.cache(key, Keyed::encode(key, &header, &[value]).record());
             }
+            return Ok(result);
         }
-        Ok(result)
     }
 
     /// Sets the fetched bit of a committed record whose first read is noted
@@ -977,7 +1057,7 @@ impl Store for DiskStore {
         inner.apply_due_flush();
         inner.check_space();
         // Live items, not the file: after a flush the file keeps its size.
-        let live_bytes = inner.committed_classes.lock().bytes();
+        let live_bytes = inner.committed_counts.lock().classes.bytes();
         inner.fetch_before_write.store(
             live_bytes > inner.config.memory_budget as u64,
             Ordering::Relaxed,
@@ -998,16 +1078,17 @@ impl Store for DiskStore {
         self.inner.apply_everything();
         let inner = &self.inner;
         let counters = &inner.counters;
-        let counts = inner.committed_classes.lock().clone();
+        let counts = inner.committed_counts.lock().clone();
         StoreStats {
-            curr_items: counts.items(),
+            curr_items: counts.classes.items(),
             total_items: counters.total_items.load(Ordering::Relaxed),
-            bytes: counts.bytes(),
+            bytes: counts.classes.bytes(),
             limit_maxbytes: inner.config.map_size as u64,
             reclaimed: counters.reclaimed.load(Ordering::Relaxed),
             expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
             crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
             classes: counts
+                .classes
                 .0
                 .iter()
                 .enumerate()
@@ -1040,14 +1121,15 @@ impl Store for DiskStore {
             if !inner.alive(&header) {
                 continue;
             }
+            let value_len = record::stored_value_len(&header, value);
             visit(&ItemInfo {
                 key,
                 ttl: inner.ttl(header.expiry_unix),
                 idle_seconds: 0,
                 cas: header.cas,
                 fetched: header.has(FETCHED),
-                class: inner.class_of(key, value.len()),
-                size: item_size(key, value.len()),
+                class: inner.class_of(key, value_len),
+                size: item_size(key, value_len),
             });
         }
     }

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
+use super::journal::Location;
 use super::record::{self, Header, Keyed};
 
 const SHARDS: usize = 64;
@@ -69,6 +70,8 @@ pub enum Change {
 struct Entry {
     hash: u64,
     held: Held,
+    /// Where the journal holds it, once it is journalled.
+    logged: Option<Location>,
 }
 
 #[derive(Clone)]
@@ -94,7 +97,11 @@ impl Entry {
             }
             Change::Remove => Held::Remove(Box::from(key)),
         };
-        Entry { hash, held }
+        Entry {
+            hash,
+            held,
+            logged: None,
+        }
     }
 
     fn key(&self) -> &[u8] {
@@ -169,6 +176,15 @@ impl Batch {
         self.maps
             .iter()
             .flat_map(|(_, map)| map.iter().map(|entry| (entry.key(), entry.pending())))
+    }
+
+    /// The batch's writes with where the journal holds each, in no
+    /// particular order.
+    pub fn logged_writes(&self) -> impl Iterator<Item = (&[u8], Pending<'_>, Option<Location>)> {
+        self.maps.iter().flat_map(|(_, map)| {
+            map.iter()
+                .map(|entry| (entry.key(), entry.pending(), entry.logged))
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -474,13 +490,20 @@ impl PendingWrites {
 
     /// Moves a journalled batch into the shards' `logged` maps, where it
     /// waits for the applier; a newer write of a key replaces the older.
-    pub fn merge_logged(&self, batch: Batch) {
+    /// `locations`: where the journal holds each write, in the order of
+    /// [`Batch::writes`].
+    pub fn merge_logged(&self, batch: Batch, locations: &[Location]) {
         let mut replaced = 0;
+        let mut locations = locations.iter();
         for (index, map) in batch.maps {
             let mut state = self.shards[index].lock();
             drop(state.committing.take());
             // The writer held the only other reference: the map is ours.
             let mut map = Arc::unwrap_or_clone(map);
+            // Unchanged since the batch was encoded: the same order.
+            for entry in map.iter_mut() {
+                entry.logged = locations.next().copied();
+            }
             let state = &mut *state;
             for entry in map.drain() {
                 let hash = entry.hash;
@@ -558,6 +581,7 @@ impl PendingWrites {
                     let Entry {
                         hash,
                         held: Held::Put(mut keyed),
+                        logged,
                     } = entry
                     else {
                         freed.push(entry);
@@ -580,6 +604,7 @@ impl PendingWrites {
                         freed.push(Entry {
                             hash,
                             held: Held::Put(keyed),
+                            logged,
                         });
                     }
                 }
@@ -632,12 +657,12 @@ mod tests {
         // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.merge_logged(batch);
+        pending.merge_logged(batch, &[]);
         assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.merge_logged(next);
+        pending.merge_logged(next, &[]);
         // The newer write of "b" replaced the older one in `logged`.
         assert_eq!(pending.logged_bytes(), 1 + 1 + 5 + 2 * ENTRY_OVERHEAD);
         assert_eq!(pending.bytes(), pending.logged_bytes());

@@ -2,10 +2,15 @@
 //!
 //! ```text
 //!  items   key ─▶ [flags u32 LE | expiry u32 LE (Unix s, 0 = never) | cas u64 LE | bits u8 | value …]
+//!          (bit IN_LOG: the value is in the journal, and in its place is
+//!          [segment u64 LE | offset u64 LE | frame_len u32 LE | value_len u32 LE])
 //!  expiry  [expiry u32 BE | key] ─▶ ()      (background reclaim walks this in time order)
 //!  meta    "cas" ─▶ u64 LE                  (the last CAS handed out: unique across restarts)
 //!          "classes" ─▶ [items u64 LE | bytes u64 LE] per size class
+//!          "log" segment u64 BE ─▶ bytes u64 LE  (journal bytes LMDB points to, per segment)
 //! ```
+
+use super::journal::Location;
 
 pub const HEADER_LEN: usize = 17;
 /// The item has been read since it was stored.
@@ -14,6 +19,81 @@ pub const FETCHED: u8 = 1;
 pub const STALE: u8 = 2;
 /// A reader has already won the right to recache it.
 pub const WIN_SENT: u8 = 4;
+/// The value is in the journal: the record holds a [`LogPointer`].
+pub const IN_LOG: u8 = 8;
+
+/// Where a value kept in the journal is: its record's place and framed
+/// length, and the value's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPointer {
+    pub at: Location,
+    pub frame_len: u32,
+    pub value_len: u32,
+}
+
+impl LogPointer {
+    pub const LEN: usize = 24;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0; Self::LEN];
+        out[..8].copy_from_slice(&self.at.segment.to_le_bytes());
+        out[8..16].copy_from_slice(&self.at.offset.to_le_bytes());
+        out[16..20].copy_from_slice(&self.frame_len.to_le_bytes());
+        out[20..].copy_from_slice(&self.value_len.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<LogPointer> {
+        let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        Some(LogPointer {
+            at: Location {
+                segment: u64_at(0)?,
+                offset: u64_at(8)?,
+            },
+            frame_len: u32_at(16)?,
+            value_len: u32_at(20)?,
+        })
+    }
+
+    /// The pointer a record stored in LMDB holds, if its value is in the log.
+    pub fn of_stored(header: &Header, value: &[u8]) -> Option<LogPointer> {
+        if header.has(IN_LOG) {
+            LogPointer::decode(value)
+        } else {
+            None
+        }
+    }
+}
+
+/// The length of the value of a record as LMDB stores it.
+pub fn stored_value_len(header: &Header, value: &[u8]) -> usize {
+    match LogPointer::of_stored(header, value) {
+        Some(pointer) => pointer.value_len as usize,
+        None => value.len(),
+    }
+}
+
+/// The LMDB record of `header` with its value in the log at `pointer`.
+pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN + LogPointer::LEN] {
+    let mut out = [0; HEADER_LEN + LogPointer::LEN];
+    let header = Header {
+        bits: header.bits | IN_LOG,
+        ..*header
+    };
+    let mut encoded = Vec::with_capacity(out.len());
+    header.encode_into(&mut encoded, &[&pointer.encode()]);
+    out.copy_from_slice(&encoded);
+    out
+}
+
+/// The meta key of a journal segment's live byte count.
+pub fn log_live_key(segment: u64) -> [u8; 11] {
+    let mut out = [0; 11];
+    out[..3].copy_from_slice(b"log");
+    out[3..].copy_from_slice(&segment.to_be_bytes());
+    out
+}
 
 /// A key and its stored record in one allocation: what a pending write
 /// and a cached read hold, so a lookup touches the table and one block.
@@ -126,6 +206,81 @@ pub fn expiry_key(expiry_unix: u32, key: &[u8]) -> Vec<u8> {
 /// The expiry time at the front of an expiry index key.
 pub fn expiry_of_index_key(index_key: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(index_key.get(..4)?.try_into().ok()?))
+}
+
+/// What the committed data holds, kept with every commit: items and bytes
+/// per size class, and the journal bytes LMDB points to per segment.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    pub classes: ClassCounts,
+    pub log: LogLive,
+}
+
+impl Counts {
+    /// After a flush: nothing is held.
+    pub fn clear(&mut self) {
+        self.classes = ClassCounts::default();
+        self.log.clear();
+    }
+}
+
+/// The bytes of each journal segment that LMDB points to; a segment at 0
+/// can be deleted once that is on disk.
+#[derive(Debug, Clone, Default)]
+pub struct LogLive {
+    bytes: std::collections::BTreeMap<u64, u64>,
+    /// Segments changed since the last [`take_touched`](Self::take_touched).
+    touched: std::collections::BTreeSet<u64>,
+}
+
+impl LogLive {
+    pub fn add(&mut self, pointer: &LogPointer) {
+        *self.bytes.entry(pointer.at.segment).or_default() += pointer.frame_len as u64;
+        self.touched.insert(pointer.at.segment);
+    }
+
+    pub fn remove(&mut self, pointer: &LogPointer) {
+        if let Some(bytes) = self.bytes.get_mut(&pointer.at.segment) {
+            *bytes = bytes.saturating_sub(pointer.frame_len as u64);
+            self.touched.insert(pointer.at.segment);
+        }
+    }
+
+    /// Loaded from `meta`.
+    pub fn set(&mut self, segment: u64, bytes: u64) {
+        self.bytes.insert(segment, bytes);
+    }
+
+    pub fn of(&self, segment: u64) -> u64 {
+        self.bytes.get(&segment).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.bytes.values().sum()
+    }
+
+    fn clear(&mut self) {
+        for (&segment, bytes) in self.bytes.iter_mut() {
+            *bytes = 0;
+            self.touched.insert(segment);
+        }
+    }
+
+    /// Forgets a deleted segment.
+    pub fn drop_segment(&mut self, segment: u64) {
+        if self.bytes.remove(&segment).is_some() {
+            self.touched.insert(segment);
+        }
+    }
+
+    /// The segments changed since the last call, with their bytes now
+    /// (`None`: forgotten).
+    pub fn take_touched(&mut self) -> Vec<(u64, Option<u64>)> {
+        std::mem::take(&mut self.touched)
+            .into_iter()
+            .map(|segment| (segment, self.bytes.get(&segment).copied()))
+            .collect()
+    }
 }
 
 /// Items and bytes per size class (1-based classes at index class - 1).

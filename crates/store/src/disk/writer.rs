@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::journal::{self, Record};
+use super::journal::{self, Location, Record};
 use super::pending::{Batch, Pending};
-use super::record::{self, ClassCounts, Header, FETCHED};
+use super::record::{self, Counts, Header, LogPointer, FETCHED};
 use super::{Inner, SyncPolicy};
 use crate::AckState;
 
@@ -44,16 +44,54 @@ const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
 /// One change the applier makes to a key.
 #[derive(Clone, Copy)]
 pub(super) enum Write<'a> {
-    Put(&'a [u8]),
+    /// The key's new record; `logged`: where the journal holds it, so a
+    /// large value can stay there.
+    Put {
+        stored: &'a [u8],
+        logged: Option<Location>,
+    },
+    /// The compactor copied the key's value to `to` (a record of
+    /// `frame_len` bytes): point there if the record still points at `from`.
+    Move {
+        from: Location,
+        to: Location,
+        frame_len: usize,
+    },
     Remove,
 }
 
-impl<'a> From<Pending<'a>> for Write<'a> {
-    fn from(pending: Pending<'a>) -> Self {
+impl<'a> Write<'a> {
+    fn of(pending: Pending<'a>, logged: Option<Location>) -> Self {
         match pending {
-            Pending::Put(record) => Write::Put(record),
+            Pending::Put(stored) => Write::Put { stored, logged },
             Pending::Remove => Write::Remove,
         }
+    }
+
+    /// About what applying it copies into LMDB.
+    fn weight(&self) -> usize {
+        match self {
+            Write::Put { stored, .. } => stored.len(),
+            Write::Move { .. } | Write::Remove => 0,
+        }
+    }
+}
+
+/// The record a key had before a write: what it counted for.
+struct Old {
+    header: Header,
+    value_len: usize,
+    pointer: Option<LogPointer>,
+}
+
+impl Old {
+    fn of(stored: &[u8]) -> Option<Old> {
+        let (header, value) = Header::decode(stored)?;
+        Some(Old {
+            header,
+            value_len: record::stored_value_len(&header, value),
+            pointer: LogPointer::of_stored(&header, value),
+        })
     }
 }
 
@@ -243,11 +281,14 @@ impl Inner {
         if let Some(boundary) = flush {
             journal::encode(group, Record::Flush(boundary));
         }
+        // Where each write lands, so LMDB can point to large values there.
+        let mut offsets = Vec::with_capacity(writes);
         for (key, change) in batch.writes() {
             let record = match change {
                 Pending::Put(record) => Record::Put { key, record },
                 Pending::Remove => Record::Remove { key },
             };
+            offsets.push(group.len() as u64);
             journal::encode(group, record);
         }
         let mut logged = self.logged.lock();
@@ -258,7 +299,14 @@ impl Inner {
         };
         logged.through = through;
         match result {
-            Ok(()) => {
+            Ok(start) => {
+                let locations: Vec<Location> = offsets
+                    .iter()
+                    .map(|&offset| Location {
+                        segment: start.segment,
+                        offset: start.offset + offset,
+                    })
+                    .collect();
                 logged.dirty = true;
                 if let Some(boundary) = flush {
                     logged.flush = logged.flush.max(Some(boundary));
@@ -272,7 +320,7 @@ impl Inner {
                     .largest_commit
                     .fetch_max(writes as u64, Ordering::Relaxed);
                 self.acks.advance(through, false);
-                self.pending.merge_logged(batch);
+                self.pending.merge_logged(batch, &locations);
                 drop(logged);
                 if self.apply_due() {
                     self.signals.wake_applier();
@@ -302,14 +350,15 @@ impl Inner {
     }
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
-    fn append(&self, group: &[u8]) -> io::Result<()> {
-        self.journal.append(group)?;
+    /// Returns where the group starts.
+    fn append(&self, group: &[u8]) -> io::Result<Location> {
+        let start = self.journal.append(group)?;
         if self.config.sync == SyncPolicy::Always {
             let started = Instant::now();
             self.journal.sync()?;
             self.count_fsync(started);
         }
-        Ok(())
+        Ok(start)
     }
 
     /// Enough is journalled for a round before the interval: a sixteenth of
@@ -318,7 +367,8 @@ impl Inner {
     /// which must stay short to replay).
     fn apply_due(&self) -> bool {
         let threshold = self.config.apply_threshold();
-        self.pending.logged_bytes() >= threshold || self.journal.bytes() >= 4 * threshold as u64
+        self.pending.logged_bytes() >= threshold
+            || self.journal.current_bytes() >= 4 * threshold as u64
     }
 
     fn apply_loop(&self) {
@@ -352,23 +402,161 @@ impl Inner {
                     continue;
                 }
             }
+            // Between rounds: one segment at a time, so writes wait little.
+            if !finishing && state.retry.is_none() && self.compact_some() {
+                state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                self.sync_applied(&mut state);
+                continue;
+            }
             let wait = APPLY_EVERY.saturating_sub(last_round.elapsed());
             thread::park_timeout(wait.max(Duration::from_millis(1)));
         }
     }
 
-    /// fsyncs the data file and deletes the journal segments it now holds.
-    /// After every round: fsyncs once a second instead let dirty pages pile
-    /// up, and under a memory cap reclaim then writes them back in the way
-    /// of reads (capped random overwrites: 15,800/s against 19,600/s).
+    /// fsyncs the data file and deletes the journal segments nothing in it
+    /// points into any more. After every round: fsyncs once a second
+    /// instead let dirty pages pile up, and under a memory cap reclaim then
+    /// writes them back in the way of reads (capped random overwrites:
+    /// 15,800/s against 19,600/s).
     fn sync_applied(&self, state: &mut ApplierState) {
         let Some(segment) = state.unsynced else {
             return;
         };
         if self.sync_now() {
             state.unsynced = None;
-            if let Err(error) = self.journal.remove_through(segment) {
-                tracing::warn!(%error, "cannot remove applied journal segments");
+            self.remove_dead_segments(segment);
+        }
+    }
+
+    /// Compacts the journal segment that is most garbage, if garbage
+    /// outweighs what LMDB points to (and is more than a few rounds'
+    /// worth): its live values are copied to the current segment and LMDB
+    /// points there, so it can be deleted. Returns whether it committed.
+    fn compact_some(&self) -> bool {
+        if self.out_of_space.load(Ordering::Acquire) || self.poisoned.load(Ordering::Acquire) {
+            return false;
+        }
+        let applied = self.applied_segment.load(Ordering::Acquire);
+        let victim = {
+            let counts = self.committed_counts.lock();
+            let segments: Vec<(u64, u64, u64)> = self
+                .journal
+                .older_segments()
+                .into_iter()
+                .filter(|&(segment, _)| segment <= applied)
+                .map(|(segment, len)| (segment, len, counts.log.of(segment)))
+                .collect();
+            let (len, live) = segments
+                .iter()
+                .fold((0, 0), |(len, live), s| (len + s.1, live + s.2));
+            let garbage = len.saturating_sub(live);
+            let floor = 4 * self.config.apply_threshold() as u64;
+            if garbage < live.max(floor) {
+                return false;
+            }
+            // The emptiest segment that is at most half live (there is one:
+            // at least half of all is garbage). Dead ones are just deleted.
+            segments
+                .into_iter()
+                .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
+                .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
+                .map(|(segment, _, _)| segment)
+        };
+        let Some(victim) = victim else {
+            return false;
+        };
+        match self.compact(victim) {
+            Ok(moved) => {
+                self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .compacted_bytes
+                    .fetch_add(moved, Ordering::Relaxed);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
+                false
+            }
+        }
+    }
+
+    /// Copies the records of `victim` that LMDB points to into the journal
+    /// as moves, fsyncs them, then points LMDB at the copies. Returns the
+    /// bytes moved.
+    fn compact(&self, victim: u64) -> io::Result<u64> {
+        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
+        let mut group = Vec::new();
+        // Key, where it moves from, where its copy starts in `group`.
+        let mut moves: Vec<(Vec<u8>, Location, usize)> = Vec::new();
+        {
+            let txn = self.env.read_txn().map_err(lmdb)?;
+            let mut failed = None;
+            journal::replay(&self.journal.segment_path(victim), |found, offset| {
+                let (Record::Put { key, record } | Record::Move { key, record, .. }) = found else {
+                    return;
+                };
+                let from = Location {
+                    segment: victim,
+                    offset,
+                };
+                match self.items.get(&txn, key) {
+                    Ok(Some(stored)) => {
+                        let live = Old::of(stored)
+                            .and_then(|old| old.pointer)
+                            .is_some_and(|pointer| pointer.at == from);
+                        if live {
+                            moves.push((key.to_vec(), from, group.len()));
+                            journal::encode(&mut group, Record::Move { key, from, record });
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(error) => failed = Some(error),
+                }
+            })?;
+            if let Some(error) = failed {
+                return Err(lmdb(error));
+            }
+        }
+        if !moves.is_empty() {
+            let start = self.journal.append(&group)?;
+            // The copies are on disk before LMDB points to them, whatever the policy.
+            self.journal.sync()?;
+            let mut txn = self.env.write_txn().map_err(lmdb)?;
+            let mut counts = self.committed_counts.lock().clone();
+            let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
+            for ((key, from, at), end) in moves.iter().zip(ends) {
+                let write = Write::Move {
+                    from: *from,
+                    to: Location {
+                        segment: start.segment,
+                        offset: start.offset + *at as u64,
+                    },
+                    frame_len: end - at,
+                };
+                self.apply(&mut txn, key, write, 0, &mut counts)
+                    .map_err(lmdb)?;
+            }
+            self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
+            txn.commit().map_err(lmdb)?;
+            *self.committed_counts.lock() = counts;
+        }
+        Ok(group.len() as u64)
+    }
+
+    /// Deletes the segments up to `applied` that LMDB, as it is on disk,
+    /// does not point into; the next commit forgets their counts.
+    pub(super) fn remove_dead_segments(&self, applied: u64) {
+        let mut counts = self.committed_counts.lock();
+        for (segment, _) in self.journal.older_segments() {
+            if segment > applied || counts.log.of(segment) != 0 {
+                continue;
+            }
+            match self.journal.remove(segment) {
+                Ok(()) => counts.log.drop_segment(segment),
+                Err(error) => {
+                    tracing::warn!(%error, segment, "cannot remove a journal segment");
+                    return;
+                }
             }
         }
     }
@@ -524,11 +712,11 @@ impl Inner {
             self.prefetch(&round.batches);
         }
         let mut txn = self.env.write_txn()?;
-        let mut counts = self.committed_classes.lock().clone();
+        let mut counts = self.committed_counts.lock().clone();
         if round.is_some_and(|round| round.flush.is_some()) {
             self.items.clear(&mut txn)?;
             self.expiry.clear(&mut txn)?;
-            counts = ClassCounts::default();
+            counts.clear();
         }
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
         // LMDB holds every page a transaction dirties in memory until the
@@ -544,8 +732,8 @@ impl Inner {
         let mut applied = 0;
         for batch in batches {
             let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
-                .writes()
-                .map(|(key, change)| (key_prefix(key), key, Write::from(change)))
+                .logged_writes()
+                .map(|(key, change, logged)| (key_prefix(key), key, Write::of(change, logged)))
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
@@ -553,19 +741,13 @@ impl Inner {
             applied += writes.len();
             for (_, key, write) in writes {
                 self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
-                dirty += 4096
-                    + key.len()
-                    + if let Write::Put(record) = write {
-                        record.len()
-                    } else {
-                        0
-                    };
+                dirty += 4096 + key.len() + write.weight();
                 if dirty >= dirty_limit {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
-                    self.put_meta(&mut txn, &counts, None)?;
+                    self.put_meta(&mut txn, &mut counts, None)?;
                     txn.commit()?;
-                    *self.committed_classes.lock() = counts.clone();
+                    *self.committed_counts.lock() = counts.clone();
                     txn = self.env.write_txn()?;
                     dirty = 0;
                 }
@@ -576,10 +758,10 @@ impl Inner {
         } else {
             0
         };
-        self.put_meta(&mut txn, &counts, round.map(|round| round.segment))?;
+        self.put_meta(&mut txn, &mut counts, round.map(|round| round.segment))?;
         txn.commit()?;
         self.measure_lmdb_usage();
-        *self.committed_classes.lock() = counts;
+        *self.committed_counts.lock() = counts;
         self.counters
             .applied_writes
             .fetch_add(applied as u64, Ordering::Relaxed);
@@ -693,49 +875,60 @@ impl Inner {
             .collect();
         removed.sort_unstable();
         let mut txn = self.env.write_txn()?;
-        let mut counts = self.committed_classes.lock().clone();
+        let mut counts = self.committed_counts.lock().clone();
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
         for key in removed {
             self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
         }
-        self.put_meta(&mut txn, &counts, None)?;
+        self.put_meta(&mut txn, &mut counts, None)?;
         txn.commit()?;
         self.measure_lmdb_usage();
-        *self.committed_classes.lock() = counts;
+        *self.committed_counts.lock() = counts;
         Ok(())
     }
 
     /// Records, with a transaction's writes, the last CAS handed out, the
-    /// class counts, and the newest journal segment LMDB now holds.
+    /// class counts, the journal bytes each segment holds for LMDB, and the
+    /// newest journal segment LMDB now holds.
     pub(super) fn put_meta(
         &self,
         txn: &mut RwTxn<'_>,
-        counts: &ClassCounts,
+        counts: &mut Counts,
         segment: Option<u64>,
     ) -> heed::Result<()> {
         let cas = self.last_cas.load(Ordering::Acquire);
         self.meta.put(txn, b"cas", &cas.to_le_bytes())?;
-        self.meta.put(txn, b"classes", &counts.encode())?;
+        self.meta.put(txn, b"classes", &counts.classes.encode())?;
+        for (segment, live) in counts.log.take_touched() {
+            let key = record::log_live_key(segment);
+            match live {
+                Some(live) => self.meta.put(txn, &key, &live.to_le_bytes())?,
+                None => {
+                    self.meta.delete(txn, &key)?;
+                }
+            }
+        }
         if let Some(segment) = segment {
             self.meta
                 .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
+            self.applied_segment.fetch_max(segment, Ordering::AcqRel);
         }
         Ok(())
     }
 
-    /// Applies one pending write, keeping the expiry index and the class
-    /// counts right.
+    /// Applies one pending write, keeping the expiry index and the counts
+    /// right.
     pub(super) fn apply(
         &self,
         txn: &mut RwTxn<'_>,
         key: &[u8],
         write: Write<'_>,
         flushed_through: u64,
-        counts: &mut ClassCounts,
+        counts: &mut Counts,
     ) -> heed::Result<()> {
         let old = match write {
-            Write::Put(stored) => {
-                let Some((header, _)) = Header::decode(stored) else {
+            Write::Put { stored, logged } => {
+                let Some((header, value)) = Header::decode(stored) else {
                     return Ok(());
                 };
                 if header.cas <= flushed_through {
@@ -746,6 +939,22 @@ impl Inner {
                 // mark need not rewrite it.
                 let fetched =
                     !header.has(FETCHED) && self.marks.noted(self.marks.hash(key), header.cas);
+                // A large value stays in the journal: LMDB gets a pointer.
+                let pointer = logged
+                    .filter(|_| self.config.keeps_in_log(value.len()))
+                    .map(|at| LogPointer {
+                        at,
+                        frame_len: journal::put_len(key, stored.len()) as u32,
+                        value_len: value.len() as u32,
+                    });
+                let pointed;
+                let stored = match &pointer {
+                    Some(pointer) => {
+                        pointed = record::pointer_record(&header, pointer);
+                        &pointed[..]
+                    }
+                    None => stored,
+                };
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
                     if fetched {
@@ -755,15 +964,39 @@ impl Inner {
                 };
                 // Insert, or learn what was there, in one descent.
                 let len = stored.len();
+                let new = (header, value.len(), pointer);
                 let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? else {
-                    return self.index_new(txn, key, stored, counts);
+                    return self.index_new(txn, key, new, counts);
                 };
-                let old = Header::decode(old).map(|(old, value)| (old, value.len()));
+                let old = Old::of(old);
                 self.forget_old(txn, key, old, counts, header.expiry_unix)?;
                 self.items.put_reserved(txn, key, len, write)?;
-                return self.index_new(txn, key, stored, counts);
+                return self.index_new(txn, key, new, counts);
             }
-            Write::Remove => self.stored_header(txn, key)?,
+            Write::Move {
+                from,
+                to,
+                frame_len,
+            } => {
+                let Some(old) = self.stored_old(txn, key)? else {
+                    return Ok(());
+                };
+                let Some(moved) = old.pointer.filter(|pointer| pointer.at == from) else {
+                    // Written or removed since: the copy is garbage.
+                    return Ok(());
+                };
+                let pointer = LogPointer {
+                    at: to,
+                    frame_len: frame_len as u32,
+                    ..moved
+                };
+                counts.log.remove(&moved);
+                counts.log.add(&pointer);
+                // The header as it is now: its bits may have changed.
+                let record = record::pointer_record(&old.header, &pointer);
+                return self.items.put(txn, key, &record);
+            }
+            Write::Remove => self.stored_old(txn, key)?,
         };
         if old.is_some() {
             self.forget_old(txn, key, old, counts, 0)?;
@@ -778,60 +1011,61 @@ impl Inner {
         &self,
         txn: &mut RwTxn<'_>,
         key: &[u8],
-        old: Option<(Header, usize)>,
-        counts: &mut ClassCounts,
+        old: Option<Old>,
+        counts: &mut Counts,
         keep_expiry: u32,
     ) -> heed::Result<()> {
-        if let Some((old, len)) = old {
-            self.uncount(counts, key, len);
-            if old.expiry_unix != 0 && old.expiry_unix != keep_expiry {
+        if let Some(old) = old {
+            self.uncount(counts, key, &old);
+            if old.header.expiry_unix != 0 && old.header.expiry_unix != keep_expiry {
                 self.expiry
-                    .delete(txn, &record::expiry_key(old.expiry_unix, key))?;
+                    .delete(txn, &record::expiry_key(old.header.expiry_unix, key))?;
             }
         }
         Ok(())
     }
 
-    /// Counts and indexes a record just stored under its key.
+    /// Counts and indexes a record just stored under its key: its header,
+    /// value length and where the value is, if in the journal.
     fn index_new(
         &self,
         txn: &mut RwTxn<'_>,
         key: &[u8],
-        stored: &[u8],
-        counts: &mut ClassCounts,
+        (header, value_len, pointer): (Header, usize, Option<LogPointer>),
+        counts: &mut Counts,
     ) -> heed::Result<()> {
-        if let Some((header, value)) = Header::decode(stored) {
-            if header.expiry_unix != 0 {
-                self.expiry
-                    .put(txn, &record::expiry_key(header.expiry_unix, key), &[])?;
-            }
-            counts.add(
-                self.class_of(key, value.len()),
-                record::item_size(key, value.len()) as u64,
-            );
+        if header.expiry_unix != 0 {
+            self.expiry
+                .put(txn, &record::expiry_key(header.expiry_unix, key), &[])?;
+        }
+        counts.classes.add(
+            self.class_of(key, value_len),
+            record::item_size(key, value_len) as u64,
+        );
+        if let Some(pointer) = &pointer {
+            counts.log.add(pointer);
         }
         Ok(())
     }
 
-    /// The header and value length of the record committed under `key`.
-    fn stored_header(&self, txn: &RwTxn<'_>, key: &[u8]) -> heed::Result<Option<(Header, usize)>> {
-        Ok(self
-            .items
-            .get(txn, key)?
-            .and_then(Header::decode)
-            .map(|(header, value)| (header, value.len())))
+    /// What the record committed under `key` counts for.
+    fn stored_old(&self, txn: &RwTxn<'_>, key: &[u8]) -> heed::Result<Option<Old>> {
+        Ok(self.items.get(txn, key)?.and_then(Old::of))
     }
 
-    /// Takes an item of `value_len` out of the class counts.
-    fn uncount(&self, counts: &mut ClassCounts, key: &[u8], value_len: usize) {
-        counts.remove(
-            self.class_of(key, value_len),
-            record::item_size(key, value_len) as u64,
+    /// Takes a record out of the counts.
+    fn uncount(&self, counts: &mut Counts, key: &[u8], old: &Old) {
+        counts.classes.remove(
+            self.class_of(key, old.value_len),
+            record::item_size(key, old.value_len) as u64,
         );
+        if let Some(pointer) = &old.pointer {
+            counts.log.remove(pointer);
+        }
     }
 
     /// Removes a batch of expired items, oldest first, by the expiry index.
-    fn reclaim_expired(&self, txn: &mut RwTxn<'_>, counts: &mut ClassCounts) -> heed::Result<u64> {
+    fn reclaim_expired(&self, txn: &mut RwTxn<'_>, counts: &mut Counts) -> heed::Result<u64> {
         let now = self.now_unix();
         let due: Vec<Vec<u8>> = self
             .expiry
@@ -847,17 +1081,17 @@ impl Inner {
         for index_key in &due {
             let key = &index_key[4..];
             self.expiry.delete(txn, index_key)?;
-            let found = self.stored_header(txn, key)?;
-            let Some((header, len)) = found.filter(|(header, _)| self.expired(header)) else {
+            let found = self.stored_old(txn, key)?;
+            let Some(old) = found.filter(|old| self.expired(&old.header)) else {
                 continue;
             };
-            if !header.has(FETCHED) {
+            if !old.header.has(FETCHED) {
                 self.counters
                     .expired_unfetched
                     .fetch_add(1, Ordering::Relaxed);
             }
             self.items.delete(txn, key)?;
-            self.uncount(counts, key, len);
+            self.uncount(counts, key, &old);
             removed += 1;
         }
         Ok(removed)
@@ -938,15 +1172,15 @@ impl Inner {
     }
 
     /// Room left for data: in the map, and on the file system (pages freed
-    /// inside the file are reused before it grows), less what the journal
-    /// holds for LMDB (it needs that much room when it is applied).
+    /// inside the file are reused before it grows), less what the current
+    /// journal segment holds for LMDB (at most that much room when applied).
     fn space_left(&self) -> Option<u64> {
         let (used, file) = (*self.lmdb_usage.lock())?;
         let fs = nix::sys::statvfs::statvfs(self.env.path()).ok()?;
         let fs_free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
         let map_left = (self.config.map_size as u64).saturating_sub(used);
         let room = map_left.min(fs_free + file.saturating_sub(used));
-        Some(room.saturating_sub(self.journal.bytes()))
+        Some(room.saturating_sub(self.journal.current_bytes()))
     }
 
     /// Measures the pages LMDB uses and its file's size: the file changes
@@ -1029,6 +1263,19 @@ impl Inner {
                 load(&counters.applied_writes).to_string(),
             ),
             ("disk_journal_bytes", self.journal.bytes().to_string()),
+            (
+                "disk_journal_live_bytes",
+                self.committed_counts.lock().log.total().to_string(),
+            ),
+            (
+                "disk_journal_segments",
+                (self.journal.older_segments().len() + 1).to_string(),
+            ),
+            ("disk_compactions", load(&counters.compactions).to_string()),
+            (
+                "disk_compacted_bytes",
+                load(&counters.compacted_bytes).to_string(),
+            ),
             (
                 "disk_journal_waiting_bytes",
                 self.pending.logged_bytes().to_string(),
