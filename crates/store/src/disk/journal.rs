@@ -45,6 +45,12 @@ pub const FRAME: usize = 8;
 pub const BODY_HEAD: usize = 3;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
+/// Space reserved for a new segment up front (at most a sixteenth of the
+/// free space): appends into reserved blocks cost ext4 about half the CPU
+/// of appends that allocate as they go (fio, 200 KiB appends and an fsync:
+/// 0.55 s of CPU per 2 GiB against 1.2–1.6 s). What a segment leaves unused
+/// is given back when it is retired.
+const PREALLOCATE: u64 = 64 << 20;
 
 /// Where a record starts in the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -225,12 +231,29 @@ pub struct NextSegment(Segment);
 pub struct Retired {
     pub number: u64,
     file: Arc<File>,
+    len: u64,
+    reserved: u64,
 }
 
 impl Retired {
     /// fsyncs it: it may hold acknowledged writes the syncer has not reached.
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    /// Gives back the reserved space it did not use.
+    pub fn release_unused(&self) {
+        if self.reserved > self.len {
+            use nix::fcntl::FallocateFlags;
+            use std::os::fd::AsRawFd;
+            let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            let unused = (self.reserved - self.len) as i64;
+            let result =
+                nix::fcntl::fallocate(self.file.as_raw_fd(), flags, self.len as i64, unused);
+            if let Err(error) = result {
+                tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
+            }
+        }
     }
 }
 
@@ -239,6 +262,8 @@ struct Segment {
     number: u64,
     file: Arc<File>,
     len: u64,
+    /// Bytes reserved for it on the file system.
+    reserved: u64,
 }
 
 pub struct Journal {
@@ -309,6 +334,8 @@ impl Journal {
         Retired {
             number: old.number,
             file: old.file,
+            len: old.len,
+            reserved: old.reserved,
         }
     }
 
@@ -405,6 +432,25 @@ impl Stored {
     }
 }
 
+/// Reserves space for a new segment, without changing its size (so a
+/// replay still ends at its last record); returns how much. Only an
+/// optimisation: a file system without room or support gets none.
+fn reserve(file: &File, dir: &Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    let free = nix::sys::statvfs::statvfs(dir)
+        .map(|fs| fs.blocks_available() as u64 * fs.fragment_size() as u64)
+        .unwrap_or(0);
+    let wanted = PREALLOCATE.min(free / 16) & !0xfffff;
+    if wanted == 0 {
+        return 0;
+    }
+    let flags = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    match nix::fcntl::fallocate(file.as_raw_fd(), flags, 0, wanted as i64) {
+        Ok(()) => wanted,
+        Err(_) => 0,
+    }
+}
+
 impl Segment {
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
         let path = segment_path(dir, number);
@@ -414,12 +460,14 @@ impl Segment {
             .read(true)
             .write(true)
             .open(&path)?;
+        let reserved = reserve(&file, dir);
         // The new name must survive a power loss with the writes in it.
         File::open(dir)?.sync_all()?;
         Ok(Segment {
             number,
             file: Arc::new(file),
             len: 0,
+            reserved,
         })
     }
 }

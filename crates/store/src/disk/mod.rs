@@ -575,23 +575,32 @@ impl Inner {
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
         let hash = shard.hash();
-        let noted_fetched = |found| self.with_noted_fetch(hash, found);
         match shard.get(key) {
-            Some(Pending::Put(record)) => return Ok(f(noted_fetched(Header::decode(record)))),
+            Some(Pending::Put(record)) => {
+                let found = Header::decode(record);
+                let Some((header, pointer)) = found.and_then(in_log) else {
+                    return Ok(f(self.with_noted_fetch(hash, found)));
+                };
+                // Journalled, and its value dropped from memory: read it
+                // there (its segment stays until LMDB has it).
+                let from_log = self.read_logged(&pointer).map_err(|error| {
+                    log_read_failed(&error, &pointer);
+                    WriteFailed
+                })?;
+                let value = Header::decode(from_log.record()).map_or(&[][..], |(_, value)| value);
+                return Ok(f(self.with_noted_fetch(hash, Some((header, value)))));
+            }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
         }
         if let Some(record) = shard.cached(key) {
-            return Ok(f(noted_fetched(Header::decode(record))));
+            return Ok(f(self.with_noted_fetch(hash, Header::decode(record))));
         }
         let mut attempts = 0;
         loop {
             let txn = self.env.read_txn()?;
             let stored = self.items.get(&txn, key)?;
-            let in_log = stored
-                .and_then(Header::decode)
-                .and_then(|(header, value)| Some((header, LogPointer::of_stored(&header, value)?)));
-            let Some((header, pointer)) = in_log else {
+            let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
                 let result = f(self.with_noted_fetch(hash, stored.and_then(Header::decode)));
                 if let Some(record) = stored {
                     if record.len() <= MAX_CACHED_RECORD && shard.admit() {
@@ -601,10 +610,7 @@ impl Inner {
                 return Ok(result);
             };
             drop(txn);
-            let read = self
-                .journal
-                .read_stored(pointer.at, pointer.frame_len as usize);
-            let from_log = match read {
+            let from_log = match self.read_logged(&pointer) {
                 Ok(from_log) => from_log,
                 // Compacted since the pointer was read: read it again.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
@@ -612,15 +618,11 @@ impl Inner {
                     continue;
                 }
                 Err(error) => {
-                    tracing::error!(%error, segment = pointer.at.segment, offset = pointer.at.offset, "cannot read a value from the journal");
+                    log_read_failed(&error, &pointer);
                     return Err(WriteFailed);
                 }
             };
             // LMDB's header (its bits are the newest), the journal's value.
-            let header = Header {
-                bits: header.bits & !IN_LOG,
-                ..header
-            };
             let value = Header::decode(from_log.record()).map_or(&[][..], |(_, value)| value);
             let result = f(self.with_noted_fetch(hash, Some((header, value))));
             if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
@@ -628,6 +630,11 @@ impl Inner {
             }
             return Ok(result);
         }
+    }
+
+    fn read_logged(&self, pointer: &LogPointer) -> std::io::Result<journal::Stored> {
+        self.journal
+            .read_stored(pointer.at, pointer.frame_len as usize)
     }
 
     /// Sets the fetched bit of a committed record whose first read is noted
@@ -978,6 +985,21 @@ impl Inner {
 }
 
 /// Remembers that this thread's replies must wait for write `seq`.
+/// The header (as if the value were in place) and the pointer of a record
+/// whose value is in the journal.
+fn in_log((header, value): (Header, &[u8])) -> Option<(Header, LogPointer)> {
+    let pointer = LogPointer::of_stored(&header, value)?;
+    let header = Header {
+        bits: header.bits & !IN_LOG,
+        ..header
+    };
+    Some((header, pointer))
+}
+
+fn log_read_failed(error: &std::io::Error, pointer: &LogPointer) {
+    tracing::error!(%error, segment = pointer.at.segment, offset = pointer.at.offset, "cannot read a value from the journal");
+}
+
 fn note_unacked(seq: u64) {
     UNACKED.with(|unacked| unacked.set(unacked.get().max(seq)));
 }

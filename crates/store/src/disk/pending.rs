@@ -34,7 +34,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::journal::Location;
+use super::journal::{self, Location};
 use super::record::{self, Header, Keyed};
 
 const SHARDS: usize = 64;
@@ -129,6 +129,23 @@ impl Entry {
 /// Bytes charged for an entry of the pending table or the read cache.
 fn entry_charge(key: &[u8], record_len: usize) -> usize {
     key.len() + record_len + ENTRY_OVERHEAD
+}
+
+/// The pointer record of a journalled put whose value stays in the journal.
+fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool) -> Option<Keyed> {
+    let (header, value) = Header::decode(keyed.record())?;
+    if header.has(record::IN_LOG) || !keeps_in_log(value.len()) {
+        return None;
+    }
+    let pointer = record::LogPointer {
+        at,
+        frame_len: journal::put_len(keyed.key(), keyed.record().len()) as u32,
+        value_len: value.len() as u32,
+    };
+    Some(Keyed::new(
+        keyed.key(),
+        &record::pointer_record(&header, &pointer),
+    ))
 }
 
 /// Pending writes by key, looked up with the hash the shard's lock computed.
@@ -491,9 +508,18 @@ impl PendingWrites {
     /// Moves a journalled batch into the shards' `logged` maps, where it
     /// waits for the applier; a newer write of a key replaces the older.
     /// `locations`: where the journal holds each write, in the order of
-    /// [`Batch::writes`].
-    pub fn merge_logged(&self, batch: Batch, locations: &[Location]) {
+    /// [`Batch::writes`]. A value of a length `keeps_in_log` is dropped from
+    /// memory: the entry keeps a pointer to it in the journal instead (the
+    /// record LMDB will get), so large values do not fill the pending memory
+    /// and force small rounds.
+    pub fn merge_logged(
+        &self,
+        batch: Batch,
+        locations: &[Location],
+        keeps_in_log: impl Fn(usize) -> bool,
+    ) {
         let mut replaced = 0;
+        let mut shrunk = 0;
         let mut locations = locations.iter();
         for (index, map) in batch.maps {
             let mut state = self.shards[index].lock();
@@ -503,6 +529,13 @@ impl PendingWrites {
             // Unchanged since the batch was encoded: the same order.
             for entry in map.iter_mut() {
                 entry.logged = locations.next().copied();
+                if let (Some(at), Held::Put(keyed)) = (entry.logged, &mut entry.held) {
+                    let before = entry_charge(keyed.key(), keyed.record().len());
+                    if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
+                        *keyed = pointed;
+                        shrunk += before - entry_charge(keyed.key(), keyed.record().len());
+                    }
+                }
             }
             let state = &mut *state;
             for entry in map.drain() {
@@ -522,8 +555,9 @@ impl PendingWrites {
                 state.spare = Some(map);
             }
         }
-        self.bytes.fetch_sub(replaced, Ordering::Relaxed);
-        self.logged_bytes.fetch_add(batch.bytes, Ordering::Relaxed);
+        self.bytes.fetch_sub(replaced + shrunk, Ordering::Relaxed);
+        self.logged_bytes
+            .fetch_add(batch.bytes - shrunk, Ordering::Relaxed);
         self.logged_bytes.fetch_sub(replaced, Ordering::Relaxed);
     }
 
@@ -589,7 +623,10 @@ impl PendingWrites {
                     };
                     let key = keyed.key();
                     let cas = Header::decode(keyed.record()).map(|(header, _)| header.cas);
-                    let wanted = keyed.record().len() <= MAX_CACHED_RECORD
+                    let in_log = Header::decode(keyed.record())
+                        .is_some_and(|(header, _)| header.has(record::IN_LOG));
+                    let wanted = !in_log
+                        && keyed.record().len() <= MAX_CACHED_RECORD
                         && cas.is_some_and(|cas| was_read(hash, cas))
                         && find(&state.fresh, hash, key).is_none()
                         && state
@@ -657,12 +694,12 @@ mod tests {
         // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.merge_logged(batch, &[]);
+        pending.merge_logged(batch, &[], |_| false);
         assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.merge_logged(next, &[]);
+        pending.merge_logged(next, &[], |_| false);
         // The newer write of "b" replaced the older one in `logged`.
         assert_eq!(pending.logged_bytes(), 1 + 1 + 5 + 2 * ENTRY_OVERHEAD);
         assert_eq!(pending.bytes(), pending.logged_bytes());
@@ -680,6 +717,53 @@ mod tests {
         pending.drop_failed(failed);
         assert!(pending.lock(b"a").get(b"a").is_none());
         assert_eq!(pending.bytes(), 0);
+    }
+
+    #[test]
+    fn a_journalled_large_value_waits_as_a_pointer_to_the_journal() {
+        let pending = PendingWrites::new(0);
+        let header = Header {
+            flags: 3,
+            expiry_unix: 0,
+            cas: 7,
+            bits: 0,
+        };
+        let large = Keyed::encode(b"big", &header, &[&[5; 4000]]);
+        pending.lock(b"big").put(b"big", Change::Put(large.clone()));
+        pending
+            .lock(b"small")
+            .put(b"small", put(b"small", &[1; 20]));
+        let batch = pending.drain();
+        let held = pending.bytes();
+        let at = Location {
+            segment: 4,
+            offset: 100,
+        };
+        let locations = vec![at; batch.len()];
+        pending.merge_logged(batch, &locations, |len| len >= 1000);
+        let shard = pending.lock(b"big");
+        let Some(Pending::Put(record)) = shard.get(b"big") else {
+            panic!("the write is pending");
+        };
+        let (kept, value) = Header::decode(record).unwrap();
+        assert!(kept.has(record::IN_LOG));
+        assert_eq!((kept.flags, kept.cas), (3, 7));
+        let pointer = record::LogPointer::of_stored(&kept, value).unwrap();
+        assert_eq!(pointer.at, at);
+        assert_eq!(pointer.value_len, 4000);
+        assert_eq!(
+            pointer.frame_len as usize,
+            journal::put_len(b"big", large.record().len())
+        );
+        drop(shard);
+        // The small one is kept whole; the memory of the large one is freed.
+        assert_eq!(put_of(&pending.lock(b"small"), b"small"), Some(vec![1; 20]));
+        assert!(
+            pending.bytes() < held - 3900,
+            "{} of {held}",
+            pending.bytes()
+        );
+        assert_eq!(pending.bytes(), pending.logged_bytes());
     }
 
     #[test]

@@ -30,6 +30,9 @@ use crate::AckState;
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// The longest journalled writes wait for LMDB while the engine is busy.
 pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
+/// Journal bytes that make a round due whatever the memory budget: a
+/// segment this long replays in well under a second.
+const ROUND_JOURNAL_BYTES: u64 = 64 << 20;
 /// Threads that read a round's pages before its transaction, when the data
 /// is larger than memory (the device serves several reads at once).
 const PREFETCH_THREADS: usize = 16;
@@ -320,7 +323,8 @@ impl Inner {
                     .largest_commit
                     .fetch_max(writes as u64, Ordering::Relaxed);
                 self.acks.advance(through, false);
-                self.pending.merge_logged(batch, &locations);
+                self.pending
+                    .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
                 drop(logged);
                 if self.apply_due() {
                     self.signals.wake_applier();
@@ -362,13 +366,15 @@ impl Inner {
     }
 
     /// Enough is journalled for a round before the interval: a sixteenth of
-    /// the pending memory waits, or the journal holds four times that (a few
-    /// hot keys overwritten fast keep `logged` small but grow the journal,
-    /// which must stay short to replay).
+    /// the pending memory waits, or the current segment holds four times
+    /// that or [`ROUND_JOURNAL_BYTES`], whichever is more (a few hot keys
+    /// overwritten fast, or large values, which wait as pointers, keep
+    /// `logged` small but grow the segment, which must stay short to
+    /// replay).
     fn apply_due(&self) -> bool {
         let threshold = self.config.apply_threshold();
-        self.pending.logged_bytes() >= threshold
-            || self.journal.current_bytes() >= 4 * threshold as u64
+        let segment_limit = (4 * threshold as u64).max(ROUND_JOURNAL_BYTES);
+        self.pending.logged_bytes() >= threshold || self.journal.current_bytes() >= segment_limit
     }
 
     fn apply_loop(&self) {
@@ -595,12 +601,13 @@ impl Inner {
             (through, taken)
         };
         let taken = taken.map(|(batch, flush, retired)| {
-            if self.config.sync != SyncPolicy::None {
-                if let Err(error) = retired.sync() {
-                    tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                    self.poisoned.store(true, Ordering::Release);
-                }
+            // Under every policy: LMDB is about to point into it, and its
+            // pointers must never reach the disk before what they point to.
+            if let Err(error) = retired.sync() {
+                tracing::error!(%error, "journal fsync failed: refusing writes from now on");
+                self.poisoned.store(true, Ordering::Release);
             }
+            retired.release_unused();
             (batch, flush, retired.number)
         });
         // After `through`: a caller flags a reclaim before it numbers the
@@ -939,21 +946,26 @@ impl Inner {
                 // mark need not rewrite it.
                 let fetched =
                     !header.has(FETCHED) && self.marks.noted(self.marks.hash(key), header.cas);
-                // A large value stays in the journal: LMDB gets a pointer.
-                let pointer = logged
-                    .filter(|_| self.config.keeps_in_log(value.len()))
-                    .map(|at| LogPointer {
-                        at,
-                        frame_len: journal::put_len(key, stored.len()) as u32,
-                        value_len: value.len() as u32,
-                    });
+                // A large value stays in the journal: LMDB gets a pointer
+                // (which a pending write may already be).
+                let already = LogPointer::of_stored(&header, value);
+                let pointer = already.or_else(|| {
+                    logged
+                        .filter(|_| self.config.keeps_in_log(value.len()))
+                        .map(|at| LogPointer {
+                            at,
+                            frame_len: journal::put_len(key, stored.len()) as u32,
+                            value_len: value.len() as u32,
+                        })
+                });
+                let value_len = record::stored_value_len(&header, value);
                 let pointed;
                 let stored = match &pointer {
-                    Some(pointer) => {
+                    Some(pointer) if already.is_none() => {
                         pointed = record::pointer_record(&header, pointer);
                         &pointed[..]
                     }
-                    None => stored,
+                    _ => stored,
                 };
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
@@ -964,7 +976,7 @@ impl Inner {
                 };
                 // Insert, or learn what was there, in one descent.
                 let len = stored.len();
-                let new = (header, value.len(), pointer);
+                let new = (header, value_len, pointer);
                 let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? else {
                     return self.index_new(txn, key, new, counts);
                 };
