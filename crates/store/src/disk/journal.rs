@@ -438,7 +438,7 @@ impl Stored {
 fn reserve(file: &File, dir: &Path) -> u64 {
     use std::os::fd::AsRawFd;
     let free = nix::sys::statvfs::statvfs(dir)
-        .map(|fs| fs.blocks_available() as u64 * fs.fragment_size() as u64)
+        .map(|fs| fs.blocks_available() * fs.fragment_size())
         .unwrap_or(0);
     let wanted = PREALLOCATE.min(free / 16) & !0xfffff;
     if wanted == 0 {
