@@ -407,7 +407,15 @@ impl Journal {
         if let Some(file) = self.open.lock().get(&number) {
             return Ok(file.clone());
         }
-        let file = Arc::new(File::open(segment_path(&self.dir, number))?);
+        let file = File::open(segment_path(&self.dir, number))?;
+        // Reads of values land anywhere: no readahead (one value, one read).
+        let _ = nix::fcntl::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
+        );
+        let file = Arc::new(file);
         let mut open = self.open.lock();
         if open.len() >= OPEN_SEGMENTS {
             // Any one: reopening a segment costs one open call.
