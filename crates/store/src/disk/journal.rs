@@ -350,8 +350,11 @@ impl Journal {
 
     /// Deletes segment `number`: nothing in LMDB points into it, on disk.
     pub fn remove(&self, number: u64) -> io::Result<()> {
-        self.open.lock().remove(&number);
+        // Under the lock that opens files, so no reader caches it after.
+        let mut open = self.open.lock();
+        open.remove(&number);
         fs::remove_file(segment_path(&self.dir, number))?;
+        drop(open);
         if let Some(len) = self.older.lock().remove(&number) {
             let _ = self
                 .bytes
@@ -404,7 +407,8 @@ impl Journal {
                 return Ok(current.file.clone());
             }
         }
-        if let Some(file) = self.open.lock().get(&number) {
+        let mut open = self.open.lock();
+        if let Some(file) = open.get(&number) {
             return Ok(file.clone());
         }
         let file = File::open(segment_path(&self.dir, number))?;
@@ -416,7 +420,6 @@ impl Journal {
             nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
         );
         let file = Arc::new(file);
-        let mut open = self.open.lock();
         if open.len() >= OPEN_SEGMENTS {
             // Any one: reopening a segment costs one open call.
             if let Some(&victim) = open.keys().next() {

@@ -33,6 +33,8 @@ pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
 /// Journal bytes that make a round due whatever the memory budget: a
 /// segment this long replays in well under a second.
 const ROUND_JOURNAL_BYTES: u64 = 64 << 20;
+/// The pause after a failed compaction (no room for the moved values, say).
+const COMPACT_RETRY: Duration = Duration::from_secs(10);
 /// Threads that read a round's pages before its transaction, when the data
 /// is larger than memory (the device serves several reads at once).
 const PREFETCH_THREADS: usize = 16;
@@ -119,6 +121,8 @@ struct ApplierState {
     /// The newest segment committed to LMDB but not yet fsynced there (a
     /// failed fsync leaves it for the next round).
     unsynced: Option<u64>,
+    /// No compaction before this (one failed).
+    compact_after: Instant,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -381,6 +385,7 @@ impl Inner {
         let mut state = ApplierState {
             retry: None,
             unsynced: None,
+            compact_after: Instant::now(),
         };
         let mut last_round = Instant::now();
         loop {
@@ -409,10 +414,17 @@ impl Inner {
                 }
             }
             // Between rounds: one segment at a time, so writes wait little.
-            if !finishing && state.retry.is_none() && self.compact_some() {
-                state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
-                self.sync_applied(&mut state);
-                continue;
+            if !finishing && state.retry.is_none() && Instant::now() >= state.compact_after {
+                match self.compact_some() {
+                    Some(true) => {
+                        state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                        self.sync_applied(&mut state);
+                        continue;
+                    }
+                    // Reading a segment again at once would likely fail again.
+                    Some(false) => state.compact_after = Instant::now() + COMPACT_RETRY,
+                    None => {}
+                }
             }
             let wait = APPLY_EVERY.saturating_sub(last_round.elapsed());
             thread::park_timeout(wait.max(Duration::from_millis(1)));
@@ -437,10 +449,13 @@ impl Inner {
     /// Compacts the journal segment that is most garbage, if garbage
     /// outweighs what LMDB points to (and is more than a few rounds'
     /// worth): its live values are copied to the current segment and LMDB
-    /// points there, so it can be deleted. Returns whether it committed.
-    fn compact_some(&self) -> bool {
-        if self.out_of_space.load(Ordering::Acquire) || self.poisoned.load(Ordering::Acquire) {
-            return false;
+    /// points there, so it can be deleted. Returns whether it committed, or
+    /// `None` when nothing was due.
+    fn compact_some(&self) -> Option<bool> {
+        // Also when short of space: a mostly-garbage segment frees more
+        // than its live values take again.
+        if self.poisoned.load(Ordering::Acquire) {
+            return None;
         }
         let applied = self.applied_segment.load(Ordering::Acquire);
         let victim = {
@@ -458,7 +473,7 @@ impl Inner {
             let garbage = len.saturating_sub(live);
             let floor = 4 * self.config.apply_threshold() as u64;
             if garbage < live.max(floor) {
-                return false;
+                return None;
             }
             // The emptiest segment that is at most half live (there is one:
             // at least half of all is garbage). Dead ones are just deleted.
@@ -468,10 +483,8 @@ impl Inner {
                 .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
                 .map(|(segment, _, _)| segment)
         };
-        let Some(victim) = victim else {
-            return false;
-        };
-        match self.compact(victim) {
+        let victim = victim?;
+        Some(match self.compact(victim) {
             Ok(moved) => {
                 self.counters.compactions.fetch_add(1, Ordering::Relaxed);
                 self.counters
@@ -479,11 +492,15 @@ impl Inner {
                     .fetch_add(moved, Ordering::Relaxed);
                 true
             }
+            Err(error) if is_enospc(&error) => {
+                tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
+                false
+            }
             Err(error) => {
                 tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
                 false
             }
-        }
+        })
     }
 
     /// Copies the records of `victim` that LMDB points to into the journal
