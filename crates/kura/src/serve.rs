@@ -112,9 +112,10 @@ pub struct ServeArgs {
     /// on the file system or in the map; deletes still work (k/m/g suffix).
     #[arg(long = "disk-reserve", default_value = "64m")]
     disk_reserve: String,
-    /// Disk engine: values at least this long are written once, to the
-    /// journal, and the data file points to them; 0 keeps every value in
-    /// the data file (k/m suffix; plain numbers are bytes).
+    /// Disk engine: values at least this long (and at least 64 bytes) are
+    /// written once, to the journal, and the data file points to them; 0
+    /// keeps every value in the data file (k/m suffix; plain numbers are
+    /// bytes).
     #[arg(long = "log-values-from", default_value = "1024")]
     log_values_from: String,
     /// Print the resolved configuration as JSON and exit.

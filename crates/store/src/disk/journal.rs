@@ -43,6 +43,9 @@ const FLUSH: u8 = 3;
 const MOVE: u8 = 4;
 pub const FRAME: usize = 8;
 pub const BODY_HEAD: usize = 3;
+/// The longest record a pointer may claim (a corrupt one must not make a
+/// read allocate gigabytes): the largest item memcached allows, and more.
+const MAX_FRAME: usize = 1 << 31;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
 /// Space reserved for a new segment up front (at most a sixteenth of the
@@ -283,7 +286,17 @@ impl Journal {
     pub fn create(dir: &Path, number: u64) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
         for (found, path) in segments(dir)? {
-            older.insert(found, fs::metadata(&path)?.len());
+            let len = fs::metadata(&path)?.len();
+            // A segment a crash (or a clean stop) left current may still
+            // hold its reservation past its end.
+            let tail = Retired {
+                number: found,
+                file: Arc::new(OpenOptions::new().write(true).open(&path)?),
+                len,
+                reserved: len + PREALLOCATE,
+            };
+            tail.release_unused();
+            older.insert(found, len);
         }
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
@@ -380,19 +393,36 @@ impl Journal {
         self.current.lock().len
     }
 
-    /// The stored record (header and value, as LMDB would hold it) of the
-    /// put or move framed in `frame_len` bytes at `at`. A segment deleted
-    /// since the caller found the pointer is `NotFound`: look again.
-    pub fn read_stored(&self, at: Location, frame_len: usize) -> io::Result<Stored> {
+    /// The stored record (header and value, as LMDB would hold it) of
+    /// `key`'s put or move framed in `frame_len` bytes at `at`, whose value
+    /// is `value_len` bytes. A segment deleted since the caller found the
+    /// pointer is `NotFound`: look again. A record that is not what the
+    /// pointer says is `InvalidData`.
+    pub fn read_stored(
+        &self,
+        at: Location,
+        frame_len: usize,
+        key: &[u8],
+        value_len: usize,
+    ) -> io::Result<Stored> {
+        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
+        if frame_len > MAX_FRAME {
+            return Err(corrupt());
+        }
         let file = self.file(at.segment)?;
         let mut frame = vec![0; frame_len];
         file.read_exact_at(&mut frame, at.offset)?;
-        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
         let (record, len) = decode(&frame).ok_or_else(corrupt)?;
         let record = match record {
-            Record::Put { record, .. } | Record::Move { record, .. } if len == frame_len => record,
+            Record::Put { key: found, record }
+            | Record::Move {
+                key: found, record, ..
+            } if len == frame_len && found == key => record,
             _ => return Err(corrupt()),
         };
+        if record.len() != super::record::HEADER_LEN + value_len {
+            return Err(corrupt());
+        }
         let start = record.as_ptr() as usize - frame.as_ptr() as usize;
         Ok(Stored {
             range: start..start + record.len(),
@@ -440,6 +470,11 @@ pub struct Stored {
 impl Stored {
     pub fn record(&self) -> &[u8] {
         &self.frame[self.range.clone()]
+    }
+
+    /// The value: the record less its header (checked to be there).
+    pub fn value(&self) -> &[u8] {
+        &self.record()[super::record::HEADER_LEN..]
     }
 }
 
@@ -593,6 +628,12 @@ mod tests {
 
     #[test]
     fn a_value_is_read_back_where_its_put_or_move_landed() {
+        let stored = |value: &[u8]| {
+            let mut record = vec![0; crate::disk::record::HEADER_LEN];
+            record.extend_from_slice(value);
+            record
+        };
+        let (first, moved_value) = (stored(b"first"), stored(b"moved"));
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::create(dir.path(), 1).unwrap();
         let mut group = Vec::new();
@@ -602,7 +643,7 @@ mod tests {
             &mut group,
             Record::Put {
                 key: b"k",
-                record: b"first",
+                record: &first,
             },
         );
         let start = journal.append(&group).unwrap();
@@ -617,40 +658,51 @@ mod tests {
             segment: 1,
             offset: put_at as u64,
         };
-        let stored = journal.read_stored(put, put_len(b"k", 5)).unwrap();
-        assert_eq!(stored.record(), b"first");
-        // A remove is no value; a wrong length is no record.
-        assert!(journal.read_stored(start, put_at).is_err());
-        assert!(journal.read_stored(put, put_len(b"k", 4)).is_err());
+        let put_frame = put_len(b"k", first.len());
+        let read = journal.read_stored(put, put_frame, b"k", 5).unwrap();
+        assert_eq!((read.record(), read.value()), (&first[..], &b"first"[..]));
+        // A remove is no value; a wrong length, key or value length is no
+        // record; a length beyond reason is not even read.
+        assert!(journal.read_stored(start, put_at, b"x", 0).is_err());
+        assert!(journal.read_stored(put, put_frame - 1, b"k", 5).is_err());
+        assert!(journal.read_stored(put, put_frame, b"j", 5).is_err());
+        assert!(journal.read_stored(put, put_frame, b"k", 4).is_err());
+        let huge = journal.read_stored(put, usize::MAX, b"k", 5).err().unwrap();
+        assert_eq!(huge.kind(), io::ErrorKind::InvalidData);
 
         // After a switch the old segment is read from its file, and a move
         // in the new one reads as its record.
         let retired = journal.switch(journal.prepare().unwrap());
         assert_eq!(retired.number, 1);
+        retired.release_unused();
         let mut moves = Vec::new();
         encode(
             &mut moves,
             Record::Move {
                 key: b"k",
                 from: put,
-                record: b"moved",
+                record: &moved_value,
             },
         );
         let moved = journal.append(&moves).unwrap();
         assert_eq!(moved.segment, 2);
         assert_eq!(
-            journal.read_stored(put, put_len(b"k", 5)).unwrap().record(),
+            journal
+                .read_stored(put, put_frame, b"k", 5)
+                .unwrap()
+                .value(),
             b"first"
         );
+        let move_frame = move_len(b"k", moved_value.len());
         assert_eq!(
             journal
-                .read_stored(moved, move_len(b"k", 5))
+                .read_stored(moved, move_frame, b"k", 5)
                 .unwrap()
-                .record(),
+                .value(),
             b"moved"
         );
         journal.remove(1).unwrap();
-        let gone = journal.read_stored(put, put_len(b"k", 5)).err().unwrap();
+        let gone = journal.read_stored(put, put_frame, b"k", 5).err().unwrap();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound);
     }
 }

@@ -33,6 +33,7 @@ mod record;
 mod resident;
 mod writer;
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -61,6 +62,8 @@ use record::{
 const MAX_READERS: u32 = 1024;
 /// The longest `stats` or a scan waits for the applier to catch up.
 const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
+/// The shortest value kept in the journal: a pointer record takes 41 bytes.
+pub const MIN_LOGGED_VALUE: usize = 64;
 /// `meta` key: the newest journal segment whose writes LMDB holds.
 const JOURNAL_APPLIED: &[u8] = b"journal";
 
@@ -100,9 +103,10 @@ impl DiskConfig {
         }
     }
 
-    /// Whether a value of `len` bytes stays in the journal.
+    /// Whether a value of `len` bytes stays in the journal (never one
+    /// shorter than [`MIN_LOGGED_VALUE`], whose pointer would outweigh it).
     pub fn keeps_in_log(&self, len: usize) -> bool {
-        self.log_values_from != 0 && len >= self.log_values_from
+        self.log_values_from != 0 && len >= self.log_values_from.max(MIN_LOGGED_VALUE)
     }
 
     /// Committed records kept in memory for reads: a quarter of the budget.
@@ -300,6 +304,9 @@ impl DiskStore {
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
             .map_err(OpenError::Journal)?;
+        counts
+            .log
+            .forget_missing(|segment| segments.iter().any(|(found, _)| *found == segment));
         let inner = Arc::new(Inner {
             env,
             items,
@@ -448,7 +455,9 @@ impl Inner {
             }
             let in_time = deadline.is_none_or(|at| std::time::Instant::now() < at);
             let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
-            if !waiting || !in_time || self.signals.stopping() {
+            // A poisoned engine applies nothing more.
+            let poisoned = self.poisoned.load(Ordering::Acquire);
+            if !waiting || !in_time || poisoned || self.signals.stopping() {
                 break;
             }
         }
@@ -522,8 +531,14 @@ impl Inner {
             if let Some(error) = failed {
                 return Err(error.into());
             }
+            // LMDB will point into it: on disk first (a crash of kura leaves
+            // the segment in the page cache only).
+            File::open(path)
+                .and_then(|file| file.sync_data())
+                .map_err(OpenError::Journal)?;
             self.put_meta(&mut txn, &mut counts, Some(*number))?;
             txn.commit()?;
+            self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);
         }
@@ -583,12 +598,13 @@ impl Inner {
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
-                let from_log = self.read_logged(&pointer).map_err(|error| {
+                let from_log = self.read_logged(key, &pointer).map_err(|error| {
                     log_read_failed(&error, &pointer);
                     WriteFailed
                 })?;
-                let value = Header::decode(from_log.record()).map_or(&[][..], |(_, value)| value);
-                return Ok(f(self.with_noted_fetch(hash, Some((header, value)))));
+                return Ok(f(
+                    self.with_noted_fetch(hash, Some((header, from_log.value())))
+                ));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
@@ -610,7 +626,7 @@ impl Inner {
                 return Ok(result);
             };
             drop(txn);
-            let from_log = match self.read_logged(&pointer) {
+            let from_log = match self.read_logged(key, &pointer) {
                 Ok(from_log) => from_log,
                 // Compacted since the pointer was read: read it again.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
@@ -623,7 +639,7 @@ impl Inner {
                 }
             };
             // LMDB's header (its bits are the newest), the journal's value.
-            let value = Header::decode(from_log.record()).map_or(&[][..], |(_, value)| value);
+            let value = from_log.value();
             let result = f(self.with_noted_fetch(hash, Some((header, value))));
             if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
                 shard.cache(key, Keyed::encode(key, &header, &[value]).record());
@@ -632,9 +648,13 @@ impl Inner {
         }
     }
 
-    fn read_logged(&self, pointer: &LogPointer) -> std::io::Result<journal::Stored> {
-        self.journal
-            .read_stored(pointer.at, pointer.frame_len as usize)
+    fn read_logged(&self, key: &[u8], pointer: &LogPointer) -> std::io::Result<journal::Stored> {
+        self.journal.read_stored(
+            pointer.at,
+            pointer.frame_len as usize,
+            key,
+            pointer.value_len as usize,
+        )
     }
 
     /// Sets the fetched bit of a committed record whose first read is noted

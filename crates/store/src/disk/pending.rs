@@ -134,7 +134,8 @@ fn entry_charge(key: &[u8], record_len: usize) -> usize {
 /// The pointer record of a journalled put whose value stays in the journal.
 fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool) -> Option<Keyed> {
     let (header, value) = Header::decode(keyed.record())?;
-    if header.has(record::IN_LOG) || !keeps_in_log(value.len()) {
+    let outweighs = value.len() <= record::LogPointer::LEN;
+    if header.has(record::IN_LOG) || outweighs || !keeps_in_log(value.len()) {
         return None;
     }
     let pointer = record::LogPointer {
@@ -518,6 +519,7 @@ impl PendingWrites {
         locations: &[Location],
         keeps_in_log: impl Fn(usize) -> bool,
     ) {
+        debug_assert!(locations.is_empty() || locations.len() == batch.len());
         let mut replaced = 0;
         let mut shrunk = 0;
         let mut locations = locations.iter();
@@ -733,14 +735,39 @@ mod tests {
         pending
             .lock(b"small")
             .put(b"small", put(b"small", &[1; 20]));
+        // Enough writes to fill several shards: each one's location must
+        // be the one its record was encoded at.
+        for i in 0..50 {
+            let key = format!("other{i}");
+            let record = Keyed::encode(key.as_bytes(), &header, &[&[i as u8; 2000]]);
+            pending
+                .lock(key.as_bytes())
+                .put(key.as_bytes(), Change::Put(record));
+        }
         let batch = pending.drain();
         let held = pending.bytes();
-        let at = Location {
-            segment: 4,
-            offset: 100,
-        };
-        let locations = vec![at; batch.len()];
+        let mut locations = Vec::new();
+        let mut expected = std::collections::HashMap::new();
+        for (i, (key, _)) in batch.writes().enumerate() {
+            let at = Location {
+                segment: 4,
+                offset: 100 * i as u64,
+            };
+            locations.push(at);
+            expected.insert(key.to_vec(), at);
+        }
+        let at = expected[&b"big"[..]];
         pending.merge_logged(batch, &locations, |len| len >= 1000);
+        for i in 0..50 {
+            let key = format!("other{i}");
+            let shard = pending.lock(key.as_bytes());
+            let Some(Pending::Put(record)) = shard.get(key.as_bytes()) else {
+                panic!("{key} is pending");
+            };
+            let (kept, value) = Header::decode(record).unwrap();
+            let pointer = record::LogPointer::of_stored(&kept, value).unwrap();
+            assert_eq!(pointer.at, expected[key.as_bytes()], "{key}");
+        }
         let shard = pending.lock(b"big");
         let Some(Pending::Put(record)) = shard.get(b"big") else {
             panic!("the write is pending");
@@ -759,7 +786,7 @@ mod tests {
         // The small one is kept whole; the memory of the large one is freed.
         assert_eq!(put_of(&pending.lock(b"small"), b"small"), Some(vec![1; 20]));
         assert!(
-            pending.bytes() < held - 3900,
+            pending.bytes() < held - 51 * 1900,
             "{} of {held}",
             pending.bytes()
         );

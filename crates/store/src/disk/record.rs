@@ -240,9 +240,20 @@ impl LogLive {
     }
 
     pub fn remove(&mut self, pointer: &LogPointer) {
-        if let Some(bytes) = self.bytes.get_mut(&pointer.at.segment) {
-            *bytes = bytes.saturating_sub(pointer.frame_len as u64);
-            self.touched.insert(pointer.at.segment);
+        let segment = pointer.at.segment;
+        let live = self.bytes.get(&segment).copied().unwrap_or(0);
+        if live < pointer.frame_len as u64 {
+            // A count that ran short would let a segment be deleted early.
+            tracing::error!(
+                segment,
+                live,
+                removed = pointer.frame_len,
+                "journal live-byte count ran short"
+            );
+        }
+        if let Some(bytes) = self.bytes.get_mut(&segment) {
+            *bytes = live.saturating_sub(pointer.frame_len as u64);
+            self.touched.insert(segment);
         }
     }
 
@@ -263,6 +274,20 @@ impl LogLive {
         for (&segment, bytes) in self.bytes.iter_mut() {
             *bytes = 0;
             self.touched.insert(segment);
+        }
+    }
+
+    /// Forgets the segments not `present` (deleted before a crash let the
+    /// next commit forget them).
+    pub fn forget_missing(&mut self, present: impl Fn(u64) -> bool) {
+        let missing: Vec<u64> = self
+            .bytes
+            .keys()
+            .copied()
+            .filter(|&s| !present(s))
+            .collect();
+        for segment in missing {
+            self.drop_segment(segment);
         }
     }
 

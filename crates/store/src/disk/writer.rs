@@ -33,6 +33,8 @@ pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
 /// Journal bytes that make a round due whatever the memory budget: a
 /// segment this long replays in well under a second.
 const ROUND_JOURNAL_BYTES: u64 = 64 << 20;
+/// Moved values a compaction appends, fsyncs and commits at a time.
+const COMPACT_CHUNK: usize = 8 << 20;
 /// The pause after a failed compaction (no room for the moved values, say).
 const COMPACT_RETRY: Duration = Duration::from_secs(10);
 /// Threads that read a round's pages before its transaction, when the data
@@ -504,18 +506,19 @@ impl Inner {
     }
 
     /// Copies the records of `victim` that LMDB points to into the journal
-    /// as moves, fsyncs them, then points LMDB at the copies. Returns the
-    /// bytes moved.
+    /// as moves and points LMDB at the copies, [`COMPACT_CHUNK`] at a time.
+    /// Returns the bytes moved; an error if the victim is still live after
+    /// (its count and its records disagree: a corrupt record, say).
     fn compact(&self, victim: u64) -> io::Result<u64> {
         let lmdb = |error: heed::Error| io::Error::other(error.to_string());
-        let mut group = Vec::new();
-        // Key, where it moves from, where its copy starts in `group`.
-        let mut moves: Vec<(Vec<u8>, Location, usize)> = Vec::new();
+        // Keys and places only: the values are read again a chunk at a
+        // time, so the memory a compaction takes stays bounded.
+        let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
         {
             let txn = self.env.read_txn().map_err(lmdb)?;
             let mut failed = None;
             journal::replay(&self.journal.segment_path(victim), |found, offset| {
-                let (Record::Put { key, record } | Record::Move { key, record, .. }) = found else {
+                let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
                     return;
                 };
                 let from = Location {
@@ -523,16 +526,15 @@ impl Inner {
                     offset,
                 };
                 match self.items.get(&txn, key) {
-                    Ok(Some(stored)) => {
-                        let live = Old::of(stored)
+                    Ok(stored) => {
+                        let pointer = stored
+                            .and_then(Old::of)
                             .and_then(|old| old.pointer)
-                            .is_some_and(|pointer| pointer.at == from);
-                        if live {
-                            moves.push((key.to_vec(), from, group.len()));
-                            journal::encode(&mut group, Record::Move { key, from, record });
+                            .filter(|pointer| pointer.at == from);
+                        if let Some(pointer) = pointer {
+                            live.push((key.to_vec(), pointer));
                         }
                     }
-                    Ok(None) => {}
                     Err(error) => failed = Some(error),
                 }
             })?;
@@ -540,29 +542,68 @@ impl Inner {
                 return Err(lmdb(error));
             }
         }
-        if !moves.is_empty() {
-            let start = self.journal.append(&group)?;
-            // The copies are on disk before LMDB points to them, whatever the policy.
-            self.journal.sync()?;
-            let mut txn = self.env.write_txn().map_err(lmdb)?;
-            let mut counts = self.committed_counts.lock().clone();
-            let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
-            for ((key, from, at), end) in moves.iter().zip(ends) {
-                let write = Write::Move {
-                    from: *from,
-                    to: Location {
-                        segment: start.segment,
-                        offset: start.offset + *at as u64,
-                    },
-                    frame_len: end - at,
-                };
-                self.apply(&mut txn, key, write, 0, &mut counts)
-                    .map_err(lmdb)?;
+        let mut group = Vec::new();
+        let mut moves = Vec::new();
+        let mut moved = 0;
+        for (key, pointer) in &live {
+            let stored = self.journal.read_stored(
+                pointer.at,
+                pointer.frame_len as usize,
+                key,
+                pointer.value_len as usize,
+            )?;
+            moves.push((&key[..], pointer.at, group.len()));
+            let record = Record::Move {
+                key,
+                from: pointer.at,
+                record: stored.record(),
+            };
+            journal::encode(&mut group, record);
+            if group.len() >= COMPACT_CHUNK {
+                moved += self.commit_moves(&group, &moves)?;
+                group.clear();
+                moves.clear();
             }
-            self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
-            txn.commit().map_err(lmdb)?;
-            *self.committed_counts.lock() = counts;
         }
+        if !moves.is_empty() {
+            moved += self.commit_moves(&group, &moves)?;
+        }
+        let left = self.committed_counts.lock().log.of(victim);
+        if left != 0 {
+            return Err(io::Error::other(format!(
+                "{left} live bytes left after moving {} records",
+                live.len()
+            )));
+        }
+        Ok(moved)
+    }
+
+    /// Appends a group of move records, fsyncs it (the copies are on disk
+    /// before LMDB points to them, whatever the policy), then points LMDB
+    /// at each copy whose key still points where it moved from. `moves`:
+    /// each record's key, origin and offset in `group`.
+    fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
+        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
+        let start = self.journal.append(group)?;
+        self.journal.sync()?;
+        let mut txn = self.env.write_txn().map_err(lmdb)?;
+        let mut counts = self.committed_counts.lock().clone();
+        let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
+        for (&(key, from, at), end) in moves.iter().zip(ends) {
+            let write = Write::Move {
+                from,
+                to: Location {
+                    segment: start.segment,
+                    offset: start.offset + at as u64,
+                },
+                frame_len: end - at,
+            };
+            self.apply(&mut txn, key, write, 0, &mut counts)
+                .map_err(lmdb)?;
+        }
+        self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
+        txn.commit().map_err(lmdb)?;
+        *self.committed_counts.lock() = counts;
         Ok(group.len() as u64)
     }
 
@@ -647,6 +688,15 @@ impl Inner {
             .take(if all_marks { usize::MAX } else { MARK_BATCH });
         if round.is_none() && marks.is_empty() && !reclaim {
             self.applied.advance(through, false);
+            return None;
+        }
+        if round.is_some() && self.poisoned.load(Ordering::Acquire) {
+            // A journal fsync or write failed: LMDB must not point into
+            // journal bytes that may never reach the disk. The writes stay
+            // pending (readable; their values are in the page cache) and no
+            // new ones are accepted.
+            self.marks.forget(&marks);
+            *retry = round;
             return None;
         }
         let mut result = Ok(());
@@ -784,6 +834,10 @@ impl Inner {
         };
         self.put_meta(&mut txn, &mut counts, round.map(|round| round.segment))?;
         txn.commit()?;
+        if let Some(round) = round {
+            self.applied_segment
+                .fetch_max(round.segment, Ordering::AcqRel);
+        }
         self.measure_lmdb_usage();
         *self.committed_counts.lock() = counts;
         self.counters
@@ -935,7 +989,6 @@ impl Inner {
         if let Some(segment) = segment {
             self.meta
                 .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
-            self.applied_segment.fetch_max(segment, Ordering::AcqRel);
         }
         Ok(())
     }
