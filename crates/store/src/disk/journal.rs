@@ -46,6 +46,10 @@ pub const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
 const MAX_FRAME: usize = 1 << 31;
+/// Dead segment files kept for reuse at most.
+const MAX_SPARES: usize = 4;
+/// Spares are kept only while the file system has this much free.
+const SPARES_NEED_FREE: u64 = 16 * PREALLOCATE;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
 /// Space reserved for a new segment up front (at most a sixteenth of the
@@ -109,8 +113,23 @@ pub fn move_len(key: &[u8], record_len: usize) -> usize {
     put_len(key, record_len) + 16
 }
 
-/// Appends `record`, framed, to `buf`.
-pub fn encode(buf: &mut Vec<u8>, record: Record<'_>) {
+/// The checksum seed of segment `number`'s records: a recycled segment
+/// file still holds records of its last life past its new end, and they
+/// must not pass for this life's. Never 0, the seed of segments written
+/// before seeds (a legacy segment is replayed, never recycled).
+pub fn seed_of(number: u64) -> u32 {
+    (number as u32).wrapping_mul(0x9e37_79b1) | 1
+}
+
+fn checksum(seed: u32, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new_with_initial(seed);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// Appends `record`, framed, to `buf`, checksummed with `seed` (the
+/// segment's [`seed_of`]).
+pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
     let boundary;
     let from;
     let (kind, key, prefix, rest): (u8, &[u8], &[u8], &[u8]) = match record {
@@ -138,17 +157,17 @@ pub fn encode(buf: &mut Vec<u8>, record: Record<'_>) {
     buf.extend_from_slice(key);
     buf.extend_from_slice(prefix);
     buf.extend_from_slice(rest);
-    let crc = crc32fast::hash(&buf[start + FRAME..]);
+    let crc = checksum(seed, &buf[start + FRAME..]);
     buf[start + 4..start + FRAME].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The record at the start of `bytes` and its framed length; `None` at the
-/// end, or at a torn or corrupt record.
-pub fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
+/// end, or at a torn or corrupt record, or one of another `seed`.
+pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
     let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(bytes.get(4..FRAME)?.try_into().ok()?);
     let body = bytes.get(FRAME..FRAME.checked_add(len)?)?;
-    if len < BODY_HEAD || crc32fast::hash(body) != crc {
+    if len < BODY_HEAD || checksum(seed, body) != crc {
         return None;
     }
     let key_len = u16::from_le_bytes([body[1], body[2]]) as usize;
@@ -172,6 +191,52 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("journal-{number:016x}.log"))
 }
 
+fn spare_path(dir: &Path, k: usize) -> PathBuf {
+    dir.join(format!("spare-{k}.log"))
+}
+
+fn free_space(dir: &Path) -> u64 {
+    nix::sys::statvfs::statvfs(dir)
+        .map(|fs| fs.blocks_available() * fs.fragment_size())
+        .unwrap_or(0)
+}
+
+/// The share of `file`'s pages in the page cache (0 when unknown).
+fn cached_share(file: &File) -> f64 {
+    use std::os::fd::AsRawFd;
+    let len = file.metadata().map_or(0, |m| m.len()) as usize;
+    if len == 0 {
+        return 0.0;
+    }
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |size| size as usize);
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a read-only shared mapping of the whole file, only passed to
+    // mincore (which reads no page) and unmapped before returning.
+    #[allow(unsafe_code)]
+    unsafe {
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            return 0.0;
+        }
+        let status = libc::mincore(map, len, resident.as_mut_ptr());
+        libc::munmap(map, len);
+        if status != 0 {
+            return 0.0;
+        }
+    }
+    resident.iter().filter(|&&page| page & 1 != 0).count() as f64 / resident.len() as f64
+}
+
 /// The journal's segments in `dir`, oldest first.
 pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
@@ -190,11 +255,34 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Calls `visit` with each intact record of the segment at `path` and its
-/// offset, in order; returns how many there were. Reads one record at a
-/// time: a segment can hold a quarter of the memory budget.
-pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>, u64)) -> io::Result<usize> {
+/// The seed of segment `number` in `file`: its own, unless its first
+/// record was written before seeds (then 0).
+fn seed_in(file: &File, number: u64) -> u32 {
+    let mut head = [0u8; FRAME];
+    if file.read_exact_at(&mut head, 0).is_ok() {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let mut frame = vec![0u8; FRAME + len.min(MAX_FRAME)];
+        if len <= MAX_FRAME
+            && file.read_exact_at(&mut frame, 0).is_ok()
+            && decode(&frame, seed_of(number)).is_none()
+            && decode(&frame, 0).is_some()
+        {
+            return 0;
+        }
+    }
+    seed_of(number)
+}
+
+/// Calls `visit` with each intact record of segment `number` (at `path`)
+/// and its offset, in order; returns how many there were. Reads one record
+/// at a time: a segment can hold a quarter of the memory budget.
+pub fn replay(
+    path: &Path,
+    number: u64,
+    mut visit: impl FnMut(Record<'_>, u64),
+) -> io::Result<usize> {
     let file = File::open(path)?;
+    let seed = seed_in(&file, number);
     let size = file.metadata()?.len();
     let mut reader = io::BufReader::with_capacity(1 << 20, file);
     let mut frame = Vec::new();
@@ -214,7 +302,7 @@ pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>, u64)) -> io::Result
         if reader.read_exact(&mut frame[FRAME..]).is_err() {
             break;
         }
-        let Some((record, _)) = decode(&frame) else {
+        let Some((record, _)) = decode(&frame, seed) else {
             break;
         };
         visit(record, at);
@@ -222,7 +310,8 @@ pub fn replay(path: &Path, mut visit: impl FnMut(Record<'_>, u64)) -> io::Result
         count += 1;
     }
     if at < size {
-        tracing::warn!(path = %path.display(), at, len = size, "journal segment ends in a torn record; replayed up to it");
+        // A torn record, or a recycled file's last life.
+        tracing::debug!(path = %path.display(), at, len = size, "journal segment replayed up to an invalid record");
     }
     Ok(count)
 }
@@ -244,9 +333,15 @@ impl Retired {
         self.file.sync_data()
     }
 
-    /// Gives back the reserved space it did not use.
+    /// Gives back the reserved space it did not use (and a recycled file's
+    /// tail from its last life).
     pub fn release_unused(&self) {
-        if self.reserved > self.len {
+        let size = self.file.metadata().map_or(0, |m| m.len());
+        if size > self.len {
+            if let Err(error) = self.file.set_len(self.len) {
+                tracing::debug!(%error, segment = self.number, "cannot cut a recycled segment's tail");
+            }
+        } else if self.reserved > self.len {
             use nix::fcntl::FallocateFlags;
             use std::os::fd::AsRawFd;
             let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
@@ -276,8 +371,13 @@ pub struct Journal {
     bytes: AtomicU64,
     /// Every segment but the current one, with its size.
     older: Mutex<BTreeMap<u64, u64>>,
+    /// Segments written before checksums were seeded (replayed, never
+    /// recycled).
+    legacy: Mutex<std::collections::HashSet<u64>>,
     /// Segment files open for reads of values (a bounded few).
     open: Mutex<HashMap<u64, Arc<File>>>,
+    /// Dead segment files kept for reuse, by path.
+    spares: Mutex<Vec<PathBuf>>,
 }
 
 impl Journal {
@@ -285,8 +385,12 @@ impl Journal {
     /// the segments already there.
     pub fn create(dir: &Path, number: u64) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
+        let mut legacy = std::collections::HashSet::new();
         for (found, path) in segments(dir)? {
             let len = fs::metadata(&path)?.len();
+            if seed_in(&File::open(&path)?, found) == 0 {
+                legacy.insert(found);
+            }
             // A segment a crash (or a clean stop) left current may still
             // hold its reservation past its end.
             let tail = Retired {
@@ -298,13 +402,19 @@ impl Journal {
             tail.release_unused();
             older.insert(found, len);
         }
+        let spares = (0..MAX_SPARES)
+            .map(|k| spare_path(dir, k))
+            .filter(|path| path.exists())
+            .collect();
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
             current: Mutex::new(segment),
             bytes: AtomicU64::new(older.values().sum()),
             older: Mutex::new(older),
+            legacy: Mutex::new(legacy),
             open: Mutex::new(HashMap::new()),
+            spares: Mutex::new(spares),
         })
     }
 
@@ -337,7 +447,23 @@ impl Journal {
     /// takes time, switching does not.
     pub fn prepare(&self) -> io::Result<NextSegment> {
         let number = self.current.lock().number + 1;
+        let spare = self.spares.lock().pop();
+        if let Some(spare) = spare {
+            match Segment::recycle(&self.dir, number, &spare) {
+                Ok(segment) => return Ok(NextSegment(segment)),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot recycle a journal segment");
+                    let _ = fs::remove_file(&spare);
+                }
+            }
+        }
         Segment::create(&self.dir, number).map(NextSegment)
+    }
+
+    /// The number of the segment being appended to (it changes only under
+    /// the writer's and applier's `logged` lock).
+    pub fn current_number(&self) -> u64 {
+        self.current.lock().number
     }
 
     /// Appends go to `next` from now on; returns the segment before it.
@@ -366,7 +492,11 @@ impl Journal {
         // Under the lock that opens files, so no reader caches it after.
         let mut open = self.open.lock();
         open.remove(&number);
-        fs::remove_file(segment_path(&self.dir, number))?;
+        let path = segment_path(&self.dir, number);
+        let legacy = self.legacy.lock().remove(&number);
+        if legacy || !self.keep_as_spare(&path) {
+            fs::remove_file(&path)?;
+        }
         drop(open);
         if let Some(len) = self.older.lock().remove(&number) {
             let _ = self
@@ -376,6 +506,51 @@ impl Journal {
                 });
         }
         Ok(())
+    }
+
+    /// Keeps a dead segment's file for a next segment when it is worth it:
+    /// its pages are still cached (appends then overwrite cached pages of
+    /// allocated blocks: no allocation, and no page-cache truncation as a
+    /// delete does; a page not cached would have to be read before a
+    /// partial write), the pool has room and the file system does too.
+    fn keep_as_spare(&self, path: &Path) -> bool {
+        let mut spares = self.spares.lock();
+        if spares.len() >= MAX_SPARES || free_space(&self.dir) < SPARES_NEED_FREE {
+            return false;
+        }
+        let Ok(file) = File::open(path) else {
+            return false;
+        };
+        if cached_share(&file) < 0.9 {
+            return false;
+        }
+        let Some(spare) = (0..MAX_SPARES)
+            .map(|k| spare_path(&self.dir, k))
+            .find(|candidate| !spares.contains(candidate))
+        else {
+            return false;
+        };
+        if fs::rename(path, &spare).is_err() {
+            return false;
+        }
+        spares.push(spare);
+        true
+    }
+
+    /// Deletes the spare files (the file system is short of space).
+    pub fn drop_spares(&self) {
+        for spare in self.spares.lock().drain(..) {
+            let _ = fs::remove_file(spare);
+        }
+    }
+
+    /// The checksum seed of segment `number`'s records.
+    pub fn seed(&self, number: u64) -> u32 {
+        if self.legacy.lock().contains(&number) {
+            0
+        } else {
+            seed_of(number)
+        }
     }
 
     pub fn segment_path(&self, number: u64) -> PathBuf {
@@ -412,7 +587,7 @@ impl Journal {
         let file = self.file(at.segment)?;
         let mut frame = vec![0; frame_len];
         file.read_exact_at(&mut frame, at.offset)?;
-        let (record, len) = decode(&frame).ok_or_else(corrupt)?;
+        let (record, len) = decode(&frame, self.seed(at.segment)).ok_or_else(corrupt)?;
         let record = match record {
             Record::Put { key: found, record }
             | Record::Move {
@@ -498,6 +673,22 @@ fn reserve(file: &File, dir: &Path) -> u64 {
 }
 
 impl Segment {
+    /// Segment `number` in a spare file: its blocks are allocated and its
+    /// pages likely cached; what it held before fails the new seed.
+    fn recycle(dir: &Path, number: u64, spare: &Path) -> io::Result<Segment> {
+        let path = segment_path(dir, number);
+        fs::rename(spare, &path)?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let reserved = file.metadata()?.len();
+        File::open(dir)?.sync_all()?;
+        Ok(Segment {
+            number,
+            file: Arc::new(file),
+            len: 0,
+            reserved,
+        })
+    }
+
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
         let path = segment_path(dir, number);
         let file = OpenOptions::new()
@@ -545,34 +736,45 @@ mod tests {
                 record: &[],
             },
         ];
+        let seed = seed_of(3);
         for record in records {
-            encode(&mut buf, record);
+            encode(&mut buf, record, seed);
         }
         let mut at = 0;
         let mut decoded = Vec::new();
-        while let Some((record, len)) = decode(&buf[at..]) {
+        while let Some((record, len)) = decode(&buf[at..], seed) {
             decoded.push(record);
             at += len;
         }
         assert_eq!(decoded, records);
         assert_eq!(at, buf.len());
+        // Another segment's seed, or none, does not read them.
+        assert!(decode(&buf, seed_of(4)).is_none());
+        assert!(decode(&buf, 0).is_none());
+        // Records of before seeds (seed 0) still read as such.
+        let mut legacy = Vec::new();
+        encode(&mut legacy, records[1], 0);
+        assert_eq!(decode(&legacy, 0).map(|(r, _)| r), Some(records[1]));
 
         // Cut anywhere inside the last record: the others still decode.
         let last_start = buf.len() - (FRAME + BODY_HEAD);
         for cut in last_start..buf.len() {
-            assert!(decode(&buf[last_start..cut]).is_none(), "cut at {cut}");
+            assert!(
+                decode(&buf[last_start..cut], seed).is_none(),
+                "cut at {cut}"
+            );
         }
         // One flipped bit in a body fails its checksum.
         let mut corrupt = buf.clone();
         corrupt[FRAME + 4] ^= 0x10;
-        assert!(decode(&corrupt).is_none());
+        assert!(decode(&corrupt, seed).is_none());
         // A kind nobody wrote is not taken for a record.
         let mut unknown = Vec::new();
-        encode(&mut unknown, Record::Remove { key: b"k" });
+        encode(&mut unknown, Record::Remove { key: b"k" }, seed);
         unknown[FRAME] = 9;
-        let crc = crc32fast::hash(&unknown[FRAME..]);
+        let crc = checksum(seed, &unknown[FRAME..]);
         unknown[4..FRAME].copy_from_slice(&crc.to_le_bytes());
-        assert!(decode(&unknown).is_none());
+        assert!(decode(&unknown, seed).is_none());
     }
 
     #[test]
@@ -580,16 +782,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::create(dir.path(), 7).unwrap();
         let mut group = Vec::new();
-        encode(&mut group, Record::Remove { key: b"a" });
+        encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
         journal.append(&group).unwrap();
         let next = journal.prepare().unwrap();
         let retired = journal.switch(next);
         retired.sync().unwrap();
         assert_eq!(retired.number, 7);
         let mut second = Vec::new();
-        encode(&mut second, Record::Flush(5));
+        encode(&mut second, Record::Flush(5), seed_of(8));
         journal.append(&second).unwrap();
-        journal.append(&group).unwrap();
+        let mut third = Vec::new();
+        encode(&mut third, Record::Remove { key: b"a" }, seed_of(8));
+        journal.append(&third).unwrap();
         journal.sync().unwrap();
         let found = segments(dir.path()).unwrap();
         assert_eq!(
@@ -597,7 +801,7 @@ mod tests {
             vec![7, 8]
         );
         let mut seen = Vec::new();
-        replay(&found[1].1, |record, at| {
+        replay(&found[1].1, 8, |record, at| {
             seen.push(format!("{at}: {record:?}"))
         })
         .unwrap();
@@ -613,10 +817,10 @@ mod tests {
         // the replay after the intact records.
         let torn = dir.path().join("torn.log");
         let mut bytes = fs::read(&found[1].1).unwrap();
-        bytes.extend_from_slice(&group[..FRAME + 1]);
+        bytes.extend_from_slice(&third[..FRAME + 1]);
         fs::write(&torn, &bytes).unwrap();
         seen.clear();
-        let count = replay(&torn, |record, _| seen.push(format!("{record:?}"))).unwrap();
+        let count = replay(&torn, 8, |record, _| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!((count, seen.len()), (2, 2));
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
         assert_eq!(journal.older_segments(), vec![(7, group.len() as u64)]);
@@ -624,6 +828,49 @@ mod tests {
         assert_eq!(segments(dir.path()).unwrap().len(), 1);
         assert_eq!(journal.bytes(), (group.len() + second.len()) as u64);
         assert!(journal.older_segments().is_empty());
+
+        // Segment 7's file was cached, so it was kept as a spare: segment 9
+        // reuses it, and what it held (seed 7) does not replay as 9's.
+        assert!(dir.path().join("spare-0.log").exists());
+        let retired = journal.switch(journal.prepare().unwrap());
+        assert_eq!(retired.number, 8);
+        assert!(!dir.path().join("spare-0.log").exists());
+        let nine = segment_path(dir.path(), 9);
+        assert_eq!(fs::metadata(&nine).unwrap().len(), group.len() as u64);
+        assert_eq!(
+            replay(&nine, 9, |_, _| panic!("a stale record")).unwrap(),
+            0
+        );
+        let mut fourth = Vec::new();
+        encode(&mut fourth, Record::Flush(9), seed_of(9));
+        let at = journal.append(&fourth).unwrap();
+        assert_eq!(
+            at,
+            Location {
+                segment: 9,
+                offset: 0
+            }
+        );
+        seen.clear();
+        replay(&nine, 9, |record, _| seen.push(format!("{record:?}"))).unwrap();
+        assert_eq!(seen, ["Flush(9)"]);
+        // Spares give their space back when the file system runs short.
+        journal.remove(8).unwrap();
+        assert!(dir.path().join("spare-0.log").exists());
+        journal.drop_spares();
+        assert!(!dir.path().join("spare-0.log").exists());
+
+        // A segment written before seeds is replayed with none.
+        let old = segment_path(dir.path(), 3);
+        let mut legacy = Vec::new();
+        encode(&mut legacy, Record::Flush(1), 0);
+        encode(&mut legacy, Record::Remove { key: b"z" }, 0);
+        fs::write(&old, &legacy).unwrap();
+        seen.clear();
+        replay(&old, 3, |record, _| seen.push(format!("{record:?}"))).unwrap();
+        assert_eq!(seen.len(), 2);
+        let reopened = Journal::create(dir.path(), 10).unwrap();
+        assert_eq!((reopened.seed(3), reopened.seed(9)), (0, seed_of(9)));
     }
 
     #[test]
@@ -637,7 +884,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::create(dir.path(), 1).unwrap();
         let mut group = Vec::new();
-        encode(&mut group, Record::Remove { key: b"x" });
+        encode(&mut group, Record::Remove { key: b"x" }, seed_of(1));
         let put_at = group.len();
         encode(
             &mut group,
@@ -645,6 +892,7 @@ mod tests {
                 key: b"k",
                 record: &first,
             },
+            seed_of(1),
         );
         let start = journal.append(&group).unwrap();
         assert_eq!(
@@ -683,6 +931,7 @@ mod tests {
                 from: put,
                 record: &moved_value,
             },
+            seed_of(2),
         );
         let moved = journal.append(&moves).unwrap();
         assert_eq!(moved.segment, 2);

@@ -485,7 +485,7 @@ impl Inner {
             }
             let mut txn = self.env.write_txn()?;
             let mut failed = None;
-            let records = journal::replay(path, |record, offset| {
+            let records = journal::replay(path, *number, |record, offset| {
                 if failed.is_some() {
                     return;
                 }

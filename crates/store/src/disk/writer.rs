@@ -232,6 +232,31 @@ fn key_prefix(key: &[u8]) -> u64 {
     u64::from_be_bytes(prefix)
 }
 
+/// Encodes a journal group for `segment`: a flush, then the batch's writes,
+/// noting where each write starts.
+fn encode_group(
+    group: &mut Vec<u8>,
+    offsets: &mut Vec<u64>,
+    flush: Option<u64>,
+    batch: &Batch,
+    segment: u64,
+) {
+    let seed = journal::seed_of(segment);
+    group.clear();
+    offsets.clear();
+    if let Some(boundary) = flush {
+        journal::encode(group, Record::Flush(boundary), seed);
+    }
+    for (key, change) in batch.writes() {
+        let record = match change {
+            Pending::Put(record) => Record::Put { key, record },
+            Pending::Remove => Record::Remove { key },
+        };
+        offsets.push(group.len() as u64);
+        journal::encode(group, record, seed);
+    }
+}
+
 fn is_enospc(error: &io::Error) -> bool {
     error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32)
 }
@@ -286,21 +311,17 @@ impl Inner {
             return false;
         }
         self.check_space_if_due();
-        group.clear();
-        if let Some(boundary) = flush {
-            journal::encode(group, Record::Flush(boundary));
-        }
+        // Encoded for the current segment, outside the lock; in the rare
+        // case the applier switched segments meanwhile, again for the new one.
+        let mut segment = self.journal.current_number();
         // Where each write lands, so LMDB can point to large values there.
         let mut offsets = Vec::with_capacity(writes);
-        for (key, change) in batch.writes() {
-            let record = match change {
-                Pending::Put(record) => Record::Put { key, record },
-                Pending::Remove => Record::Remove { key },
-            };
-            offsets.push(group.len() as u64);
-            journal::encode(group, record);
-        }
+        encode_group(group, &mut offsets, flush, &batch, segment);
         let mut logged = self.logged.lock();
+        if self.journal.current_number() != segment {
+            segment = self.journal.current_number();
+            encode_group(group, &mut offsets, flush, &batch, segment);
+        }
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
@@ -309,6 +330,7 @@ impl Inner {
         logged.through = through;
         match result {
             Ok(start) => {
+                debug_assert_eq!(start.segment, segment);
                 let locations: Vec<Location> = offsets
                     .iter()
                     .map(|&offset| Location {
@@ -517,27 +539,31 @@ impl Inner {
         {
             let txn = self.env.read_txn().map_err(lmdb)?;
             let mut failed = None;
-            journal::replay(&self.journal.segment_path(victim), |found, offset| {
-                let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
-                    return;
-                };
-                let from = Location {
-                    segment: victim,
-                    offset,
-                };
-                match self.items.get(&txn, key) {
-                    Ok(stored) => {
-                        let pointer = stored
-                            .and_then(Old::of)
-                            .and_then(|old| old.pointer)
-                            .filter(|pointer| pointer.at == from);
-                        if let Some(pointer) = pointer {
-                            live.push((key.to_vec(), pointer));
+            journal::replay(
+                &self.journal.segment_path(victim),
+                victim,
+                |found, offset| {
+                    let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
+                        return;
+                    };
+                    let from = Location {
+                        segment: victim,
+                        offset,
+                    };
+                    match self.items.get(&txn, key) {
+                        Ok(stored) => {
+                            let pointer = stored
+                                .and_then(Old::of)
+                                .and_then(|old| old.pointer)
+                                .filter(|pointer| pointer.at == from);
+                            if let Some(pointer) = pointer {
+                                live.push((key.to_vec(), pointer));
+                            }
                         }
+                        Err(error) => failed = Some(error),
                     }
-                    Err(error) => failed = Some(error),
-                }
-            })?;
+                },
+            )?;
             if let Some(error) = failed {
                 return Err(lmdb(error));
             }
@@ -545,6 +571,9 @@ impl Inner {
         let mut group = Vec::new();
         let mut moves = Vec::new();
         let mut moved = 0;
+        // Compaction runs on the applier, the one thread that switches
+        // segments: the current one stays current until it is done.
+        let seed = journal::seed_of(self.journal.current_number());
         for (key, pointer) in &live {
             let stored = self.journal.read_stored(
                 pointer.at,
@@ -558,7 +587,7 @@ impl Inner {
                 from: pointer.at,
                 record: stored.record(),
             };
-            journal::encode(&mut group, record);
+            journal::encode(&mut group, record, seed);
             if group.len() >= COMPACT_CHUNK {
                 moved += self.commit_moves(&group, &moves)?;
                 group.clear();
@@ -1293,6 +1322,10 @@ impl Inner {
             return;
         };
         let short = left < self.config.reserve_bytes;
+        if short {
+            // Spare segment files hold space a write may need.
+            self.journal.drop_spares();
+        }
         if self.out_of_space.swap(short, Ordering::AcqRel) != short {
             if short {
                 tracing::warn!(left, "disk nearly full: refusing writes");
