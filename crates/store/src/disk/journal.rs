@@ -680,13 +680,7 @@ impl Segment {
         fs::rename(spare, &path)?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         let reserved = file.metadata()?.len();
-        File::open(dir)?.sync_all()?;
-        Ok(Segment {
-            number,
-            file: Arc::new(file),
-            len: 0,
-            reserved,
-        })
+        Segment::named(dir, number, file, reserved)
     }
 
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
@@ -698,6 +692,10 @@ impl Segment {
             .write(true)
             .open(&path)?;
         let reserved = reserve(&file, dir);
+        Segment::named(dir, number, file, reserved)
+    }
+
+    fn named(dir: &Path, number: u64, file: File, reserved: u64) -> io::Result<Segment> {
         // The new name must survive a power loss with the writes in it.
         File::open(dir)?.sync_all()?;
         Ok(Segment {
