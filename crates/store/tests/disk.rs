@@ -298,25 +298,57 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
     // Key 0 is written once, odd keys every third round: old segments keep
     // a few live values, which compaction moves.
     let mut newest = vec![0; KEYS];
-    for round in 0..ROUNDS {
-        for (key, newest) in newest.iter_mut().enumerate() {
-            if round == 0 || (key > 0 && (key % 2 == 0 || round % 3 == 0)) {
-                set(&store, format!("k{key}").as_bytes(), &value(key, round), 0);
-                *newest = round;
+    let written = std::sync::atomic::AtomicBool::new(false);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Reads race with rounds, compaction and segment recycling: every
+        // key, once written, reads back as one of its versions.
+        scope.spawn(|| {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                if !written.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::yield_now();
+                    continue;
+                }
+                for key in 0..KEYS {
+                    let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+                    let found = found.unwrap_or_else(|| panic!("k{key} missing"));
+                    let version = (0..ROUNDS).find(|&round| found == value(key, round));
+                    assert!(version.is_some(), "k{key} read as no version of it");
+                    reads += 1;
+                }
+            }
+            assert!(reads > 0);
+        });
+        for round in 0..ROUNDS {
+            for (key, newest) in newest.iter_mut().enumerate() {
+                if round == 0 || (key > 0 && (key % 2 == 0 || round % 3 == 0)) {
+                    set(&store, format!("k{key}").as_bytes(), &value(key, round), 0);
+                    *newest = round;
+                }
+            }
+            written.store(true, std::sync::atomic::Ordering::Release);
+            // A small value stays in LMDB.
+            set(&store, b"small", format!("{round}").as_bytes(), 0);
+            assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+            for key in [0, KEYS / 2, KEYS - 1] {
+                let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+                assert_eq!(
+                    found,
+                    Some(value(key, newest[key])),
+                    "k{key} after round {round}"
+                );
             }
         }
-        // A small value stays in LMDB.
-        set(&store, b"small", format!("{round}").as_bytes(), 0);
-        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
-        for key in [0, KEYS / 2, KEYS - 1] {
-            let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
-            assert_eq!(
-                found,
-                Some(value(key, newest[key])),
-                "k{key} after round {round}"
-            );
+        // Let the reader see compaction at work too.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while engine_stat(&store, "disk_compactions") == 0 {
+            assert!(std::time::Instant::now() < deadline, "no compaction");
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
-    }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        done.store(true, std::sync::atomic::Ordering::Release);
+    });
     // Compaction runs between rounds; garbage may stay up to what is live
     // (or 256 KiB), plus the segment being written. (A move makes a record
     // 16 bytes longer, so what is live grows a little as it goes.)

@@ -628,8 +628,15 @@ impl Inner {
             drop(txn);
             let from_log = match self.read_logged(key, &pointer) {
                 Ok(from_log) => from_log,
-                // Compacted since the pointer was read: read it again.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                // Compacted since the pointer was read: its segment is gone,
+                // or recycled and overwritten (the new records fail the old
+                // segment's checksum seed). LMDB has the new place.
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+                    ) && attempts < 3 =>
+                {
                     attempts += 1;
                     continue;
                 }
