@@ -46,10 +46,11 @@ pub const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
 const MAX_FRAME: usize = 1 << 31;
-/// Dead segment files kept for reuse at most.
-const MAX_SPARES: usize = 4;
+/// Dead segment files kept for reuse at most: about 1 GiB, as a database
+/// keeps recycled log files up to a bound (PostgreSQL's `max_wal_size`).
+const MAX_SPARES: usize = 16;
 /// Spares are kept only while the file system has this much free.
-const SPARES_NEED_FREE: u64 = 16 * PREALLOCATE;
+const SPARES_NEED_FREE: u64 = 64 * PREALLOCATE;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
 /// Space reserved for a new segment up front (at most a sixteenth of the
