@@ -41,6 +41,13 @@ impl Server {
         Server { child, addr }
     }
 
+    /// SIGKILLs the server, then starts it again on its port with `extra`.
+    fn kill_and_restart(mut self, extra: &[&str]) -> Server {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        Server::start_on(self.addr.port(), extra)
+    }
+
     fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(self.addr).unwrap();
         stream
@@ -389,7 +396,7 @@ fn disk_engine_keeps_data_across_a_kill() {
     let args = [
         "--engine", "disk", "--dir", &dir_arg, "--sync", "always", "-t", "2",
     ];
-    let mut server = Server::start_on(port, &args);
+    let server = Server::start_on(port, &args);
     let mut stream = server.connect();
     assert_eq!(
         exchange(&mut stream, b"set kept 7 0 5\r\nhello\r\n", 8),
@@ -404,10 +411,8 @@ fn disk_engine_keeps_data_across_a_kill() {
         b"STORED\r\nDELETED\r\n"
     );
     let cas_before = gets_cas(&mut stream, "kept");
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
 
-    let server = Server::start_on(port, &args);
+    let server = server.kill_and_restart(&args);
     let mut stream = server.connect();
     assert_eq!(
         exchange(&mut stream, b"get kept\r\n", 28),
@@ -474,9 +479,7 @@ fn large_values_survive_kills_through_compaction() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        server.child.kill().unwrap();
-        server.child.wait().unwrap();
-        server = Server::start_on(port, &args);
+        server = server.kill_and_restart(&args);
         let mut stream = server.connect();
         for (key, &newest) in newest.iter().enumerate() {
             assert_eq!(
@@ -494,7 +497,7 @@ fn a_flush_survives_a_kill_and_so_does_what_came_after_it() {
     let dir_arg = dir.path().to_str().unwrap().to_string();
     let port = free_port();
     let args = ["--engine", "disk", "--dir", &dir_arg, "-t", "2"];
-    let mut server = Server::start_on(port, &args);
+    let server = Server::start_on(port, &args);
     let mut stream = server.connect();
     assert_eq!(
         exchange(&mut stream, b"set before 0 0 1\r\nb\r\nflush_all\r\n", 12),
@@ -505,10 +508,7 @@ fn a_flush_survives_a_kill_and_so_does_what_came_after_it() {
         b"STORED\r\n"
     );
     // Killed before the applier's round: the restart replays the journal.
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-
-    let server = Server::start_on(port, &args);
+    let server = server.kill_and_restart(&args);
     let mut stream = server.connect();
     assert_eq!(
         exchange(&mut stream, b"get before after\r\n", 25),
