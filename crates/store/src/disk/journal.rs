@@ -659,10 +659,7 @@ impl Stored {
 /// optimisation: a file system without room or support gets none.
 fn reserve(file: &File, dir: &Path) -> u64 {
     use std::os::fd::AsRawFd;
-    let free = nix::sys::statvfs::statvfs(dir)
-        .map(|fs| fs.blocks_available() * fs.fragment_size())
-        .unwrap_or(0);
-    let wanted = PREALLOCATE.min(free / 16) & !0xfffff;
+    let wanted = PREALLOCATE.min(free_space(dir) / 16) & !0xfffff;
     if wanted == 0 {
         return 0;
     }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::journal::{self, Location};
+use super::journal::Location;
 use super::record::{self, Header, Keyed};
 
 const SHARDS: usize = 64;
@@ -138,11 +138,7 @@ fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool)
     if header.has(record::IN_LOG) || outweighs || !keeps_in_log(value.len()) {
         return None;
     }
-    let pointer = record::LogPointer {
-        at,
-        frame_len: journal::put_len(keyed.key(), keyed.record().len()) as u32,
-        value_len: value.len() as u32,
-    };
+    let pointer = record::LogPointer::to_put(at, keyed.key(), keyed.record(), value.len());
     Some(Keyed::new(
         keyed.key(),
         &record::pointer_record(&header, &pointer),
@@ -780,7 +776,7 @@ mod tests {
         assert_eq!(pointer.value_len, 4000);
         assert_eq!(
             pointer.frame_len as usize,
-            journal::put_len(b"big", large.record().len())
+            crate::disk::journal::put_len(b"big", large.record().len())
         );
         drop(shard);
         // The small one is kept whole; the memory of the large one is freed.

@@ -56,6 +56,16 @@ impl LogPointer {
         })
     }
 
+    /// The pointer to `key`'s put of `stored` (a header and a value of
+    /// `value_len` bytes) journalled at `at`.
+    pub fn to_put(at: Location, key: &[u8], stored: &[u8], value_len: usize) -> LogPointer {
+        LogPointer {
+            at,
+            frame_len: super::journal::put_len(key, stored.len()) as u32,
+            value_len: value_len as u32,
+        }
+    }
+
     /// The pointer a record stored in LMDB holds, if its value is in the log.
     pub fn of_stored(header: &Header, value: &[u8]) -> Option<LogPointer> {
         if header.has(IN_LOG) {

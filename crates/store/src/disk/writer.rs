@@ -257,6 +257,11 @@ fn encode_group(
     }
 }
 
+/// An LMDB failure as an I/O error, for compaction's mixed work.
+fn lmdb(error: heed::Error) -> io::Error {
+    io::Error::other(error.to_string())
+}
+
 fn is_enospc(error: &io::Error) -> bool {
     error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32)
 }
@@ -318,8 +323,9 @@ impl Inner {
         let mut offsets = Vec::with_capacity(writes);
         encode_group(group, &mut offsets, flush, &batch, segment);
         let mut logged = self.logged.lock();
-        if self.journal.current_number() != segment {
-            segment = self.journal.current_number();
+        let current = self.journal.current_number();
+        if current != segment {
+            segment = current;
             encode_group(group, &mut offsets, flush, &batch, segment);
         }
         let result = if self.poisoned.load(Ordering::Acquire) {
@@ -532,7 +538,6 @@ impl Inner {
     /// Returns the bytes moved; an error if the victim is still live after
     /// (its count and its records disagree: a corrupt record, say).
     fn compact(&self, victim: u64) -> io::Result<u64> {
-        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
         // Keys and places only: the values are read again a chunk at a
         // time, so the memory a compaction takes stays bounded.
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
@@ -612,7 +617,6 @@ impl Inner {
     /// at each copy whose key still points where it moved from. `moves`:
     /// each record's key, origin and offset in `group`.
     fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
-        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
         let start = self.journal.append(group)?;
         self.journal.sync()?;
         let mut txn = self.env.write_txn().map_err(lmdb)?;
@@ -1051,11 +1055,7 @@ impl Inner {
                 let pointer = already.or_else(|| {
                     logged
                         .filter(|_| self.config.keeps_in_log(value.len()))
-                        .map(|at| LogPointer {
-                            at,
-                            frame_len: journal::put_len(key, stored.len()) as u32,
-                            value_len: value.len() as u32,
-                        })
+                        .map(|at| LogPointer::to_put(at, key, stored, value.len()))
                 });
                 let value_len = record::stored_value_len(&header, value);
                 let pointed;
