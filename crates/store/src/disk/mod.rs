@@ -288,10 +288,9 @@ impl DiskStore {
         };
         for entry in meta.prefix_iter(&txn, b"log")? {
             let (key, bytes) = entry?;
-            let segment = key.get(3..11).and_then(|b| b.try_into().ok());
             let bytes = bytes.try_into().ok().map(u64::from_le_bytes);
-            if let (Some(segment), Some(bytes)) = (segment, bytes) {
-                counts.log.set(u64::from_be_bytes(segment), bytes);
+            if let (Some(segment), Some(bytes)) = (record::log_live_segment(key), bytes) {
+                counts.log.set(segment, bytes);
             }
         }
         let applied_segment = meta
@@ -304,9 +303,12 @@ impl DiskStore {
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
             .map_err(OpenError::Journal)?;
-        counts
-            .log
-            .forget_missing(|segment| segments.iter().any(|(found, _)| *found == segment));
+        // `segments` is sorted by number.
+        counts.log.forget_missing(|segment| {
+            segments
+                .binary_search_by_key(&segment, |(found, _)| *found)
+                .is_ok()
+        });
         let inner = Arc::new(Inner {
             env,
             items,
@@ -1127,17 +1129,17 @@ impl Store for DiskStore {
         self.inner.apply_everything();
         let inner = &self.inner;
         let counters = &inner.counters;
-        let counts = inner.committed_counts.lock().clone();
+        // The class counts only: the per-segment map can be long.
+        let counts = inner.committed_counts.lock().classes.clone();
         StoreStats {
-            curr_items: counts.classes.items(),
+            curr_items: counts.items(),
             total_items: counters.total_items.load(Ordering::Relaxed),
-            bytes: counts.classes.bytes(),
+            bytes: counts.bytes(),
             limit_maxbytes: inner.config.map_size as u64,
             reclaimed: counters.reclaimed.load(Ordering::Relaxed),
             expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
             crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
             classes: counts
-                .classes
                 .0
                 .iter()
                 .enumerate()

@@ -97,6 +97,12 @@ pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN 
     out
 }
 
+/// The segment a [`log_live_key`] names.
+pub fn log_live_segment(key: &[u8]) -> Option<u64> {
+    let number = key.strip_prefix(b"log")?;
+    Some(u64::from_be_bytes(number.try_into().ok()?))
+}
+
 /// The meta key of a journal segment's live byte count.
 pub fn log_live_key(segment: u64) -> [u8; 11] {
     let mut out = [0; 11];
@@ -402,6 +408,15 @@ mod tests {
         let late = expiry_key(70_000, b"aaa");
         assert!(early < late);
         assert_eq!(expiry_of_index_key(&late), Some(70_000));
+    }
+
+    #[test]
+    fn log_live_keys_round_trip_and_sort_by_segment() {
+        for segment in [0, 7, u64::MAX] {
+            assert_eq!(log_live_segment(&log_live_key(segment)), Some(segment));
+        }
+        assert!(log_live_key(2) < log_live_key(256));
+        assert_eq!(log_live_segment(b"classes"), None);
     }
 
     #[test]
