@@ -41,8 +41,8 @@ const PUT: u8 = 1;
 const REMOVE: u8 = 2;
 const FLUSH: u8 = 3;
 const MOVE: u8 = 4;
-pub const FRAME: usize = 8;
-pub const BODY_HEAD: usize = 3;
+const FRAME: usize = 8;
+const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
 const MAX_FRAME: usize = 1 << 31;
