@@ -108,6 +108,7 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "--sync", "interval=soon"],
         &["serve", "--map-size", "1k"],
         &["serve", "--disk-reserve", "plenty"],
+        &["serve", "--log-values-from", "large"],
         &["serve", "--engine", "disk", "-m", "8"],
         &[
             "bench-engine",
