@@ -46,18 +46,23 @@ const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
 const MAX_FRAME: usize = 1 << 31;
-/// Dead segment files kept for reuse at most: about 1 GiB, as a database
-/// keeps recycled log files up to a bound (PostgreSQL's `max_wal_size`).
-const MAX_SPARES: usize = 16;
-/// Spares are kept only while the file system has this much free.
-const SPARES_NEED_FREE: u64 = 64 * PREALLOCATE;
+/// Bytes of dead segment files kept for reuse at most, as a database keeps
+/// recycled log files up to a bound (PostgreSQL's `max_wal_size`): enough
+/// for a few seconds of appends at full speed, so a burst of deaths (a
+/// flush, a compaction) is followed by appends into cached, allocated
+/// blocks rather than deletes and fresh allocations.
+const MAX_SPARE_BYTES: u64 = 4 << 30;
+/// Spare files at most, whatever their size.
+const MAX_SPARES: usize = 64;
+/// Spares take at most this share of the free space (1/8).
+const SPARE_SHARE_OF_FREE: u64 = 8;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
-/// Space reserved for a new segment up front (at most a sixteenth of the
-/// free space): appends into reserved blocks cost ext4 about half the CPU
-/// of appends that allocate as they go (fio, 200 KiB appends and an fsync:
-/// 0.55 s of CPU per 2 GiB against 1.2–1.6 s). What a segment leaves unused
-/// is given back when it is retired.
+/// Space reserved ahead of a segment's appends, a step at a time (at most a
+/// sixteenth of the free space): appends into reserved blocks cost ext4
+/// about half the CPU of appends that allocate as they go (fio, 200 KiB
+/// appends and an fsync: 0.55 s of CPU per 2 GiB against 1.2–1.6 s). What a
+/// segment leaves unused is given back when it is retired.
 const PREALLOCATE: u64 = 64 << 20;
 
 /// Where a record starts in the journal.
@@ -338,18 +343,10 @@ impl Retired {
     /// tail from its last life).
     pub fn release_unused(&self) {
         let size = self.file.metadata().map_or(0, |m| m.len());
-        if size > self.len {
+        if size > self.len || self.reserved > self.len {
+            // Truncating to its own length also frees the blocks reserved
+            // past the end, which punching a hole there does not (ext4).
             if let Err(error) = self.file.set_len(self.len) {
-                tracing::debug!(%error, segment = self.number, "cannot cut a recycled segment's tail");
-            }
-        } else if self.reserved > self.len {
-            use nix::fcntl::FallocateFlags;
-            use std::os::fd::AsRawFd;
-            let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-            let unused = (self.reserved - self.len) as i64;
-            let result =
-                nix::fcntl::fallocate(self.file.as_raw_fd(), flags, self.len as i64, unused);
-            if let Err(error) = result {
                 tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
             }
         }
@@ -377,8 +374,8 @@ pub struct Journal {
     legacy: Mutex<std::collections::HashSet<u64>>,
     /// Segment files open for reads of values (a bounded few).
     open: Mutex<HashMap<u64, Arc<File>>>,
-    /// Dead segment files kept for reuse, by path.
-    spares: Mutex<Vec<PathBuf>>,
+    /// Dead segment files kept for reuse, by path, with their sizes.
+    spares: Mutex<Vec<(PathBuf, u64)>>,
 }
 
 impl Journal {
@@ -405,7 +402,8 @@ impl Journal {
         }
         let spares = (0..MAX_SPARES)
             .map(|k| spare_path(dir, k))
-            .filter(|path| path.exists())
+            .filter_map(|path| Some((fs::metadata(&path).ok()?.len(), path)))
+            .map(|(len, path)| (path, len))
             .collect();
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
@@ -425,6 +423,10 @@ impl Journal {
     pub fn append(&self, group: &[u8]) -> io::Result<Location> {
         let mut segment = self.current.lock();
         let at = segment.len;
+        let end = at + group.len() as u64;
+        if end > segment.reserved {
+            segment.reserved = reserve(&segment.file, &self.dir, segment.reserved, end);
+        }
         if let Err(error) = segment.file.write_all_at(group, at) {
             segment.file.set_len(at)?;
             return Err(error);
@@ -449,7 +451,7 @@ impl Journal {
     pub fn prepare(&self) -> io::Result<NextSegment> {
         let number = self.current.lock().number + 1;
         let spare = self.spares.lock().pop();
-        if let Some(spare) = spare {
+        if let Some((spare, _)) = spare {
             match Segment::recycle(&self.dir, number, &spare) {
                 Ok(segment) => return Ok(NextSegment(segment)),
                 Err(error) => {
@@ -516,31 +518,31 @@ impl Journal {
     /// partial write), the pool has room and the file system does too.
     fn keep_as_spare(&self, path: &Path) -> bool {
         let mut spares = self.spares.lock();
-        if spares.len() >= MAX_SPARES || free_space(&self.dir) < SPARES_NEED_FREE {
-            return false;
-        }
         let Ok(file) = File::open(path) else {
             return false;
         };
-        if cached_share(&file) < 0.9 {
+        let len = file.metadata().map_or(0, |m| m.len());
+        let kept = spares.iter().map(|(_, len)| len).sum::<u64>() + len;
+        let room = MAX_SPARE_BYTES.min(free_space(&self.dir) / SPARE_SHARE_OF_FREE);
+        if spares.len() >= MAX_SPARES || kept > room || cached_share(&file) < 0.9 {
             return false;
         }
         let Some(spare) = (0..MAX_SPARES)
             .map(|k| spare_path(&self.dir, k))
-            .find(|candidate| !spares.contains(candidate))
+            .find(|candidate| spares.iter().all(|(kept, _)| kept != candidate))
         else {
             return false;
         };
         if fs::rename(path, &spare).is_err() {
             return false;
         }
-        spares.push(spare);
+        spares.push((spare, len));
         true
     }
 
     /// Deletes the spare files (the file system is short of space).
     pub fn drop_spares(&self) {
-        for spare in self.spares.lock().drain(..) {
+        for (spare, _) in self.spares.lock().drain(..) {
             let _ = fs::remove_file(spare);
         }
     }
@@ -654,20 +656,20 @@ impl Stored {
     }
 }
 
-/// Reserves space for a new segment, without changing its size (so a
-/// replay still ends at its last record); returns how much. Only an
-/// optimisation: a file system without room or support gets none.
-fn reserve(file: &File, dir: &Path) -> u64 {
+/// Reserves space from `from` to a step past `needed`, without changing
+/// the file's size (so a replay still ends at its last record); returns
+/// where the reservation ends. Only an optimisation: on a file system
+/// without room or support the appends allocate as they go, and the next
+/// attempt comes a step later, not at every append.
+fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
     use std::os::fd::AsRawFd;
-    let wanted = PREALLOCATE.min(free_space(dir) / 16) & !0xfffff;
-    if wanted == 0 {
-        return 0;
+    let step = PREALLOCATE.min(free_space(dir) / 16) & !0xfffff;
+    let end = needed.max(from) + step.max(1 << 20);
+    if step > 0 {
+        let flags = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        let _ = nix::fcntl::fallocate(file.as_raw_fd(), flags, from as i64, (end - from) as i64);
     }
-    let flags = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    match nix::fcntl::fallocate(file.as_raw_fd(), flags, 0, wanted as i64) {
-        Ok(()) => wanted,
-        Err(_) => 0,
-    }
+    end
 }
 
 impl Segment {
@@ -689,7 +691,7 @@ impl Segment {
             .read(true)
             .write(true)
             .open(&path)?;
-        let reserved = reserve(&file, dir);
+        let reserved = reserve(&file, dir, 0, 0);
         Segment::named(dir, number, file, reserved)
     }
 
@@ -771,6 +773,46 @@ mod tests {
         let crc = checksum(seed, &unknown[FRAME..]);
         unknown[4..FRAME].copy_from_slice(&crc.to_le_bytes());
         assert!(decode(&unknown, seed).is_none());
+    }
+
+    #[test]
+    fn appends_reserve_space_a_step_ahead_and_a_retired_segment_gives_back_the_rest() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        if free_space(dir.path()) < 16 * PREALLOCATE {
+            eprintln!("skipped: the file system has under 1 GiB free");
+            return;
+        }
+        let allocated = |n: u64| fs::metadata(segment_path(dir.path(), n)).unwrap().blocks() * 512;
+        let journal = Journal::create(dir.path(), 1).unwrap();
+        assert!(allocated(1) >= PREALLOCATE, "a new segment is reserved");
+        // Appends past the first step reserve the next one before writing.
+        let mut group = Vec::new();
+        let value = vec![7u8; 1 << 20];
+        encode(
+            &mut group,
+            Record::Put {
+                key: b"k",
+                record: &value,
+            },
+            seed_of(1),
+        );
+        let mut len = 0;
+        while len <= PREALLOCATE {
+            journal.append(&group).unwrap();
+            len += group.len() as u64;
+        }
+        assert!(allocated(1) >= len + PREALLOCATE - (1 << 20));
+        let retired = journal.switch(journal.prepare().unwrap());
+        retired.release_unused();
+        assert_eq!(
+            fs::metadata(segment_path(dir.path(), 1)).unwrap().len(),
+            len
+        );
+        assert!(
+            allocated(1) < len + (1 << 20),
+            "the unused reservation is given back"
+        );
     }
 
     #[test]

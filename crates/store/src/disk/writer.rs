@@ -30,9 +30,11 @@ use crate::AckState;
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// The longest journalled writes wait for LMDB while the engine is busy.
 pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
-/// Journal bytes that make a round due whatever the memory budget: a
-/// segment this long replays in well under a second.
-const ROUND_JOURNAL_BYTES: u64 = 64 << 20;
+/// Journal bytes that make a round due whatever the memory budget. Each
+/// round rewrites the LMDB pages its keys fall in, so fewer, larger rounds
+/// cost less per write (1–10 KB sets: about 6 % of the CPU against 64 MiB
+/// rounds); a segment this long still replays in about 0.1 s after a kill.
+const ROUND_JOURNAL_BYTES: u64 = 256 << 20;
 /// Moved values a compaction appends, fsyncs and commits at a time.
 const COMPACT_CHUNK: usize = 8 << 20;
 /// The pause after a failed compaction (no room for the moved values, say).
