@@ -8,6 +8,11 @@
 //!                                              └─ LRU: doubly linked through slot indices, head = newest
 //! ```
 //!
+//! A write moves its item to the head; a read only marks it, and eviction
+//! moves a marked tail to the head instead of evicting it (a second chance,
+//! as memcached bumps active items lazily): a get writes to its own slot,
+//! not to two random neighbours.
+//!
 //! Memory is one budget for the whole cache, not pages carved per size class,
 //! so large values can never starve small ones of memory (memcached's "slab
 //! calcification", seed 001). When the budget is exceeded, the least recently
@@ -146,6 +151,11 @@ struct Slot {
 const FETCHED: u8 = 1;
 const STALE: u8 = 2;
 const WIN_SENT: u8 = 4;
+/// Read since it was last moved to the front of the LRU. A read only sets
+/// this bit; eviction moves such a tail to the front instead of evicting it
+/// (a second chance, as memcached's segmented LRU bumps an active item
+/// lazily). Moving on every read wrote to two random neighbours per get.
+const ACCESSED: u8 = 8;
 
 impl Slot {
     fn key(&self) -> &[u8] {
@@ -220,6 +230,7 @@ impl Shard {
         let old_head = self.head;
         {
             let slot = &mut self.slots[i as usize];
+            slot.bits &= !ACCESSED;
             slot.prev = NIL;
             slot.next = old_head;
         }
@@ -235,6 +246,13 @@ impl Shard {
             self.unlink(i);
             self.push_front(i);
         }
+    }
+
+    /// A read: the LRU order is corrected when the item reaches the tail.
+    fn note_read(&mut self, i: u32, now: u32) {
+        let slot = &mut self.slots[i as usize];
+        slot.last_access = now;
+        slot.bits |= FETCHED | ACCESSED;
     }
 
     fn insert(&mut self, slot: Slot) -> u32 {
@@ -486,14 +504,13 @@ impl MemoryStore {
         {
             let index = self.evict_cursor.fetch_add(1, Ordering::Relaxed) % shards;
             let mut shard = self.shards[index].0.lock();
-            let tail = shard.tail;
-            if tail == NIL {
+            let now = self.clock.now();
+            let Some((tail, dead)) = self.lru_victim(&mut shard, now) else {
                 empty_in_a_row += 1;
                 continue;
-            }
+            };
             empty_in_a_row = 0;
-            let now = self.clock.now();
-            let why = if shard.is_dead(tail, now, self.flushed_through(now)) {
+            let why = if dead {
                 Removal::Expired
             } else {
                 let victim = &shard.slots[tail as usize];
@@ -506,6 +523,26 @@ impl MemoryStore {
             };
             let charge = shard.remove(tail, why);
             self.used.fetch_sub(charge, Ordering::Relaxed);
+        }
+    }
+
+    /// The shard's next item to evict, and whether it is dead already: the
+    /// tail, after every tail read since it was last moved has been given a
+    /// second chance at the front. Each item gets one per trip down the list,
+    /// so this ends.
+    fn lru_victim(&self, shard: &mut Shard, now: u32) -> Option<(u32, bool)> {
+        loop {
+            let tail = shard.tail;
+            if tail == NIL {
+                return None;
+            }
+            let dead = shard.is_dead(tail, now, self.flushed_through(now));
+            let bits = &mut shard.slots[tail as usize].bits;
+            if dead || *bits & ACCESSED == 0 {
+                return Some((tail, dead));
+            }
+            *bits &= !ACCESSED;
+            shard.bump(tail);
         }
     }
 
@@ -570,9 +607,7 @@ impl Store for MemoryStore {
         }
         visit(&view);
         if !options.no_bump {
-            slot.last_access = now;
-            slot.bits |= FETCHED;
-            shard.bump(i);
+            shard.note_read(i, now);
         }
         true
     }
@@ -764,7 +799,7 @@ impl Store for MemoryStore {
         let slot = &mut shard.slots[i as usize];
         slot.expiry = expiry;
         slot.last_access = now;
-        shard.bump(i);
+        slot.bits |= ACCESSED;
         true
     }
 

@@ -160,6 +160,46 @@ fn least_recently_used_items_are_evicted_first() {
     assert!(stats.bytes <= stats.limit_maxbytes);
 }
 
+/// A read does not move its item; eviction gives a read tail one more trip
+/// down the list, and it goes on the next trip unless it was read again.
+#[test]
+fn a_read_item_gets_a_second_chance_and_only_one() {
+    let value = [b'v'; 1000];
+    let per_item = 1000 + 4 + ITEM_OVERHEAD;
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: per_item * 100,
+        shards: 1,
+        ..MemoryConfig::default()
+    });
+    let key = |i: u32| format!("k{i:03}").into_bytes();
+    for i in 0..100 {
+        set(&store, &key(i), &value);
+    }
+    assert!(get(&store, &key(0)).is_some());
+    assert!(get(&store, &key(1)).is_some());
+    // k000 and k001 go round once; k002..k091 are evicted.
+    for i in 100..190 {
+        set(&store, &key(i), &value);
+    }
+    assert_eq!(store.stats().evictions, 90);
+    // Read again, k001 goes round a second time; k000 was not and goes.
+    assert!(get(&store, &key(1)).is_some());
+    for i in 190..200 {
+        set(&store, &key(i), &value);
+    }
+    assert_eq!(store.stats().evictions, 100);
+    assert!(get(&store, &key(1)).is_some(), "read again, so kept");
+    assert!(
+        get(&store, &key(0)).is_none(),
+        "not read since its second chance"
+    );
+    assert!(
+        get(&store, &key(100)).is_none(),
+        "older than the second chances"
+    );
+    assert!(get(&store, &key(101)).is_some());
+}
+
 /// Seed 001: large values took every slab page and small ones then found no
 /// memory. With one budget across sizes, small values displace old large ones.
 #[test]
