@@ -13,6 +13,16 @@ fn store_with_limit(limit_bytes: usize) -> MemoryStore {
     })
 }
 
+/// Room for `items` values of 1,000 bytes under 4-byte keys, in a single
+/// shard so the LRU order is exact.
+fn one_shard_store_for(items: usize) -> MemoryStore {
+    MemoryStore::new(MemoryConfig {
+        limit_bytes: (1000 + 4 + ITEM_OVERHEAD) * items,
+        shards: 1,
+        ..MemoryConfig::default()
+    })
+}
+
 fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
     store.store(&StoreCommand {
         mode: StoreMode::Set,
@@ -126,13 +136,7 @@ fn add_replace_append_prepend() {
 #[test]
 fn least_recently_used_items_are_evicted_first() {
     let value = [b'v'; 1000];
-    let per_item = 1000 + 4 + ITEM_OVERHEAD;
-    // Room for about 100 items, in a single shard so the order is exact.
-    let store = MemoryStore::new(MemoryConfig {
-        limit_bytes: per_item * 100,
-        shards: 1,
-        ..MemoryConfig::default()
-    });
+    let store = one_shard_store_for(100);
     for i in 0..100u32 {
         set(&store, format!("k{i:03}").as_bytes(), &value);
     }
@@ -165,12 +169,7 @@ fn least_recently_used_items_are_evicted_first() {
 #[test]
 fn a_read_item_gets_a_second_chance_and_only_one() {
     let value = [b'v'; 1000];
-    let per_item = 1000 + 4 + ITEM_OVERHEAD;
-    let store = MemoryStore::new(MemoryConfig {
-        limit_bytes: per_item * 100,
-        shards: 1,
-        ..MemoryConfig::default()
-    });
+    let store = one_shard_store_for(100);
     let key = |i: u32| format!("k{i:03}").into_bytes();
     for i in 0..100 {
         set(&store, &key(i), &value);
