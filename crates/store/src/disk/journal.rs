@@ -385,25 +385,25 @@ impl Journal {
         let mut older = BTreeMap::new();
         let mut legacy = std::collections::HashSet::new();
         for (found, path) in segments(dir)? {
-            let len = fs::metadata(&path)?.len();
-            if seed_in(&File::open(&path)?, found) == 0 {
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            let len = file.metadata()?.len();
+            if seed_in(&file, found) == 0 {
                 legacy.insert(found);
             }
             // A segment a crash (or a clean stop) left current may still
-            // hold its reservation past its end.
-            let tail = Retired {
-                number: found,
-                file: Arc::new(OpenOptions::new().write(true).open(&path)?),
-                len,
-                reserved: len + PREALLOCATE,
-            };
-            tail.release_unused();
+            // hold its reservation past its end: truncating to its own
+            // length frees it, as `Retired::release_unused` does.
+            if let Err(error) = file.set_len(len) {
+                tracing::debug!(%error, segment = found, "cannot release a segment's unused space");
+            }
             older.insert(found, len);
         }
         let spares = (0..MAX_SPARES)
             .map(|k| spare_path(dir, k))
-            .filter_map(|path| Some((fs::metadata(&path).ok()?.len(), path)))
-            .map(|(len, path)| (path, len))
+            .filter_map(|path| {
+                let len = fs::metadata(&path).ok()?.len();
+                Some((path, len))
+            })
             .collect();
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
