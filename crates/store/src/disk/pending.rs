@@ -134,8 +134,7 @@ fn entry_charge(key: &[u8], record_len: usize) -> usize {
 /// The pointer record of a journalled put whose value stays in the journal.
 fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool) -> Option<Keyed> {
     let (header, value) = Header::decode(keyed.record())?;
-    let outweighs = value.len() <= record::LogPointer::LEN;
-    if header.has(record::IN_LOG) || outweighs || !keeps_in_log(value.len()) {
+    if header.has(record::IN_LOG) || !keeps_in_log(value.len()) {
         return None;
     }
     let pointer = record::LogPointer::to_put(at, keyed.key(), keyed.record(), value.len());
