@@ -368,6 +368,7 @@ impl Drop for DiskStore {
         for thread in threads {
             let _ = thread.join();
         }
+        self.inner.journal.cut_stale_tails();
     }
 }
 

@@ -150,6 +150,9 @@ pub struct Signals {
     writer_idle: AtomicBool,
     applier: OnceLock<Thread>,
     apply_requested: AtomicBool,
+    /// A round is wanted as soon as something new is journalled (a round
+    /// with nothing logged does not switch segments).
+    round_after_next_append: AtomicBool,
     syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     reclaim: AtomicBool,
@@ -350,6 +353,7 @@ impl Inner {
                 if let Some(boundary) = flush {
                     logged.flush = logged.flush.max(Some(boundary));
                 }
+
                 let counters = &self.counters;
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
@@ -362,7 +366,13 @@ impl Inner {
                 self.pending
                     .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
                 drop(logged);
-                if self.apply_due() {
+                // A flush is applied at once: what it killed becomes spares.
+                let round_wanted = flush.is_some()
+                    || self
+                        .signals
+                        .round_after_next_append
+                        .swap(false, Ordering::SeqCst);
+                if round_wanted || self.apply_due() {
                     self.signals.wake_applier();
                 }
             }
@@ -700,7 +710,7 @@ impl Inner {
                 tracing::error!(%error, "journal fsync failed: refusing writes from now on");
                 self.poisoned.store(true, Ordering::Release);
             }
-            retired.release_unused();
+            self.journal.release_unused(&retired);
             (batch, flush, retired.number)
         });
         // After `through`: a caller flags a reclaim before it numbers the
@@ -757,6 +767,15 @@ impl Inner {
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
                     segment = round.segment;
+                    if round.flush.is_some() {
+                        // The segments the flush killed become spares after
+                        // this round; the next append's round switches to
+                        // one of them instead of filling a new file for up
+                        // to a second.
+                        self.signals
+                            .round_after_next_append
+                            .store(true, Ordering::SeqCst);
+                    }
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
                     let marks = &self.marks;
