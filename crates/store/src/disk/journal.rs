@@ -338,6 +338,19 @@ impl Retired {
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+
+    /// Gives back the reserved space it did not use (and a recycled file's
+    /// tail from its last life).
+    pub fn release_unused(&self) {
+        let size = self.file.metadata().map_or(0, |m| m.len());
+        if size > self.len || self.reserved > self.len {
+            // Truncating to its own length also frees the blocks reserved
+            // past the end, which punching a hole there does not (ext4).
+            if let Err(error) = self.file.set_len(self.len) {
+                tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
+            }
+        }
+    }
 }
 
 /// The segment being appended to.
@@ -363,9 +376,6 @@ pub struct Journal {
     open: Mutex<HashMap<u64, Arc<File>>>,
     /// Dead segment files kept for reuse, by path, with their sizes.
     spares: Mutex<Vec<(PathBuf, u64)>>,
-    /// Live segments in recycled files longer than what they hold, with
-    /// the bytes of that stale tail (kept cached for the file's next life).
-    tails: Mutex<HashMap<u64, u64>>,
 }
 
 impl Journal {
@@ -404,7 +414,6 @@ impl Journal {
             legacy: Mutex::new(legacy),
             open: Mutex::new(HashMap::new()),
             spares: Mutex::new(spares),
-            tails: Mutex::new(HashMap::new()),
         })
     }
 
@@ -477,39 +486,6 @@ impl Journal {
         }
     }
 
-    /// Gives back the space `retired` reserved and did not use. A recycled
-    /// file's stale tail (past what this life wrote) stays while the bytes
-    /// kept for reuse allow: truncating it would free cached pages that the
-    /// file's next life needs again, and on a virtual machine whose host
-    /// reclaims free guest memory a newly allocated page costs 10 to 50
-    /// times a cached one on first write (docs/DESIGN.md).
-    pub fn release_unused(&self, retired: &Retired) {
-        let size = retired.file.metadata().map_or(0, |m| m.len());
-        if size > retired.len {
-            let spares = self.spares.lock();
-            let mut tails = self.tails.lock();
-            let kept = spares.iter().map(|(_, len)| len).sum::<u64>()
-                + tails.values().sum::<u64>()
-                + (size - retired.len);
-            if kept <= self.room_for_reuse() {
-                tails.insert(retired.number, size - retired.len);
-                return;
-            }
-        } else if retired.reserved <= retired.len {
-            return;
-        }
-        // Truncating to its own length also frees the blocks reserved past
-        // the end, which punching a hole there does not (ext4).
-        if let Err(error) = retired.file.set_len(retired.len) {
-            tracing::debug!(%error, segment = retired.number, "cannot release a segment's unused space");
-        }
-    }
-
-    /// Bytes that spare files and stale tails may take together.
-    fn room_for_reuse(&self) -> u64 {
-        MAX_SPARE_BYTES.min(free_space(&self.dir) / SPARE_SHARE_OF_FREE)
-    }
-
     /// The segments before the current one, oldest first, with their sizes.
     pub fn older_segments(&self) -> Vec<(u64, u64)> {
         self.older
@@ -526,7 +502,6 @@ impl Journal {
         open.remove(&number);
         let path = segment_path(&self.dir, number);
         let legacy = self.legacy.lock().remove(&number);
-        self.tails.lock().remove(&number);
         if legacy || !self.keep_as_spare(&path) {
             fs::remove_file(&path)?;
         }
@@ -552,10 +527,9 @@ impl Journal {
             return false;
         };
         let len = file.metadata().map_or(0, |m| m.len());
-        let kept = spares.iter().map(|(_, len)| len).sum::<u64>()
-            + self.tails.lock().values().sum::<u64>()
-            + len;
-        if spares.len() >= MAX_SPARES || kept > self.room_for_reuse() || cached_share(&file) < 0.9 {
+        let kept = spares.iter().map(|(_, len)| len).sum::<u64>() + len;
+        let room = MAX_SPARE_BYTES.min(free_space(&self.dir) / SPARE_SHARE_OF_FREE);
+        if spares.len() >= MAX_SPARES || kept > room || cached_share(&file) < 0.9 {
             return false;
         }
         let Some(spare) = (0..MAX_SPARES)
@@ -572,29 +546,9 @@ impl Journal {
     }
 
     /// Deletes the spare files (the file system is short of space).
-    /// Stale tails go too.
     pub fn drop_spares(&self) {
         for (spare, _) in self.spares.lock().drain(..) {
             let _ = fs::remove_file(spare);
-        }
-        self.cut_stale_tails();
-    }
-
-    /// Cuts every segment's stale tail, the current one's too (a clean
-    /// stop: a restart takes a file's size for its segment's length, and a
-    /// tail counted as garbage would set off compactions).
-    pub fn cut_stale_tails(&self) {
-        let older = self.older.lock();
-        for (number, _) in self.tails.lock().drain() {
-            let path = segment_path(&self.dir, number);
-            let file = OpenOptions::new().write(true).open(path);
-            if let (Some(&len), Ok(file)) = (older.get(&number), file) {
-                let _ = file.set_len(len);
-            }
-        }
-        let current = self.current.lock();
-        if current.file.metadata().is_ok_and(|m| m.len() > current.len) {
-            let _ = current.file.set_len(current.len);
         }
     }
 
@@ -855,7 +809,7 @@ mod tests {
         }
         assert!(allocated(1) >= len + PREALLOCATE - (1 << 20));
         let retired = journal.switch(journal.prepare().unwrap());
-        journal.release_unused(&retired);
+        retired.release_unused();
         assert_eq!(
             fs::metadata(segment_path(dir.path(), 1)).unwrap().len(),
             len
@@ -864,65 +818,6 @@ mod tests {
             allocated(1) < len + (1 << 20),
             "the unused reservation is given back"
         );
-    }
-
-    #[test]
-    fn a_recycled_file_keeps_its_stale_tail_cached_for_its_next_life() {
-        let dir = tempfile::tempdir().unwrap();
-        if free_space(dir.path()) < 16 * PREALLOCATE {
-            eprintln!("skipped: the file system has under 1 GiB free");
-            return;
-        }
-        let size = |n: u64| fs::metadata(segment_path(dir.path(), n)).unwrap().len();
-        let put = |segment: u64, value: &[u8]| {
-            let mut group = Vec::new();
-            encode(
-                &mut group,
-                Record::Put {
-                    key: b"k",
-                    record: value,
-                },
-                seed_of(segment),
-            );
-            group
-        };
-        let journal = Journal::create(dir.path(), 1).unwrap();
-        let long = put(1, &vec![1u8; 2 << 20]);
-        journal.append(&long).unwrap();
-        let retired = journal.switch(journal.prepare().unwrap());
-        retired.sync().unwrap();
-        journal.release_unused(&retired);
-        journal.remove(1).unwrap();
-        assert!(
-            dir.path().join("spare-0.log").exists(),
-            "a cached dead segment is kept"
-        );
-
-        // Segment 3 lives in segment 1's file and holds less than it did.
-        journal.switch(journal.prepare().unwrap());
-        let short = put(3, b"short");
-        journal.append(&short).unwrap();
-        let retired = journal.switch(journal.prepare().unwrap());
-        assert_eq!(retired.number, 3);
-        journal.release_unused(&retired);
-        assert_eq!(size(3), long.len() as u64, "the stale tail stays");
-        assert_eq!(
-            journal.older_segments(),
-            vec![(2, 0), (3, short.len() as u64)]
-        );
-        let mut seen = Vec::new();
-        replay(&segment_path(dir.path(), 3), 3, |record, _| {
-            seen.push(format!("{record:?}"))
-        })
-        .unwrap();
-        assert_eq!(
-            seen,
-            ["Put { key: [107], record: [115, 104, 111, 114, 116] }"]
-        );
-
-        // Short of space, the tail goes with the spares.
-        journal.drop_spares();
-        assert_eq!(size(3), short.len() as u64);
     }
 
     #[test]
@@ -1070,7 +965,7 @@ mod tests {
         // in the new one reads as its record.
         let retired = journal.switch(journal.prepare().unwrap());
         assert_eq!(retired.number, 1);
-        journal.release_unused(&retired);
+        retired.release_unused();
         let mut moves = Vec::new();
         encode(
             &mut moves,

@@ -368,7 +368,6 @@ impl Drop for DiskStore {
         for thread in threads {
             let _ = thread.join();
         }
-        self.inner.journal.cut_stale_tails();
     }
 }
 

@@ -710,7 +710,7 @@ impl Inner {
                 tracing::error!(%error, "journal fsync failed: refusing writes from now on");
                 self.poisoned.store(true, Ordering::Release);
             }
-            self.journal.release_unused(&retired);
+            retired.release_unused();
             (batch, flush, retired.number)
         });
         // After `through`: a caller flags a reclaim before it numbers the
