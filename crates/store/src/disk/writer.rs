@@ -353,7 +353,6 @@ impl Inner {
                 if let Some(boundary) = flush {
                     logged.flush = logged.flush.max(Some(boundary));
                 }
-
                 let counters = &self.counters;
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters
