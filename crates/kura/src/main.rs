@@ -65,6 +65,15 @@ fn usage_error(error: clap::Error) -> ExitCode {
         let _ = error.print();
         return ExitCode::SUCCESS;
     }
+    if matches!(
+        error.kind(),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        eprintln!(
+            "kura: no command given; `kura serve` runs the server, `kura --help` lists the others"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let rendered = error.to_string();
     let first = rendered
         .lines()

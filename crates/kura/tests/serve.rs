@@ -99,7 +99,9 @@ fn run_kura(args: &[&str]) -> std::process::Output {
 fn bad_command_lines_exit_64_with_one_line() {
     for args in [
         &["serve", "--bogus"][..],
-        &["serve", "-U", "11211"],
+        &["serve", "-Z"],
+        &["serve", "-D", "::"],
+        &["serve", "-o", "hashpower=3"],
         &["serve", "-t", "0"],
         &["serve", "-I", "2g"],
         &["serve", "-I", "lots"],

@@ -70,6 +70,51 @@ pub struct ServerConfig {
     pub maintenance_interval: Duration,
     /// Name of the storage engine, for `stats settings`.
     pub engine: String,
+    /// UDP port (`-U`); 0 is off.
+    pub udp_port: u16,
+    /// Over the connection limit, refuse new connections at once with an
+    /// error line (`-o maxconns_fast`, memcached's default) rather than
+    /// letting them wait in the backlog.
+    pub maxconns_fast: bool,
+    /// `stats cachedump` and `lru_crawler metadump` (`-X` turns them off).
+    pub dumping_enabled: bool,
+    /// The `watch` command (`-W` turns it off).
+    pub watch_enabled: bool,
+    /// The LRU crawler's commands (`-o no_lru_crawler` turns them off).
+    pub lru_crawler: bool,
+    /// Per-prefix statistics from the start, split at this byte (`-D`).
+    pub detail_delimiter: Option<u8>,
+    /// What a watcher may have waiting before events are dropped
+    /// (`-o watcher_logbuf_size`, in KiB there).
+    pub watcher_buffer_bytes: usize,
+    /// Most memory for connections' read buffers together (`-o
+    /// read_buf_mem_limit`, MiB there); 0 is unlimited.
+    pub read_buffer_limit: usize,
+    /// TLS on the listeners (`-Z` with `-o ssl_*`).
+    pub tls: Option<TlsSettings>,
+}
+
+/// memcached's `-o ssl_*` settings.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TlsSettings {
+    /// Certificate chain, PEM (`ssl_chain_cert`).
+    pub chain_cert: Option<PathBuf>,
+    /// Private key (`ssl_key`); PEM unless `key_format` says DER.
+    pub key: Option<PathBuf>,
+    /// 0 PEM, 1 DER (`ssl_keyformat`).
+    pub key_format: u8,
+    /// 0 none, 1 request, 2 require, 3 once (`ssl_verify_mode`).
+    pub verify_mode: u8,
+    /// CAs that client certificates must chain to (`ssl_ca_cert`).
+    pub ca_cert: Option<PathBuf>,
+    /// OpenSSL cipher string (`ssl_ciphers`), kept for `stats settings`.
+    pub ciphers: Option<String>,
+    /// Resume sessions from a server-side cache (`ssl_session_cache`).
+    pub session_cache: bool,
+    /// Lowest protocol: 0 TLSv1.0 .. 3 TLSv1.3 (`ssl_min_version`).
+    pub min_version: u8,
+    /// Per-connection TLS output buffer, KiB (`ssl_wbuf_size`).
+    pub wbuf_kib: usize,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +139,15 @@ impl Default for ServerConfig {
             growth_factor: 1.25,
             maintenance_interval: Duration::from_millis(100),
             engine: "memory".to_string(),
+            udp_port: 0,
+            maxconns_fast: true,
+            dumping_enabled: true,
+            watch_enabled: true,
+            lru_crawler: true,
+            detail_delimiter: None,
+            watcher_buffer_bytes: 256 * 1024,
+            read_buffer_limit: 0,
+            tls: None,
         }
     }
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 use kura_store::Store;
 use parking_lot::Mutex;
 
-pub use config::{ProtocolChoice, ServerConfig};
+pub use config::{ProtocolChoice, ServerConfig, TlsSettings};
 
 /// State every thread of the server shares.
 pub struct Shared {

@@ -64,7 +64,7 @@ pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
         if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
             std::fs::remove_file(path)?;
         }
-        let listener = UnixListener::bind(path)?;
+        let listener = UnixListener::bind(path).map_err(|e| naming(e, &path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask))?;
         return Ok(vec![Listener::Unix(listener, path.display().to_string())]);
     }
@@ -81,13 +81,21 @@ pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
             socket.set_only_v6(true)?;
         }
         socket.set_nonblocking(true)?;
-        socket.bind(&addr.into())?;
-        socket.listen(config.backlog)?;
+        socket.bind(&addr.into()).map_err(|e| naming(e, &addr))?;
+        socket
+            .listen(config.backlog)
+            .map_err(|e| naming(e, &addr))?;
         let std_listener: std::net::TcpListener = socket.into();
         let local = std_listener.local_addr()?;
         listeners.push(Listener::Tcp(TcpListener::from_std(std_listener), local));
     }
     Ok(listeners)
+}
+
+/// An error that says which address it is about ("address in use" alone
+/// does not tell an operator which of several listeners clashed).
+fn naming(error: io::Error, address: &dyn std::fmt::Display) -> io::Error {
+    io::Error::new(error.kind(), format!("cannot listen on {address}: {error}"))
 }
 
 pub struct Acceptor {

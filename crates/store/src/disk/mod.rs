@@ -25,6 +25,7 @@
 //! unacknowledged.
 
 mod ack;
+mod dir_lock;
 mod journal;
 mod marks;
 mod pending;
@@ -140,6 +141,8 @@ pub enum OpenError {
     Thread(std::io::Error),
     #[error("cannot open or replay the journal: {0}")]
     Journal(std::io::Error),
+    #[error(transparent)]
+    Locked(#[from] dir_lock::LockError),
 }
 
 pub struct DiskStore {
@@ -195,6 +198,9 @@ struct Inner {
     committed_counts: Mutex<Counts>,
     counters: Counters,
     signals: writer::Signals,
+    /// This process's claim on the directory; released when the last
+    /// thread using the engine is gone.
+    _dir_lock: dir_lock::DirLock,
 }
 
 #[derive(Default)]
@@ -257,6 +263,7 @@ thread_local! {
 impl DiskStore {
     pub fn open(config: DiskConfig) -> Result<Self, OpenError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
+        let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
         let mut options = EnvOpenOptions::new();
         options
             .map_size(config.map_size)
@@ -335,6 +342,7 @@ impl DiskStore {
             counters: Counters::default(),
             signals: writer::Signals::default(),
             config,
+            _dir_lock: dir_lock,
         });
         inner.replay(&segments, applied_segment)?;
         inner.measure_lmdb_usage();
@@ -1135,7 +1143,7 @@ impl Store for DiskStore {
             curr_items: counts.items(),
             total_items: counters.total_items.load(Ordering::Relaxed),
             bytes: counts.bytes(),
-            limit_maxbytes: inner.config.map_size as u64,
+            limit_maxbytes: inner.config.memory_budget as u64,
             reclaimed: counters.reclaimed.load(Ordering::Relaxed),
             expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
             crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),

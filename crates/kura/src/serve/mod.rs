@@ -4,7 +4,6 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum};
@@ -16,6 +15,8 @@ use kura_store::{
 };
 
 use crate::Failure;
+
+mod extended;
 
 const MIB: usize = 1024 * 1024;
 /// memcached's bounds on `-I`.
@@ -57,7 +58,7 @@ pub struct ServeArgs {
     /// Protocol: auto (by first byte), ascii or binary.
     #[arg(short = 'B', long = "protocol", value_enum, default_value_t = ProtocolArg::Auto)]
     protocol: ProtocolArg,
-    /// UDP port; only 0 (off) is supported.
+    /// UDP port (0: off), memcached's UDP frames.
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
     udp_port: u16,
     /// Listen on a Unix-domain socket instead of TCP.
@@ -93,7 +94,47 @@ pub struct ServeArgs {
     /// Refuse `flush_all`.
     #[arg(short = 'F', long = "disable-flush-all")]
     disable_flush_all: bool,
-    /// Extended options, comma-separated key=value (e.g. idle_timeout=600).
+    /// Raise the core file limit to the maximum.
+    #[arg(short = 'r', long = "enable-coredumps")]
+    enable_coredumps: bool,
+    /// Lock all memory into RAM (mlockall); a warning if not permitted.
+    #[arg(short = 'k', long = "lock-memory")]
+    lock_memory: bool,
+    /// Large memory pages: accepted; kura leaves pages to the kernel.
+    #[arg(short = 'L', long = "enable-largepages")]
+    enable_largepages: bool,
+    /// Per-prefix statistics (`stats detail`) from the start, with this key delimiter.
+    #[arg(short = 'D')]
+    prefix_delimiter: Option<String>,
+    /// Require SASL authentication on the binary protocol (PLAIN, users from -Y or $MEMCACHED_SASL_PWDB).
+    #[arg(short = 'S', long = "enable-sasl")]
+    enable_sasl: bool,
+    /// Refuse `stats cachedump` and `lru_crawler metadump`.
+    #[arg(short = 'X', long = "disable-dumping")]
+    disable_dumping: bool,
+    /// Refuse the `watch` command.
+    #[arg(short = 'W', long = "disable-watch")]
+    disable_watch: bool,
+    /// Text-protocol authentication: a file of user:password lines.
+    #[arg(short = 'Y', long = "auth-file")]
+    auth_file: Option<PathBuf>,
+    /// Memory engine: keep the cache in this file across a graceful restart (SIGUSR1 or `shutdown graceful`).
+    #[arg(short = 'e', long = "memory-file")]
+    memory_file: Option<PathBuf>,
+    /// Enable TLS/SSL on the listeners (with -o ssl_chain_cert=...,ssl_key=...).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    enable_tls: bool,
+    /// Number of NAPI ids: accepted; kura does not group connections by NAPI id.
+    #[arg(short = 'N', long = "napi_ids")]
+    napi_ids: Option<u32>,
+    /// Print the licence and exit.
+    #[arg(short = 'i', long = "license")]
+    license: bool,
+    /// Print the version and exit.
+    #[arg(short = 'V', long = "version")]
+    version: bool,
+    /// Extended options, comma-separated key=value (e.g. idle_timeout=600);
+    /// every key of memcached 1.6.18 is accepted (see `memcached -h`).
     #[arg(short = 'o', long = "extended")]
     extended: Vec<String>,
     /// Storage engine: disk keeps every acknowledged write (LMDB); memory is a pure cache.
@@ -202,9 +243,6 @@ fn usage(message: impl Into<String>) -> Failure {
 }
 
 fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
-    if args.udp_port != 0 {
-        return Err(usage("-U: UDP is not supported; use -U 0"));
-    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
@@ -315,7 +353,22 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         }
     };
     for option in args.extended.iter().flat_map(|o| o.split(',')) {
-        apply_extended(option.trim(), &mut server)?;
+        extended::apply(option.trim(), &mut server).map_err(usage)?;
+    }
+    server.udp_port = args.udp_port;
+    server.dumping_enabled = !args.disable_dumping;
+    server.watch_enabled = !args.disable_watch;
+    if let Some(delimiter) = &args.prefix_delimiter {
+        let &[byte] = delimiter.as_bytes() else {
+            return Err(usage("-D: the delimiter must be one character"));
+        };
+        server.detail_delimiter = Some(byte);
+    }
+    if args.enable_tls && server.tls.is_none() {
+        return Err(usage("-Z: TLS needs -o ssl_chain_cert=FILE,ssl_key=FILE"));
+    }
+    if !args.enable_tls {
+        server.tls = None;
     }
     Ok(Resolved {
         server,
@@ -333,46 +386,6 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             open_files_limit: (0, 0),
         },
     })
-}
-
-/// memcached's `-o` options. Those that tune slabs or LRU segments are
-/// accepted so existing unit files keep working; kura has neither.
-fn apply_extended(option: &str, server: &mut ServerConfig) -> Result<(), Failure> {
-    if option.is_empty() {
-        return Ok(());
-    }
-    let (key, value) = option.split_once('=').unwrap_or((option, ""));
-    match key {
-        "idle_timeout" => {
-            let seconds: u64 = value.parse().map_err(|_| {
-                usage(format!(
-                    "-o idle_timeout: '{value}' is not a number of seconds"
-                ))
-            })?;
-            server.idle_timeout = (seconds > 0).then(|| Duration::from_secs(seconds));
-        }
-        "maxconns_fast"
-        | "no_maxconns_fast"
-        | "hashpower"
-        | "hash_algorithm"
-        | "lru_crawler"
-        | "no_lru_crawler"
-        | "lru_maintainer"
-        | "no_lru_maintainer"
-        | "slab_reassign"
-        | "slab_automove"
-        | "slab_chunk_max"
-        | "modern"
-        | "no_modern"
-        | "track_sizes"
-        | "tail_repair_time"
-        | "temporary_ttl"
-        | "watcher_logbuf_size"
-        | "worker_logbuf_size"
-        | "no_inline_ascii_resp" => {}
-        _ => return Err(usage(format!("-o: unknown option '{key}'"))),
-    }
-    Ok(())
 }
 
 /// Raises the open-file limit so `connections` fit: root may raise the hard
@@ -409,6 +422,18 @@ fn drop_privileges(user: &str) -> anyhow::Result<()> {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    if args.version {
+        println!("kura {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
+    if args.license {
+        println!(
+            "kura {}: {} licence",
+            env!("CARGO_PKG_VERSION"),
+            env!("CARGO_PKG_LICENSE")
+        );
+        return Ok(());
+    }
     let mut resolved = resolve(&args)?;
     resolved.process.open_files_limit = raise_open_files_limit(resolved.server.max_connections);
     if args.print_config {
@@ -429,6 +454,18 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             connections = resolved.server.max_connections,
             "the open file limit is below the connection limit (-c)"
         );
+    }
+    if args.enable_coredumps {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_CORE) {
+            let _ = setrlimit(Resource::RLIMIT_CORE, hard, hard);
+        }
+    }
+    if args.lock_memory {
+        use nix::sys::mman::{mlockall, MlockAllFlags};
+        if let Err(e) = mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE) {
+            eprintln!("kura: warning: -k could not lock memory ({e}); going on without");
+        }
     }
     if args.daemon {
         nix::unistd::daemon(true, args.verbose > 0).context("daemonizing")?;
@@ -463,15 +500,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             ..MemoryConfig::default()
         })),
     };
+    let serving = serving_line(&resolved, &args);
     let handle = kura_server::start(resolved.server, store, resolved.memory.evictions)
         .context("starting the server")?;
     if let Some(user) = &args.user {
         drop_privileges(user)?;
     }
-    match handle.local_addr() {
-        Some(addr) => tracing::info!(%addr, "kura is serving"),
-        None => tracing::info!("kura is serving on a Unix socket"),
-    }
+    eprintln!("kura: {serving}");
     let shared = handle.shared().clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -494,6 +529,39 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The one line a start prints: where, which engine, where the data is,
+/// and the memory limit.
+fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
+    let server = &resolved.server;
+    let mut places: Vec<String> = server
+        .listen
+        .iter()
+        .map(|ip| std::net::SocketAddr::new(*ip, server.port).to_string())
+        .collect();
+    if let Some(path) = &server.unix_socket {
+        places.push(path.display().to_string());
+    }
+    if server.udp_port != 0 {
+        places.push(format!("udp {}", server.udp_port));
+    }
+    let tls = if server.tls.is_some() { " (TLS)" } else { "" };
+    let storage = match &resolved.disk {
+        Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
+        None => match &args.memory_file {
+            Some(file) => format!(
+                "memory engine, kept in {} on graceful restart",
+                file.display()
+            ),
+            None => "memory engine".to_string(),
+        },
+    };
+    format!(
+        "serving on {}{tls}; {storage}; memory limit {} MiB",
+        places.join(", "),
+        resolved.memory.limit_bytes / MIB
+    )
+}
+
 fn init_logging(verbosity: u8) {
     let default = match verbosity {
         0 => "warn",
@@ -503,8 +571,10 @@ fn init_logging(verbosity: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
