@@ -120,8 +120,13 @@ struct Connection {
     /// the tail of `output`; replies are never reordered, so a fence holds
     /// everything composed after the write as well.
     fence: AckTicket,
-    /// Close once the held replies are sent (`quit` after a write).
+    /// Close once the held replies are sent (`quit` after a write, or the
+    /// client's end of file).
     closing: bool,
+    /// The peer's FIN has been seen: a short read no longer proves the
+    /// socket drained (edge-triggered, data and FIN come as one event), so
+    /// read on until end of file.
+    peer_closed: bool,
     /// Listed in the worker's `held` connections.
     held: bool,
     interest: Interest,
@@ -223,7 +228,14 @@ impl Worker {
                         self.adopt_new_connections();
                         self.release_held();
                     }
-                    Token(key) => self.serve(key),
+                    Token(key) => {
+                        if event.is_read_closed() {
+                            if let Some(connection) = self.connections.get_mut(key) {
+                                connection.peer_closed = true;
+                            }
+                        }
+                        self.serve(key)
+                    }
                 }
             }
             for _ in 0..self.ready.len() {
@@ -267,6 +279,7 @@ impl Worker {
                 output: Vec::new(),
                 fence: 0,
                 closing: false,
+                peer_closed: false,
                 held: false,
                 interest: Interest::READABLE,
                 info: info.clone(),
@@ -451,7 +464,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             (stop, false)
         } else if connection.input.is_empty() {
             let read = match read_into(&mut connection.stream, &mut scratch.input) {
-                Ok(0) => return Next::Close,
+                Ok(0) => return end_of_input(connection),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
                 Err(_) => return Next::Close,
@@ -466,7 +479,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection
                 .input
                 .extend_from_slice(&scratch.input[used..read]);
-            (stop, read < scratch.input.len())
+            (stop, read < scratch.input.len() && !connection.peer_closed)
         } else {
             if connection.input.len() >= max_input {
                 // One request larger than anything we may store: give up on it.
@@ -476,7 +489,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             let room = start.max(READ_CHUNK).min(max_input - start);
             connection.input.resize(start + room, 0);
             let read = match connection.stream.read(&mut connection.input[start..]) {
-                Ok(0) => return Next::Close,
+                Ok(0) => {
+                    connection.input.truncate(start);
+                    return end_of_input(connection);
+                }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     connection.input.truncate(start);
@@ -491,7 +507,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                     .session
                     .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
-            (stop, read < room)
+            (stop, read < room && !connection.peer_closed)
         };
         if let Some(ticket) = ctx.shared.store.take_ack_ticket() {
             connection.fence = connection.fence.max(ticket);
@@ -531,6 +547,15 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
         }
     }
     Next::Yield
+}
+
+/// The client sent its end of file: close once what it is owed is sent.
+fn end_of_input(connection: &mut Connection) -> Next {
+    if connection.output.is_empty() {
+        return Next::Close;
+    }
+    connection.closing = true;
+    Next::Wait
 }
 
 fn read_into(stream: &mut Stream, buf: &mut [u8]) -> io::Result<usize> {

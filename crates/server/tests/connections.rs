@@ -1,0 +1,66 @@
+//! Connection lifecycle over real sockets: half-closed clients.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
+
+use support::TestServer;
+
+fn curr_connections(server: &TestServer) -> u64 {
+    let mut stream = server.connect();
+    stream.write_all(b"stats\r\n").unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = stream.read(&mut buf).expect("stats reply");
+        assert!(n > 0, "stats ended early");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    text.lines()
+        .find_map(|l| l.strip_prefix("STAT curr_connections "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("curr_connections in stats")
+}
+
+/// A client that sends a request and its FIN together (`printf ... | nc`)
+/// gets its reply and sees the server close; nothing stays in CLOSE-WAIT.
+/// With edge-triggered readiness, data and FIN arrive as one event: a short
+/// read must not be taken as "drained" once the peer has closed.
+#[test]
+fn half_closed_connections_get_their_reply_and_are_closed() {
+    let server = TestServer::start();
+    // Busy connections on the same workers, as under `kura bench`.
+    let mut busy: Vec<_> = (0..8).map(|_| server.connect()).collect();
+    for round in 0..200 {
+        for stream in &mut busy {
+            stream.write_all(b"set k 0 0 1\r\nx\r\nget k\r\n").unwrap();
+        }
+        let mut stream = server.connect();
+        stream.write_all(b"version\r\n").unwrap();
+        stream.shutdown(Shutdown::Write).unwrap();
+        let mut reply = Vec::new();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let result = stream.read_to_end(&mut reply);
+        assert!(result.is_ok(), "round {round}: no EOF from the server: {result:?}");
+        assert!(
+            reply.starts_with(b"VERSION "),
+            "round {round}: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        for stream in &mut busy {
+            support::read_at_least(stream, b"STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n".len());
+        }
+    }
+    drop(busy);
+    // Only the stats connection itself remains.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while curr_connections(&server) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(curr_connections(&server), 1);
+}
