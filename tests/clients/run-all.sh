@@ -38,7 +38,7 @@ test_cmd() {
     case $1 in
         memccapable_ascii) echo "env MEMCCAPABLE_MODES=ascii bash $HERE/memccapable.sh" ;;
         memccapable_binary) echo "env MEMCCAPABLE_MODES=binary bash $HERE/memccapable.sh" ;;
-        pymemcache) echo "python3 -m pytest -q -p no:cacheprovider $HERE/pymemcache_test.py" ;;
+        pymemcache) echo "${PYTHON:-python3} -m pytest -q -p no:cacheprovider $HERE/pymemcache_test.py" ;;
         php_sessions) echo "env PHP_SESS_BINARY=1 RESTART_BETWEEN=0 bash $HERE/php_sessions.sh" ;;
         php_sessions_ascii) echo "env PHP_SESS_BINARY=0 RESTART_BETWEEN=0 bash $HERE/php_sessions.sh" ;;
         php_sessions_restart) echo "env PHP_SESS_BINARY=1 RESTART_BETWEEN=1 bash $HERE/php_sessions.sh" ;;
