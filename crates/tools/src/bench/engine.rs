@@ -82,6 +82,11 @@ pub struct Measured {
     /// Latency in nanoseconds per operation.
     pub latency: BTreeMap<Op, Histogram<u64>>,
     pub kinds: BTreeMap<ResponseKind, u64>,
+    /// Keys that reads (get, gets) asked for and got back, and keys they did
+    /// not get: a multi-get counts each of its keys. Two servers' read times
+    /// only compare when these agree (a miss is cheaper than a hit).
+    pub hits: u64,
+    pub misses: u64,
     pub errors: BTreeMap<&'static str, u64>,
     /// Latency of all operations per timeline interval.
     pub timeline: Vec<Histogram<u64>>,
@@ -106,6 +111,8 @@ impl Measured {
             response_sizes: size_histogram(),
             latency: BTreeMap::new(),
             kinds: BTreeMap::new(),
+            hits: 0,
+            misses: 0,
             errors: BTreeMap::new(),
             timeline: Vec::new(),
             cpu_user_secs: 0.0,
@@ -134,6 +141,8 @@ impl Measured {
         for (kind, n) in other.kinds {
             *self.kinds.entry(kind).or_default() += n;
         }
+        self.hits += other.hits;
+        self.misses += other.misses;
         for (error, n) in other.errors {
             *self.errors.entry(error).or_default() += n;
         }
@@ -739,6 +748,11 @@ impl<'w> Generator<'w> {
                 }
                 let _ = self.measured.timeline[interval].record(latency);
                 *self.measured.kinds.entry(response.kind).or_default() += 1;
+                if pending.op.is_retrieval() {
+                    let (hits, misses) = read_outcome(&response, pending.keys);
+                    self.measured.hits += hits;
+                    self.measured.misses += misses;
+                }
                 let _ = self
                     .measured
                     .response_sizes
@@ -853,6 +867,20 @@ fn pattern_offset(index: u64) -> usize {
 fn parse_key_index(key: &[u8], prefix: &str) -> Option<u64> {
     let digits = key.strip_prefix(prefix.as_bytes())?;
     std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// (hits, misses) among the `keys` keys of one read's response. A meta `HD`
+/// to an `mg` hits without carrying a value; an error reply is neither.
+fn read_outcome(response: &kura_proto::client::Response, keys: u16) -> (u64, u64) {
+    let keys = u64::from(keys.max(1));
+    match response.kind {
+        ResponseKind::Value => {
+            let hits = (response.values.len() as u64).clamp(1, keys);
+            (hits, keys - hits)
+        }
+        ResponseKind::End => (0, keys),
+        _ => (0, 0),
+    }
 }
 
 fn error_kind(error: &io::Error) -> &'static str {

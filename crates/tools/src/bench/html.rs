@@ -93,6 +93,7 @@ tfoot th, tfoot td { font-weight: 600; background: #f7f9fb; }
 .muted { color: #7b8794; }
 .two { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; margin-top: 14px; }
 .two table { width: 100%; }
+p.warn { background: #fff4e5; border: 1px solid #f0b45a; border-radius: 6px; padding: 8px 12px; color: #7a4100; font-weight: 600; }
 "#;
 
 // ---------------------------------------------------------------------------
@@ -256,6 +257,9 @@ fn comparison(out: &mut String, c: &Comparison, index: usize) {
         },
         esc(&target(0)),
     );
+    if let Some(warning) = c.hit_ratio_warning() {
+        w!(out, "<p class=\"warn\">{}</p>\n", esc(&warning));
+    }
     out.push_str("<div class=\"grid\">\n<div class=\"panel\">\n<table>\n<thead><tr><th>Round</th>");
     for t in 0..n_targets {
         w!(out, "<th>{}</th>", esc(&trunc(&target(t), 40)));
@@ -298,6 +302,22 @@ fn comparison(out: &mut String, c: &Comparison, index: usize) {
                 .get(t)
                 .map_or_else(|| "–".into(), |&v| fmt_ratio(v))
         );
+    }
+    let hit_ratios = c.hit_ratios();
+    if hit_ratios.iter().any(Option::is_some) {
+        out.push_str("</tr>\n<tr><th>Read hit ratio</th>");
+        for t in 0..n_targets {
+            match hit_ratios.get(t).copied().flatten() {
+                Some(r) => w!(
+                    out,
+                    "<td>{}<span class=\"ratio\">{} / {}</span></td>",
+                    fmt_pct(r * 100.0),
+                    fmt_int(c.hits[t]),
+                    fmt_int(c.misses[t])
+                ),
+                None => out.push_str("<td class=\"muted\">–</td>"),
+            }
+        }
     }
     out.push_str("</tr>\n</tfoot>\n</table>\n</div>\n<figure class=\"panel\">\n");
     let labels: Vec<String> = (0..c.median_ratios.len()).map(target).collect();
@@ -354,6 +374,14 @@ fn run_section(out: &mut String, i: usize, run: &RunReport) {
         fmt_int(run.responses)
     ));
     facts.push(format!("<b>{}</b> ops/s", fmt_rate(run.throughput)));
+    if let Some(ratio) = run.hit_ratio() {
+        facts.push(format!(
+            "reads: <b>{}</b> hits, <b>{}</b> misses (hit ratio <b>{}</b>)",
+            fmt_int(run.hits),
+            fmt_int(run.misses),
+            fmt_pct(ratio * 100.0)
+        ));
+    }
     facts.push(format!(
         "sent <b>{}</b>, received <b>{}</b>",
         fmt_bytes(run.bytes_sent),
@@ -1689,6 +1717,8 @@ mod tests {
                 ("end".into(), responses * 9 / 10),
                 ("stored".into(), responses / 10),
             ],
+            hits: responses * 8 / 10,
+            misses: responses / 10,
             errors: vec![("timeout".into(), seed % 3), ("connreset".into(), 0)],
             ops: vec![op("get", gets), op("set", sets), op("all", all)],
             timeline,
@@ -1724,6 +1754,8 @@ mod tests {
                 rounds,
                 medians: vec![412_000.0, 351_000.0],
                 median_ratios: vec![1.0, 0.8519],
+                hits: vec![9_896_280, 8_430_000],
+                misses: vec![1_237_035, 1_053_000],
             }],
         }
     }
@@ -1780,6 +1812,22 @@ mod tests {
         let json = serde_json::to_string(&report).unwrap();
         let back: Report = serde_json::from_str(&json).unwrap();
         assert_eq!(render(&back), html);
+    }
+
+    /// A comparison in which one server evicted most of the data says so above
+    /// its table, and shows each target's read hit ratio.
+    #[test]
+    fn comparison_warns_when_hit_ratios_differ() {
+        let mut report = sample();
+        let html = render(&report);
+        assert!(html.contains("Read hit ratio") && html.contains("88.9%"));
+        assert!(!html.contains("class=\"warn\""));
+        report.comparisons[0].hits = vec![100_000, 10_312];
+        report.comparisons[0].misses = vec![0, 89_688];
+        let html = render(&report);
+        check_document(&html);
+        assert!(html.contains("<p class=\"warn\">WARNING: mixed 90/10 get/set: hit ratios differ"));
+        assert!(html.contains("10.3%"));
     }
 
     #[test]

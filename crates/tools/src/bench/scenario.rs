@@ -14,6 +14,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser};
@@ -224,8 +225,17 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// `kura bench compare`.
+/// `kura bench compare`: prints the rounds and the table, writes the reports.
 pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
+    let report = compare_to(args, &mut std::io::stdout().lock())?;
+    write_reports(&report, args.json.as_ref(), args.html.as_ref())
+}
+
+/// Runs a comparison, printing its rounds and table to `out`, and returns
+/// the report. Beside each figure: the targets' read hits and misses, and a
+/// warning where their hit ratios differ (their figures measured different
+/// work: a miss is cheaper than a hit).
+pub fn compare_to(args: &CompareArgs, out: &mut impl Write) -> Result<Report, BenchError> {
     let targets: Vec<Target> = args
         .targets
         .iter()
@@ -243,12 +253,16 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
     } else {
         "ops/s"
     };
-    println!(
+    writeln!(
+        out,
         "# {} — {} rounds, figure: {unit}",
         scenario.name, args.rounds
-    );
+    )?;
+    let phases = scenario.phases.len();
     // figures[round][phase][target]
-    let mut figures = vec![vec![vec![0.0; targets.len()]; scenario.phases.len()]; args.rounds];
+    let mut figures = vec![vec![vec![0.0; targets.len()]; phases]; args.rounds];
+    // reads[phase][target] = (hits, misses) over all rounds
+    let mut reads = vec![vec![(0u64, 0u64); targets.len()]; phases];
     let mut all_runs = Vec::new();
     for (round, round_figures) in figures.iter_mut().enumerate() {
         let order: Vec<usize> = if round % 2 == 0 {
@@ -256,10 +270,15 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
         } else {
             (0..targets.len()).rev().collect()
         };
+        // round_runs[phase][target]
+        let mut round_runs = vec![vec![None; targets.len()]; phases];
         for &t in &order {
             let runs = scenario.run(&targets[t], true)?;
             for (phase, run) in runs.iter().enumerate() {
                 round_figures[phase][t] = scenario.figure(run);
+                reads[phase][t].0 += run.hits;
+                reads[phase][t].1 += run.misses;
+                round_runs[phase][t] = Some(run.clone());
             }
             all_runs.extend(runs);
         }
@@ -267,13 +286,20 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
             let row: Vec<String> = targets
                 .iter()
                 .enumerate()
-                .map(|(t, target)| format!("{} {:.1}", target.name, round_figures[phase][t]))
+                .map(|(t, target)| {
+                    let hit = round_runs[phase][t]
+                        .as_ref()
+                        .and_then(RunReport::hit_ratio)
+                        .map_or(String::new(), |r| format!(" (hit ratio {:.1}%)", r * 100.0));
+                    format!("{} {:.1}{hit}", target.name, round_figures[phase][t])
+                })
                 .collect();
-            println!("round {} {:<16} {}", round + 1, p.name, row.join("  "));
+            writeln!(out, "round {} {:<16} {}", round + 1, p.name, row.join("  "))?;
         }
     }
     let mut comparisons = Vec::new();
-    println!(
+    writeln!(
+        out,
         "\n{:<18} {}",
         "phase",
         targets
@@ -281,7 +307,7 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
             .map(|t| format!("{:>14}", t.name))
             .collect::<String>()
             + "   ratios to the first (median of rounds)"
-    );
+    )?;
     for (phase, p) in scenario.phases.iter().enumerate() {
         let rounds: Vec<Vec<f64>> = figures.iter().map(|r| r[phase].clone()).collect();
         let medians: Vec<f64> = (0..targets.len())
@@ -298,7 +324,8 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
                 )
             })
             .collect();
-        println!(
+        writeln!(
+            out,
             "{:<18} {}   {}",
             p.name,
             medians
@@ -310,7 +337,7 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
                 .map(|r| format!("{r:.2}"))
                 .collect::<Vec<_>>()
                 .join(" ")
-        );
+        )?;
         comparisons.push(Comparison {
             workload: format!("{} / {}", scenario.name, p.name),
             targets: targets.iter().map(|t| t.name.clone()).collect(),
@@ -318,16 +345,48 @@ pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
             rounds,
             medians,
             median_ratios: ratios,
+            hits: reads[phase].iter().map(|r| r.0).collect(),
+            misses: reads[phase].iter().map(|r| r.1).collect(),
         });
     }
-    let report = Report {
+    let read_phases: Vec<(&Phase, &Comparison)> = scenario
+        .phases
+        .iter()
+        .zip(&comparisons)
+        .filter(|(_, c)| c.hit_ratios().iter().any(Option::is_some))
+        .collect();
+    if !read_phases.is_empty() {
+        writeln!(
+            out,
+            "\nreads: hits / misses (hit ratio), all rounds together"
+        )?;
+        for (p, c) in &read_phases {
+            let cells: Vec<String> = c
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(t, name)| match c.hit_ratios()[t] {
+                    Some(r) => {
+                        format!("{name} {} / {} ({:.1}%)", c.hits[t], c.misses[t], r * 100.0)
+                    }
+                    None => format!("{name} no reads"),
+                })
+                .collect();
+            writeln!(out, "{:<18} {}", p.name, cells.join("   "))?;
+        }
+        for (_, c) in &read_phases {
+            if let Some(warning) = c.hit_ratio_warning() {
+                writeln!(out, "{warning}")?;
+            }
+        }
+    }
+    Ok(Report {
         title: format!("kura bench compare: {}", scenario.name),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine: String::new(),
         runs: all_runs,
         comparisons,
-    };
-    write_reports(&report, args.json.as_ref(), args.html.as_ref())
+    })
 }
 
 #[cfg(test)]

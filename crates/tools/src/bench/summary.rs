@@ -189,6 +189,9 @@ pub fn mcperf_summary(workload: &Workload, m: &Measured) -> String {
         bytes / 1e6 / secs,
         bytes * 8.0 / 1e6 / secs
     );
+    if let Some(ratio) = super::results::hit_ratio(m.hits, m.misses) {
+        let _ = writeln!(out, "Reads: {}", hits_text(m.hits, m.misses, ratio));
+    }
     if m.latency.len() > 1 {
         out.push('\n');
         for (op, h) in &m.latency {
@@ -308,6 +311,8 @@ pub fn run_report(name: &str, workload: &Workload, m: &Measured) -> RunReport {
             .iter()
             .map(|(k, n)| (k.name().to_string(), *n))
             .collect(),
+        hits: m.hits,
+        misses: m.misses,
         errors: m.errors.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
         ops,
         timeline,
@@ -327,9 +332,21 @@ pub fn scenario_line(run: &RunReport) -> String {
         .cloned()
         .unwrap_or_default();
     let errors: u64 = run.errors.iter().map(|(_, n)| n).sum();
-    format!(
+    let mut line = format!(
         "{:<32} {:>10} responses {:>12.0} ops/s  {:>9.1} µs/op  p50 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} µs  errors {}",
         run.name, run.responses, run.throughput, all.mean_us, all.p50_us, all.p99_us, all.p999_us, all.max_us, errors
+    );
+    if let Some(ratio) = run.hit_ratio() {
+        let _ = write!(line, "  {}", hits_text(run.hits, run.misses, ratio));
+    }
+    line
+}
+
+/// `hits 9,000 misses 1,000 (hit ratio 90.0%)`.
+pub fn hits_text(hits: u64, misses: u64, ratio: f64) -> String {
+    format!(
+        "hits {hits} misses {misses} (hit ratio {:.1}%)",
+        ratio * 100.0
     )
 }
 

@@ -1,0 +1,192 @@
+//! `kura bench compare` must show what each server answered: read hits and
+//! misses per target, and a warning when the hit ratios differ. Before, a
+//! memcached left at its default 64 MB under 1 GB of values answered most
+//! reads with a miss, and the table compared its read times as if it had
+//! served the values. Here two real memcached processes stand in: one with
+//! room for the data, one too small to keep most of it.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kura_tools::bench::scenario::{compare_to, CompareArgs, Scenario, Target};
+
+const MEMCACHED: &str = "/usr/bin/memcached";
+
+/// A memcached on a free port of 127.0.0.1, killed when dropped.
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Memcached {
+    fn start(megabytes: u32) -> Memcached {
+        assert!(
+            std::path::Path::new(MEMCACHED).exists(),
+            "{MEMCACHED} is missing: apt-get install memcached (scripts/test does)"
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut command = Command::new(MEMCACHED);
+        command.args(["-l", "127.0.0.1", "-U", "0", "-t", "1"]);
+        command.args(["-p", &port.to_string(), "-m", &megabytes.to_string()]);
+        // memcached refuses to run as root unless told which user to become;
+        // it ignores -u when it is not root.
+        command.args(["-u", "nobody"]);
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Memcached { child, port };
+        // Ready once it accepts a connection.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("memcached -p {port} exited: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "memcached -p {port} never listened"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    fn target(&self, name: &str) -> String {
+        format!("{name}=127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scenario_file(name: &str, text: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Seed 004's shape, smaller: 2,000 values of 10 KB (20 MB) written in
+/// order, then read back in order.
+const WRITE_THEN_READ: &str = r#"
+name = "write then read 2,000 values of 10 KB"
+metric = "us_per_op"
+
+[params]
+count = 2000
+
+[[phase]]
+name = "write"
+options = { method = "set", sizes = "d10240", num-conns = 1, pipeline = 16, num-calls = "{count}", keys = "{count}", key-pattern = "sequential", prefix = "hits:" }
+
+[[phase]]
+name = "read"
+options = { method = "get", num-conns = 1, pipeline = 16, num-calls = "{count}", keys = "{count}", key-pattern = "sequential", prefix = "hits:", verify = true }
+"#;
+
+fn compare(
+    targets: Vec<String>,
+    scenario: PathBuf,
+) -> (String, kura_tools::bench::results::Report) {
+    let args = CompareArgs {
+        targets,
+        rounds: 1,
+        params: Vec::new(),
+        json: None,
+        html: None,
+        scenario,
+    };
+    let mut out = Vec::new();
+    let report = compare_to(&args, &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    eprintln!("{out}");
+    (out, report)
+}
+
+#[test]
+fn compare_shows_hits_and_warns_when_a_server_misses_most_reads() {
+    let roomy = Memcached::start(64);
+    let small = Memcached::start(4);
+    let scenario = scenario_file("compare-hits.toml", WRITE_THEN_READ);
+    let (out, report) = compare(vec![roomy.target("roomy"), small.target("small")], scenario);
+
+    let read = &report.comparisons[1];
+    assert_eq!(read.hits[0], 2000, "the roomy server keeps every value");
+    assert_eq!(read.misses[0], 0);
+    let small_ratio = read.hit_ratios()[1].unwrap();
+    assert!(small_ratio < 0.5, "4 MB holds most of 20 MB? {small_ratio}");
+    assert_eq!(read.hits[1] + read.misses[1], 2000);
+
+    assert!(out.contains("reads: hits / misses (hit ratio)"), "{out}");
+    assert!(out.contains("roomy 2000 / 0 (100.0%)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "small {} / {} ({:.1}%)",
+            read.hits[1],
+            read.misses[1],
+            small_ratio * 100.0
+        )),
+        "{out}"
+    );
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("WARNING:")).collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    assert!(warnings[0].contains("/ read: hit ratios differ (roomy 100.0%, small "));
+    // The writes read nothing: no hit figures for them.
+    assert_eq!(report.comparisons[0].hit_ratios(), vec![None, None]);
+}
+
+#[test]
+fn compare_stays_quiet_when_both_servers_hold_the_data() {
+    let a = Memcached::start(64);
+    let b = Memcached::start(64);
+    let scenario = scenario_file("compare-hits-quiet.toml", WRITE_THEN_READ);
+    let (out, report) = compare(vec![a.target("a"), b.target("b")], scenario);
+    assert_eq!(report.comparisons[1].hits, vec![2000, 2000]);
+    assert!(
+        out.contains("a 2000 / 0 (100.0%)   b 2000 / 0 (100.0%)"),
+        "{out}"
+    );
+    assert!(!out.contains("WARNING"), "{out}");
+}
+
+/// Hits and misses count keys, not responses: a multi-get of 4 keys of which
+/// 2 exist is 2 hits and 2 misses. Keys 0..99 are stored; reads ask 0..199.
+#[test]
+fn a_multiget_counts_each_key() {
+    let server = Memcached::start(64);
+    let path = scenario_file(
+        "multiget-hits.toml",
+        r#"
+name = "half the keys exist"
+[[phase]]
+name = "write"
+options = { method = "set", sizes = "d100", num-calls = 100, keys = 100, key-pattern = "sequential", prefix = "mg:" }
+[[phase]]
+name = "read"
+options = { method = "get", multiget = 4, num-calls = 50, keys = 200, key-pattern = "sequential", prefix = "mg:" }
+"#,
+    );
+    let scenario = Scenario::load(&path, &[]).unwrap();
+    let target: Target = server.target("memcached").parse().unwrap();
+    for protocol in ["text", "meta", "binary"] {
+        let target = Target {
+            protocol: protocol.into(),
+            ..target.clone()
+        };
+        let runs = scenario.run(&target, true).unwrap();
+        assert_eq!((runs[0].hits, runs[0].misses), (0, 0), "{protocol}: sets");
+        assert_eq!(runs[1].responses, 50, "{protocol}");
+        assert_eq!((runs[1].hits, runs[1].misses), (100, 100), "{protocol}");
+        assert_eq!(runs[1].hit_ratio(), Some(0.5), "{protocol}");
+    }
+}
