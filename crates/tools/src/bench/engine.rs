@@ -96,7 +96,7 @@ pub struct Measured {
 }
 
 impl Measured {
-    fn new(started: Instant) -> Self {
+    pub(crate) fn new(started: Instant) -> Self {
         Measured {
             started,
             elapsed: Duration::ZERO,

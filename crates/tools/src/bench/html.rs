@@ -92,7 +92,11 @@ tfoot th, tfoot td { font-weight: 600; background: #f7f9fb; }
 .good { color: #2e7d32; }
 .muted { color: #7b8794; }
 .two { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; margin-top: 14px; }
+.two > div { min-width: 0; overflow-x: auto; }
 .two table { width: 100%; }
+.scroll { max-width: 100%; overflow-x: auto; }
+table.lat { font-size: 12px; }
+table.lat th, table.lat td { padding: 4px 6px; }
 p.warn { background: #fff4e5; border: 1px solid #f0b45a; border-radius: 6px; padding: 8px 12px; color: #7a4100; font-weight: 600; }
 "#;
 
@@ -415,8 +419,9 @@ fn run_tables(out: &mut String, run: &RunReport) {
         out.push_str("<p class=\"note\">No latencies were recorded.</p>\n");
     } else {
         out.push_str(
-            "<table>\n<thead><tr><th>Op</th><th>Count</th><th>Mean</th><th>p50</th><th>p90</th>\
-             <th>p99</th><th>p99.9</th><th>p99.99</th><th>Max</th></tr></thead>\n<tbody>\n",
+            "<div class=\"scroll\"><table class=\"lat\">\n<thead><tr><th>Op</th><th>Count</th>\
+             <th>Mean</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>p99.99</th>\
+             <th>Max</th></tr></thead>\n<tbody>\n",
         );
         for op in &run.ops {
             w!(
@@ -439,7 +444,7 @@ fn run_tables(out: &mut String, run: &RunReport) {
                 fmt_lat(op.max_us),
             );
         }
-        out.push_str("</tbody>\n</table>\n");
+        out.push_str("</tbody>\n</table></div>\n");
     }
 
     out.push_str("<div class=\"two\">\n<div>\n<h3>Responses</h3>\n");
@@ -1828,6 +1833,19 @@ mod tests {
         check_document(&html);
         assert!(html.contains("<p class=\"warn\">WARNING: mixed 90/10 get/set: hit ratios differ"));
         assert!(html.contains("10.3%"));
+    }
+
+    /// Nine latency columns overflowed a two-column card: the table scrolls
+    /// in its own wrapper, with smaller cells, rather than spilling out.
+    #[test]
+    fn latency_table_sits_in_a_scrolling_wrapper() {
+        let html = render(&sample());
+        assert_eq!(
+            html.matches("<div class=\"scroll\"><table class=\"lat\">")
+                .count(),
+            2
+        );
+        assert!(html.contains(".scroll { max-width: 100%; overflow-x: auto; }"));
     }
 
     #[test]

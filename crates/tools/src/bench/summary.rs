@@ -246,6 +246,22 @@ fn op_latency(op: &str, h: &Histogram<u64>) -> OpLatency {
     }
 }
 
+/// How long timeline interval `index` really lasted in a run of `elapsed`
+/// seconds, or `None` to leave it out of the timeline. Every interval is
+/// `interval` long but the last, which ends with the run: its rate must be
+/// taken over its real length, or a run of 10.4 s draws its last 0.4 s as
+/// throughput falling by 60%. A last interval shorter than a tenth of an
+/// interval is left out, as is one that starts after the run ended (answers
+/// read just after the deadline): a rate over a sliver is noise, not a trend.
+pub fn interval_length(index: usize, interval: f64, elapsed: f64) -> Option<f64> {
+    if interval.is_nan() || interval <= 0.0 {
+        return None;
+    }
+    let start = index as f64 * interval;
+    let length = (elapsed - start).min(interval);
+    (length >= interval / 10.0).then_some(length)
+}
+
 /// The report shape of a run.
 pub fn run_report(name: &str, workload: &Workload, m: &Measured) -> RunReport {
     let secs = m.elapsed.as_secs_f64().max(1e-9);
@@ -260,29 +276,27 @@ pub fn run_report(name: &str, workload: &Workload, m: &Measured) -> RunReport {
         .timeline
         .iter()
         .enumerate()
-        .map(|(i, h)| TimelinePoint {
-            t_secs: (i + 1) as f64 * interval,
-            throughput: h.len() as f64 / interval,
-            p50_us: if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(0.5) as f64 / 1e3
-            },
-            p99_us: if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(0.99) as f64 / 1e3
-            },
-            p999_us: if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(0.999) as f64 / 1e3
-            },
-            max_us: if h.is_empty() {
-                0.0
-            } else {
-                h.max() as f64 / 1e3
-            },
+        .filter_map(|(i, h)| {
+            let length = interval_length(i, interval, secs)?;
+            let q = |p: f64| {
+                if h.is_empty() {
+                    0.0
+                } else {
+                    h.value_at_quantile(p) as f64 / 1e3
+                }
+            };
+            Some(TimelinePoint {
+                t_secs: i as f64 * interval + length,
+                throughput: h.len() as f64 / length,
+                p50_us: q(0.5),
+                p99_us: q(0.99),
+                p999_us: q(0.999),
+                max_us: if h.is_empty() {
+                    0.0
+                } else {
+                    h.max() as f64 / 1e3
+                },
+            })
         })
         .collect();
     let (user, system) = (m.cpu_user_secs, m.cpu_system_secs);
@@ -377,6 +391,59 @@ mod tests {
             "stddev {}",
             op.stddev_us
         );
+    }
+
+    #[test]
+    fn the_last_interval_is_measured_over_its_real_length() {
+        // Full intervals are a whole interval long.
+        assert_eq!(interval_length(0, 1.0, 10.4), Some(1.0));
+        assert_eq!(interval_length(9, 1.0, 10.4), Some(1.0));
+        // The last one ends with the run.
+        let last = interval_length(10, 1.0, 10.4).unwrap();
+        assert!((last - 0.4).abs() < 1e-9, "{last}");
+        // Answers read just after the deadline of a 10 s run start an 11th
+        // interval that has no length: left out, not drawn as a fall to zero.
+        assert_eq!(interval_length(10, 1.0, 10.0), None);
+        // A sliver shorter than a tenth of an interval is left out too.
+        assert_eq!(interval_length(10, 1.0, 10.05), None);
+        assert!(interval_length(10, 1.0, 10.15).is_some());
+        assert_eq!(interval_length(0, 0.0, 10.0), None);
+    }
+
+    /// A steady 1,000 responses/s over 10.4 s, plus 3 answers read after the
+    /// deadline: every point of the timeline says 1,000/s.
+    #[test]
+    fn a_steady_run_has_a_flat_timeline_to_its_end() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: super::super::LoadArgs,
+        }
+        let cli = <Cli as clap::Parser>::parse_from(["kura-bench", "--duration", "10.4s"]);
+        let workload = cli.load.workload().unwrap();
+        let mut m = Measured::new(std::time::Instant::now());
+        m.elapsed = std::time::Duration::from_secs_f64(10.4);
+        let mut counts = vec![1000u64; 10];
+        counts.extend([400, 3]);
+        for n in counts {
+            let mut h = super::super::engine::latency_histogram();
+            h.record_n(100_000, n).unwrap();
+            m.timeline.push(h);
+        }
+        let report = run_report("steady", &workload, &m);
+        let points: Vec<(f64, f64)> = report
+            .timeline
+            .iter()
+            .map(|p| (p.t_secs, p.throughput))
+            .collect();
+        assert_eq!(points.len(), 11, "{points:?}");
+        for (t, rate) in &points {
+            assert!(
+                (rate - 1000.0).abs() < 1e-6,
+                "{rate}/s at {t} s: {points:?}"
+            );
+        }
+        assert!((points[10].0 - 10.4).abs() < 1e-9, "{points:?}");
     }
 
     #[test]
