@@ -735,3 +735,96 @@ fn resident_memory_stays_within_the_budget(log_values_from: &str) {
         assert!(server.stat("disk_resident_trims") > 0);
     }
 }
+
+/// A second server on a data directory in use fails at start, in one line
+/// naming the directory and the process that holds it; the first keeps
+/// serving.
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    let first = Server::start(&["--engine", "disk", "--dir", dir_arg, "-m", "64"]);
+    let second = Command::new(KURA)
+        .args(["serve", "-p", &free_port().to_string()])
+        .args(["--engine", "disk", "--dir", dir_arg, "-m", "64"])
+        .output()
+        .expect("kura runs");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(dir_arg), "{stderr}");
+    assert!(
+        stderr.contains(&format!("process {}", first.child.id())),
+        "{stderr}"
+    );
+    let mut stream = first.connect();
+    stream.write_all(b"set k 0 0 1\r\nx\r\n").unwrap();
+    let mut reply = [0u8; 8];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"STORED\r\n");
+}
+
+/// Without -v, a start says where it serves, on which engine, where the data
+/// is and the memory limit: one line, without terminal colours.
+#[test]
+fn a_start_prints_one_line_saying_what_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(KURA)
+        .args(["serve", "-p", &port.to_string(), "--dir"])
+        .arg(dir.path())
+        .args(["-m", "64"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kura starts");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_until_ready(&mut child, addr);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(first.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(first.contains("disk engine"), "{stderr}");
+    assert!(
+        first.contains(&dir.path().display().to_string()),
+        "{stderr}"
+    );
+    assert!(first.contains("64 MiB"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes: {stderr:?}");
+}
+
+#[test]
+fn version_and_a_bare_kura_answer_in_one_line() {
+    let version = run_kura(&["serve", "-V"]);
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("kura {}", env!("CARGO_PKG_VERSION"))
+    );
+    let bare = run_kura(&[]);
+    let stderr = String::from_utf8_lossy(&bare.stderr);
+    assert_eq!(bare.status.code(), Some(64));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--help"), "{stderr}");
+}
+
+#[test]
+fn an_address_in_use_is_named() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let output = run_kura(&["serve", "--engine", "memory", "-p", &port.to_string()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}

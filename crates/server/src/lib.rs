@@ -16,6 +16,7 @@ pub mod exec;
 mod listener;
 pub mod session;
 pub mod stats;
+pub mod udp;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -110,10 +111,17 @@ pub fn start(
     let threads = config.threads.max(1);
     let listeners = listener::bind(&config)?;
     let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
+    // memcached's -s turns the network off, UDP included.
+    let udp_sockets = if config.udp_port != 0 && config.unix_socket.is_none() {
+        udp::bind(&config.listen, config.udp_port)?
+    } else {
+        Vec::new()
+    };
     let shared = Arc::new(Shared {
         config,
         store,
-        counters: (0..threads).map(|_| stats::Counters::default()).collect(),
+        // One set per worker, and the last for the UDP thread.
+        counters: (0..=threads).map(|_| stats::Counters::default()).collect(),
         connections: stats::ConnectionStats::default(),
         connections_registry: Mutex::new(BTreeMap::new()),
         evictions_enabled,
@@ -138,6 +146,13 @@ pub fn start(
     handles.push(spawn_loudly("kura-acceptor".into(), move || {
         acceptor.run()
     })?);
+
+    if !udp_sockets.is_empty() {
+        let udp = shared.clone();
+        handles.push(spawn_loudly("kura-udp".into(), move || {
+            udp::run(udp_sockets, &udp, &udp.counters[threads])
+        })?);
+    }
 
     let maintenance = shared.clone();
     handles.push(spawn_loudly("kura-maintenance".into(), move || {
