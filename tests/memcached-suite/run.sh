@@ -14,7 +14,8 @@
 #
 # Env: KURA_BIN (default target/debug/kura), SUITE_JOBS (files run at once,
 #      default 4), SUITE_TIMEOUT (seconds per file, default 240),
-#      VERBOSE=1 prints every file's output.
+#      VERBOSE=1 prints every file's output. The last run's logs are kept in
+#      target/memcached-suite/logs-ENGINE/.
 #
 # Prints one line per file (PASS / FAIL / SKIP / N/A / XFAIL) and ends with
 # "memcached suite (ENGINE): N passed, N failed, N skipped, N not applicable".
@@ -72,9 +73,11 @@ perl -MIO::Socket::SSL -e 1 2>/dev/null || apt_install libio-socket-ssl-perl
 command -v saslpasswd2 >/dev/null || apt_install sasl2-bin
 
 # The suite's build directory: its t/ and the two programs it starts.
-build="$CACHE/build-$engine"
+# Each run has its own directory, so two runs at once do not clobber each other.
+build="$CACHE/run-$engine-$$"
 rm -rf "$build"
 mkdir -p "$build"
+trap 'rm -rf "$build"' EXIT
 ln -s "$SOURCE/t" "$build/t"
 cat >"$build/memcached-debug" <<WRAPPER
 #!/usr/bin/env bash
@@ -105,8 +108,7 @@ else
     mapfile -t files < <(cd "$SOURCE/t" && ls -1 ./*.t | sed 's|^\./||')
 fi
 
-logs="$CACHE/logs-$engine"
-rm -rf "$logs"
+logs="$build/logs"
 mkdir -p "$logs"
 run_one() {
     local file=${1%.t}.t
@@ -155,5 +157,8 @@ for f in "${files[@]}"; do
         grep -E '^(not ok|#|Bail)' "$logs/$f.log" | head -n 30 | sed 's/^/      /' || true
     fi
 done
+# The logs of the last run stay for reading.
+rm -rf "$CACHE/logs-$engine"
+cp -r "$logs" "$CACHE/logs-$engine"
 echo "memcached suite ($engine): $passed passed, $failed failed, $skipped skipped, $na not applicable, $xfail known gaps${failed_names[*]:+; failed: ${failed_names[*]}}"
 ((failed == 0))
