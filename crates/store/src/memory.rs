@@ -670,7 +670,12 @@ impl Store for MemoryStore {
         }
         let mut slot = slot;
         if stale {
-            slot.bits |= STALE;
+            // A value older than the item's replaces it but keeps its expiry
+            // and whether its recache token was handed out (memcached's
+            // CAS_STALE): it is still stale, and nobody else may win.
+            let old = &shard.slots[existing.expect("a stale store replaces an item") as usize];
+            slot.expiry = old.expiry;
+            slot.bits |= STALE | (old.bits & WIN_SENT);
         }
         let class = usize::from(slot.class);
         let cas = self.put(&mut shard, existing, slot);

@@ -876,7 +876,13 @@ impl Inner {
                 return (Decision::Keep, outcome);
             }
             let cas = self.next_cas();
-            let bits = if stale { STALE } else { 0 };
+            // A value older than the item's replaces it but keeps its expiry
+            // and whether its recache token was handed out (memcached's
+            // CAS_STALE): it is still stale, and nobody else may win.
+            let (bits, kept_expiry) = match (&existing, stale) {
+                (Some((old, _)), true) => (STALE | (old.bits & WIN_SENT), Some(old.expiry_unix)),
+                _ => (0, None),
+            };
             let decision = match (command.mode, existing) {
                 (StoreMode::Append | StoreMode::Prepend, Some((old, value))) => {
                     let parts: [&[u8]; 2] = if command.mode == StoreMode::Append {
@@ -898,7 +904,8 @@ impl Inner {
                     } else {
                         let header = Header {
                             flags: command.flags,
-                            expiry_unix: self.to_unix(command.expiry),
+                            expiry_unix: kept_expiry
+                                .unwrap_or_else(|| self.to_unix(command.expiry)),
                             cas,
                             bits,
                         };
