@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 
-use crate::number::{parse_exptime, parse_flags, parse_i64, parse_u64};
+use crate::number::{parse_data_length, parse_exptime, parse_flags, parse_u64};
 use crate::text::{data_block, valid_key, DataBlock, Limits};
 use crate::{ErrorReply, Parse, Recovery};
 
@@ -175,8 +175,8 @@ pub fn parse<'a>(
     if verb == Verb::Set {
         match tokens
             .next()
-            .and_then(parse_i64)
-            .filter(|&n| (0..=i64::from(i32::MAX) - 2).contains(&n))
+            .and_then(parse_data_length)
+            .filter(|&n| (0..=i32::MAX - 2).contains(&n))
         {
             Some(n) => {
                 data_len = n as usize;
@@ -203,7 +203,17 @@ pub fn parse<'a>(
         Verb::Arith => done(MetaRequest::Arith(command), line_len),
         Verb::Set => {
             if data_len > limits.max_item_size {
-                return reject(ErrorReply::TooLarge, line_len, recovery);
+                let request = crate::text::Request::TooLarge(crate::text::TooLarge {
+                    key: command.key.bytes,
+                    removes_old_item: true,
+                    data_len: data_len as u64,
+                    // `q` hides only the ordinary answer, never an error.
+                    noreply: false,
+                });
+                return Parse::Done {
+                    request,
+                    consumed: line_len,
+                };
             }
             match data_block(buf, line_len, data_len) {
                 DataBlock::Incomplete => Parse::Incomplete,
@@ -433,10 +443,11 @@ mod tests {
             rejected(b"ms k abc\r\nhi\r\n"),
             (ErrorReply::BadCommandLine, Recovery::Continue)
         );
-        assert_eq!(
-            rejected(b"ms k 2000000\r\n"),
-            (ErrorReply::TooLarge, Recovery::Swallow(2_000_002))
-        );
+        let Parse::Done { request, consumed } = parse_text(b"ms k 2000000\r\n", &LIMITS) else {
+            panic!("a too large ms is a request of its own")
+        };
+        assert_eq!(consumed, 14);
+        assert_eq!(request.bytes_to_discard(), 2_000_002);
     }
 
     #[test]

@@ -44,6 +44,13 @@ pub fn parse_exptime(token: &[u8]) -> Option<i64> {
     parse_i64(token).map(|v| i64::from(v as i32))
 }
 
+/// The data length of a storage command: memcached reads it as a 64-bit
+/// signed number and keeps the low 32 bits, so 4294967296 is 0. Negative
+/// lengths are the caller's to refuse.
+pub fn parse_data_length(token: &[u8]) -> Option<i32> {
+    parse_i64(token).map(|v| v as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +79,14 @@ mod tests {
         assert_eq!(parse_exptime(b"2592000"), Some(2_592_000));
         assert_eq!(parse_exptime(b"9999999999"), Some(1_410_065_407));
         assert_eq!(parse_exptime(b"abc"), None);
+    }
+
+    #[test]
+    fn data_length_narrows_to_32_bits_like_memcached() {
+        assert_eq!(parse_data_length(b"5"), Some(5));
+        assert_eq!(parse_data_length(b"4294967296"), Some(0));
+        assert_eq!(parse_data_length(b"4294967295"), Some(-1));
+        assert_eq!(parse_data_length(b"99999999999999999999"), None);
+        assert_eq!(parse_data_length(b"5x"), None);
     }
 }

@@ -32,6 +32,12 @@ pub enum ErrorReply {
     ShutdownDisabled,
     #[error("MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m")]
     MemlimitTooSmall,
+    #[error("MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes")]
+    MemlimitNotMegabytes,
+    #[error("CLIENT_ERROR invalid shutdown mode")]
+    ShutdownInvalidMode,
+    #[error("CLIENT_ERROR flush_all not allowed")]
+    FlushDisabled,
     #[error("CLIENT_ERROR invalid flag")]
     MetaInvalidFlag,
     #[error("CLIENT_ERROR duplicate flag")]

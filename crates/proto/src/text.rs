@@ -6,7 +6,7 @@
 //! to [`crate::meta`].
 
 use crate::meta::{self, MetaRequest};
-use crate::number::{parse_exptime, parse_flags, parse_i64, parse_u64};
+use crate::number::{parse_data_length, parse_exptime, parse_flags, parse_i64, parse_u64};
 use crate::{ErrorReply, Parse, Recovery, MAX_KEY_LEN, MAX_LINE_LEN};
 
 /// memcached answers a line with more tokens than this with `ERROR`
@@ -46,7 +46,18 @@ pub enum Request<'a> {
     },
     Quit,
     Shutdown {
-        graceful: bool,
+        mode: ShutdownMode,
+    },
+    /// `slabs automove <0|1|2>` or `slabs automove ratio <x>`: kura has no
+    /// slab pages to move between size classes, so a valid setting is
+    /// accepted and changes nothing.
+    SlabsAutomove {
+        noreply: bool,
+    },
+    /// `debugtime <seconds>`: moves the server clock forward, as in
+    /// memcached's debug build, so tests need not sleep.
+    DebugTime {
+        seconds: i64,
     },
     CacheMemlimit {
         megabytes: u64,
@@ -59,6 +70,47 @@ pub enum Request<'a> {
     /// `lru_crawler metadump all`: one line of metadata per item.
     Metadump,
     Meta(MetaRequest<'a>),
+    /// A storage command (text or `ms`) whose data block is larger than the
+    /// item size limit (`-I`). Its data block follows and is discarded.
+    TooLarge(TooLarge<'a>),
+}
+
+impl Request<'_> {
+    /// Bytes after the request that belong to it and are to be discarded
+    /// unread (the data block of a storage command that is refused before its
+    /// data arrives).
+    pub fn bytes_to_discard(&self) -> u64 {
+        match self {
+            Request::TooLarge(too_large) => too_large.data_len + 2,
+            _ => 0,
+        }
+    }
+}
+
+/// How `shutdown` was asked to stop the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`: stop now.
+    Immediate,
+    /// `shutdown graceful` (memcached's SIGUSR1).
+    Graceful,
+    /// Any other argument. memcached checks that `shutdown` is allowed
+    /// before it looks at the mode, so this is refused when executed.
+    Unknown,
+}
+
+/// A storage command refused for its size. memcached answers `SERVER_ERROR
+/// object too large for cache` and, for `set` (and every `ms`), removes the
+/// key's current item, so a failed write never leaves stale data served.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TooLarge<'a> {
+    /// The key as stored (base64-decoded for `ms ... b`).
+    pub key: std::borrow::Cow<'a, [u8]>,
+    /// Whether the key's current item is removed.
+    pub removes_old_item: bool,
+    /// Length of the data block, without its `\r\n`.
+    pub data_len: u64,
+    pub noreply: bool,
 }
 
 /// Which retrieval verb: `get`, `gets` (with CAS), `gat`/`gats` (get and touch).
@@ -191,11 +243,17 @@ fn incomplete_line<T>(buf: &[u8]) -> Parse<T> {
 }
 
 fn reject<T>(error: ErrorReply, consumed: usize) -> Parse<T> {
+    reject_unless_noreply(error, consumed, false)
+}
+
+/// A rejection of a command line that ended in `noreply`: memcached notes
+/// the `noreply` before it checks the arguments, so such errors are silent.
+fn reject_unless_noreply<T>(error: ErrorReply, consumed: usize, noreply: bool) -> Parse<T> {
     Parse::Reject {
         error,
         consumed,
         recovery: Recovery::Continue,
-        noreply: false,
+        noreply,
     }
 }
 
@@ -286,34 +344,36 @@ fn parse_store<'a>(
     if args.len() != required && args.len() != required + 1 {
         return reject(ErrorReply::UnknownCommand, line_len);
     }
+    let noreply = is_noreply(args.last().copied());
+    let bad_line = || reject_unless_noreply(ErrorReply::BadCommandLine, line_len, noreply);
     let key = args[0];
     if !valid_key(key) {
-        return reject(ErrorReply::BadCommandLine, line_len);
+        return bad_line();
     }
     let (Some(flags), Some(exptime), Some(length)) = (
         parse_flags(args[1]),
         parse_exptime(args[2]),
-        parse_i64(args[3]).filter(|&n| (0..=i64::from(i32::MAX) - 2).contains(&n)),
+        parse_data_length(args[3]).filter(|&n| (0..=i32::MAX - 2).contains(&n)),
     ) else {
-        return reject(ErrorReply::BadCommandLine, line_len);
+        return bad_line();
     };
     let cas_unique = if verb == StoreVerb::Cas {
         match parse_u64(args[4]) {
             Some(cas) => cas,
-            None => return reject(ErrorReply::BadCommandLine, line_len),
+            None => return bad_line(),
         }
     } else {
         0
     };
-    let noreply = is_noreply(args.get(required).copied());
     let length = length as usize;
     if length > limits.max_item_size {
-        return Parse::Reject {
-            error: ErrorReply::TooLarge,
-            consumed: line_len,
-            recovery: Recovery::Swallow(length as u64 + 2),
+        let request = Request::TooLarge(TooLarge {
+            key: key.into(),
+            removes_old_item: verb == StoreVerb::Set,
+            data_len: length as u64,
             noreply,
-        };
+        });
+        return done(request, line_len);
     }
     match data_block(buf, line_len, length) {
         DataBlock::Incomplete => Parse::Incomplete,
@@ -361,68 +421,78 @@ pub fn data_block(buf: &[u8], line_len: usize, length: usize) -> DataBlock<'_> {
 
 fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> Parse<Request<'a>> {
     let argc = tokens.remaining();
+    // Commands that take `noreply` note it before they check their
+    // arguments, so their argument errors are silent under it.
+    let noreply = is_noreply(tokens.clone().last());
+    let quiet_reject = |error| reject_unless_noreply(error, line_len, noreply);
     let request = match (verb, argc) {
         (b"delete", 1..=3) => return parse_delete(tokens, argc, line_len),
         (b"incr" | b"decr", 2 | 3) => {
             let key = tokens.next().unwrap_or_default();
             if !valid_key(key) {
-                return reject(ErrorReply::BadCommandLine, line_len);
+                return quiet_reject(ErrorReply::BadCommandLine);
             }
             let Some(delta) = tokens.next().and_then(parse_u64) else {
-                return reject(ErrorReply::InvalidDelta, line_len);
+                return quiet_reject(ErrorReply::InvalidDelta);
             };
             Request::Arith {
                 key,
                 incr: verb == b"incr",
                 delta,
-                noreply: is_noreply(tokens.next()),
+                noreply,
             }
         }
         (b"touch", 2 | 3) => {
             let key = tokens.next().unwrap_or_default();
             if !valid_key(key) {
-                return reject(ErrorReply::BadCommandLine, line_len);
+                return quiet_reject(ErrorReply::BadCommandLine);
             }
             let Some(exptime) = tokens.next().and_then(parse_exptime) else {
-                return reject(ErrorReply::InvalidExptime, line_len);
+                return quiet_reject(ErrorReply::InvalidExptime);
             };
             Request::Touch {
                 key,
                 exptime,
-                noreply: is_noreply(tokens.next()),
+                noreply,
             }
         }
         (b"flush_all", 0..=2) => {
-            let first = tokens.next();
-            let (delay, noreply) = match first {
-                None => (0, false),
-                Some(b"noreply") => (0, true),
-                Some(token) => match parse_exptime(token) {
-                    Some(delay) => (delay, is_noreply(tokens.next())),
-                    None => return reject(ErrorReply::InvalidExptime, line_len),
-                },
+            // A lone `noreply` is not a delay; anything else in first place is.
+            let delay = if argc == usize::from(noreply) {
+                0
+            } else {
+                match tokens.next().and_then(parse_exptime) {
+                    Some(delay) => delay,
+                    None => return quiet_reject(ErrorReply::InvalidExptime),
+                }
             };
             Request::FlushAll { delay, noreply }
         }
         // memcached ignores anything after these two.
         (b"version", _) => Request::Version,
-        // The level is ignored; a trailing `noreply` silences the reply.
-        (b"verbosity", 1 | 2) => Request::Verbosity {
-            noreply: is_noreply(tokens.last()),
-        },
+        (b"verbosity", 1 | 2) => {
+            // The level must be a number; kura keeps no log to make louder.
+            if tokens.next().and_then(parse_flags).is_none() {
+                return quiet_reject(ErrorReply::BadCommandLine);
+            }
+            Request::Verbosity { noreply }
+        }
         (b"quit", _) => Request::Quit,
-        (b"shutdown", 0) => Request::Shutdown { graceful: false },
-        (b"shutdown", 1) if tokens.next() == Some(b"graceful") => {
-            Request::Shutdown { graceful: true }
+        (b"shutdown", _) => Request::Shutdown {
+            mode: match (argc, tokens.next()) {
+                (0, _) => ShutdownMode::Immediate,
+                (1, Some(b"graceful")) => ShutdownMode::Graceful,
+                _ => ShutdownMode::Unknown,
+            },
+        },
+        (b"slabs", 2..) if tokens.next() == Some(b"automove") => {
+            return parse_slabs_automove(tokens, argc, line_len, noreply)
         }
         (b"cache_memlimit", 1 | 2) => {
             let Some(megabytes) = tokens.next().and_then(parse_u64) else {
-                return reject(ErrorReply::UnknownCommand, line_len);
+                return quiet_reject(ErrorReply::UnknownCommand);
             };
-            Request::CacheMemlimit {
-                megabytes,
-                noreply: is_noreply(tokens.next()),
-            }
+            Request::CacheMemlimit { megabytes, noreply }
         }
         (b"lru_crawler", 2) if tokens.next() == Some(b"metadump") => match tokens.next() {
             Some(b"all") => Request::Metadump,
@@ -431,27 +501,99 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),
         },
+        (b"debugtime", 1..) => match tokens.next().and_then(parse_i64) {
+            Some(seconds) => Request::DebugTime { seconds },
+            None => return reject(ErrorReply::UnknownCommand, line_len),
+        },
+        _ if is_http_request(verb, tokens.last()) => {
+            // Someone pointed a web client at the cache: memcached hangs up
+            // without a word.
+            return Parse::Reject {
+                error: ErrorReply::UnknownCommand,
+                consumed: line_len,
+                recovery: Recovery::Close,
+                noreply: true,
+            };
+        }
         _ => return reject(ErrorReply::UnknownCommand, line_len),
     };
     done(request, line_len)
 }
 
+/// An HTTP request line (`GET / HTTP/1.1`). memcached recognises one only
+/// among lines whose verb is not one of its own (so not `get ... HTTP/1.0`):
+/// its last word starts with `HTTP/`.
+fn is_http_request(verb: &[u8], last: Option<&[u8]>) -> bool {
+    // memcached picks most commands by their first letter and the rest by
+    // name; only a line that matches neither is checked for HTTP.
+    let dispatched_by_initial = matches!(
+        verb.first(),
+        Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't')
+    ) || (verb.len() == 2 && verb[0] == b'm');
+    let dispatched_by_name = matches!(
+        verb,
+        b"replace"
+            | b"prepend"
+            | b"bget"
+            | b"flush_all"
+            | b"version"
+            | b"quit"
+            | b"lru_crawler"
+            | b"watch"
+            | b"verbosity"
+            | b"lru"
+    );
+    !dispatched_by_initial
+        && !dispatched_by_name
+        && verb.len() >= 2
+        && last.is_some_and(|word| word.starts_with(b"HTTP/"))
+}
+
+/// `slabs automove <level>` (0, 1 or 2) or `slabs automove ratio <x>`, with
+/// memcached's answers to bad values: `CLIENT_ERROR` for a level that is not
+/// a number, `ERROR` for a level out of range or a missing ratio.
+fn parse_slabs_automove(
+    mut tokens: Tokens<'_>,
+    argc: usize,
+    line_len: usize,
+    noreply: bool,
+) -> Parse<Request<'_>> {
+    let valid = match tokens.next() {
+        Some(b"ratio") => {
+            let ratio = tokens.next().and_then(|t| std::str::from_utf8(t).ok());
+            if argc < 3 || ratio.and_then(|r| r.parse::<f64>().ok()).is_none() {
+                return reject_unless_noreply(ErrorReply::UnknownCommand, line_len, noreply);
+            }
+            true
+        }
+        level => match level.and_then(parse_flags) {
+            None => return reject_unless_noreply(ErrorReply::BadCommandLine, line_len, noreply),
+            Some(level) => level <= 2,
+        },
+    };
+    if !valid {
+        return reject_unless_noreply(ErrorReply::UnknownCommand, line_len, noreply);
+    }
+    done(Request::SlabsAutomove { noreply }, line_len)
+}
+
 /// `delete <key> [0] [noreply]`: memcached still accepts a hold time of 0
-/// from old clients and rejects any other.
+/// from old clients and rejects any other. It notes a `noreply` before it
+/// judges the arguments, so `delete <key> 10 noreply` fails silently.
 fn parse_delete(mut tokens: Tokens<'_>, argc: usize, line_len: usize) -> Parse<Request<'_>> {
     let key = tokens.next().unwrap_or_default();
-    if !valid_key(key) {
-        return reject(ErrorReply::BadCommandLine, line_len);
-    }
     let extra: Vec<&[u8]> = tokens.collect();
-    let noreply = is_noreply(extra.last().copied());
+    let noreply = argc > 1 && is_noreply(extra.last().copied());
     let valid = match argc {
         1 => true,
         2 => extra[0] == b"0" || noreply,
         _ => extra[0] == b"0" && noreply,
     };
     if !valid {
-        return reject(ErrorReply::DeleteUsage, line_len);
+        return reject_unless_noreply(ErrorReply::DeleteUsage, line_len, noreply);
+    }
+    if !valid_key(key) {
+        return reject_unless_noreply(ErrorReply::BadCommandLine, line_len, noreply);
     }
     done(Request::Delete { key, noreply }, line_len)
 }
@@ -530,11 +672,28 @@ mod tests {
     }
 
     #[test]
-    fn too_large_swallows_the_data() {
+    fn too_large_discards_the_data_and_a_set_removes_the_old_item() {
+        let (request, consumed) = parse_ok(b"set a 0 0 2000000\r\n");
+        assert_eq!(consumed, 19);
+        assert_eq!(request.bytes_to_discard(), 2_000_002);
         assert_eq!(
-            rejected(b"set a 0 0 2000000\r\n"),
-            (ErrorReply::TooLarge, 19, Recovery::Swallow(2_000_002))
+            request,
+            Request::TooLarge(TooLarge {
+                key: b"a"[..].into(),
+                removes_old_item: true,
+                data_len: 2_000_000,
+                noreply: false,
+            })
         );
+        let (request, _) = parse_ok(b"add a 0 0 2000000 noreply\r\n");
+        assert!(matches!(
+            request,
+            Request::TooLarge(TooLarge {
+                removes_old_item: false,
+                noreply: true,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -578,19 +737,122 @@ mod tests {
         assert_eq!(parse(&multiget, &LIMITS), Parse::Incomplete);
     }
 
+    fn rejected_quietly(input: &[u8]) -> (ErrorReply, bool) {
+        match parse(input, &LIMITS) {
+            Parse::Reject { error, noreply, .. } => (error, noreply),
+            other => panic!("expected a rejection of {input:?}, got {other:?}"),
+        }
+    }
+
     #[test]
     fn errors_after_a_noreply_line_are_silent() {
-        let Parse::Reject { error, noreply, .. } =
-            parse(b"set a 0 0 3 noreply\r\nabcd\r\n", &LIMITS)
-        else {
-            panic!("not rejected")
+        assert_eq!(
+            rejected_quietly(b"set a 0 0 3 noreply\r\nabcd\r\n"),
+            (ErrorReply::BadDataChunk, true)
+        );
+        // memcached notes `noreply` before it checks the arguments.
+        let silent: &[(&[u8], ErrorReply)] = &[
+            (b"set a 0 0 abc noreply\r\n", ErrorReply::BadCommandLine),
+            (b"set a x 0 1 noreply\r\n", ErrorReply::BadCommandLine),
+            (b"delete a 10 noreply\r\n", ErrorReply::DeleteUsage),
+            (b"incr a x noreply\r\n", ErrorReply::InvalidDelta),
+            (b"touch a x noreply\r\n", ErrorReply::InvalidExptime),
+            (b"flush_all x noreply\r\n", ErrorReply::InvalidExptime),
+            (b"verbosity x noreply\r\n", ErrorReply::BadCommandLine),
+            (b"verbosity noreply\r\n", ErrorReply::BadCommandLine),
+        ];
+        for &(line, error) in silent {
+            assert_eq!(rejected_quietly(line), (error, true), "{line:?}");
+        }
+        // A wrong number of words is answered before `noreply` is looked at.
+        assert_eq!(
+            rejected_quietly(b"set a 0 0 1 2 noreply\r\n"),
+            (ErrorReply::UnknownCommand, false)
+        );
+        assert_eq!(
+            rejected_quietly(b"delete a 10\r\n"),
+            (ErrorReply::DeleteUsage, false)
+        );
+    }
+
+    #[test]
+    fn numbers_with_trailing_garbage_or_out_of_range_are_bad_lines() {
+        let bad: &[&[u8]] = &[
+            b"set a 0 0 1x\r\n",
+            b"set a 0 1x 1\r\n",
+            b"set a 1x 0 1\r\n",
+            b"set a 0 0 2147483647\r\n",
+            b"cas a 0 0 1 1x\r\n",
+            b"cas a 0 0 1 18446744073709551616\r\n",
+            b"verbosity invalid\r\n",
+            b"verbosity 1x\r\n",
+            b"slabs automove invalid\r\n",
+            b"slabs automove 1x\r\n",
+        ];
+        for &line in bad {
+            assert_eq!(rejected(line).0, ErrorReply::BadCommandLine, "{line:?}");
+        }
+        assert_eq!(rejected(b"incr a 1x\r\n").0, ErrorReply::InvalidDelta);
+        assert_eq!(
+            rejected(b"incr a 18446744073709551616\r\n").0,
+            ErrorReply::InvalidDelta
+        );
+        assert_eq!(rejected(b"touch a 1x\r\n").0, ErrorReply::InvalidExptime);
+        // memcached keeps the low 32 bits of a data length.
+        let (request, _) = parse_ok(b"set a 0 0 4294967296\r\n\r\n");
+        assert!(matches!(request, Request::Store(s) if s.data.is_empty()));
+    }
+
+    #[test]
+    fn slabs_automove_levels() {
+        for line in [
+            &b"slabs automove 0\r\n"[..],
+            b"slabs automove 2\r\n",
+            b"slabs automove ratio 0.8\r\n",
+        ] {
+            assert!(matches!(parse_ok(line).0, Request::SlabsAutomove { .. }));
+        }
+        assert_eq!(
+            rejected(b"slabs automove 3\r\n").0,
+            ErrorReply::UnknownCommand
+        );
+        assert_eq!(
+            rejected(b"slabs automove ratio\r\n").0,
+            ErrorReply::UnknownCommand
+        );
+        assert_eq!(rejected(b"slabs\r\n").0, ErrorReply::UnknownCommand);
+    }
+
+    #[test]
+    fn http_request_lines_close_the_connection() {
+        for line in [
+            &b"GET / HTTP/1.0\r\n"[..],
+            b"PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n",
+            b"DELETE HTTP/1.1\r\n",
+        ] {
+            assert_eq!(rejected(line).2, Recovery::Close, "{line:?}");
+        }
+        // A memcached verb is served as one, whatever its last word.
+        assert!(matches!(
+            parse_ok(b"get / HTTP/1.0\r\n").0,
+            Request::Get { .. }
+        ));
+        assert_eq!(
+            rejected(b"GET /\r\n"),
+            (ErrorReply::UnknownCommand, 7, Recovery::Continue)
+        );
+    }
+
+    #[test]
+    fn shutdown_modes() {
+        let mode = |line| match parse_ok(line).0 {
+            Request::Shutdown { mode } => mode,
+            other => panic!("not a shutdown: {other:?}"),
         };
-        assert_eq!((error, noreply), (ErrorReply::BadDataChunk, true));
-        let Parse::Reject { error, noreply, .. } = parse(b"set a 0 0 2000000 noreply\r\n", &LIMITS)
-        else {
-            panic!("not rejected")
-        };
-        assert_eq!((error, noreply), (ErrorReply::TooLarge, true));
+        assert_eq!(mode(b"shutdown\r\n"), ShutdownMode::Immediate);
+        assert_eq!(mode(b"shutdown graceful\r\n"), ShutdownMode::Graceful);
+        assert_eq!(mode(b"shutdown foo\r\n"), ShutdownMode::Unknown);
+        assert_eq!(mode(b"shutdown graceful now\r\n"), ShutdownMode::Unknown);
     }
 
     #[test]

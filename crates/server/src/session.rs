@@ -85,6 +85,10 @@ impl Session {
                 Step::Served(Action::Continue) => *budget -= 1,
                 Step::Served(Action::Close) => return (used + consumed, Stop::Close),
                 Step::Served(Action::Shutdown) => return (used + consumed, Stop::Shutdown),
+                // Until kura can restart gracefully, `shutdown graceful`
+                // stops the server as `shutdown` does (memcached without a
+                // memory file does the same).
+                Step::Served(Action::GracefulShutdown) => return (used + consumed, Stop::Shutdown),
                 Step::Incomplete => return (used, Stop::NeedInput),
                 Step::Rejected => {}
             }
@@ -94,10 +98,12 @@ impl Session {
 
     fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
         match text::parse(input, &ctx.limits()) {
-            Parse::Done { request, consumed } => (
-                consumed,
-                Step::Served(exec::text::execute(request, ctx, out)),
-            ),
+            Parse::Done { request, consumed } => {
+                let discard = request.bytes_to_discard();
+                let action = exec::text::execute(request, ctx, out);
+                self.recover(Recovery::Swallow(discard));
+                (consumed, Step::Served(action))
+            }
             Parse::Incomplete => (0, Step::Incomplete),
             Parse::Reject {
                 error,
@@ -105,9 +111,6 @@ impl Session {
                 recovery,
                 noreply,
             } => {
-                if error == kura_proto::ErrorReply::TooLarge {
-                    ctx.counters.store_too_large.incr();
-                }
                 if recovery == Recovery::Close {
                     // memcached closes on garbage without a word.
                     return (consumed, Step::Served(Action::Close));

@@ -184,6 +184,8 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         }
         StoreOutcome::OutOfMemory => {
             ctx.counters.store_no_memory.incr();
+            // memcached removes the old item whatever the mode.
+            super::text::remove_stale(&command.key.bytes, ctx);
             ErrorReply::OutOfMemory.compose(out);
         }
         StoreOutcome::Failed => ErrorReply::StorageFailed.compose(out),

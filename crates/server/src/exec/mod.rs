@@ -21,7 +21,10 @@ pub const PROTOCOL_VERSION: &str = "1.6.18";
 pub enum Action {
     Continue,
     Close,
+    /// `shutdown`: stop the server.
     Shutdown,
+    /// `shutdown graceful` (memcached's SIGUSR1).
+    GracefulShutdown,
 }
 
 /// What executing a request may touch.

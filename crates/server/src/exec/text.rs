@@ -1,7 +1,7 @@
 //! The classic text commands.
 
 use kura_proto::reply::push_u64;
-use kura_proto::text::{GetMode, Request, StoreRequest, StoreVerb};
+use kura_proto::text::{GetMode, Request, ShutdownMode, StoreRequest, StoreVerb, TooLarge};
 use kura_proto::ErrorReply;
 use kura_store::{
     ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
@@ -12,6 +12,9 @@ use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
 
 /// memcached refuses to shrink below 8 MB.
 const MIN_MEMLIMIT_MB: u64 = 8;
+/// memcached takes a larger `cache_memlimit` for a number of bytes sent by
+/// mistake and refuses it.
+const MAX_MEMLIMIT_MB: u64 = 1_000_000_000;
 
 pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
     match request {
@@ -59,11 +62,12 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             reply_unless(noreply, reply, out);
         }
         Request::FlushAll { delay, noreply } => {
+            // memcached counts a refused flush_all too.
+            ctx.counters.cmd_flush.incr();
             if !ctx.shared.config.flush_enabled {
-                out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+                error_unless(noreply, ErrorReply::FlushDisabled, out);
                 return Action::Continue;
             }
-            ctx.counters.cmd_flush.incr();
             ctx.shared.store.flush_all(delay);
             reply_unless(noreply, b"OK\r\n", out);
         }
@@ -74,15 +78,25 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         }
         Request::Verbosity { noreply } => reply_unless(noreply, b"OK\r\n", out),
         Request::Quit => return Action::Close,
-        Request::Shutdown { .. } => {
-            if ctx.shared.config.shutdown_command {
-                return Action::Shutdown;
+        Request::Shutdown { mode } => {
+            if !ctx.shared.config.shutdown_command {
+                ErrorReply::ShutdownDisabled.compose(out);
+                return Action::Continue;
             }
-            ErrorReply::ShutdownDisabled.compose(out);
+            match mode {
+                ShutdownMode::Immediate => return Action::Shutdown,
+                ShutdownMode::Graceful => return Action::GracefulShutdown,
+                ShutdownMode::Unknown => ErrorReply::ShutdownInvalidMode.compose(out),
+            }
         }
+        Request::SlabsAutomove { noreply } => reply_unless(noreply, b"OK\r\n", out),
+        Request::DebugTime { seconds } => debug_time(seconds, ctx, out),
+        Request::TooLarge(request) => too_large(&request, ctx, out),
         Request::CacheMemlimit { megabytes, noreply } => {
             if megabytes < MIN_MEMLIMIT_MB {
-                ErrorReply::MemlimitTooSmall.compose(out);
+                error_unless(noreply, ErrorReply::MemlimitTooSmall, out);
+            } else if megabytes > MAX_MEMLIMIT_MB {
+                error_unless(noreply, ErrorReply::MemlimitNotMegabytes, out);
             } else {
                 let bytes = megabytes.saturating_mul(1024 * 1024);
                 ctx.shared
@@ -101,6 +115,43 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
 fn reply_unless(noreply: bool, reply: &[u8], out: &mut Vec<u8>) {
     if !noreply {
         out.extend_from_slice(reply);
+    }
+}
+
+fn error_unless(noreply: bool, error: ErrorReply, out: &mut Vec<u8>) {
+    if !noreply {
+        error.compose(out);
+    }
+}
+
+/// A storage command refused for its size (its data block is discarded by
+/// the session). Like memcached, a refused `set` (or `ms`) also removes the
+/// key's current item: a client whose write failed must not go on reading
+/// the value it meant to replace.
+fn too_large(request: &TooLarge<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    ctx.counters.store_too_large.incr();
+    if request.removes_old_item {
+        remove_stale(&request.key, ctx);
+    }
+    error_unless(request.noreply, ErrorReply::TooLarge, out);
+}
+
+/// Removes the item a failed write meant to replace.
+pub(super) fn remove_stale(key: &[u8], ctx: &Context<'_>) {
+    ctx.shared.store.delete(key, &DeleteCommand::default());
+}
+
+/// `debugtime <seconds>`: memcached's debug build moves its clock with it,
+/// and so do kura's debug builds; a release build does not know the command.
+fn debug_time(seconds: i64, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let forward = u32::try_from(seconds).ok();
+    match forward {
+        Some(seconds) if cfg!(debug_assertions) => {
+            ctx.shared.store.clock().advance(seconds);
+            out.extend_from_slice(b"OK\r\n");
+        }
+        // The clock only moves forward.
+        _ => ErrorReply::UnknownCommand.compose(out),
     }
 }
 
@@ -180,6 +231,10 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         }
         StoreOutcome::OutOfMemory => {
             ctx.counters.store_no_memory.incr();
+            // As for a value too large: a failed set leaves no stale value.
+            if request.verb == StoreVerb::Set {
+                remove_stale(request.key, ctx);
+            }
             b"SERVER_ERROR out of memory storing object\r\n"
         }
         StoreOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
