@@ -27,11 +27,64 @@ impl ProtocolChoice {
     }
 }
 
+/// One `-l` entry: `ip`, `ip:port`, `[ipv6]:port`, each optionally behind
+/// `notls:` (a plain listener on a server with `-Z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ListenAddr {
+    pub ip: IpAddr,
+    /// None: the server's `-p` port.
+    pub port: Option<u16>,
+    /// Plain TCP even when TLS is on.
+    pub no_tls: bool,
+}
+
+impl ListenAddr {
+    pub fn new(ip: IpAddr) -> Self {
+        ListenAddr {
+            ip,
+            port: None,
+            no_tls: false,
+        }
+    }
+}
+
+/// As it was given to `-l`.
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.no_tls {
+            f.write_str("notls:")?;
+        }
+        match self.port {
+            Some(port) => write!(f, "{}", std::net::SocketAddr::new(self.ip, port)),
+            None => write!(f, "{}", self.ip),
+        }
+    }
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (no_tls, rest) = match text.strip_prefix("notls:") {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let bad = || format!("'{text}' is not an address, address:port or notls:address:port");
+        let (ip, port) = if let Ok(ip) = rest.parse::<IpAddr>() {
+            (ip, None)
+        } else {
+            let addr: std::net::SocketAddr = rest.parse().map_err(|_| bad())?;
+            (addr.ip(), Some(addr.port()))
+        };
+        Ok(ListenAddr { ip, port, no_tls })
+    }
+}
+
 /// Everything the network server needs to know.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerConfig {
     /// Addresses to listen on (`-l`); empty when only a Unix socket is used.
-    pub listen: Vec<IpAddr>,
+    pub listen: Vec<ListenAddr>,
     /// TCP port (`-p`); 0 picks a free port (tests).
     pub port: u16,
     /// A Unix-domain socket instead of TCP (`-s`).
@@ -101,7 +154,7 @@ pub struct TlsSettings {
     pub chain_cert: Option<PathBuf>,
     /// Private key (`ssl_key`); PEM unless `key_format` says DER.
     pub key: Option<PathBuf>,
-    /// 0 PEM, 1 DER (`ssl_keyformat`).
+    /// OpenSSL's numbers, as memcached takes them: 1 PEM, 2 DER (`ssl_keyformat`).
     pub key_format: u8,
     /// 0 none, 1 request, 2 require, 3 once (`ssl_verify_mode`).
     pub verify_mode: u8,
@@ -120,7 +173,7 @@ pub struct TlsSettings {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: vec![IpAddr::from([127, 0, 0, 1])],
+            listen: vec![ListenAddr::new(IpAddr::from([127, 0, 0, 1]))],
             port: 11211,
             unix_socket: None,
             unix_mask: 0o700,

@@ -16,6 +16,7 @@ pub mod exec;
 mod listener;
 pub mod session;
 pub mod stats;
+pub mod tls;
 pub mod udp;
 mod worker;
 
@@ -30,7 +31,7 @@ use std::time::Duration;
 use kura_store::Store;
 use parking_lot::Mutex;
 
-pub use config::{ProtocolChoice, ServerConfig, TlsSettings};
+pub use config::{ListenAddr, ProtocolChoice, ServerConfig, TlsSettings};
 
 /// State every thread of the server shares.
 pub struct Shared {
@@ -43,6 +44,8 @@ pub struct Shared {
     pub connections_registry: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
     /// Whether the store evicts (memcached's `-M` turns it off), for `stats settings`.
     pub evictions_enabled: bool,
+    /// TLS sessions' settings, certificates and counters, when `-Z` is on.
+    pub tls: Option<Arc<tls::TlsAcceptor>>,
     stopping: AtomicBool,
     wakers: OnceLock<Vec<Arc<mio::Waker>>>,
 }
@@ -109,11 +112,21 @@ pub fn start(
     evictions_enabled: bool,
 ) -> io::Result<ServerHandle> {
     let threads = config.threads.max(1);
-    let listeners = listener::bind(&config)?;
+    let tls = match &config.tls {
+        Some(settings) => Some(Arc::new(
+            tls::TlsAcceptor::new(settings).map_err(io::Error::other)?,
+        )),
+        None => None,
+    };
+    let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
     // memcached's -s turns the network off, UDP included.
     let udp_sockets = if config.udp_port != 0 && config.unix_socket.is_none() {
-        udp::bind(&config.listen, config.udp_port)?
+        // One UDP socket per address, however many TCP ports it has.
+        let mut ips: Vec<_> = config.listen.iter().map(|l| l.ip).collect();
+        ips.sort();
+        ips.dedup();
+        udp::bind(&ips, config.udp_port)?
     } else {
         Vec::new()
     };
@@ -125,6 +138,7 @@ pub fn start(
         connections: stats::ConnectionStats::default(),
         connections_registry: Mutex::new(BTreeMap::new()),
         evictions_enabled,
+        tls,
         stopping: AtomicBool::new(false),
         wakers: OnceLock::new(),
     });

@@ -13,6 +13,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::tls::TlsAcceptor;
 use crate::worker::{Inbox, NewConnection, Stream};
 use crate::{ServerConfig, Shared};
 
@@ -22,32 +23,37 @@ const WAKER: Token = Token(usize::MAX);
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 pub enum Listener {
-    Tcp(TcpListener, SocketAddr),
+    /// With an acceptor, every connection speaks TLS.
+    Tcp(TcpListener, SocketAddr, Option<Arc<TlsAcceptor>>),
     Unix(UnixListener, String),
 }
 
 impl Listener {
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         match self {
-            Listener::Tcp(_, addr) => Some(*addr),
+            Listener::Tcp(_, addr, _) => Some(*addr),
             Listener::Unix(..) => None,
         }
     }
 
     fn name(&self) -> String {
         match self {
-            Listener::Tcp(_, addr) => format!("tcp:{addr}"),
+            Listener::Tcp(_, addr, _) => format!("tcp:{addr}"),
             Listener::Unix(_, path) => format!("unix:{path}"),
         }
     }
 
     fn accept(&self) -> io::Result<(Stream, String)> {
         match self {
-            Listener::Tcp(listener, _) => {
+            Listener::Tcp(listener, _, tls) => {
                 let (stream, peer) = listener.accept()?;
                 // Replies are written once per batch; Nagle would only add delay.
                 stream.set_nodelay(true)?;
-                Ok((Stream::Tcp(stream), format!("tcp:{peer}")))
+                let stream = match tls {
+                    Some(acceptor) => Stream::Tls(Box::new(acceptor.accept(stream)?)),
+                    None => Stream::Tcp(stream),
+                };
+                Ok((stream, format!("tcp:{peer}")))
             }
             Listener::Unix(listener, path) => {
                 let (stream, _) = listener.accept()?;
@@ -58,7 +64,8 @@ impl Listener {
 }
 
 /// Binds every configured listener: a Unix socket (`-s`) replaces TCP, as in memcached.
-pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
+/// With `tls`, TCP listeners speak TLS unless their `-l` entry says `notls:`.
+pub fn bind(config: &ServerConfig, tls: Option<&Arc<TlsAcceptor>>) -> io::Result<Vec<Listener>> {
     if let Some(path) = &config.unix_socket {
         // A stale socket file from an earlier run would make bind fail.
         if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
@@ -69,8 +76,8 @@ pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
         return Ok(vec![Listener::Unix(listener, path.display().to_string())]);
     }
     let mut listeners = Vec::new();
-    for ip in &config.listen {
-        let addr = SocketAddr::new(*ip, config.port);
+    for listen in &config.listen {
+        let addr = SocketAddr::new(listen.ip, listen.port.unwrap_or(config.port));
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -87,7 +94,12 @@ pub fn bind(config: &ServerConfig) -> io::Result<Vec<Listener>> {
             .map_err(|e| naming(e, &addr))?;
         let std_listener: std::net::TcpListener = socket.into();
         let local = std_listener.local_addr()?;
-        listeners.push(Listener::Tcp(TcpListener::from_std(std_listener), local));
+        let tls = tls.filter(|_| !listen.no_tls).cloned();
+        listeners.push(Listener::Tcp(
+            TcpListener::from_std(std_listener),
+            local,
+            tls,
+        ));
     }
     Ok(listeners)
 }
@@ -117,7 +129,9 @@ impl Acceptor {
         let poll = Poll::new()?;
         for (i, listener) in listeners.iter_mut().enumerate() {
             match listener {
-                Listener::Tcp(l, _) => poll.registry().register(l, Token(i), Interest::READABLE)?,
+                Listener::Tcp(l, _, _) => {
+                    poll.registry().register(l, Token(i), Interest::READABLE)?
+                }
                 Listener::Unix(l, _) => {
                     poll.registry().register(l, Token(i), Interest::READABLE)?
                 }

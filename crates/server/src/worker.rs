@@ -23,6 +23,7 @@ use kura_store::{AckState, AckTicket};
 
 use crate::exec::Context;
 use crate::session::{Session, Stop};
+use crate::tls::TlsStream;
 use crate::{ConnInfo, ProtocolChoice, Shared};
 
 const WAKER: Token = Token(usize::MAX);
@@ -45,16 +46,39 @@ pub struct Inbox {
     pub waker: Arc<Waker>,
 }
 
-/// A client socket, TCP or Unix-domain.
+/// A client socket: TCP, TLS over TCP, or Unix-domain.
 pub enum Stream {
     Tcp(TcpStream),
+    Tls(Box<TlsStream>),
     Unix(UnixStream),
+}
+
+impl Stream {
+    /// A short read proves the socket drained only when nothing sits
+    /// between it and us; TLS may hold decrypted bytes of a record read.
+    fn short_read_drains(&self) -> bool {
+        !matches!(self, Stream::Tls(_))
+    }
+
+    /// Bytes accepted by a write that still wait below us (TLS records).
+    fn holds_output(&self) -> bool {
+        matches!(self, Stream::Tls(tls) if tls.wants_write())
+    }
+
+    /// Sends what waits below us; Ok(true) when nothing is left.
+    fn send_held(&mut self) -> io::Result<bool> {
+        match self {
+            Stream::Tls(tls) => tls.send_records(),
+            _ => Ok(true),
+        }
+    }
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
@@ -64,6 +88,7 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
         }
     }
@@ -82,6 +107,7 @@ impl Source for Stream {
     ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.register(registry, token, interest),
+            Stream::Tls(s) => s.tcp.register(registry, token, interest),
             Stream::Unix(s) => s.register(registry, token, interest),
         }
     }
@@ -94,6 +120,7 @@ impl Source for Stream {
     ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.reregister(registry, token, interest),
+            Stream::Tls(s) => s.tcp.reregister(registry, token, interest),
             Stream::Unix(s) => s.reregister(registry, token, interest),
         }
     }
@@ -101,6 +128,7 @@ impl Source for Stream {
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.deregister(registry),
+            Stream::Tls(s) => s.tcp.deregister(registry),
             Stream::Unix(s) => s.deregister(registry),
         }
     }
@@ -336,7 +364,7 @@ impl Worker {
                 }
             }
             Next::Wait => {
-                let wanted = if connection.output.is_empty() {
+                let wanted = if connection.output.is_empty() && !connection.stream.holds_output() {
                     Interest::READABLE
                 } else {
                     Interest::READABLE | Interest::WRITABLE
@@ -479,7 +507,8 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection
                 .input
                 .extend_from_slice(&scratch.input[used..read]);
-            (stop, read < scratch.input.len() && !connection.peer_closed)
+            let short = read < scratch.input.len() && connection.stream.short_read_drains();
+            (stop, short && !connection.peer_closed)
         } else {
             if connection.input.len() >= max_input {
                 // One request larger than anything we may store: give up on it.
@@ -507,7 +536,8 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                     .session
                     .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
-            (stop, read < room && !connection.peer_closed)
+            let short = read < room && connection.stream.short_read_drains();
+            (stop, short && !connection.peer_closed)
         };
         if let Some(ticket) = ctx.shared.store.take_ack_ticket() {
             connection.fence = connection.fence.max(ticket);
@@ -551,7 +581,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
 
 /// The client sent its end of file: close once what it is owed is sent.
 fn end_of_input(connection: &mut Connection) -> Next {
-    if connection.output.is_empty() {
+    if connection.output.is_empty() && !connection.stream.holds_output() {
         return Next::Close;
     }
     connection.closing = true;
@@ -585,7 +615,7 @@ fn write_replies(connection: &mut Connection, replies: &[u8], ctx: &Context<'_>)
 /// Sends pending output; true when nothing is left.
 fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
     if connection.output.is_empty() {
-        return Ok(true);
+        return connection.stream.send_held();
     }
     if !fence_lifted(connection, ctx)? {
         return Ok(false);

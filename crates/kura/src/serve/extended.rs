@@ -43,7 +43,13 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
         "ssl_ciphers" => tls(server).ciphers = Some(value.to_string()),
         "ssl_session_cache" => tls(server).session_cache = true,
         "ssl_kernel_tls" => {}
-        "ssl_keyformat" => tls(server).key_format = bounded(number("0 (PEM) or 1 (DER)")?, 1, key)?,
+        "ssl_keyformat" => {
+            let format = bounded(number("1 (PEM) or 2 (DER)")?, 2, key)?;
+            if format == 0 {
+                return Err("-o ssl_keyformat: 1 is PEM, 2 is DER".to_string());
+            }
+            tls(server).key_format = format;
+        }
         "ssl_verify_mode" => {
             tls(server).verify_mode = bounded(number("a verify mode from 0 to 3")?, 3, key)?
         }
@@ -140,6 +146,7 @@ fn tls(server: &mut ServerConfig) -> &mut TlsSettings {
     server.tls.get_or_insert_with(|| TlsSettings {
         wbuf_kib: 16,
         min_version: 2,
+        key_format: 1,
         ..TlsSettings::default()
     })
 }
@@ -213,7 +220,7 @@ mod tests {
             "ext_item_size=512",
             "ssl_chain_cert=/tmp/c.pem",
             "ssl_key=/tmp/k.pem",
-            "ssl_keyformat=0",
+            "ssl_keyformat=1",
             "ssl_verify_mode=2",
             "ssl_ciphers=HIGH",
             "ssl_ca_cert=/tmp/ca.pem",

@@ -1,7 +1,6 @@
 //! `kura serve`: memcached's command-line flags, validated into the server's
 //! and the engine's configuration, then the server itself.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,7 +8,7 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 
-use kura_server::{ProtocolChoice, ServerConfig};
+use kura_server::{ListenAddr, ProtocolChoice, ServerConfig};
 use kura_store::{
     DiskConfig, DiskStore, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
 };
@@ -289,14 +288,9 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     } else {
         args.listen
             .split(',')
-            .map(|a| a.trim().parse::<IpAddr>())
+            .map(|a| a.trim().parse::<ListenAddr>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| {
-                usage(format!(
-                    "-l: '{}' is not a list of IP addresses",
-                    args.listen
-                ))
-            })?
+            .map_err(|e| usage(format!("-l: {e}")))?
     };
     let mut server = ServerConfig {
         listen,
@@ -536,7 +530,15 @@ fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
     let mut places: Vec<String> = server
         .listen
         .iter()
-        .map(|ip| std::net::SocketAddr::new(*ip, server.port).to_string())
+        .map(|l| {
+            let addr = std::net::SocketAddr::new(l.ip, l.port.unwrap_or(server.port));
+            let tls = if server.tls.is_some() && !l.no_tls {
+                " (TLS)"
+            } else {
+                ""
+            };
+            format!("{addr}{tls}")
+        })
         .collect();
     if let Some(path) = &server.unix_socket {
         places.push(path.display().to_string());
@@ -544,7 +546,6 @@ fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
     if server.udp_port != 0 {
         places.push(format!("udp {}", server.udp_port));
     }
-    let tls = if server.tls.is_some() { " (TLS)" } else { "" };
     let storage = match &resolved.disk {
         Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
         None => match &args.memory_file {
@@ -556,7 +557,7 @@ fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
         },
     };
     format!(
-        "serving on {}{tls}; {storage}; memory limit {} MiB",
+        "serving on {}; {storage}; memory limit {} MiB",
         places.join(", "),
         resolved.memory.limit_bytes / MIB
     )
