@@ -20,7 +20,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 unset KURA_ADDR # every test starts its own server
 
-ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report)
+ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls)
 if [[ "${RUN_RESTART:-0}" == 1 ]]; then
     ALL_TESTS+=(php_sessions_restart)
 fi
@@ -44,6 +44,7 @@ test_cmd() {
         php_sessions_restart) echo "env PHP_SESS_BINARY=1 RESTART_BETWEEN=1 bash $HERE/php_sessions.sh" ;;
         memcached_tool) echo "bash $HERE/memcached_tool.sh" ;;
         bench_report) echo "bash $HERE/bench_report.sh" ;;
+        tls) echo "bash $HERE/tls.sh" ;;
         *) return 1 ;;
     esac
 }
@@ -78,7 +79,7 @@ for t in "${TESTS[@]}"; do
     dt=$((SECONDS - t0))
     if ((rc == 0)); then
         passed=$((passed + 1))
-        summary=$(grep -E '^(sessions: |memccapable [a-z]+: PASS|stats: curr_items|bench report: |[0-9]+ passed)' "$logf" | tail -n 1 || true)
+        summary=$(grep -E '^(tls: PASS plain|sessions: |memccapable [a-z]+: PASS|stats: curr_items|bench report: |[0-9]+ passed)' "$logf" | tail -n 1 || true)
         echo "PASS $t (${dt}s)${summary:+  -- $summary}"
     else
         failed=$((failed + 1))
