@@ -260,3 +260,40 @@ fn a_stale_set_keeps_the_ttl_and_the_win_token_already_sent() {
         "VA 1 s1 t30 Z X\r\nf\r\n"
     );
 }
+
+/// flush-all.t: with CAS off (`-C`) memcached tells items apart only by the
+/// second they were stored in, so a `flush_all` also flushes what is stored
+/// in the rest of that second; a second later, stores stay again.
+#[test]
+fn without_cas_a_flush_covers_the_rest_of_its_second() {
+    let server = TestServer::with(
+        ServerConfig {
+            cas_enabled: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig {
+            flush_whole_second: true,
+            ..MemoryConfig::default()
+        },
+    );
+    expect(
+        &server,
+        b"flush_all 0\r\n\
+          set foo 0 0 3\r\nnew\r\n\
+          get foo\r\n\
+          debugtime 1\r\n\
+          set foo 0 0 3\r\nnew\r\n\
+          gets foo\r\n",
+        b"OK\r\nSTORED\r\nEND\r\nOK\r\nSTORED\r\nVALUE foo 0 3 0\r\nnew\r\nEND\r\n",
+    );
+}
+
+/// With CAS on, a flush is exact: what is stored after it stays.
+#[test]
+fn with_cas_a_flush_spares_what_is_stored_after_it() {
+    expect(
+        &TestServer::start(),
+        b"set foo 0 0 3\r\nold\r\nflush_all\r\nget foo\r\nset foo 0 0 3\r\nnew\r\nget foo\r\n",
+        b"STORED\r\nOK\r\nEND\r\nSTORED\r\nVALUE foo 0 3\r\nnew\r\nEND\r\n",
+    );
+}

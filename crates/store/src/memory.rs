@@ -54,6 +54,10 @@ pub struct MemoryConfig {
     /// Number of lock stripes; a power of two.
     pub shards: usize,
     pub classes: SizeClasses,
+    /// `flush_all` also flushes what is stored later in the second it takes
+    /// effect. memcached does this when CAS is off (`-C`): without CAS
+    /// values it tells items apart only by the second they were stored in.
+    pub flush_whole_second: bool,
 }
 
 impl Default for MemoryConfig {
@@ -63,6 +67,7 @@ impl Default for MemoryConfig {
             evict: true,
             shards: 256,
             classes: SizeClasses::default(),
+            flush_whole_second: false,
         }
     }
 }
@@ -81,6 +86,11 @@ pub struct MemoryStore {
     last_cas: AtomicU64,
     /// Items whose CAS is at or below this were flushed.
     flushed_through_cas: AtomicU64,
+    /// See [`MemoryConfig::flush_whole_second`].
+    flush_whole_second: bool,
+    /// Server time of the last whole-second flush: items last stored or
+    /// used at or before it are flushed once it has come; 0 when none.
+    flushed_second: AtomicU32,
     /// Server time of a pending delayed `flush_all`; 0 when none.
     flush_deadline: AtomicU32,
     /// Where the next eviction starts, so shards take turns.
@@ -334,10 +344,22 @@ impl Shard {
         }
     }
 
-    fn is_dead(&self, i: u32, now: u32, flushed_through: u64) -> bool {
+    fn is_dead(&self, i: u32, now: u32, flushed: Flushed) -> bool {
         let slot = &self.slots[i as usize];
-        is_expired(slot.expiry, now) || slot.cas <= flushed_through
+        is_expired(slot.expiry, now)
+            || slot.cas <= flushed.through_cas
+            || (flushed.second != 0 && flushed.second <= now && slot.last_access <= flushed.second)
     }
+}
+
+/// Which items `flush_all` has removed, as of one moment.
+#[derive(Clone, Copy)]
+struct Flushed {
+    /// Items with a CAS at or below this.
+    through_cas: u64,
+    /// Items last stored or used at or before this second, once it has
+    /// come (a whole-second flush); 0 when none.
+    second: u32,
 }
 
 /// What a lookup found.
@@ -374,6 +396,8 @@ impl MemoryStore {
             used: AtomicUsize::new(0),
             last_cas: AtomicU64::new(0),
             flushed_through_cas: AtomicU64::new(0),
+            flush_whole_second: config.flush_whole_second,
+            flushed_second: AtomicU32::new(0),
             flush_deadline: AtomicU32::new(0),
             evict_cursor: AtomicUsize::new(0),
             maintain_cursor: AtomicUsize::new(0),
@@ -402,7 +426,7 @@ impl MemoryStore {
 
     /// The flush boundary in force at `now`, applying a delayed flush whose
     /// time has come.
-    fn flushed_through(&self, now: u32) -> u64 {
+    fn flushed_through(&self, now: u32) -> Flushed {
         let deadline = self.flush_deadline.load(Ordering::Relaxed);
         if deadline != 0
             && now >= deadline
@@ -414,7 +438,10 @@ impl MemoryStore {
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
         }
-        self.flushed_through_cas.load(Ordering::Acquire)
+        Flushed {
+            through_cas: self.flushed_through_cas.load(Ordering::Acquire),
+            second: self.flushed_second.load(Ordering::Relaxed),
+        }
     }
 
     /// Finds a live item, removing it first if it has expired or was flushed.
@@ -809,6 +836,14 @@ impl Store for MemoryStore {
     }
 
     fn flush_all(&self, delay: i64) {
+        if self.flush_whole_second {
+            let second = if delay <= 0 {
+                self.clock.now()
+            } else {
+                self.clock.expiry(delay)
+            };
+            self.flushed_second.store(second, Ordering::Relaxed);
+        }
         if delay <= 0 {
             self.flush_deadline.store(0, Ordering::Relaxed);
             self.flushed_through_cas
@@ -970,5 +1005,113 @@ impl Store for MemoryStore {
 
     fn clock(&self) -> &Clock {
         &self.clock
+    }
+}
+
+/// An item as a warm-restart snapshot holds it (`warm.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedItem<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub cas: u64,
+    /// Server time; 0 never expires.
+    pub expiry: ExpiryTime,
+    /// Read since it was written (`mg`'s `h` flag).
+    pub fetched: bool,
+    /// Invalidated by a meta delete: served as stale until rewritten.
+    pub stale: bool,
+    /// The stale item's recache token has been handed out.
+    pub win_sent: bool,
+}
+
+/// Warm restart (`warm.rs`): every live item out, and back in as it was.
+impl MemoryStore {
+    /// Calls `visit` with every live item, shard by shard, each shard from
+    /// its least to its most recently used item, so that restoring them in
+    /// this order rebuilds each shard's LRU order. Holds a shard's lock
+    /// while visiting it: meant for a server whose workers have stopped.
+    /// Stops at the first error `visit` returns.
+    pub fn for_each_live<E>(
+        &self,
+        mut visit: impl FnMut(&SavedItem<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            let now = self.clock.now();
+            let flushed = self.flushed_through(now);
+            let mut i = shard.tail;
+            while i != NIL {
+                let slot = &shard.slots[i as usize];
+                if !shard.is_dead(i, now, flushed) {
+                    visit(&SavedItem {
+                        key: slot.key(),
+                        value: slot.value(),
+                        flags: slot.flags,
+                        cas: slot.cas,
+                        expiry: slot.expiry,
+                        fetched: slot.has(FETCHED),
+                        stale: slot.has(STALE),
+                        win_sent: slot.has(WIN_SENT),
+                    })?;
+                }
+                i = slot.prev;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last CAS value handed out.
+    pub fn last_cas(&self) -> u64 {
+        self.last_cas.load(Ordering::Acquire)
+    }
+
+    /// Puts a saved item back with its CAS value, flags, expiry and state,
+    /// as its shard's most recently used item, replacing any item under its
+    /// key. The CAS counter is raised to at least the item's value, so later
+    /// writes stay above it. Older items are evicted if the budget is
+    /// exceeded. False when the item does not fit at all (larger than the
+    /// budget, or a full cache under `-M`).
+    pub fn restore(&self, item: &SavedItem<'_>) -> bool {
+        let hash = self.hash(item.key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let existing = shard.find(hash, item.key);
+        let mut slot = self.new_slot(
+            hash,
+            item.key,
+            &[item.value],
+            item.flags,
+            item.expiry,
+            now,
+        );
+        slot.cas = item.cas;
+        for (set, bit) in [
+            (item.fetched, FETCHED),
+            (item.stale, STALE),
+            (item.win_sent, WIN_SENT),
+        ] {
+            if set {
+                slot.bits |= bit;
+            }
+        }
+        let freed = existing.map_or(0, |i| shard.slots[i as usize].charge());
+        if !self.admit(
+            &mut shard,
+            slot.charge(),
+            slot.charge().saturating_sub(freed),
+        ) {
+            return false;
+        }
+        self.put(&mut shard, existing, slot);
+        drop(shard);
+        self.raise_cas(item.cas);
+        self.enforce_limit();
+        true
+    }
+
+    /// Raises the CAS counter to at least `cas` (a restored cache's counter).
+    pub fn raise_cas(&self, cas: u64) {
+        self.last_cas.fetch_max(cas, Ordering::AcqRel);
     }
 }
