@@ -100,6 +100,7 @@ fn bad_command_lines_exit_64_with_one_line() {
     for args in [
         &["serve", "--bogus"][..],
         &["serve", "-Z"],
+        &["serve", "-S", "-B", "auto"],
         &["serve", "-D", "::"],
         &["serve", "-o", "hashpower=3"],
         &["serve", "-t", "0"],

@@ -47,6 +47,9 @@ pub mod opcode {
     pub const GATQ: u8 = 0x1e;
     pub const GATK: u8 = 0x23;
     pub const GATKQ: u8 = 0x24;
+    pub const SASL_LIST_MECHS: u8 = 0x20;
+    pub const SASL_AUTH: u8 = 0x21;
+    pub const SASL_STEP: u8 = 0x22;
 }
 
 /// Response status codes.
@@ -60,6 +63,8 @@ pub enum Status {
     InvalidArguments = 0x0004,
     ItemNotStored = 0x0005,
     NonNumeric = 0x0006,
+    AuthError = 0x0020,
+    AuthContinue = 0x0021,
     UnknownCommand = 0x0081,
     OutOfMemory = 0x0082,
     InternalError = 0x0084,
@@ -76,6 +81,8 @@ impl Status {
             Status::InvalidArguments => b"Invalid arguments",
             Status::ItemNotStored => b"Not stored.",
             Status::NonNumeric => b"Non-numeric server-side value for incr or decr",
+            Status::AuthError => b"Auth failure",
+            Status::AuthContinue => b"",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
             Status::InternalError => b"Internal error",

@@ -145,6 +145,12 @@ pub struct ServerConfig {
     pub read_buffer_limit: usize,
     /// TLS on the listeners (`-Z` with `-o ssl_*`).
     pub tls: Option<TlsSettings>,
+    /// Text-protocol logins against this `user:password` file (`-Y`).
+    pub auth_file: Option<PathBuf>,
+    /// SASL on the binary protocol (`-S`), against this `user:password`
+    /// file (`$MEMCACHED_SASL_PWDB`, else `-Y`'s).
+    pub sasl_users_file: Option<PathBuf>,
+    pub sasl: bool,
 }
 
 /// memcached's `-o ssl_*` settings.
@@ -201,6 +207,9 @@ impl Default for ServerConfig {
             watcher_buffer_bytes: 256 * 1024,
             read_buffer_limit: 0,
             tls: None,
+            auth_file: None,
+            sasl_users_file: None,
+            sasl: false,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `start` binds the listeners and returns a handle; tests start a server on
 //! port 0 in-process and talk to it over real sockets.
 
+pub mod auth;
 pub mod config;
 pub mod exec;
 mod listener;
@@ -46,7 +47,14 @@ pub struct Shared {
     pub evictions_enabled: bool,
     /// TLS sessions' settings, certificates and counters, when `-Z` is on.
     pub tls: Option<Arc<tls::TlsAcceptor>>,
+    /// Users a text connection must log in as first (`-Y`).
+    pub text_users: Option<auth::Users>,
+    /// Users a binary connection must authenticate as with SASL (`-S`).
+    pub sasl_users: Option<auth::Users>,
     stopping: AtomicBool,
+    /// The stop was asked for gracefully (SIGUSR1, `shutdown graceful`):
+    /// the memory engine is kept for the next start (`-e`).
+    graceful: AtomicBool,
     wakers: OnceLock<Vec<Arc<mio::Waker>>>,
 }
 
@@ -61,6 +69,22 @@ impl Shared {
 
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Asks every thread to stop, and the process to keep the cache for the
+    /// next start (memcached's SIGUSR1 and `shutdown graceful`). A stop
+    /// already under way stays what it was.
+    pub fn request_graceful_shutdown(&self) {
+        if !self.stopping() {
+            // Before `stopping`: whoever sees the threads stopped sees this.
+            self.graceful.store(true, Ordering::SeqCst);
+        }
+        self.request_shutdown();
+    }
+
+    /// Whether the stop was asked for gracefully.
+    pub fn graceful(&self) -> bool {
+        self.graceful.load(Ordering::SeqCst)
     }
 }
 
@@ -118,6 +142,18 @@ pub fn start(
         )),
         None => None,
     };
+    let text_users = match &config.auth_file {
+        Some(path) => Some(auth::Users::load(path).map_err(io::Error::other)?),
+        None => None,
+    };
+    let sasl_users = match (&config.sasl, &config.sasl_users_file) {
+        (false, _) => None,
+        (true, Some(path)) => Some(auth::Users::load(path).map_err(io::Error::other)?),
+        (true, None) => {
+            tracing::warn!("-S without MEMCACHED_SASL_PWDB or -Y: no user can authenticate");
+            Some(auth::Users::default())
+        }
+    };
     let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
     // memcached's -s turns the network off, UDP included.
@@ -139,7 +175,10 @@ pub fn start(
         connections_registry: Mutex::new(BTreeMap::new()),
         evictions_enabled,
         tls,
+        text_users,
+        sasl_users,
         stopping: AtomicBool::new(false),
+        graceful: AtomicBool::new(false),
         wakers: OnceLock::new(),
     });
 

@@ -7,6 +7,7 @@
 
 use kura_proto::{binary, detect_protocol, text, Parse, Protocol, Recovery};
 
+use crate::auth;
 use crate::exec::{self, Action, Context};
 
 /// Stop filling the output once this much is waiting: the client must read
@@ -33,6 +34,9 @@ pub struct Session {
     protocol: Option<Protocol>,
     /// Bytes still to discard from a rejected request's data block.
     swallow: u64,
+    /// Logged in (`-Y`) or SASL-authenticated (`-S`); without either
+    /// option nobody needs to be.
+    authenticated: bool,
 }
 
 impl Session {
@@ -42,6 +46,7 @@ impl Session {
         Session {
             protocol,
             swallow: 0,
+            authenticated: false,
         }
     }
 
@@ -78,6 +83,9 @@ impl Session {
                 .protocol
                 .get_or_insert_with(|| detect_protocol(rest[0]));
             let (consumed, action) = match protocol {
+                Protocol::Text if !self.authenticated && ctx.shared.text_users.is_some() => {
+                    self.log_in(rest, out, ctx)
+                }
                 Protocol::Text => self.serve_text(rest, out, ctx),
                 Protocol::Binary => self.serve_binary(rest, out, ctx),
             };
@@ -94,6 +102,74 @@ impl Session {
             }
             used += consumed;
         }
+    }
+
+    /// A text connection's requests before it has logged in (`-Y`).
+    fn log_in(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
+        let Some(users) = &ctx.shared.text_users else {
+            return (0, Step::Rejected);
+        };
+        match auth::text_login(input, users) {
+            auth::TextLogin::Incomplete => (0, Step::Incomplete),
+            auth::TextLogin::Answered {
+                consumed,
+                reply,
+                authenticated,
+            } => {
+                out.extend_from_slice(reply);
+                if reply != b"CLIENT_ERROR unauthenticated\r\n" {
+                    ctx.counters.auth_cmds.incr();
+                    if !authenticated {
+                        ctx.counters.auth_errors.incr();
+                    }
+                }
+                self.authenticated = authenticated;
+                (consumed, Step::Served(Action::Continue))
+            }
+        }
+    }
+
+    /// SASL on the binary protocol (`-S`): the SASL commands themselves,
+    /// and "Auth failure" for anything but `version` before them. None:
+    /// the request goes on to be served.
+    fn sasl(
+        &mut self,
+        request: &binary::Request<'_>,
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+    ) -> Option<Action> {
+        use binary::{opcode, Status};
+        /// memcached's MAX_SASL_MECH_LEN.
+        const MAX_MECHANISM_LEN: usize = 32;
+        let users = ctx.shared.sasl_users.as_ref()?;
+        let header = &request.header;
+        let reply = |out: &mut Vec<u8>, status, body: &[u8]| {
+            binary::compose(out, header.opcode, status, header.opaque, 0, &[], &[], body)
+        };
+        match header.opcode {
+            opcode::SASL_LIST_MECHS => reply(out, Status::NoError, auth::SASL_MECHANISMS),
+            opcode::SASL_AUTH | opcode::SASL_STEP if request.key.len() > MAX_MECHANISM_LEN => {
+                binary::compose_error(out, header.opcode, Status::InvalidArguments, header.opaque)
+            }
+            opcode::SASL_AUTH | opcode::SASL_STEP => {
+                ctx.counters.auth_cmds.incr();
+                // PLAIN is done in one step; a STEP has nothing to continue.
+                let accepted = header.opcode == opcode::SASL_AUTH
+                    && request.key == b"PLAIN"
+                    && auth::sasl_plain(request.value, users);
+                self.authenticated = accepted;
+                if accepted {
+                    reply(out, Status::NoError, b"Authenticated");
+                } else {
+                    ctx.counters.auth_errors.incr();
+                    binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
+                }
+            }
+            opcode::VERSION => return None,
+            _ if self.authenticated => return None,
+            _ => binary::compose_error(out, header.opcode, Status::AuthError, header.opaque),
+        }
+        Some(Action::Continue)
     }
 
     fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
@@ -134,10 +210,13 @@ impl Session {
             input,
             ctx.shared.config.max_item_size + binary::HEADER_LEN + kura_proto::MAX_KEY_LEN,
         ) {
-            binary::Parse::Done { request, consumed } => (
-                consumed,
-                Step::Served(exec::binary::execute(&request, ctx, out)),
-            ),
+            binary::Parse::Done { request, consumed } => {
+                let action = match self.sasl(&request, out, ctx) {
+                    Some(action) => action,
+                    None => exec::binary::execute(&request, ctx, out),
+                };
+                (consumed, Step::Served(action))
+            }
             binary::Parse::Incomplete => (0, Step::Incomplete),
             binary::Parse::BadMagic => (input.len(), Step::Served(Action::Close)),
             binary::Parse::Reject {

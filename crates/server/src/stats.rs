@@ -95,6 +95,8 @@ counters! {
     bytes_written: "Bytes written to clients",
     conn_yields: "Times a busy connection yielded to others (-R)",
     idle_kicks: "Connections closed for idling past the idle timeout",
+    auth_cmds: "Authentication attempts (text login or SASL)",
+    auth_errors: "Failed authentication attempts",
 }
 
 /// Connection figures shared by the acceptor and the workers.

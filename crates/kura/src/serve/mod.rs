@@ -358,6 +358,19 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         };
         server.detail_delimiter = Some(byte);
     }
+    server.auth_file = args.auth_file.clone();
+    if args.enable_sasl {
+        // memcached refuses SASL while the text protocol is allowed.
+        if server.protocol != ProtocolChoice::Binary {
+            return Err(usage(
+                "-S: SASL works on the binary protocol only; add -B binary",
+            ));
+        }
+        server.sasl = true;
+        server.sasl_users_file = std::env::var_os("MEMCACHED_SASL_PWDB")
+            .map(PathBuf::from)
+            .or_else(|| args.auth_file.clone());
+    }
     if args.enable_tls && server.tls.is_none() {
         return Err(usage("-Z: TLS needs -o ssl_chain_cert=FILE,ssl_key=FILE"));
     }

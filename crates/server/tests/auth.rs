@@ -1,0 +1,134 @@
+//! Authentication over real sockets: SASL PLAIN on the binary protocol
+//! (`-S`) and the text protocol's login (`-Y`).
+
+mod support;
+
+use std::io::{Read, Write};
+
+use kura_proto::binary::{compose_request, opcode};
+use kura_server::{ProtocolChoice, ServerConfig};
+use kura_store::MemoryConfig;
+use support::TestServer;
+
+fn users_file() -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(b"alice:wonderland\nbob:builder\n").unwrap();
+    file
+}
+
+/// Sends one binary request; returns (status, body).
+fn binary(
+    stream: &mut std::net::TcpStream,
+    op: u8,
+    key: &[u8],
+    extras: &[u8],
+    value: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut request = Vec::new();
+    compose_request(&mut request, op, 7, 0, extras, key, value);
+    stream.write_all(&request).unwrap();
+    let mut header = [0u8; 24];
+    stream.read_exact(&mut header).unwrap();
+    assert_eq!(header[0], 0x81, "response magic");
+    let body_len = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; body_len];
+    stream.read_exact(&mut body).unwrap();
+    let extras_len = usize::from(header[4]);
+    let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+    (
+        u16::from_be_bytes([header[6], header[7]]),
+        body[extras_len + key_len..].to_vec(),
+    )
+}
+
+#[test]
+fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
+    let users = users_file();
+    let server = TestServer::with(
+        ServerConfig {
+            protocol: ProtocolChoice::Binary,
+            sasl: true,
+            sasl_users_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let set_extras = [0u8; 8];
+    let mut stream = server.connect();
+    // Unauthenticated: memcached's status 0x20 and its text; version still works.
+    assert_eq!(
+        binary(&mut stream, opcode::SET, b"k", &set_extras, b"v"),
+        (0x20, b"Auth failure".to_vec())
+    );
+    assert_eq!(binary(&mut stream, opcode::VERSION, b"", &[], b"").0, 0);
+    assert_eq!(
+        binary(&mut stream, opcode::SASL_LIST_MECHS, b"", &[], b""),
+        (0, b"PLAIN".to_vec())
+    );
+    // A wrong password.
+    assert_eq!(
+        binary(
+            &mut stream,
+            opcode::SASL_AUTH,
+            b"PLAIN",
+            &[],
+            b"\0alice\0queen"
+        ),
+        (0x20, b"Auth failure".to_vec())
+    );
+    assert_eq!(binary(&mut stream, opcode::GET, b"k", &[], b"").0, 0x20);
+    // The right one.
+    assert_eq!(
+        binary(
+            &mut stream,
+            opcode::SASL_AUTH,
+            b"PLAIN",
+            &[],
+            b"\0alice\0wonderland"
+        ),
+        (0, b"Authenticated".to_vec())
+    );
+    assert_eq!(
+        binary(&mut stream, opcode::SET, b"k", &set_extras, b"v").0,
+        0
+    );
+    assert_eq!(
+        binary(&mut stream, opcode::GET, b"k", &[], b""),
+        (0, b"v".to_vec())
+    );
+    // Authentication belongs to the connection, not the client.
+    let mut other = server.connect();
+    assert_eq!(binary(&mut other, opcode::GET, b"k", &[], b"").0, 0x20);
+}
+
+#[test]
+fn a_text_connection_logs_in_with_a_set_of_user_and_password() {
+    let users = users_file();
+    let server = TestServer::with(
+        ServerConfig {
+            auth_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    let mut exchange = |request: &[u8], expected: &[u8]| {
+        stream.write_all(request).unwrap();
+        assert_eq!(
+            support::read_exact_reply(&mut stream, expected),
+            expected,
+            "{}",
+            String::from_utf8_lossy(request)
+        );
+    };
+    exchange(b"get k\r\n", b"CLIENT_ERROR unauthenticated\r\n");
+    exchange(
+        b"set x 0 0 11\r\nalice queen\r\n",
+        b"CLIENT_ERROR authentication failure\r\n",
+    );
+    exchange(b"set x 0 0 16\r\nalice wonderland\r\n", b"STORED\r\n");
+    exchange(
+        b"set k 0 0 1\r\nv\r\nget k\r\n",
+        b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
+    );
+}
