@@ -297,3 +297,25 @@ fn with_cas_a_flush_spares_what_is_stored_after_it() {
         b"STORED\r\nOK\r\nEND\r\nSTORED\r\nVALUE foo 0 3\r\nnew\r\nEND\r\n",
     );
 }
+
+/// stats.t: `stats cachedump <class> <limit>` lists a size class's items as
+/// memcached does, and ends with END (the suite waits for it).
+#[test]
+fn stats_cachedump_lists_the_items_of_a_class() {
+    let server = TestServer::start();
+    expect(
+        &server,
+        b"set foo 0 0 6\r\nfooval\r\n\
+          stats cachedump 1 100\r\n\
+          stats cachedump 2 100\r\n\
+          stats cachedump 1\r\n\
+          stats cachedump x 1\r\n\
+          stats cachedump 64 1\r\n",
+        b"STORED\r\n\
+          ITEM foo [6 b; 0 s]\r\nEND\r\n\
+          END\r\n\
+          CLIENT_ERROR bad command line\r\n\
+          CLIENT_ERROR bad command line format\r\n\
+          CLIENT_ERROR Illegal slab id\r\n",
+    );
+}

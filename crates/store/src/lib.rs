@@ -239,6 +239,8 @@ pub struct ItemInfo<'a> {
     pub fetched: bool,
     pub class: usize,
     pub size: usize,
+    /// Bytes of the value alone (`stats cachedump`).
+    pub value_len: usize,
 }
 
 /// Per size class figures, for `stats slabs` and `stats items`.

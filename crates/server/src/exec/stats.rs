@@ -4,7 +4,9 @@
 use std::fmt::Display;
 use std::sync::atomic::Ordering;
 
+use kura_proto::number::parse_flags;
 use kura_proto::text::Keys;
+use kura_proto::ErrorReply;
 
 use super::{Context, PROTOCOL_VERSION};
 use crate::stats::CounterTotals;
@@ -33,6 +35,15 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(reply);
             return;
         }
+        b"cachedump" => {
+            match (words.next(), words.next()) {
+                (Some(class), Some(limit)) => {
+                    cachedump(parse_flags(class), parse_flags(limit), ctx, out)
+                }
+                _ => out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n"),
+            }
+            return;
+        }
         _ => {}
     }
     let Some(lines) = std::str::from_utf8(group)
@@ -49,6 +60,44 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// memcached's largest size class number plus one.
+const MAX_CLASSES: u32 = 64;
+
+/// `stats cachedump <class> <limit>`: one line per item of a size class,
+/// `ITEM <key> [<value bytes> b; <expiry as Unix time, 0 for never> s]`, at
+/// most `limit` of them (0: all), at most 2 MB as in memcached.
+fn cachedump(class: Option<u32>, limit: Option<u32>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    use std::io::Write;
+    const MAX_REPLY: usize = 2 * 1024 * 1024;
+    if !ctx.shared.config.dumping_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+        return;
+    }
+    let (Some(class), Some(limit)) = (class, limit) else {
+        ErrorReply::BadCommandLine.compose(out);
+        return;
+    };
+    if class >= MAX_CLASSES {
+        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+        return;
+    }
+    let unix_now = ctx.shared.store.clock().unix_now() as i64;
+    let start = out.len();
+    let mut shown = 0u32;
+    ctx.shared.store.scan(&mut |item| {
+        let full = limit != 0 && shown >= limit;
+        if full || item.class != class as usize || out.len() - start >= MAX_REPLY {
+            return;
+        }
+        let expiry = if item.ttl < 0 { 0 } else { unix_now + item.ttl };
+        out.extend_from_slice(b"ITEM ");
+        out.extend_from_slice(item.key);
+        let _ = write!(out, " [{} b; {expiry} s]\r\n", item.value_len);
+        shown += 1;
+    });
     out.extend_from_slice(b"END\r\n");
 }
 

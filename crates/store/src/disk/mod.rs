@@ -1196,6 +1196,7 @@ impl Store for DiskStore {
                 fetched: header.has(FETCHED),
                 class: inner.class_of(key, value_len),
                 size: item_size(key, value_len),
+                value_len,
             });
         }
     }
