@@ -89,6 +89,21 @@ impl Clock {
     pub fn ttl(&self, expiry: ExpiryTime) -> i64 {
         ttl_at(expiry, self.now())
     }
+
+    /// The Unix time of server time `at`: how an expiry outlives the
+    /// process (a warm restart's snapshot).
+    pub fn to_unix(&self, at: ExpiryTime) -> u64 {
+        self.epoch_unix + u64::from(at)
+    }
+
+    /// The server time of Unix time `unix`; a time before this server
+    /// started is "already expired".
+    pub fn from_unix(&self, unix: u64) -> ExpiryTime {
+        match unix.checked_sub(self.epoch_unix) {
+            Some(at) if at > 1 => at.min(u64::from(u32::MAX)) as u32,
+            _ => 1,
+        }
+    }
 }
 
 /// The expiry rule as a pure function of the current server time.
@@ -167,6 +182,15 @@ mod tests {
         assert_eq!(ttl_at(0, NOW), -1);
         assert_eq!(ttl_at(NOW + 30, NOW), 30);
         assert_eq!(ttl_at(NOW - 5, NOW), 0);
+    }
+
+    #[test]
+    fn unix_times_round_trip_through_server_time() {
+        let clock = Clock::new();
+        let at = clock.now() + 100;
+        assert_eq!(clock.from_unix(clock.to_unix(at)), at);
+        assert_eq!(clock.to_unix(at), clock.unix_now() + 100);
+        assert_eq!(clock.from_unix(1), 1, "before the start is expired");
     }
 
     #[test]

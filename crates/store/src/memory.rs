@@ -1008,3 +1008,111 @@ impl Store for MemoryStore {
         &self.clock
     }
 }
+
+/// An item as a warm-restart snapshot holds it (`warm.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedItem<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub cas: u64,
+    /// Server time; 0 never expires.
+    pub expiry: ExpiryTime,
+    /// Read since it was written (`mg`'s `h` flag).
+    pub fetched: bool,
+    /// Invalidated by a meta delete: served as stale until rewritten.
+    pub stale: bool,
+    /// The stale item's recache token has been handed out.
+    pub win_sent: bool,
+}
+
+/// Warm restart (`warm.rs`): every live item out, and back in as it was.
+impl MemoryStore {
+    /// Calls `visit` with every live item, shard by shard, each shard from
+    /// its least to its most recently used item, so that restoring them in
+    /// this order rebuilds each shard's LRU order. Holds a shard's lock
+    /// while visiting it: meant for a server whose workers have stopped.
+    /// Stops at the first error `visit` returns.
+    pub fn for_each_live<E>(
+        &self,
+        mut visit: impl FnMut(&SavedItem<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for shard in self.shards.iter() {
+            let shard = shard.0.lock();
+            let now = self.clock.now();
+            let flushed = self.flushed_through(now);
+            let mut i = shard.tail;
+            while i != NIL {
+                let slot = &shard.slots[i as usize];
+                if !shard.is_dead(i, now, flushed) {
+                    visit(&SavedItem {
+                        key: slot.key(),
+                        value: slot.value(),
+                        flags: slot.flags,
+                        cas: slot.cas,
+                        expiry: slot.expiry,
+                        fetched: slot.has(FETCHED),
+                        stale: slot.has(STALE),
+                        win_sent: slot.has(WIN_SENT),
+                    })?;
+                }
+                i = slot.prev;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last CAS value handed out.
+    pub fn last_cas(&self) -> u64 {
+        self.last_cas.load(Ordering::Acquire)
+    }
+
+    /// Puts a saved item back with its CAS value, flags, expiry and state,
+    /// as its shard's most recently used item, replacing any item under its
+    /// key. The CAS counter is raised to at least the item's value, so later
+    /// writes stay above it. Older items are evicted if the budget is
+    /// exceeded. False when the item does not fit at all (larger than the
+    /// budget, or a full cache under `-M`).
+    pub fn restore(&self, item: &SavedItem<'_>) -> bool {
+        let hash = self.hash(item.key);
+        let now = self.clock.now();
+        let mut shard = self.shard(hash).lock();
+        let existing = shard.find(hash, item.key);
+        let mut slot = self.new_slot(
+            hash,
+            item.key,
+            &[item.value],
+            item.flags,
+            item.expiry,
+            now,
+        );
+        slot.cas = item.cas;
+        for (set, bit) in [
+            (item.fetched, FETCHED),
+            (item.stale, STALE),
+            (item.win_sent, WIN_SENT),
+        ] {
+            if set {
+                slot.bits |= bit;
+            }
+        }
+        let freed = existing.map_or(0, |i| shard.slots[i as usize].charge());
+        if !self.admit(
+            &mut shard,
+            slot.charge(),
+            slot.charge().saturating_sub(freed),
+        ) {
+            return false;
+        }
+        self.put(&mut shard, existing, slot);
+        drop(shard);
+        self.raise_cas(item.cas);
+        self.enforce_limit();
+        true
+    }
+
+    /// Raises the CAS counter to at least `cas` (a restored cache's counter).
+    pub fn raise_cas(&self, cas: u64) {
+        self.last_cas.fetch_max(cas, Ordering::AcqRel);
+    }
+}
