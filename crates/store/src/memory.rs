@@ -1078,14 +1078,7 @@ impl MemoryStore {
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
         let existing = shard.find(hash, item.key);
-        let mut slot = self.new_slot(
-            hash,
-            item.key,
-            &[item.value],
-            item.flags,
-            item.expiry,
-            now,
-        );
+        let mut slot = self.new_slot(hash, item.key, &[item.value], item.flags, item.expiry, now);
         slot.cas = item.cas;
         for (set, bit) in [
             (item.fetched, FETCHED),
