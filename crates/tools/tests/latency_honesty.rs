@@ -69,6 +69,7 @@ fn workload(server: SocketAddr, call_rate: f64, calls: u64) -> Workload {
         linger: None,
         seed: 7,
         interval: Duration::from_secs(1),
+        tls: None,
     }
 }
 

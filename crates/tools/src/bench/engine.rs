@@ -29,6 +29,7 @@ use kura_proto::client::{compose, parse_response, Call, ClientProtocol, Op, Resp
 
 use super::dist::{KeyPattern, KeyPicker, SizeDist};
 use super::ketama::Continuum;
+use super::tls::{Session, SessionError, TlsClient};
 
 /// Everything a run needs to know.
 #[derive(Debug, Clone)]
@@ -63,6 +64,8 @@ pub struct Workload {
     pub seed: u64,
     /// Width of a timeline interval.
     pub interval: Duration,
+    /// Connect with TLS (`--tls`); `None`: plaintext.
+    pub tls: Option<TlsClient>,
 }
 
 /// What one thread measured; merged across threads by the caller.
@@ -93,6 +96,12 @@ pub struct Measured {
     /// CPU the generator process used during the run: user and system seconds.
     pub cpu_user_secs: f64,
     pub cpu_system_secs: f64,
+    /// TLS runs: the version and cipher suite of the first session, e.g.
+    /// `TLSv1_3 TLS13_AES_256_GCM_SHA384`.
+    pub tls_session: Option<String>,
+    /// TLS runs: the first TLS failure in words (counted as "tls" errors),
+    /// e.g. a certificate the CA does not sign.
+    pub tls_failure: Option<String>,
 }
 
 impl Measured {
@@ -117,6 +126,8 @@ impl Measured {
             timeline: Vec::new(),
             cpu_user_secs: 0.0,
             cpu_system_secs: 0.0,
+            tls_session: None,
+            tls_failure: None,
         }
     }
 
@@ -146,6 +157,8 @@ impl Measured {
         for (error, n) in other.errors {
             *self.errors.entry(error).or_default() += n;
         }
+        self.tls_session = self.tls_session.take().or(other.tls_session);
+        self.tls_failure = self.tls_failure.take().or(other.tls_failure);
         for (i, histogram) in other.timeline.into_iter().enumerate() {
             if i >= self.timeline.len() {
                 self.timeline.push(histogram);
@@ -238,7 +251,13 @@ struct Pending {
 
 struct Conn {
     stream: TcpStream,
+    /// The TLS session over `stream` in a `--tls` run. Plaintext connections
+    /// hold `None` and go to the socket directly: one branch per read or
+    /// write, nothing more.
+    tls: Option<Box<Session>>,
     client: usize,
+    /// Ready for requests: the TCP connection is up and, with TLS, the
+    /// handshake is done.
     connected: bool,
     /// Registered for writable events: while connecting, or while output waits.
     wants_write: bool,
@@ -426,8 +445,16 @@ impl<'w> Generator<'w> {
             next_due_ns: now,
             done: false,
         });
-        for server in self.workload.servers.clone() {
-            let stream = TcpStream::connect(server).map_err(|e| error_kind(&e))?;
+        let workload = self.workload;
+        for (index, server) in workload.servers.iter().enumerate() {
+            let tls = match &workload.tls {
+                Some(tls) => Some(Box::new(tls.session(index).map_err(|error| {
+                    self.note_tls_failure(*server, &error);
+                    "tls"
+                })?)),
+                None => None,
+            };
+            let stream = TcpStream::connect(*server).map_err(|e| error_kind(&e))?;
             let _ = stream.set_nodelay(true);
             if let Some(seconds) = self.workload.linger {
                 let socket = socket2::SockRef::from(&stream);
@@ -437,6 +464,7 @@ impl<'w> Generator<'w> {
             let key = entry.key();
             let mut conn = Conn {
                 stream,
+                tls,
                 client: client_key,
                 connected: false,
                 wants_write: true,
@@ -466,18 +494,13 @@ impl<'w> Generator<'w> {
         if !conn.connected {
             match conn.stream.take_error() {
                 Ok(None) if conn.stream.peer_addr().is_ok() => {
-                    conn.connected = true;
-                    let client = conn.client;
-                    let opened = self.clients[client].opened_ns;
-                    let now = self.now_ns();
-                    let _ = self.measured.connect_times.record((now - opened).max(1));
-                    if self.clients[client]
-                        .conns
-                        .iter()
-                        .all(|&c| self.conns[c].connected)
-                    {
-                        self.start_client(client, now);
+                    if conn.tls.is_some() {
+                        // The ClientHello goes out now; the connection is
+                        // ready once the handshake is done.
+                        self.handshake(key);
+                        return;
                     }
+                    self.mark_connected(key);
                 }
                 Ok(_) => return,
                 Err(e) => {
@@ -488,6 +511,54 @@ impl<'w> Generator<'w> {
             }
         }
         self.flush(key);
+    }
+
+    /// The connection is ready for requests; its client starts calling once
+    /// all its connections are.
+    fn mark_connected(&mut self, key: usize) {
+        let conn = &mut self.conns[key];
+        conn.connected = true;
+        let client = conn.client;
+        let opened = self.clients[client].opened_ns;
+        let now = self.now_ns();
+        let _ = self.measured.connect_times.record((now - opened).max(1));
+        if self.clients[client]
+            .conns
+            .iter()
+            .all(|&c| self.conns[c].connected)
+        {
+            self.start_client(client, now);
+        }
+    }
+
+    /// A TLS connection still shaking hands: sends what rustls has for the
+    /// server and, once the handshake is done, marks the connection ready.
+    fn handshake(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let Some(tls) = conn.tls.as_mut() else {
+            return;
+        };
+        if let Err(e) = tls.send(&mut conn.stream) {
+            let client = conn.client;
+            self.fail_client(client, error_kind(&e));
+            return;
+        }
+        let (handshaking, wants_write) = (tls.is_handshaking(), tls.wants_write());
+        if self.measured.tls_session.is_none() && !handshaking {
+            self.measured.tls_session = tls.describe();
+        }
+        self.set_interest(key, wants_write);
+        if !handshaking {
+            self.mark_connected(key);
+        }
+    }
+
+    fn note_tls_failure(&mut self, server: SocketAddr, error: &rustls::Error) {
+        if self.measured.tls_failure.is_none() {
+            self.measured.tls_failure = Some(format!("TLS with {server}: {error}"));
+        }
     }
 
     /// A client whose connections are all up starts calling.
@@ -635,34 +706,31 @@ impl<'w> Generator<'w> {
         if !conn.connected {
             return;
         }
-        if !conn.out.is_empty() {
-            match conn.stream.write(&conn.out) {
-                Ok(n) => {
-                    conn.out.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    let client = conn.client;
-                    self.fail_client(client, error_kind(&e));
-                    return;
-                }
+        let written = match conn.tls.as_mut() {
+            None if conn.out.is_empty() => Ok(0),
+            None => conn.stream.write(&conn.out),
+            Some(tls) if conn.out.is_empty() => tls.send(&mut conn.stream).map(|_| 0),
+            Some(tls) => tls.write(&mut conn.stream, &conn.out),
+        };
+        match written {
+            Ok(n) => {
+                conn.out.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                let client = conn.client;
+                self.fail_client(client, error_kind(&e));
+                return;
             }
         }
         // Writable events only while something waits to be sent: otherwise
         // every acknowledged request would wake the loop once more.
-        let wants_write = !conn.out.is_empty();
-        if wants_write != conn.wants_write {
-            conn.wants_write = wants_write;
-            let interest = if wants_write {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            let _ = self
-                .poll
-                .registry()
-                .reregister(&mut conn.stream, Token(key), interest);
-        }
+        let wants_write = conn_wants_write(conn);
+        set_interest(&self.poll, key, conn, wants_write);
+    }
+
+    fn set_interest(&mut self, key: usize, wants_write: bool) {
+        set_interest(&self.poll, key, &mut self.conns[key], wants_write);
     }
 
     fn on_readable(&mut self, key: usize) {
@@ -671,11 +739,63 @@ impl<'w> Generator<'w> {
         self.read_buf = buf;
     }
 
+    /// `read_from` for a TLS connection: everything the socket has, then
+    /// the responses in it (or the handshake's next step).
+    fn read_tls_from(&mut self, key: usize, buf: &mut [u8]) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let Some(tls) = conn.tls.as_mut() else {
+            return;
+        };
+        let before = conn.input.len();
+        let outcome = tls.read(&mut conn.stream, buf, &mut conn.input);
+        let received = conn.input.len() - before;
+        let client = conn.client;
+        let eof = match outcome {
+            Ok(eof) => eof,
+            Err(SessionError::Io(e)) => {
+                self.fail_client(client, error_kind(&e));
+                return;
+            }
+            Err(SessionError::Tls(error)) => {
+                let server = conn.stream.peer_addr();
+                if let Ok(server) = server {
+                    self.note_tls_failure(server, &error);
+                }
+                self.fail_client(client, "tls");
+                return;
+            }
+        };
+        self.measured.bytes_received += received as u64;
+        if !self.conns[key].connected {
+            self.handshake(key);
+        } else if conn_wants_write(&self.conns[key]) {
+            // Records the read produced (a key update) that the socket did not take.
+            self.set_interest(key, true);
+        }
+        if received > 0 && self.conns.contains(key) {
+            self.take_responses(key);
+        }
+        if eof {
+            if let Some(conn) = self.conns.get(key) {
+                // Closed in the middle of a handshake or of a call: a failure.
+                let quiet = conn.connected && conn.pending.is_empty();
+                let client = conn.client;
+                self.fail_client(client, if quiet { "closed" } else { "connreset" });
+            }
+        }
+    }
+
     fn read_from(&mut self, key: usize, buf: &mut [u8]) {
         loop {
             let Some(conn) = self.conns.get_mut(key) else {
                 return;
             };
+            if conn.tls.is_some() {
+                self.read_tls_from(key, buf);
+                return;
+            }
             match conn.stream.read(buf) {
                 Ok(0) => {
                     let client = conn.client;
@@ -808,17 +928,41 @@ impl<'w> Generator<'w> {
 
     fn expire_timeouts(&mut self, now: u64) {
         let limit = self.workload.timeout.as_nanos() as u64;
-        let stale: Vec<usize> = self
+        let clients = &self.clients;
+        // A handshake has no call pending to time out, but a server that
+        // takes the connection and never answers the ClientHello (a
+        // plaintext one waiting for a line) must not hold the client forever.
+        let stuck_handshake = |c: &Conn| {
+            c.tls.is_some()
+                && !c.connected
+                && now.saturating_sub(clients[c.client].opened_ns) > limit
+        };
+        let stale: Vec<(usize, Option<SocketAddr>)> = self
             .conns
             .iter()
-            .filter(|(_, c)| {
-                c.pending
+            .filter_map(|(_, c)| {
+                if stuck_handshake(c) {
+                    Some((c.client, Some(c.stream.peer_addr().ok()?)))
+                } else if c
+                    .pending
                     .front()
                     .is_some_and(|p| now.saturating_sub(p.started_ns) > limit)
+                {
+                    Some((c.client, None))
+                } else {
+                    None
+                }
             })
-            .map(|(_, c)| c.client)
             .collect();
-        for client in stale {
+        for (client, handshake_with) in stale {
+            if let Some(server) = handshake_with {
+                if self.measured.tls_failure.is_none() {
+                    self.measured.tls_failure = Some(format!(
+                        "TLS with {server}: no handshake within {:?} (--timeout)",
+                        self.workload.timeout
+                    ));
+                }
+            }
             self.fail_client(client, "timeout");
         }
     }
@@ -848,6 +992,24 @@ impl<'w> Generator<'w> {
             }
         }
     }
+}
+
+fn set_interest(poll: &Poll, key: usize, conn: &mut Conn, wants_write: bool) {
+    if wants_write != conn.wants_write {
+        conn.wants_write = wants_write;
+        let interest = if wants_write {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        let _ = poll
+            .registry()
+            .reregister(&mut conn.stream, Token(key), interest);
+    }
+}
+
+fn conn_wants_write(conn: &Conn) -> bool {
+    !conn.out.is_empty() || conn.tls.as_ref().is_some_and(|tls| tls.wants_write())
 }
 
 /// The values of every thread come from one pattern, so a value written by

@@ -1731,6 +1731,7 @@ mod tests {
             cpu_system_secs: 17.9,
             bytes_sent: responses * 60,
             bytes_received: responses * 140,
+            tls: None,
         }
     }
 

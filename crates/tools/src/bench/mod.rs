@@ -1,7 +1,8 @@
 //! `kura bench`: a load generator for memcached-protocol servers (and Redis),
 //! taking mcperf's options and printing mcperf's summary, plus HDR
 //! percentiles, open-loop runs that cannot hide stalls, JSON and HTML
-//! reports, scenarios and side-by-side comparisons.
+//! reports, scenarios and side-by-side comparisons, and TLS (`--tls`) for
+//! servers started with memcached's `-Z`.
 
 pub mod dist;
 pub mod engine;
@@ -10,6 +11,7 @@ pub mod ketama;
 pub mod results;
 pub mod scenario;
 pub mod summary;
+pub mod tls;
 
 use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -152,6 +154,21 @@ pub struct LoadArgs {
     /// No progress line, even on a terminal.
     #[arg(long = "quiet")]
     pub quiet: bool,
+    /// Connect with TLS (servers started with memcached's -Z). Without
+    /// --tls-ca the server's certificate is NOT verified: whoever answers is
+    /// taken for the server. Connect times include the handshake.
+    #[arg(long = "tls")]
+    pub tls: bool,
+    /// With --tls: verify the server's certificate against the CA
+    /// certificates in this PEM file; a certificate they do not sign ends the
+    /// run with the reason.
+    #[arg(long = "tls-ca", value_name = "FILE", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls: the name the server's certificate must carry, also sent
+    /// as SNI (default: each server's host as given with -s; an IP address
+    /// is checked against the certificate's IP addresses).
+    #[arg(long = "tls-server-name", value_name = "NAME", requires = "tls")]
+    pub tls_server_name: Option<String>,
 }
 
 /// Parses `30s`, `2m`, `500ms`, `1h`, or plain seconds.
@@ -191,6 +208,29 @@ pub fn parse_ratio(text: &str) -> Result<Vec<(Op, u32)>, BenchError> {
             Ok((op, weight))
         })
         .filter(|r| !matches!(r, Ok((_, 0))))
+        .collect()
+}
+
+/// Each server's host as the user wrote it (`[::1]:11211` → `::1`): the
+/// name its TLS certificate must carry.
+fn server_hosts(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|entry| {
+            let entry = entry.trim();
+            let host = match entry.rsplit_once(':') {
+                // host:port, [v6]:port; a bare IPv6 address has more colons.
+                Some((host, port))
+                    if port.parse::<u16>().is_ok()
+                        && (host.ends_with(']') || !host.contains(':')) =>
+                {
+                    host
+                }
+                _ => entry,
+            };
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string()
+        })
         .collect()
 }
 
@@ -246,6 +286,17 @@ impl LoadArgs {
             Some(_) => return Err(usage("--rate must be above 0")),
             None => self.call_rate,
         };
+        let tls = self
+            .tls
+            .then(|| {
+                tls::TlsClient::new(
+                    self.tls_ca.as_deref(),
+                    self.tls_server_name.as_deref(),
+                    &server_hosts(&self.server),
+                )
+            })
+            .transpose()
+            .map_err(usage)?;
         Ok(Workload {
             servers: resolve_servers(&self.server, self.port)?,
             protocol,
@@ -269,6 +320,7 @@ impl LoadArgs {
             linger: self.linger,
             seed: self.seed,
             interval: Duration::from_secs(1),
+            tls,
         })
     }
 }
@@ -290,12 +342,21 @@ pub fn raise_open_files(wanted: u64) {
 
 /// Stores every key once (the load phase): closed loop, pipelined, not reported.
 pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
+    // Over TLS, at most about 12 KiB of sets at a time: memcached 1.6.18
+    // with -Z leaves the requests of a burst beyond its 16 KiB read buffer
+    // unanswered until more bytes arrive (BENCHMARKS.md, "TLS").
+    let pipeline = match workload.tls {
+        Some(_) => {
+            (12 * 1024 / (workload.sizes.upper_bound().min(workload.max_value) + 100)).clamp(1, 32)
+        }
+        None => 32,
+    };
     let load = Workload {
         clients: workload.clients.clamp(1, 16),
         conn_rate: 0.0,
         calls_per_client: workload.key_count.div_ceil(workload.clients.clamp(1, 16)),
         call_rate: 0.0,
-        pipeline: 32,
+        pipeline,
         duration: None,
         mix: vec![(Op::Set, 1)],
         multiget: 1,
@@ -304,6 +365,9 @@ pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
         ..workload.clone()
     };
     let measured = engine::run(&load, &Arc::new(Progress::default()))?;
+    if let Some(failure) = &measured.tls_failure {
+        return Err(std::io::Error::other(format!("the load phase failed: {failure}")).into());
+    }
     if measured.error_total() > 0 {
         return Err(usage(format!(
             "the load phase failed: {:?}",
@@ -351,6 +415,11 @@ pub fn measure(
         let _ = ticker.join();
     }
     let measured = measured?;
+    // A run in which no TLS session got through measured nothing: say why
+    // rather than print a summary of zeros.
+    if let (0, Some(failure)) = (measured.responses, &measured.tls_failure) {
+        return Err(std::io::Error::other(failure.clone()).into());
+    }
     let report = summary::run_report(name, workload, &measured);
     Ok((report, measured))
 }
@@ -440,5 +509,13 @@ mod tests {
         );
         assert!(parse_ratio("set:get=1").is_err());
         assert!(parse_ratio("fly=1").is_err());
+    }
+
+    #[test]
+    fn tls_names_are_the_hosts_as_given() {
+        assert_eq!(
+            server_hosts("cache.example:11211, 127.0.0.1,[::1]:11212,::1"),
+            vec!["cache.example", "127.0.0.1", "::1", "::1"]
+        );
     }
 }

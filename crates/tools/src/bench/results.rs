@@ -52,6 +52,9 @@ pub struct RunReport {
     pub cpu_system_secs: f64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// TLS runs: the negotiated version and cipher suite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// Latency of one operation, in microseconds.

@@ -192,6 +192,13 @@ pub fn mcperf_summary(workload: &Workload, m: &Measured) -> String {
     if let Some(ratio) = super::results::hit_ratio(m.hits, m.misses) {
         let _ = writeln!(out, "Reads: {}", hits_text(m.hits, m.misses, ratio));
     }
+    if let Some(tls) = &workload.tls {
+        let session = m.tls_session.as_deref().unwrap_or("no session");
+        let _ = writeln!(out, "TLS: {session}, {}", tls.verification());
+    }
+    if let Some(failure) = &m.tls_failure {
+        let _ = writeln!(out, "TLS failure: {failure}");
+    }
     if m.latency.len() > 1 {
         out.push('\n');
         for (op, h) in &m.latency {
@@ -334,6 +341,7 @@ pub fn run_report(name: &str, workload: &Workload, m: &Measured) -> RunReport {
         cpu_system_secs: system,
         bytes_sent: m.bytes_sent,
         bytes_received: m.bytes_received,
+        tls: m.tls_session.clone(),
     }
 }
 
