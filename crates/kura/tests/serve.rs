@@ -124,6 +124,7 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-o", "no_such_option"],
         &["serve", "-l", "not-an-address"],
         &["serve", "-p", "99999"],
+        &["serve", "--engine", "disk", "-e", "/tmp/kura-memory-file"],
     ] {
         let output = run_kura(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -828,4 +829,177 @@ fn an_address_in_use_is_named() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}
+
+impl Server {
+    /// Sends `signal` and waits (at most 60 s) for the server to exit.
+    fn stop_with(&mut self, signal: nix::sys::signal::Signal) -> std::process::ExitStatus {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "kura did not stop on {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `mg key t f c v`: (ttl, flags, cas, value), or None on a miss.
+fn meta_get(stream: &mut TcpStream, key: &str) -> Option<(i64, u32, u64, Vec<u8>)> {
+    let header = request_line(stream, format!("mg {key} t f c v\r\n").as_bytes()).unwrap();
+    if header == "EN\r\n" {
+        return None;
+    }
+    let fields: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(fields[0], "VA", "{header}");
+    let field = |flag: char| {
+        fields[2..]
+            .iter()
+            .find_map(|f| f.strip_prefix(flag))
+            .unwrap()
+    };
+    let mut value = vec![0u8; fields[1].parse::<usize>().unwrap() + 2];
+    stream.read_exact(&mut value).unwrap();
+    value.truncate(value.len() - 2);
+    Some((
+        field('t').parse().unwrap(),
+        field('f').parse().unwrap(),
+        field('c').parse().unwrap(),
+        value,
+    ))
+}
+
+/// Item `i` of the warm-restart tests: flags `i`, and one of three TTLs.
+fn warm_item(i: usize) -> (u32, i64, Vec<u8>) {
+    let ttl = [0, 100, 3600][i % 3];
+    (i as u32, ttl, value_of(i, 20 + i % 200))
+}
+
+/// memcached's warm restart (`-e`): SIGUSR1 keeps every item, with its
+/// flags, CAS value and remaining time (time spent stopped counts); the
+/// file is consumed by the start that loads it, so a server killed after
+/// that starts empty.
+#[test]
+fn items_survive_a_sigusr1_restart_but_not_a_kill_after_it() {
+    use nix::sys::signal::Signal;
+    const COUNT: usize = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cache");
+    let file_arg = file.to_str().unwrap();
+    let args = ["--engine", "memory", "-m", "256", "-e", file_arg];
+    let mut server = Server::start(&args);
+    let mut stream = server.connect();
+    let mut batch = Vec::new();
+    for i in 0..COUNT {
+        let (flags, ttl, value) = warm_item(i);
+        batch.extend_from_slice(
+            format!("set w:{i} {flags} {ttl} {} noreply\r\n", value.len()).as_bytes(),
+        );
+        batch.extend_from_slice(&value);
+        batch.extend_from_slice(b"\r\n");
+    }
+    batch.extend_from_slice(b"mn\r\n");
+    stream.write_all(&batch).unwrap();
+    assert_eq!(request_line(&mut stream, b"").unwrap(), "MN\r\n");
+    let stored_at = Instant::now();
+    let sample: Vec<usize> = (0..COUNT).step_by(9_973).chain([COUNT - 1]).collect();
+    let before: Vec<_> = sample
+        .iter()
+        .map(|i| meta_get(&mut stream, &format!("w:{i}")).unwrap())
+        .collect();
+    drop(stream);
+
+    assert!(server.stop_with(Signal::SIGUSR1).success());
+    assert!(file.exists(), "SIGUSR1 wrote no file");
+    std::thread::sleep(Duration::from_secs(2));
+
+    let server = Server::start_on(server.addr.port(), &args);
+    assert!(!file.exists(), "the file outlived the start that loaded it");
+    assert_eq!(server.stat("curr_items"), COUNT as u64);
+    let mut stream = server.connect();
+    assert_eq!(count_hits(&mut stream, "w", 0..COUNT), COUNT);
+    let down = stored_at.elapsed().as_secs() as i64;
+    let mut highest_cas = 0;
+    for (i, was) in sample.iter().zip(&before) {
+        let (ttl, flags, cas, value) = meta_get(&mut stream, &format!("w:{i}")).unwrap();
+        let (want_flags, want_ttl, want_value) = warm_item(*i);
+        assert_eq!(
+            (flags, cas, &value),
+            (want_flags, was.2, &want_value),
+            "w:{i}"
+        );
+        if want_ttl == 0 {
+            assert_eq!(ttl, -1, "w:{i}");
+        } else {
+            let left = want_ttl - down;
+            assert!(
+                (left - 2..=left + 1).contains(&ttl),
+                "w:{i}: ttl {ttl}, expected about {left}"
+            );
+        }
+        highest_cas = highest_cas.max(cas);
+    }
+    assert_eq!(
+        request_line(&mut stream, b"ms new 1\r\nx\r\n").unwrap(),
+        "HD\r\n"
+    );
+    let (_, _, new_cas, _) = meta_get(&mut stream, "new").unwrap();
+    assert!(new_cas > highest_cas, "a new write reused CAS {new_cas}");
+    drop(stream);
+
+    let mut server = server.kill_and_restart(&args);
+    assert_eq!(
+        server.stat("curr_items"),
+        0,
+        "a killed server came back with items"
+    );
+    let mut stream = server.connect();
+    assert_eq!(meta_get(&mut stream, "w:0"), None);
+    drop(stream);
+    assert!(server.stop_with(Signal::SIGTERM).success());
+}
+
+/// SIGTERM is not graceful: nothing is kept, and the next start is empty.
+#[test]
+fn sigterm_keeps_nothing_for_a_warm_restart() {
+    use nix::sys::signal::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cache");
+    let args = ["--engine", "memory", "-e", file.to_str().unwrap()];
+    let mut server = Server::start(&args);
+    let mut stream = server.connect();
+    assert_eq!(
+        request_line(&mut stream, b"set k 0 0 1\r\nv\r\n").unwrap(),
+        "STORED\r\n"
+    );
+    drop(stream);
+    assert!(server.stop_with(Signal::SIGTERM).success());
+    assert!(!file.exists());
+    let server = Server::start_on(server.addr.port(), &args);
+    assert_eq!(server.stat("curr_items"), 0);
+}
+
+/// A file kura cannot trust stops the start with one line naming it, and
+/// is left in place for the operator.
+#[test]
+fn a_damaged_memory_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cache");
+    std::fs::write(&file, b"KURAWARM\x01\x00\x00\x00 and then garbage").unwrap();
+    let output = run_kura(&[
+        "serve",
+        "--engine",
+        "memory",
+        "-p",
+        &free_port().to_string(),
+        "-e",
+        file.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+    assert!(file.exists());
 }

@@ -151,6 +151,9 @@ pub struct ServerConfig {
     /// file (`$MEMCACHED_SASL_PWDB`, else `-Y`'s).
     pub sasl_users_file: Option<PathBuf>,
     pub sasl: bool,
+    /// Where a graceful shutdown keeps the memory engine's items for the
+    /// next start (`-e`); shown by `stats settings`.
+    pub memory_file: Option<PathBuf>,
 }
 
 /// memcached's `-o ssl_*` settings.
@@ -210,6 +213,7 @@ impl Default for ServerConfig {
             auth_file: None,
             sasl_users_file: None,
             sasl: false,
+            memory_file: None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `kura serve`: memcached's command-line flags, validated into the server's
 //! and the engine's configuration, then the server itself.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -9,6 +9,7 @@ use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 
 use kura_server::{ListenAddr, ProtocolChoice, ServerConfig};
+use kura_store::warm::{self, Loaded};
 use kura_store::{
     DiskConfig, DiskStore, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
 };
@@ -269,6 +270,11 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             "-I: the item size limit cannot exceed the memory limit (-m)",
         ));
     }
+    if args.memory_file.is_some() && args.engine == EngineArg::Disk {
+        return Err(usage(
+            "-e: a memory file is for --engine memory; the disk engine keeps every item anyway",
+        ));
+    }
     if args.conn_limit == 0 {
         return Err(usage("-c: the connection limit must be above 0"));
     }
@@ -350,6 +356,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         extended::apply(option.trim(), &mut server).map_err(usage)?;
     }
     server.udp_port = args.udp_port;
+    server.memory_file = args.memory_file.clone();
     server.dumping_enabled = !args.disable_dumping;
     server.watch_enabled = !args.disable_watch;
     if let Some(delimiter) = &args.prefix_delimiter {
@@ -486,6 +493,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         resolved.server.growth_factor,
         resolved.server.max_item_size.max(MIB),
     );
+    // The memory engine itself, when a graceful shutdown is to keep it.
+    let mut kept: Option<(PathBuf, Arc<MemoryStore>)> = None;
     let store: Arc<dyn Store> = match &resolved.disk {
         Some(disk) => Arc::new(
             DiskStore::open(DiskConfig {
@@ -500,14 +509,24 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,
         ),
-        None => Arc::new(MemoryStore::new(MemoryConfig {
-            limit_bytes: resolved.memory.limit_bytes,
-            evict: resolved.memory.evictions,
-            classes,
-            ..MemoryConfig::default()
-        })),
+        None => {
+            let memory = Arc::new(MemoryStore::new(MemoryConfig {
+                limit_bytes: resolved.memory.limit_bytes,
+                evict: resolved.memory.evictions,
+                classes,
+                ..MemoryConfig::default()
+            }));
+            if let Some(path) = &resolved.server.memory_file {
+                kept = Some((path.clone(), memory.clone()));
+            }
+            memory
+        }
     };
-    let serving = serving_line(&resolved, &args);
+    let restored = match &kept {
+        Some((path, memory)) => warm_start(path, memory)?,
+        None => None,
+    };
+    let serving = serving_line(&resolved, restored);
     let handle = kura_server::start(resolved.server, store, resolved.memory.evictions)
         .context("starting the server")?;
     if let Some(user) = &args.user {
@@ -515,9 +534,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     eprintln!("kura: {serving}");
     let shared = handle.shared().clone();
+    let stopped = shared.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
     ])
     .context("installing signal handlers")?;
     std::thread::Builder::new()
@@ -525,20 +546,55 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 tracing::info!(signal, "shutting down");
-                shared.request_shutdown();
+                // memcached's meaning: SIGUSR1 stops gracefully, keeping
+                // the cache for the next start with -e.
+                if signal == signal_hook::consts::SIGUSR1 {
+                    shared.request_graceful_shutdown();
+                } else {
+                    shared.request_shutdown();
+                }
             }
         })
         .context("starting the signal thread")?;
     handle.wait();
+    if let (Some((path, memory)), true) = (&kept, stopped.graceful()) {
+        let saved = warm::save(path, memory)
+            .with_context(|| format!("-e {}: keeping the cache", path.display()))?;
+        eprintln!(
+            "kura: kept {} items ({} MiB) in {} for the next start",
+            saved.items,
+            saved.bytes / MIB as u64,
+            path.display()
+        );
+    }
     if let Some(path) = &args.pidfile {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
 }
 
+/// Loads what the last graceful shutdown kept in `path` (`-e`), then removes
+/// the file, so that a crash from here on starts empty rather than with
+/// items older than what this run serves. A file kura cannot trust stops
+/// the start, as memcached stops on a damaged metadata file: quietly
+/// starting empty would overwrite it at the next graceful shutdown.
+fn warm_start(path: &Path, memory: &MemoryStore) -> Result<Option<Loaded>, Failure> {
+    let place = path.display();
+    warm::prepare(path).with_context(|| format!("-e {place}: cannot write a file there"))?;
+    let loaded = warm::load(path, memory).map_err(|e| {
+        Failure::Runtime(anyhow::anyhow!(
+            "-e {place}: {e}; remove it to start with an empty cache"
+        ))
+    })?;
+    if loaded.is_some() {
+        warm::remove(path).with_context(|| format!("-e {place}: removing it once loaded"))?;
+    }
+    Ok(loaded)
+}
+
 /// The one line a start prints: where, which engine, where the data is,
-/// and the memory limit.
-fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
+/// what a warm restart brought back, and the memory limit.
+fn serving_line(resolved: &Resolved, restored: Option<Loaded>) -> String {
     let server = &resolved.server;
     let mut places: Vec<String> = server
         .listen
@@ -561,12 +617,22 @@ fn serving_line(resolved: &Resolved, args: &ServeArgs) -> String {
     }
     let storage = match &resolved.disk {
         Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
-        None => match &args.memory_file {
-            Some(file) => format!(
+        None => match (&server.memory_file, restored) {
+            (Some(file), None) => format!(
                 "memory engine, kept in {} on graceful restart",
                 file.display()
             ),
-            None => "memory engine".to_string(),
+            (Some(file), Some(loaded)) => format!(
+                "memory engine, kept in {} on graceful restart ({} items restored, {} expired while stopped{})",
+                file.display(),
+                loaded.restored,
+                loaded.expired,
+                match loaded.dropped {
+                    0 => String::new(),
+                    n => format!(", {n} over the memory limit"),
+                }
+            ),
+            (None, _) => "memory engine".to_string(),
         },
     };
     format!(
