@@ -123,8 +123,8 @@ pub struct ServerConfig {
     pub maintenance_interval: Duration,
     /// Name of the storage engine, for `stats settings`.
     pub engine: String,
-    /// UDP port (`-U`); 0 is off.
-    pub udp_port: u16,
+    /// UDP port (`-U`); None is off, Some(0) any free port.
+    pub udp_port: Option<u16>,
     /// Over the connection limit, refuse new connections at once with an
     /// error line (`-o maxconns_fast`, memcached's default) rather than
     /// letting them wait in the backlog.
@@ -201,7 +201,7 @@ impl Default for ServerConfig {
             growth_factor: 1.25,
             maintenance_interval: Duration::from_millis(100),
             engine: "memory".to_string(),
-            udp_port: 0,
+            udp_port: None,
             maxconns_fast: true,
             dumping_enabled: true,
             watch_enabled: true,

@@ -103,12 +103,23 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     local_addrs: Vec<SocketAddr>,
+    udp_addrs: Vec<SocketAddr>,
 }
 
 impl ServerHandle {
     /// The first TCP address the server listens on (useful with port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addrs.first().copied()
+    }
+
+    /// Every TCP address the server listens on.
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// Every UDP address the server serves.
+    pub fn udp_addrs(&self) -> &[SocketAddr] {
+        &self.udp_addrs
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -155,14 +166,14 @@ pub fn start(
         }
     };
     let listeners = listener::bind(&config, tls.as_ref())?;
-    let local_addrs = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
+    let local_addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
     // memcached's -s turns the network off, UDP included.
-    let udp_sockets = if config.udp_port != 0 && config.unix_socket.is_none() {
+    let udp_sockets = if let (Some(udp_port), None) = (config.udp_port, &config.unix_socket) {
         // One UDP socket per address, however many TCP ports it has.
         let mut ips: Vec<_> = config.listen.iter().map(|l| l.ip).collect();
         ips.sort();
         ips.dedup();
-        udp::bind(&ips, config.udp_port)?
+        udp::bind(&ips, udp_port)?
     } else {
         Vec::new()
     };
@@ -200,6 +211,10 @@ pub fn start(
         acceptor.run()
     })?);
 
+    let udp_addrs = udp_sockets
+        .iter()
+        .filter_map(|s| s.local_addr().ok())
+        .collect();
     if !udp_sockets.is_empty() {
         let udp = shared.clone();
         handles.push(spawn_loudly("kura-udp".into(), move || {
@@ -215,6 +230,7 @@ pub fn start(
         shared,
         threads: handles,
         local_addrs,
+        udp_addrs,
     })
 }
 

@@ -44,7 +44,7 @@ fn get_and_set_through_udp_frames() {
         .port();
     let server = TestServer::with(
         ServerConfig {
-            udp_port: port,
+            udp_port: Some(port),
             ..ServerConfig::default()
         },
         MemoryConfig::default(),

@@ -26,9 +26,10 @@ const MAX_ITEM_SIZE: usize = 1024 * MIB;
 /// The flags as typed; `resolve` checks them and fills in defaults.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// TCP port to listen on.
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    port: u16,
+    /// TCP port to listen on (0: no TCP; -1: any free port) [default: 11211,
+    /// or -U's port when only -U is given, as memcached does].
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
+    port: Option<i32>,
     /// Interfaces to listen on, comma-separated (default 127.0.0.1: safer than memcached's all-interfaces).
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
     listen: String,
@@ -58,9 +59,14 @@ pub struct ServeArgs {
     /// Protocol: auto (by first byte), ascii or binary.
     #[arg(short = 'B', long = "protocol", value_enum, default_value_t = ProtocolArg::Auto)]
     protocol: ProtocolArg,
-    /// UDP port (0: off), memcached's UDP frames.
-    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
-    udp_port: u16,
+    /// UDP port, memcached's UDP frames (0: off; -1: any free port).
+    #[arg(
+        short = 'U',
+        long = "udp-port",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    udp_port: i32,
     /// Listen on a Unix-domain socket instead of TCP.
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
@@ -265,9 +271,10 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&max_item_size) {
         return Err(usage("-I: the item size limit must be between 1k and 1g"));
     }
-    if args.engine == EngineArg::Memory && max_item_size > memory_limit {
+    // memcached's rule: one item may take at most half the cache.
+    if args.engine == EngineArg::Memory && max_item_size > memory_limit / 2 {
         return Err(usage(
-            "-I: the item size limit cannot exceed the memory limit (-m)",
+            "-I: the item size limit cannot exceed half the memory limit (-m)",
         ));
     }
     if args.memory_file.is_some() && args.engine == EngineArg::Disk {
@@ -289,7 +296,22 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     }
     let unix_mask = u32::from_str_radix(&args.unix_mask, 8)
         .map_err(|_| usage("-a: the mask must be octal, e.g. 700"))?;
-    let listen = if args.unix_socket.is_some() {
+    let port_flag = |value: i32, flag: &str| match value {
+        -1 => Ok(Some(0)),
+        0 => Ok(None),
+        1..=65535 => Ok(Some(value as u16)),
+        _ => Err(usage(format!(
+            "{flag}: the port must be between -1 and 65535"
+        ))),
+    };
+    // memcached: a UDP port given alone is the TCP port too.
+    let tcp_port = match (args.port, args.udp_port) {
+        (Some(port), _) => port_flag(port, "-p")?,
+        (None, 0) => Some(11211),
+        (None, udp) => port_flag(udp, "-U")?,
+    };
+    let udp_port = port_flag(args.udp_port, "-U")?;
+    let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
         args.listen
@@ -300,7 +322,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     };
     let mut server = ServerConfig {
         listen,
-        port: args.port,
+        port: tcp_port.unwrap_or(0),
         unix_socket: args.unix_socket.clone(),
         unix_mask,
         threads,
@@ -355,7 +377,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     for option in args.extended.iter().flat_map(|o| o.split(',')) {
         extended::apply(option.trim(), &mut server).map_err(usage)?;
     }
-    server.udp_port = args.udp_port;
+    server.udp_port = udp_port;
     server.memory_file = args.memory_file.clone();
     server.dumping_enabled = !args.disable_dumping;
     server.watch_enabled = !args.disable_watch;
@@ -514,6 +536,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 limit_bytes: resolved.memory.limit_bytes,
                 evict: resolved.memory.evictions,
                 classes,
+                // Without CAS values memcached's flush_all covers its whole second.
+                flush_whole_second: !resolved.server.cas_enabled,
                 ..MemoryConfig::default()
             }));
             if let Some(path) = &resolved.server.memory_file {
@@ -533,6 +557,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         drop_privileges(user)?;
     }
     eprintln!("kura: {serving}");
+    if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+        write_port_file(Path::new(&path), &handle).context("writing MEMCACHED_PORT_FILENAME")?;
+    }
     let shared = handle.shared().clone();
     let stopped = shared.clone();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -592,6 +619,23 @@ fn warm_start(path: &Path, memory: &MemoryStore) -> Result<Option<Loaded>, Failu
     Ok(loaded)
 }
 
+/// memcached's `MEMCACHED_PORT_FILENAME`: the ports actually bound, one
+/// `TCP INET: 11211` line each (`INET6` for IPv6, `UDP` for UDP), written
+/// beside the file and renamed into place, so a reader never sees half.
+fn write_port_file(path: &Path, handle: &kura_server::ServerHandle) -> std::io::Result<()> {
+    let mut text = String::new();
+    let tcp = handle.tcp_addrs().iter().map(|a| ("TCP", a));
+    let udp = handle.udp_addrs().iter().map(|a| ("UDP", a));
+    for (transport, addr) in tcp.chain(udp) {
+        let family = if addr.is_ipv6() { "INET6" } else { "INET" };
+        text.push_str(&format!("{transport} {family}: {}\n", addr.port()));
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".lck");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)
+}
+
 /// The one line a start prints: where, which engine, where the data is,
 /// what a warm restart brought back, and the memory limit.
 fn serving_line(resolved: &Resolved, restored: Option<Loaded>) -> String {
@@ -612,8 +656,8 @@ fn serving_line(resolved: &Resolved, restored: Option<Loaded>) -> String {
     if let Some(path) = &server.unix_socket {
         places.push(path.display().to_string());
     }
-    if server.udp_port != 0 {
-        places.push(format!("udp {}", server.udp_port));
+    if let Some(port) = server.udp_port {
+        places.push(format!("udp {port}"));
     }
     let storage = match &resolved.disk {
         Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
