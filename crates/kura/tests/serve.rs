@@ -1003,3 +1003,28 @@ fn a_damaged_memory_file_stops_the_start() {
     assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
     assert!(file.exists());
 }
+
+/// `shutdown graceful` (with -A) keeps the items for the next start, as
+/// SIGUSR1 does.
+#[test]
+fn shutdown_graceful_keeps_the_items_for_a_warm_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cache");
+    let args = ["--engine", "memory", "-A", "-e", file.to_str().unwrap()];
+    let mut server = Server::start(&args);
+    let mut stream = server.connect();
+    assert_eq!(
+        request_line(&mut stream, b"set kept 3 0 2\r\nhi\r\n").unwrap(),
+        "STORED\r\n"
+    );
+    stream.write_all(b"shutdown graceful\r\n").unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(file.exists(), "shutdown graceful wrote no file");
+    let server = Server::start_on(server.addr.port(), &args);
+    let mut stream = server.connect();
+    assert_eq!(
+        request_line(&mut stream, b"mg kept f v\r\n").unwrap(),
+        "VA 2 f3\r\n"
+    );
+}

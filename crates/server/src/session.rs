@@ -93,10 +93,12 @@ impl Session {
                 Step::Served(Action::Continue) => *budget -= 1,
                 Step::Served(Action::Close) => return (used + consumed, Stop::Close),
                 Step::Served(Action::Shutdown) => return (used + consumed, Stop::Shutdown),
-                // Until kura can restart gracefully, `shutdown graceful`
-                // stops the server as `shutdown` does (memcached without a
-                // memory file does the same).
-                Step::Served(Action::GracefulShutdown) => return (used + consumed, Stop::Shutdown),
+                // The stop is marked graceful here: `kura serve` then keeps
+                // the memory engine's items for a warm restart (`-e`).
+                Step::Served(Action::GracefulShutdown) => {
+                    ctx.shared.request_graceful_shutdown();
+                    return (used + consumed, Stop::Shutdown);
+                }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 Step::Rejected => {}
             }
