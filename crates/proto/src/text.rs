@@ -67,8 +67,13 @@ pub enum Request<'a> {
     Stats {
         args: Keys<'a>,
     },
-    /// `lru_crawler metadump all`: one line of metadata per item.
-    Metadump,
+    /// `lru_crawler …`: the crawler's switches, crawls and metadata dumps.
+    LruCrawler(LruCrawler<'a>),
+    /// `watch [kind …]`: the connection becomes a log watcher. The kinds
+    /// (`fetchers`, `mutations`, …) are left raw for the server to judge.
+    Watch {
+        kinds: Keys<'a>,
+    },
     Meta(MetaRequest<'a>),
     /// A storage command (text or `ms`) whose data block is larger than the
     /// item size limit (`-I`). Its data block follows and is discarded.
@@ -85,6 +90,24 @@ impl Request<'_> {
             _ => 0,
         }
     }
+}
+
+/// The `lru_crawler` subcommands, as memcached's `process_lru_crawler_command`
+/// tells them apart.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LruCrawler<'a> {
+    Enable,
+    Disable,
+    /// `crawl <classes>`: `all` or a comma-separated list of class ids.
+    Crawl(&'a [u8]),
+    /// `metadump <all|hash|classes>`.
+    Metadump(&'a [u8]),
+    /// `tocrawl <n>` and `sleep <µs>`: tuning memcached's crawler thread;
+    /// None when the number is not one.
+    Tune {
+        sleep: bool,
+        value: Option<u64>,
+    },
 }
 
 /// How `shutdown` was asked to stop the server.
@@ -494,9 +517,22 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             };
             Request::CacheMemlimit { megabytes, noreply }
         }
-        (b"lru_crawler", 2) if tokens.next() == Some(b"metadump") => match tokens.next() {
-            Some(b"all") => Request::Metadump,
-            _ => return reject(ErrorReply::UnknownCommand, line_len),
+        (b"lru_crawler", 1 | 2) => {
+            let command = match (tokens.next().unwrap_or_default(), tokens.next()) {
+                (b"enable", None) => LruCrawler::Enable,
+                (b"disable", None) => LruCrawler::Disable,
+                (b"crawl", Some(classes)) => LruCrawler::Crawl(classes),
+                (b"metadump", Some(classes)) => LruCrawler::Metadump(classes),
+                (verb @ (b"tocrawl" | b"sleep"), Some(value)) => LruCrawler::Tune {
+                    sleep: verb == b"sleep",
+                    value: parse_u64(value),
+                },
+                _ => return reject(ErrorReply::UnknownCommand, line_len),
+            };
+            Request::LruCrawler(command)
+        }
+        (b"watch", _) => Request::Watch {
+            kinds: Keys(tokens.rest()),
         },
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),

@@ -19,6 +19,7 @@ pub mod session;
 pub mod stats;
 pub mod tls;
 pub mod udp;
+pub mod watch;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,11 @@ pub struct Shared {
     pub text_users: Option<auth::Users>,
     /// Users a binary connection must authenticate as with SASL (`-S`).
     pub sasl_users: Option<auth::Users>,
+    /// The log watchers (`watch`).
+    pub watchers: Arc<watch::Hub>,
+    /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
+    /// starts as `-o lru_crawler|no_lru_crawler` says).
+    pub lru_crawler: AtomicBool,
     stopping: AtomicBool,
     /// The stop was asked for gracefully (SIGUSR1, `shutdown graceful`):
     /// the memory engine is kept for the next start (`-e`).
@@ -177,6 +183,9 @@ pub fn start(
     } else {
         Vec::new()
     };
+    let watchers = Arc::new(watch::Hub::new(config.watcher_buffer_bytes));
+    store.watch_evictions(watchers.clone());
+    let lru_crawler = AtomicBool::new(config.lru_crawler);
     let shared = Arc::new(Shared {
         config,
         store,
@@ -188,6 +197,8 @@ pub fn start(
         tls,
         text_users,
         sasl_users,
+        watchers,
+        lru_crawler,
         stopping: AtomicBool::new(false),
         graceful: AtomicBool::new(false),
         wakers: OnceLock::new(),

@@ -27,6 +27,8 @@ pub enum Stop {
     Close,
     /// The client asked the server to shut down.
     Shutdown,
+    /// `watch`: the connection becomes a log watcher of these kinds.
+    Watch(u32),
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +39,9 @@ pub struct Session {
     /// Logged in (`-Y`) or SASL-authenticated (`-S`); without either
     /// option nobody needs to be.
     authenticated: bool,
+    /// The stream was closed for a protocol error, not at the client's
+    /// request (`reason=error` in a watcher's `conn_close` line).
+    closed_on_error: bool,
 }
 
 impl Session {
@@ -47,7 +52,13 @@ impl Session {
             protocol,
             swallow: 0,
             authenticated: false,
+            closed_on_error: false,
         }
+    }
+
+    /// Whether the session ended the stream for a protocol error.
+    pub fn closed_on_error(&self) -> bool {
+        self.closed_on_error
     }
 
     /// Serves the complete requests at the front of `input`. Returns how many
@@ -98,6 +109,9 @@ impl Session {
                 Step::Served(Action::GracefulShutdown) => {
                     ctx.shared.request_graceful_shutdown();
                     return (used + consumed, Stop::Shutdown);
+                }
+                Step::Served(Action::Watch { kinds }) => {
+                    return (used + consumed, Stop::Watch(kinds))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 Step::Rejected => {}
@@ -191,6 +205,7 @@ impl Session {
             } => {
                 if recovery == Recovery::Close {
                     // memcached closes on garbage without a word.
+                    self.closed_on_error = true;
                     return (consumed, Step::Served(Action::Close));
                 }
                 if !noreply {
@@ -220,7 +235,10 @@ impl Session {
                 (consumed, Step::Served(action))
             }
             binary::Parse::Incomplete => (0, Step::Incomplete),
-            binary::Parse::BadMagic => (input.len(), Step::Served(Action::Close)),
+            binary::Parse::BadMagic => {
+                self.closed_on_error = true;
+                (input.len(), Step::Served(Action::Close))
+            }
             binary::Parse::Reject {
                 header,
                 status,
@@ -232,6 +250,7 @@ impl Session {
                 }
                 binary::compose_error(out, header.opcode, status, header.opaque);
                 if recovery == Recovery::Close {
+                    self.closed_on_error = true;
                     return (consumed, Step::Served(Action::Close));
                 }
                 self.recover(recovery);

@@ -92,7 +92,11 @@ pub fn bind(shared_listen: &[std::net::IpAddr], port: u16) -> io::Result<Vec<Udp
 
 /// Serves datagrams until the server stops.
 pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
-    let ctx = Context { shared, counters };
+    let ctx = Context {
+        shared,
+        counters,
+        conn_id: 0,
+    };
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::new();
     while !shared.stopping() {

@@ -24,6 +24,7 @@ use kura_store::{AckState, AckTicket};
 use crate::exec::Context;
 use crate::session::{Session, Stop};
 use crate::tls::TlsStream;
+use crate::watch::{CloseReason, Watcher};
 use crate::{ConnInfo, ProtocolChoice, Shared};
 
 const WAKER: Token = Token(usize::MAX);
@@ -159,6 +160,9 @@ struct Connection {
     held: bool,
     interest: Interest,
     info: Arc<ConnInfo>,
+    /// Set once the connection ran `watch`: it serves no more requests and
+    /// is sent its watcher's queued log lines instead.
+    watcher: Option<Arc<Watcher>>,
 }
 
 /// What a connection waits for after being served.
@@ -168,6 +172,8 @@ enum Next {
     /// It had more to do but used its turn.
     Yield,
     Close,
+    /// It asked to become a log watcher of these kinds.
+    Watch(u32),
 }
 
 /// Buffers shared by all connections of a worker.
@@ -192,6 +198,10 @@ pub struct Worker {
     /// The oldest ticket a held connection waits for (0: none); the engine
     /// wakes this worker when it is decided.
     wanted: Arc<AtomicU64>,
+    /// Wakes this worker's loop; a watcher's queue uses it.
+    waker: Arc<Waker>,
+    /// Connections that are log watchers, served when the waker fires.
+    watching: Vec<usize>,
 }
 
 impl Worker {
@@ -230,6 +240,8 @@ impl Worker {
             fixed_protocol,
             held: Vec::new(),
             wanted,
+            waker: waker.clone(),
+            watching: Vec::new(),
         };
         Ok((worker, Inbox { sender, waker }))
     }
@@ -255,6 +267,7 @@ impl Worker {
                     WAKER => {
                         self.adopt_new_connections();
                         self.release_held();
+                        self.serve_watchers();
                     }
                     Token(key) => {
                         if event.is_read_closed() {
@@ -311,6 +324,7 @@ impl Worker {
                 held: false,
                 interest: Interest::READABLE,
                 info: info.clone(),
+                watcher: None,
             };
             if connection
                 .stream
@@ -324,6 +338,7 @@ impl Worker {
                 continue;
             }
             entry.insert(connection);
+            self.shared.watchers.conn_new(&info.peer, info.id);
             self.shared
                 .connections_registry
                 .lock()
@@ -340,12 +355,18 @@ impl Worker {
         let ctx = Context {
             shared: &self.shared,
             counters: &self.shared.counters[self.id],
+            conn_id: connection.info.id,
         };
         connection
             .info
             .last_active
             .store(self.shared.store.clock().now(), Ordering::Relaxed);
-        match serve_connection(connection, &mut self.scratch, &ctx) {
+        let next = if connection.watcher.is_some() {
+            serve_watcher(connection, &mut self.scratch, &ctx)
+        } else {
+            serve_connection(connection, &mut self.scratch, &ctx)
+        };
+        match next {
             Next::Wait if connection.fence != 0 && !connection.output.is_empty() => {
                 // Nothing to do until the commit: no reads, no writes.
                 if !connection.held {
@@ -359,7 +380,7 @@ impl Worker {
                         .reregister(self.poll.registry(), Token(key), Interest::READABLE)
                         .is_err()
                     {
-                        self.close(key);
+                        self.close(key, CloseReason::Error);
                     }
                 }
             }
@@ -376,7 +397,7 @@ impl Worker {
                         .reregister(self.poll.registry(), Token(key), wanted)
                         .is_err()
                     {
-                        self.close(key);
+                        self.close(key, CloseReason::Error);
                     }
                 }
             }
@@ -384,7 +405,49 @@ impl Worker {
                 ctx.counters.conn_yields.incr();
                 self.ready.push_back(key);
             }
-            Next::Close => self.close(key),
+            Next::Close => {
+                let reason = if connection.session.closed_on_error() {
+                    CloseReason::Error
+                } else {
+                    CloseReason::Normal
+                };
+                self.close(key, reason)
+            }
+            Next::Watch(kinds) => self.start_watching(key, kinds),
+        }
+    }
+
+    /// Turns a connection into a log watcher (`watch`). Its queue starts
+    /// with `OK`; the hub wakes this worker when lines arrive.
+    fn start_watching(&mut self, key: usize, kinds: u32) {
+        let Some(connection) = self.connections.get_mut(key) else {
+            return;
+        };
+        let waker = self.waker.clone();
+        let wake = Box::new(move || {
+            let _ = waker.wake();
+        });
+        match self.shared.watchers.add(connection.info.id, kinds, wake) {
+            Some(watcher) => {
+                // Whatever the client sent after `watch` is ignored, as in memcached.
+                connection.input = Vec::new();
+                connection.unserved = false;
+                connection.watcher = Some(watcher);
+                self.watching.push(key);
+            }
+            None => connection
+                .output
+                .extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n"),
+        }
+        self.serve(key);
+    }
+
+    /// Sends the log lines queued for this worker's watchers.
+    fn serve_watchers(&mut self) {
+        for index in 0..self.watching.len() {
+            if let Some(&key) = self.watching.get(index) {
+                self.serve(key);
+            }
         }
     }
 
@@ -425,9 +488,17 @@ impl Worker {
         }
     }
 
-    fn close(&mut self, key: usize) {
+    fn close(&mut self, key: usize, reason: CloseReason) {
         if let Some(mut connection) = self.connections.try_remove(key) {
             let _ = connection.stream.deregister(self.poll.registry());
+            let id = connection.info.id;
+            if connection.watcher.is_some() {
+                self.watching.retain(|&k| k != key);
+                self.shared.watchers.remove(id);
+            }
+            self.shared
+                .watchers
+                .conn_close(&connection.info.peer, id, reason);
             self.shared
                 .connections_registry
                 .lock()
@@ -442,7 +513,7 @@ impl Worker {
     fn close_all(&mut self) {
         let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
         for key in keys {
-            self.close(key);
+            self.close(key, CloseReason::Shutdown);
         }
     }
 
@@ -453,13 +524,14 @@ impl Worker {
             .connections
             .iter()
             .filter(|(_, c)| {
-                now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
+                c.watcher.is_none()
+                    && now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
             })
             .map(|(key, _)| key)
             .collect();
         for key in idle {
             self.shared.counters[self.id].idle_kicks.incr();
-            self.close(key);
+            self.close(key, CloseReason::IdleTimeout);
         }
     }
 }
@@ -561,6 +633,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 ctx.shared.request_shutdown();
                 return Next::Close;
             }
+            Stop::Watch(kinds) => return Next::Watch(kinds),
             Stop::Budget if budget == 0 => return Next::Yield,
             Stop::NeedInput if drained => {
                 return if connection.output.is_empty() {
@@ -577,6 +650,33 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
         }
     }
     Next::Yield
+}
+
+/// A log watcher: what the client sends is read only to notice it leave;
+/// queued lines are taken only once the socket took the previous ones, so
+/// a slow reader holds at most one queue's worth of unsent bytes here.
+fn serve_watcher(connection: &mut Connection, scratch: &mut Scratch, ctx: &Context<'_>) -> Next {
+    loop {
+        match read_into(&mut connection.stream, &mut scratch.input) {
+            Ok(0) => return Next::Close,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => return Next::Close,
+        }
+    }
+    let Some(watcher) = connection.watcher.clone() else {
+        return Next::Wait;
+    };
+    loop {
+        match send_pending(connection, ctx) {
+            Ok(true) => {}
+            Ok(false) => return Next::Wait,
+            Err(_) => return Next::Close,
+        }
+        if !watcher.take(&mut connection.output) {
+            return Next::Wait;
+        }
+    }
 }
 
 /// The client sent its end of file: close once what it is owed is sent.

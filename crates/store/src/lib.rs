@@ -50,6 +50,16 @@ pub trait Store: Send + Sync {
     /// Visits every live item's metadata, shard by shard (`lru_crawler metadump`).
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>));
 
+    /// Removes every expired or flushed item of the size classes `include`
+    /// picks, now (`lru_crawler crawl`). Returns how many it removed.
+    fn crawl(&self, _include: &dyn Fn(usize) -> bool) -> usize {
+        0
+    }
+
+    /// Whom to show each eviction (`watch evictions`). An engine that
+    /// evicts asks `wanted()` first, so nobody watching costs one load.
+    fn watch_evictions(&self, _watcher: std::sync::Arc<dyn EvictionWatcher>) {}
+
     /// A histogram of item sizes in 32-byte buckets (`stats sizes`).
     fn size_histogram(&self) -> Vec<(usize, u64)>;
 
@@ -83,6 +93,14 @@ pub trait Store: Send + Sync {
     /// Registers a callback run after each decision, with the newest
     /// decided ticket (the worker wakes its event loop with it).
     fn on_ack_progress(&self, _listener: Box<dyn Fn(AckTicket) + Send + Sync>) {}
+}
+
+/// Sees the items an engine evicts (the server's log watchers).
+pub trait EvictionWatcher: Send + Sync {
+    /// Whether anyone wants evictions now; cheap (one relaxed load).
+    fn wanted(&self) -> bool;
+    /// An item about to be evicted.
+    fn evicted(&self, item: &ItemInfo<'_>);
 }
 
 /// Orders writes for acknowledgement; larger tickets are decided later.
@@ -257,6 +275,8 @@ pub struct ClassStats {
     pub evicted_unfetched: u64,
     pub expired_unfetched: u64,
     pub reclaimed: u64,
+    /// Expired items the background reclaimer or `lru_crawler crawl` removed.
+    pub crawler_reclaimed: u64,
     pub outofmemory: u64,
     /// Seconds the most recently evicted item had been idle.
     pub evicted_time: u32,

@@ -23,6 +23,7 @@
 //! shard's lock, releases it, then evicts shard by shard.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::Mutex;
@@ -30,8 +31,9 @@ use parking_lot::Mutex;
 use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::{
-    ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome, GetOptions,
-    ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome, StoreStats,
+    ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
+    EvictionWatcher, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
+    StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -97,6 +99,8 @@ pub struct MemoryStore {
     evict_cursor: AtomicUsize,
     /// Where maintenance resumes.
     maintain_cursor: AtomicUsize,
+    /// Shown every eviction while it wants them (`watch evictions`).
+    eviction_watcher: std::sync::OnceLock<Arc<dyn EvictionWatcher>>,
 }
 
 /// Keeps each shard's lock on its own cache line.
@@ -138,6 +142,7 @@ struct ClassCounters {
     evicted_unfetched: u64,
     expired_unfetched: u64,
     reclaimed: u64,
+    crawler_reclaimed: u64,
     outofmemory: u64,
     evicted_time: u32,
 }
@@ -258,6 +263,20 @@ impl Shard {
         }
     }
 
+    /// What a scan or a watcher sees of a slot.
+    fn info(slot: &Slot, now: u32) -> ItemInfo<'_> {
+        ItemInfo {
+            key: slot.key(),
+            ttl: crate::clock::ttl_at(slot.expiry, now),
+            idle_seconds: now.saturating_sub(slot.last_access),
+            cas: slot.cas,
+            fetched: slot.has(FETCHED),
+            class: usize::from(slot.class),
+            size: slot.charge(),
+            value_len: slot.value().len(),
+        }
+    }
+
     /// A read: the LRU order is corrected when the item reaches the tail.
     fn note_read(&mut self, i: u32, now: u32) {
         let slot = &mut self.slots[i as usize];
@@ -327,6 +346,7 @@ impl Shard {
                 }
                 if why == Removal::Crawled {
                     counters.crawler_reclaimed += 1;
+                    class.crawler_reclaimed += 1;
                 }
             }
             Removal::Deleted | Removal::Replaced => {}
@@ -401,6 +421,7 @@ impl MemoryStore {
             flush_deadline: AtomicU32::new(0),
             evict_cursor: AtomicUsize::new(0),
             maintain_cursor: AtomicUsize::new(0),
+            eviction_watcher: std::sync::OnceLock::new(),
         }
     }
 
@@ -545,6 +566,9 @@ impl MemoryStore {
                     usize::from(victim.class),
                     now.saturating_sub(victim.last_access),
                 );
+                if let Some(watcher) = self.eviction_watcher.get().filter(|w| w.wanted()) {
+                    watcher.evicted(&Shard::info(victim, now));
+                }
                 shard.counters.classes[class].evicted_time = idle;
                 Removal::Evicted
             };
@@ -934,6 +958,7 @@ impl Store for MemoryStore {
                 sum.evicted_unfetched += class.evicted_unfetched;
                 sum.expired_unfetched += class.expired_unfetched;
                 sum.reclaimed += class.reclaimed;
+                sum.crawler_reclaimed += class.crawler_reclaimed;
                 sum.outofmemory += class.outofmemory;
                 sum.evicted_time = sum.evicted_time.max(class.evicted_time);
             }
@@ -949,7 +974,9 @@ impl Store for MemoryStore {
             .iter()
             .enumerate()
             .skip(1)
-            .filter(|(_, c)| c.items > 0 || c.evicted > 0 || c.outofmemory > 0)
+            .filter(|(_, c)| {
+                c.items > 0 || c.evicted > 0 || c.outofmemory > 0 || c.crawler_reclaimed > 0
+            })
             .map(|(class, c)| ClassStats {
                 class,
                 chunk_size: self.classes.chunk_size(class),
@@ -960,6 +987,7 @@ impl Store for MemoryStore {
                 evicted_unfetched: c.evicted_unfetched,
                 expired_unfetched: c.expired_unfetched,
                 reclaimed: c.reclaimed,
+                crawler_reclaimed: c.crawler_reclaimed,
                 outofmemory: c.outofmemory,
                 evicted_time: c.evicted_time,
                 age,
@@ -977,18 +1005,36 @@ impl Store for MemoryStore {
                 if slot.data.is_empty() || shard.is_dead(i as u32, now, flushed) {
                     continue;
                 }
-                visit(&ItemInfo {
-                    key: slot.key(),
-                    ttl: crate::clock::ttl_at(slot.expiry, now),
-                    idle_seconds: now.saturating_sub(slot.last_access),
-                    cas: slot.cas,
-                    fetched: slot.has(FETCHED),
-                    class: usize::from(slot.class),
-                    size: slot.charge(),
-                    value_len: slot.value().len(),
-                });
+                visit(&Shard::info(slot, now));
             }
         }
+    }
+
+    fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            let now = self.clock.now();
+            let flushed = self.flushed_through(now);
+            for i in 0..shard.slots.len() {
+                let slot = &shard.slots[i];
+                if slot.data.is_empty() || !include(usize::from(slot.class)) {
+                    continue;
+                }
+                shard.counters.crawler_items_checked += 1;
+                if shard.is_dead(i as u32, now, flushed) {
+                    let charge = shard.remove(i as u32, Removal::Crawled);
+                    self.used.fetch_sub(charge, Ordering::Relaxed);
+                    removed += 1;
+                }
+            }
+            shard.compact_table();
+        }
+        removed
+    }
+
+    fn watch_evictions(&self, watcher: Arc<dyn EvictionWatcher>) {
+        let _ = self.eviction_watcher.set(watcher);
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {

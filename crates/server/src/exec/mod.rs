@@ -25,6 +25,9 @@ pub enum Action {
     Shutdown,
     /// `shutdown graceful` (memcached's SIGUSR1).
     GracefulShutdown,
+    /// `watch`: the connection becomes a log watcher of these kinds
+    /// (`crate::watch::kind`) and serves no more requests.
+    Watch { kinds: u32 },
 }
 
 /// What executing a request may touch.
@@ -32,6 +35,8 @@ pub struct Context<'a> {
     pub shared: &'a Shared,
     /// This worker's counters.
     pub counters: &'a Counters,
+    /// The connection's id (`cfd` in watcher lines; 0 for UDP).
+    pub conn_id: u64,
 }
 
 impl Context<'_> {

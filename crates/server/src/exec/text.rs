@@ -1,7 +1,9 @@
 //! The classic text commands.
 
 use kura_proto::reply::push_u64;
-use kura_proto::text::{GetMode, Request, ShutdownMode, StoreRequest, StoreVerb, TooLarge};
+use kura_proto::text::{
+    GetMode, Keys, LruCrawler, Request, ShutdownMode, StoreRequest, StoreVerb, TooLarge,
+};
 use kura_proto::ErrorReply;
 use kura_store::{
     ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
@@ -9,6 +11,7 @@ use kura_store::{
 };
 
 use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
+use crate::watch;
 
 /// memcached refuses to shrink below 8 MB.
 const MIN_MEMLIMIT_MB: u64 = 8;
@@ -106,7 +109,8 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             }
         }
         Request::Stats { args } => stats::text(args, ctx, out),
-        Request::Metadump => metadump(ctx, out),
+        Request::LruCrawler(command) => lru_crawler(command, ctx, out),
+        Request::Watch { kinds } => return start_watch(kinds, ctx, out),
         Request::Meta(request) => meta::execute(request, ctx, out),
     }
     Action::Continue
@@ -184,6 +188,9 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
     } else {
         ctx.counters.get_misses.incr();
     }
+    if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
+        log_fetch(key, ctx);
+    }
     if options.touch.is_some() {
         ctx.counters.cmd_touch.incr();
         if hit {
@@ -204,6 +211,10 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         StoreVerb::Prepend => StoreMode::Prepend,
     };
     let is_cas = request.verb == StoreVerb::Cas;
+    if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
+        // memcached looks the key up before it stores, and logs the lookup.
+        log_fetch(request.key, ctx);
+    }
     let outcome = ctx.shared.store.store(&StoreCommand {
         mode,
         key: request.key,
@@ -239,7 +250,172 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         }
         StoreOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
     };
+    if ctx.shared.watchers.wants(watch::kind::MUTATIONS) {
+        log_store(request, outcome, ctx);
+    }
     reply_unless(request.noreply, reply, out);
+}
+
+/// A watcher's `item_get` line for a lookup of `key` (only when someone
+/// watches fetches: it looks the key up again, without bumping it).
+fn log_fetch(key: &[u8], ctx: &Context<'_>) {
+    let store = &ctx.shared.store;
+    let mut size = None;
+    let no_bump = GetOptions {
+        no_bump: true,
+        ..GetOptions::default()
+    };
+    store.get(key, &no_bump, &mut |item| size = Some(item.value.len()));
+    let class = match size {
+        Some(_) => store.debug(key).map_or(0, |item| item.class),
+        None => 0,
+    };
+    ctx.shared
+        .watchers
+        .item_get(key, size.is_some(), class, ctx.conn_id, size.unwrap_or(0));
+}
+
+/// A watcher's `item_store` line for a storage command's outcome.
+fn log_store(request: &StoreRequest<'_>, outcome: StoreOutcome, ctx: &Context<'_>) {
+    let status = match outcome {
+        StoreOutcome::Stored { .. } => "stored",
+        StoreOutcome::NotStored | StoreOutcome::Failed => "not_stored",
+        StoreOutcome::Exists => "exists",
+        StoreOutcome::NotFound => "not_found",
+        StoreOutcome::OutOfMemory => "no_memory",
+    };
+    let command = match request.verb {
+        StoreVerb::Set => "set",
+        StoreVerb::Add => "add",
+        StoreVerb::Replace => "replace",
+        StoreVerb::Append => "append",
+        StoreVerb::Prepend => "prepend",
+        StoreVerb::Cas => "cas",
+    };
+    let clock = ctx.shared.store.clock();
+    let expiry = clock.expiry(request.exptime);
+    let ttl = if expiry == 0 {
+        0
+    } else {
+        kura_store::clock::ttl_at(expiry, clock.now())
+    };
+    let class = ctx
+        .shared
+        .store
+        .debug(request.key)
+        .map_or(0, |item| item.class);
+    ctx.shared.watchers.item_store(
+        request.key,
+        status,
+        command,
+        ttl,
+        class,
+        ctx.conn_id,
+        request.data.len(),
+    );
+}
+
+/// `watch [kinds]`: refused under `-W`, or after other requests in the same
+/// batch (their replies would mix with the log), as memcached refuses them.
+fn start_watch(kinds: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    if !ctx.shared.config.watch_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+        return Action::Continue;
+    }
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return Action::Continue;
+    }
+    match watch::parse_kinds(kinds.iter()) {
+        Some(kinds) => Action::Watch { kinds },
+        None => {
+            ErrorReply::UnknownCommand.compose(out);
+            Action::Continue
+        }
+    }
+}
+
+/// `lru_crawler …` with memcached's replies. kura's crawler is the engine's
+/// background reclaimer, always running; `enable`/`disable` switch the
+/// commands, `crawl` reclaims the expired items of the classes at once.
+fn lru_crawler(command: LruCrawler<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    use std::sync::atomic::Ordering;
+    let enabled = &ctx.shared.lru_crawler;
+    let reply: &[u8] = match command {
+        LruCrawler::Enable => {
+            enabled.store(true, Ordering::Relaxed);
+            b"OK\r\n"
+        }
+        LruCrawler::Disable => {
+            enabled.store(false, Ordering::Relaxed);
+            b"OK\r\n"
+        }
+        LruCrawler::Tune { value: None, .. } => b"CLIENT_ERROR bad command line format\r\n",
+        LruCrawler::Tune {
+            sleep: true,
+            value: Some(micros),
+        } if micros > 1_000_000 => b"CLIENT_ERROR sleep must be one second or less\r\n",
+        LruCrawler::Tune { .. } => b"OK\r\n",
+        LruCrawler::Crawl(_) | LruCrawler::Metadump(_) if !enabled.load(Ordering::Relaxed) => {
+            b"CLIENT_ERROR lru crawler disabled\r\n"
+        }
+        LruCrawler::Crawl(classes) => match CrawlClasses::parse(classes) {
+            Some(which) => {
+                ctx.shared.store.crawl(&|class| which.includes(class));
+                b"OK\r\n"
+            }
+            None => b"BADCLASS invalid class id\r\n",
+        },
+        LruCrawler::Metadump(_) if !ctx.shared.config.dumping_enabled => {
+            b"ERROR metadump not allowed\r\n"
+        }
+        LruCrawler::Metadump(_) if !out.is_empty() => {
+            b"ERROR cannot pipeline other commands before metadump\r\n"
+        }
+        LruCrawler::Metadump(classes) => {
+            let which = match classes {
+                b"hash" => Some(CrawlClasses::All),
+                _ => CrawlClasses::parse(classes),
+            };
+            match which {
+                Some(which) => {
+                    metadump(&|class| which.includes(class), ctx, out);
+                    return;
+                }
+                None => b"BADCLASS invalid class id\r\n",
+            }
+        }
+    };
+    out.extend_from_slice(reply);
+}
+
+/// Which size classes a crawl visits.
+enum CrawlClasses {
+    All,
+    /// Bit n: class n.
+    Some(u64),
+}
+
+impl CrawlClasses {
+    /// `all` or `1,2,…` (memcached's class ids, 1 to 63).
+    fn parse(classes: &[u8]) -> Option<CrawlClasses> {
+        if classes == b"all" {
+            return Some(CrawlClasses::All);
+        }
+        let mut bits = 0u64;
+        for id in classes.split(|&b| b == b',') {
+            let id = kura_proto::number::parse_flags(id).filter(|id| (1..64).contains(id))?;
+            bits |= 1 << id;
+        }
+        Some(CrawlClasses::Some(bits))
+    }
+
+    fn includes(&self, class: usize) -> bool {
+        match self {
+            CrawlClasses::All => true,
+            CrawlClasses::Some(bits) => class < 64 && bits & (1 << class) != 0,
+        }
+    }
 }
 
 fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
@@ -280,20 +456,17 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
     }
 }
 
-/// `lru_crawler metadump all`, in memcached's format: `key` URL-encoded,
-/// `exp` and `la` as Unix times (`exp=-1` never expires).
-fn metadump(ctx: &Context<'_>, out: &mut Vec<u8>) {
+/// `lru_crawler metadump <classes>`, in memcached's format: `key`
+/// URL-encoded, `exp` and `la` as Unix times (`exp=-1` never expires).
+fn metadump(include: &dyn Fn(usize) -> bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
     use std::io::Write;
     let unix_now = ctx.shared.store.clock().unix_now() as i64;
     ctx.shared.store.scan(&mut |item| {
-        out.extend_from_slice(b"key=");
-        for &b in item.key {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                out.push(b);
-            } else {
-                let _ = write!(out, "%{b:02X}");
-            }
+        if !include(item.class) {
+            return;
         }
+        out.extend_from_slice(b"key=");
+        watch::uri_encode(item.key, out);
         let exp = if item.ttl < 0 {
             -1
         } else {
