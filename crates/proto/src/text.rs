@@ -63,6 +63,10 @@ pub enum Request<'a> {
         megabytes: u64,
         noreply: bool,
     },
+    /// `refresh_certs`: load the TLS certificate and key files again.
+    RefreshCerts {
+        noreply: bool,
+    },
     /// `stats` and its arguments (`settings`, `items`, `slabs`, …), raw.
     Stats {
         args: Keys<'a>,
@@ -534,6 +538,7 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
         (b"watch", _) => Request::Watch {
             kinds: Keys(tokens.rest()),
         },
+        (b"refresh_certs", _) => Request::RefreshCerts { noreply },
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),
         },
@@ -912,6 +917,18 @@ mod tests {
         assert_eq!(rejected(b"gat abc a\r\n").0, ErrorReply::InvalidExptime);
         assert!(matches!(parse_ok(b"gat 10\r\n").0, Request::Get { keys, .. } if keys.is_empty()));
         assert_eq!(rejected(b"flush_all abc\r\n").0, ErrorReply::InvalidExptime);
+    }
+
+    #[test]
+    fn refresh_certs_takes_noreply() {
+        assert_eq!(
+            parse_ok(b"refresh_certs\r\n").0,
+            Request::RefreshCerts { noreply: false }
+        );
+        assert_eq!(
+            parse_ok(b"refresh_certs noreply\r\n").0,
+            Request::RefreshCerts { noreply: true }
+        );
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! Each worker thread owns one [`Counters`] and is its only writer, so a
 //! count is a plain load and store, never a locked read-modify-write.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 
 /// A counter written by one thread and read by any.
 #[derive(Debug, Default)]
@@ -40,6 +43,8 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub struct Counters {
             $(#[doc = $meaning] pub $name: Counter,)*
+            /// Per-prefix figures (`stats detail`).
+            pub detail: Detail,
         }
 
         /// The sum of every worker's counters.
@@ -58,6 +63,7 @@ macro_rules! counters {
 
             pub fn reset(&self) {
                 $(self.$name.reset();)*
+                self.detail.clear();
             }
         }
 
@@ -105,4 +111,90 @@ pub struct ConnectionStats {
     pub current: AtomicUsize,
     pub total: AtomicU64,
     pub rejected: AtomicU64,
+    /// Times the acceptor stopped accepting at the connection limit
+    /// (without `maxconns_fast`), memcached's `listen_disabled_num`.
+    pub listen_disabled: AtomicU64,
+    /// Microseconds spent not accepting, `time_in_listen_disabled_us`.
+    pub listen_disabled_us: AtomicU64,
+}
+
+/// Figures of one key prefix (`stats detail dump`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixCounts {
+    pub gets: u64,
+    pub hits: u64,
+    pub sets: u64,
+    pub deletes: u64,
+}
+
+/// States of [`Detail`]'s switch.
+const DETAIL_AS_CONFIGURED: u8 = 0;
+const DETAIL_OFF: u8 = 1;
+const DETAIL_ON: u8 = 2;
+
+/// memcached's per-prefix statistics (`stats detail on|off|dump`) as one
+/// worker counted them: the prefix is the key up to the first delimiter
+/// (`:` unless `-D` says otherwise); a key without one is not counted.
+///
+/// `stats detail on|off` sets the switch of every worker's `Detail`, so a
+/// request reads only its own worker's: when off, one relaxed load. When
+/// on, it takes this worker's lock, which only `stats detail dump` and
+/// `stats reset` contend for.
+#[derive(Debug, Default)]
+pub struct Detail {
+    /// DETAIL_AS_CONFIGURED until `stats detail on|off`: on when `-D` was given.
+    switch: AtomicU8,
+    prefixes: Mutex<HashMap<Box<[u8]>, PrefixCounts>>,
+}
+
+impl Detail {
+    /// Whether to count; `configured` is whether `-D` turned counting on at start.
+    #[inline]
+    pub fn enabled(&self, configured: bool) -> bool {
+        match self.switch.load(Ordering::Relaxed) {
+            DETAIL_AS_CONFIGURED => configured,
+            state => state == DETAIL_ON,
+        }
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        let state = if on { DETAIL_ON } else { DETAIL_OFF };
+        self.switch.store(state, Ordering::Relaxed);
+    }
+
+    /// Counts one request for `key`'s prefix.
+    pub fn record(&self, key: &[u8], delimiter: u8, count: impl FnOnce(&mut PrefixCounts)) {
+        // memcached stops at a NUL byte too: its keys are C strings there.
+        let Some(end) = key.iter().position(|&b| b == delimiter || b == 0) else {
+            return;
+        };
+        if key[end] != delimiter {
+            return;
+        }
+        let prefix = &key[..end];
+        let mut prefixes = self.prefixes.lock();
+        match prefixes.get_mut(prefix) {
+            Some(counts) => count(counts),
+            None => {
+                let mut counts = PrefixCounts::default();
+                count(&mut counts);
+                prefixes.insert(prefix.into(), counts);
+            }
+        }
+    }
+
+    /// Adds this worker's figures to `totals`.
+    pub fn add_to(&self, totals: &mut HashMap<Box<[u8]>, PrefixCounts>) {
+        for (prefix, counts) in self.prefixes.lock().iter() {
+            let total = totals.entry(prefix.clone()).or_default();
+            total.gets += counts.gets;
+            total.hits += counts.hits;
+            total.sets += counts.sets;
+            total.deletes += counts.deletes;
+        }
+    }
+
+    pub fn clear(&self) {
+        self.prefixes.lock().clear();
+    }
 }

@@ -14,7 +14,7 @@
 
 use std::io::{self, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mio::net::TcpStream;
@@ -58,6 +58,9 @@ pub struct TlsCounters {
 pub struct Certificates {
     settings: TlsSettings,
     current: RwLock<Arc<CertifiedKey>>,
+    /// Server uptime in seconds when the certificate was last loaded (0:
+    /// at start), for `stats`' `time_since_server_cert_refresh`.
+    refreshed_at: AtomicU32,
 }
 
 impl Certificates {
@@ -87,11 +90,18 @@ impl Certificates {
         Ok(CertifiedKey::new(chain, signing_key))
     }
 
-    /// Reads the certificate and key files again (`refresh_certs`).
-    pub fn reload(&self) -> Result<(), TlsError> {
+    /// Reads the certificate and key files again (`refresh_certs`);
+    /// `uptime` is the server's uptime in seconds, kept as the refresh time.
+    pub fn reload(&self, uptime: u32) -> Result<(), TlsError> {
         let fresh = Self::load(&self.settings)?;
         *self.current.write() = Arc::new(fresh);
+        self.refreshed_at.store(uptime, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Server uptime in seconds when the certificate was last loaded.
+    pub fn refreshed_at(&self) -> u32 {
+        self.refreshed_at.load(Ordering::Relaxed)
     }
 }
 
@@ -120,6 +130,7 @@ impl TlsAcceptor {
         let certificates = Arc::new(Certificates {
             current: RwLock::new(Arc::new(Certificates::load(settings)?)),
             settings: settings.clone(),
+            refreshed_at: AtomicU32::new(0),
         });
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let versions: &[&rustls::SupportedProtocolVersion] = if settings.min_version >= 3 {

@@ -145,6 +145,10 @@ fn get(
             value,
         );
     });
+    ctx.detail(request.key, |counts| {
+        counts.gets += 1;
+        counts.hits += u64::from(hit);
+    });
     if touch.is_some() {
         ctx.counters.cmd_touch.incr();
         if hit {
@@ -200,6 +204,18 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         (0, 0)
     };
     ctx.counters.cmd_set.incr();
+    ctx.detail(request.key, |counts| counts.sets += 1);
+    if request.value.len() > ctx.shared.config.max_item_size {
+        // The session lets a body through up to the limit plus the header
+        // and key; the value alone is held to the limit here, as text
+        // commands' values are. As memcached does, a refused set leaves no
+        // stale value behind.
+        ctx.counters.store_too_large.incr();
+        if mode == StoreMode::Set {
+            super::text::remove_stale(request.key, ctx);
+        }
+        return Err(Status::ValueTooLarge);
+    }
     let cas = request.header.cas;
     let outcome = ctx.shared.store.store(&StoreCommand {
         mode,
@@ -244,6 +260,7 @@ fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result
     if request.key.is_empty() || !request.extras.is_empty() || !request.value.is_empty() {
         return Err(Status::InvalidArguments);
     }
+    ctx.detail(request.key, |counts| counts.deletes += 1);
     let cas = request.header.cas;
     let outcome = ctx.shared.store.delete(
         request.key,
@@ -340,11 +357,37 @@ fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
 
 /// `stat [group]`: one response per figure, then an empty one.
 fn stat(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
+    let (code, opaque) = (request.header.opcode, request.header.opaque);
+    // memcached matches these by prefix: "detail on" or "detail onward".
+    if let Some(sub) = request.key.strip_prefix(b"detail") {
+        if sub.starts_with(b" dump") {
+            // The whole dump is the value of one figure named "detailed".
+            let mut dump = Vec::new();
+            stats::detail_dump(ctx, &mut dump);
+            compose(
+                out,
+                code,
+                Status::NoError,
+                opaque,
+                0,
+                &[],
+                b"detailed",
+                &dump,
+            );
+        } else if sub.starts_with(b" on") {
+            stats::switch_detail(ctx, true);
+        } else if sub.starts_with(b" off") {
+            stats::switch_detail(ctx, false);
+        } else {
+            return Err(Status::KeyNotFound);
+        }
+        compose(out, code, Status::NoError, opaque, 0, &[], &[], &[]);
+        return Ok(());
+    }
     let group = std::str::from_utf8(request.key).map_err(|_| Status::InvalidArguments)?;
     let Some(lines) = stats::group(group, ctx) else {
         return Err(Status::KeyNotFound);
     };
-    let (code, opaque) = (request.header.opcode, request.header.opaque);
     for (name, value) in &lines {
         compose(
             out,

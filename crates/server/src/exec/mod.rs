@@ -8,12 +8,12 @@ pub mod text;
 
 use kura_proto::text::Limits;
 
-use crate::stats::Counters;
+use crate::stats::{Counters, PrefixCounts};
 use crate::Shared;
 
 /// The version reported by `version`: the memcached release whose protocol
 /// kura implements, so clients that compare versions enable every feature.
-/// kura's own version is in `stats` as `kura_version`.
+/// kura's own version is in `stats kura` as `kura_version`.
 pub const PROTOCOL_VERSION: &str = "1.6.18";
 
 /// What the connection does after a request.
@@ -27,7 +27,9 @@ pub enum Action {
     GracefulShutdown,
     /// `watch`: the connection becomes a log watcher of these kinds
     /// (`crate::watch::kind`) and serves no more requests.
-    Watch { kinds: u32 },
+    Watch {
+        kinds: u32,
+    },
 }
 
 /// What executing a request may touch.
@@ -43,6 +45,17 @@ impl Context<'_> {
     pub fn limits(&self) -> Limits {
         Limits {
             max_item_size: self.shared.config.max_item_size,
+        }
+    }
+
+    /// Counts a request in `stats detail` when that is on (memcached counts
+    /// text and binary get, set and delete, not meta commands).
+    #[inline]
+    pub fn detail(&self, key: &[u8], count: impl FnOnce(&mut PrefixCounts)) {
+        let delimiter = self.shared.config.detail_delimiter;
+        let detail = &self.counters.detail;
+        if detail.enabled(delimiter.is_some()) {
+            detail.record(key, delimiter.unwrap_or(b':'), count);
         }
     }
 

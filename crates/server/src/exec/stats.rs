@@ -9,7 +9,8 @@ use kura_proto::text::Keys;
 use kura_proto::ErrorReply;
 
 use super::{Context, PROTOCOL_VERSION};
-use crate::stats::CounterTotals;
+use crate::config::TlsSettings;
+use crate::stats::{CounterTotals, PrefixCounts};
 
 type Lines = Vec<(String, String)>;
 
@@ -28,11 +29,12 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             return;
         }
         b"detail" => {
-            let reply: &[u8] = match words.next() {
-                Some(b"on" | b"off" | b"dump") => b"SERVER_ERROR stats detail is not supported\r\n",
-                _ => b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
-            };
-            out.extend_from_slice(reply);
+            match words.next() {
+                Some(b"on") => set_detail(ctx, true, out),
+                Some(b"off") => set_detail(ctx, false, out),
+                Some(b"dump") => detail_dump(ctx, out),
+                _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+            }
             return;
         }
         b"cachedump" => {
@@ -61,6 +63,42 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats detail on|off` on a text connection.
+fn set_detail(ctx: &Context<'_>, on: bool, out: &mut Vec<u8>) {
+    switch_detail(ctx, on);
+    out.extend_from_slice(b"OK\r\n");
+}
+
+/// `stats detail dump`: `PREFIX <prefix> get <n> hit <n> set <n> del <n>`
+/// per prefix (sorted; memcached's order is its hash table's), then END.
+pub fn detail_dump(ctx: &Context<'_>, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let mut totals = std::collections::HashMap::new();
+    for counters in ctx.shared.counters.iter() {
+        counters.detail.add_to(&mut totals);
+    }
+    let mut prefixes: Vec<(Box<[u8]>, PrefixCounts)> = totals.into_iter().collect();
+    prefixes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (prefix, counts) in prefixes {
+        out.extend_from_slice(b"PREFIX ");
+        out.extend_from_slice(&prefix);
+        let _ = write!(
+            out,
+            " get {} hit {} set {} del {}\r\n",
+            counts.gets, counts.hits, counts.sets, counts.deletes
+        );
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// Turns `stats detail` on or off: every worker's switch, so each request
+/// checks only its own worker's.
+pub fn switch_detail(ctx: &Context<'_>, on: bool) {
+    for counters in ctx.shared.counters.iter() {
+        counters.detail.set_enabled(on);
+    }
 }
 
 /// memcached's largest size class number plus one.
@@ -110,6 +148,7 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
         "slabs" => Some(slabs(ctx)),
         "sizes" => Some(sizes(ctx)),
         "conns" => Some(conns(ctx)),
+        "kura" => Some(kura(ctx)),
         "reset" => {
             reset(ctx);
             Some(Vec::new())
@@ -118,12 +157,17 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
     }
 }
 
+/// `stats reset`: memcached zeroes its counters and the per-prefix figures,
+/// not the gauges (connections open, items).
 fn reset(ctx: &Context<'_>) {
     for counters in ctx.shared.counters.iter() {
         counters.reset();
     }
-    ctx.shared.connections.total.store(0, Ordering::Relaxed);
-    ctx.shared.connections.rejected.store(0, Ordering::Relaxed);
+    let connections = &ctx.shared.connections;
+    connections.total.store(0, Ordering::Relaxed);
+    connections.rejected.store(0, Ordering::Relaxed);
+    connections.listen_disabled.store(0, Ordering::Relaxed);
+    connections.listen_disabled_us.store(0, Ordering::Relaxed);
 }
 
 fn totals(ctx: &Context<'_>) -> CounterTotals {
@@ -146,80 +190,202 @@ fn rusage() -> (String, String) {
     }
 }
 
+/// `stats`: exactly the figures memcached 1.6.18 prints, in its order, so a
+/// tool that counts or compares them sees memcached. kura's own figures
+/// (its version, the engine's) are in `stats kura`.
 fn general(ctx: &Context<'_>) -> Lines {
     let shared = ctx.shared;
+    let config = &shared.config;
     let clock = shared.store.clock();
     let store = shared.store.stats();
-    let counters = totals(ctx);
+    let c = totals(ctx);
+    let conns = &shared.connections;
     let (user, system) = rusage();
-    let mut lines = Vec::with_capacity(80);
-    line(&mut lines, "pid", std::process::id());
-    line(&mut lines, "uptime", clock.uptime());
-    line(&mut lines, "time", clock.unix_now());
-    line(&mut lines, "version", PROTOCOL_VERSION);
+    let mut lines = Vec::with_capacity(90);
+    let l = &mut lines;
+    line(l, "pid", std::process::id());
+    line(l, "uptime", clock.uptime());
+    line(l, "time", clock.unix_now());
+    line(l, "version", PROTOCOL_VERSION);
+    // memcached names its event library here; kura's is mio.
+    line(l, "libevent", "mio");
+    line(l, "pointer_size", usize::BITS);
+    line(l, "rusage_user", user);
+    line(l, "rusage_system", system);
+    line(l, "max_connections", config.max_connections);
+    let current = conns.current.load(Ordering::Relaxed);
+    line(l, "curr_connections", current);
+    line(l, "total_connections", conns.total.load(Ordering::Relaxed));
+    if config.maxconns_fast {
+        line(
+            l,
+            "rejected_connections",
+            conns.rejected.load(Ordering::Relaxed),
+        );
+    }
+    line(l, "connection_structures", current);
+    // memcached's response objects and pooled read buffers: kura keeps a
+    // reply buffer per worker and a read buffer only for a partial request.
+    for name in [
+        "response_obj_oom",
+        "response_obj_count",
+        "response_obj_bytes",
+        "read_buf_count",
+        "read_buf_bytes",
+        "read_buf_bytes_free",
+        "read_buf_oom",
+        "reserved_fds",
+    ] {
+        line(l, name, 0);
+    }
+    line(l, "cmd_get", c.cmd_get);
+    line(l, "cmd_set", c.cmd_set);
+    line(l, "cmd_flush", c.cmd_flush);
+    line(l, "cmd_touch", c.cmd_touch);
+    line(l, "cmd_meta", c.cmd_meta);
+    line(l, "get_hits", c.get_hits);
+    line(l, "get_misses", c.get_misses);
+    // Lookups that found the item expired, or invalidated by flush_all
+    // (both counted in get_misses too): the engine does not tell yet.
+    line(l, "get_expired", 0);
+    line(l, "get_flushed", 0);
+    line(l, "delete_misses", c.delete_misses);
+    line(l, "delete_hits", c.delete_hits);
+    line(l, "incr_misses", c.incr_misses);
+    line(l, "incr_hits", c.incr_hits);
+    line(l, "decr_misses", c.decr_misses);
+    line(l, "decr_hits", c.decr_hits);
+    line(l, "cas_misses", c.cas_misses);
+    line(l, "cas_hits", c.cas_hits);
+    line(l, "cas_badval", c.cas_badval);
+    line(l, "touch_hits", c.touch_hits);
+    line(l, "touch_misses", c.touch_misses);
+    line(l, "store_too_large", c.store_too_large);
+    line(l, "store_no_memory", c.store_no_memory);
+    line(l, "auth_cmds", c.auth_cmds);
+    line(l, "auth_errors", c.auth_errors);
+    if config.idle_timeout.is_some() {
+        line(l, "idle_kicks", c.idle_kicks);
+    }
+    line(l, "bytes_read", c.bytes_read);
+    line(l, "bytes_written", c.bytes_written);
+    line(l, "limit_maxbytes", store.limit_maxbytes);
+    line(l, "accepting_conns", 1);
+    line(
+        l,
+        "listen_disabled_num",
+        conns.listen_disabled.load(Ordering::Relaxed),
+    );
+    line(
+        l,
+        "time_in_listen_disabled_us",
+        conns.listen_disabled_us.load(Ordering::Relaxed),
+    );
+    line(l, "threads", config.threads);
+    line(l, "conn_yields", c.conn_yields);
+    line(l, "hash_power_level", store.hash_power_level);
+    line(l, "hash_bytes", store.hash_bytes);
+    line(l, "hash_is_expanding", 0);
+    // kura has no slab pages to move between size classes.
+    for name in [
+        "slab_reassign_rescues",
+        "slab_reassign_chunk_rescues",
+        "slab_reassign_evictions_nomem",
+        "slab_reassign_inline_reclaim",
+        "slab_reassign_busy_items",
+        "slab_reassign_busy_deletes",
+        "slab_reassign_running",
+        "slabs_moved",
+    ] {
+        line(l, name, 0);
+    }
+    if config.lru_crawler {
+        line(l, "lru_crawler_running", 0);
+        line(l, "lru_crawler_starts", 0);
+    }
+    // No `lru_maintainer_juggles`: kura has no LRU maintainer thread.
+    for name in [
+        "malloc_fails",
+        "log_worker_dropped",
+        "log_worker_written",
+        "log_watcher_skipped",
+        "log_watcher_sent",
+        "log_watchers",
+    ] {
+        line(l, name, 0);
+    }
+    if let (Some(tls), Some(settings)) = (&shared.tls, &config.tls) {
+        let counters = &tls.counters;
+        if settings.session_cache {
+            line(
+                l,
+                "ssl_new_sessions",
+                counters.new_sessions.load(Ordering::Relaxed),
+            );
+        }
+        line(
+            l,
+            "ssl_handshake_errors",
+            counters.handshake_errors.load(Ordering::Relaxed),
+        );
+        line(
+            l,
+            "time_since_server_cert_refresh",
+            clock
+                .uptime()
+                .saturating_sub(tls.certificates.refreshed_at()),
+        );
+    }
+    line(l, "unexpected_napi_ids", 0);
+    line(l, "round_robin_fallback", 0);
+    line(l, "bytes", store.bytes);
+    line(l, "curr_items", store.curr_items);
+    line(l, "total_items", store.total_items);
+    line(l, "slab_global_page_pool", 0);
+    line(l, "expired_unfetched", store.expired_unfetched);
+    line(l, "evicted_unfetched", store.evicted_unfetched);
+    line(l, "evictions", store.evictions);
+    line(l, "reclaimed", store.reclaimed);
+    line(l, "crawler_reclaimed", store.crawler_reclaimed);
+    line(l, "crawler_items_checked", store.crawler_items_checked);
+    // memcached counts items its LRU tail search found in use; kura's
+    // eviction does not skip items that way.
+    line(l, "lrutail_reflocked", 0);
+    lines
+}
+
+/// `stats kura`: what kura adds to memcached's figures: its own version,
+/// the engine and the engine's figures (the disk engine's `disk_*`).
+fn kura(ctx: &Context<'_>) -> Lines {
+    let mut lines = Vec::new();
     line(&mut lines, "kura_version", env!("CARGO_PKG_VERSION"));
-    line(&mut lines, "pointer_size", usize::BITS);
-    line(&mut lines, "rusage_user", user);
-    line(&mut lines, "rusage_system", system);
-    line(&mut lines, "max_connections", shared.config.max_connections);
-    line(
-        &mut lines,
-        "curr_connections",
-        shared.connections.current.load(Ordering::Relaxed),
-    );
-    line(
-        &mut lines,
-        "total_connections",
-        shared.connections.total.load(Ordering::Relaxed),
-    );
-    line(
-        &mut lines,
-        "rejected_connections",
-        shared.connections.rejected.load(Ordering::Relaxed),
-    );
-    line(
-        &mut lines,
-        "connection_structures",
-        shared.connections.current.load(Ordering::Relaxed),
-    );
-    counters.each(|name, value| line(&mut lines, name, value));
-    line(&mut lines, "limit_maxbytes", store.limit_maxbytes);
-    line(&mut lines, "accepting_conns", 1);
-    line(&mut lines, "threads", shared.config.threads);
-    line(&mut lines, "hash_power_level", store.hash_power_level);
-    line(&mut lines, "hash_bytes", store.hash_bytes);
-    line(&mut lines, "hash_is_expanding", 0);
-    line(&mut lines, "expired_unfetched", store.expired_unfetched);
-    line(&mut lines, "evicted_unfetched", store.evicted_unfetched);
-    line(&mut lines, "evictions", store.evictions);
-    line(&mut lines, "reclaimed", store.reclaimed);
-    line(&mut lines, "crawler_reclaimed", store.crawler_reclaimed);
-    line(
-        &mut lines,
-        "crawler_items_checked",
-        store.crawler_items_checked,
-    );
-    line(&mut lines, "bytes", store.bytes);
-    line(&mut lines, "curr_items", store.curr_items);
-    line(&mut lines, "total_items", store.total_items);
-    for (name, value) in shared.store.engine_stats() {
+    line(&mut lines, "engine", &ctx.shared.config.engine);
+    for (name, value) in ctx.shared.store.engine_stats() {
         line(&mut lines, name, value);
     }
     lines
 }
 
+/// `stats settings`: memcached's settings, in its order, from kura's
+/// configuration; those kura has no counterpart for show memcached's
+/// defaults (or, for the slab mover and LRU segments, that they are off).
 fn settings(ctx: &Context<'_>) -> Lines {
     let config = &ctx.shared.config;
     let store = ctx.shared.store.stats();
     let yes_no = |b: bool| if b { "yes" } else { "no" };
+    let path_or = |p: &Option<std::path::PathBuf>, none: &str| {
+        p.as_ref()
+            .map_or(none.to_string(), |p| p.display().to_string())
+    };
     let mut lines = Vec::new();
-    line(&mut lines, "maxbytes", store.limit_maxbytes);
-    line(&mut lines, "maxconns", config.max_connections);
-    line(&mut lines, "tcpport", config.port);
-    line(&mut lines, "udpport", 0);
+    let l = &mut lines;
+    line(l, "maxbytes", store.limit_maxbytes);
+    line(l, "maxconns", config.max_connections);
+    line(l, "tcpport", config.port);
+    line(l, "udpport", config.udp_port.unwrap_or(0));
     let listen: Vec<String> = config.listen.iter().map(|a| a.to_string()).collect();
     line(
-        &mut lines,
+        l,
         "inter",
         if listen.is_empty() {
             "NULL".to_string()
@@ -227,10 +393,10 @@ fn settings(ctx: &Context<'_>) -> Lines {
             listen.join(",")
         },
     );
-    line(&mut lines, "verbosity", config.verbosity);
-    line(&mut lines, "oldest", 0);
+    line(l, "verbosity", config.verbosity);
+    line(l, "oldest", 0);
     line(
-        &mut lines,
+        l,
         "evictions",
         if ctx.shared.evictions_enabled {
             "on"
@@ -238,49 +404,102 @@ fn settings(ctx: &Context<'_>) -> Lines {
             "off"
         },
     );
+    line(l, "domain_socket", path_or(&config.unix_socket, "NULL"));
+    line(l, "umask", format!("{:o}", config.unix_mask));
+    line(l, "shutdown_command", yes_no(config.shutdown_command));
+    line(l, "growth_factor", format!("{:.2}", config.growth_factor));
+    line(l, "chunk_size", config.chunk_size);
+    line(l, "num_threads", config.threads);
+    line(l, "num_threads_per_udp", config.threads);
+    let delimiter = config.detail_delimiter.unwrap_or(b':');
+    line(l, "stat_key_prefix", char::from(delimiter));
+    let detail = ctx
+        .counters
+        .detail
+        .enabled(config.detail_delimiter.is_some());
+    line(l, "detail_enabled", yes_no(detail));
+    line(l, "reqs_per_event", config.requests_per_event);
+    line(l, "cas_enabled", yes_no(config.cas_enabled));
+    line(l, "tcp_backlog", config.backlog);
+    line(l, "binding_protocol", config.protocol.binding_name());
+    line(l, "auth_enabled_sasl", yes_no(config.sasl));
+    line(l, "auth_enabled_ascii", path_or(&config.auth_file, "no"));
+    line(l, "item_size_max", config.max_item_size);
+    line(l, "maxconns_fast", yes_no(config.maxconns_fast));
+    line(l, "hashpower_init", 0);
+    line(l, "slab_reassign", "no");
+    line(l, "slab_automove", 0);
+    line(l, "slab_automove_ratio", "0.80");
+    line(l, "slab_automove_window", 30);
+    line(l, "slab_chunk_max", config.max_item_size / 2);
+    line(l, "lru_crawler", yes_no(config.lru_crawler));
+    line(l, "lru_crawler_sleep", 100);
+    line(l, "lru_crawler_tocrawl", 0);
+    line(l, "tail_repair_time", 0);
+    line(l, "flush_enabled", yes_no(config.flush_enabled));
+    line(l, "dump_enabled", yes_no(config.dumping_enabled));
+    line(l, "hash_algorithm", "murmur3");
+    line(l, "lru_maintainer_thread", "no");
+    line(l, "lru_segmented", "no");
+    line(l, "hot_lru_pct", 20);
+    line(l, "warm_lru_pct", 40);
+    line(l, "hot_max_factor", "0.20");
+    line(l, "warm_max_factor", "2.00");
+    line(l, "temp_lru", "no");
+    line(l, "temporary_ttl", 61);
     line(
-        &mut lines,
-        "domain_socket",
-        config
-            .unix_socket
-            .as_ref()
-            .map_or("NULL".to_string(), |p| p.display().to_string()),
-    );
-    line(&mut lines, "umask", format!("{:o}", config.unix_mask));
-    line(
-        &mut lines,
-        "growth_factor",
-        format!("{:.2}", config.growth_factor),
-    );
-    line(&mut lines, "chunk_size", config.chunk_size);
-    line(&mut lines, "num_threads", config.threads);
-    line(&mut lines, "num_threads_per_udp", config.threads);
-    line(&mut lines, "stat_key_prefix", ":");
-    line(&mut lines, "detail_enabled", "no");
-    line(&mut lines, "reqs_per_event", config.requests_per_event);
-    line(&mut lines, "cas_enabled", yes_no(config.cas_enabled));
-    line(&mut lines, "tcp_backlog", config.backlog);
-    line(
-        &mut lines,
-        "binding_protocol",
-        config.protocol.binding_name(),
-    );
-    line(&mut lines, "auth_enabled_sasl", "no");
-    line(&mut lines, "item_size_max", config.max_item_size);
-    line(&mut lines, "maxconns_fast", "yes");
-    line(&mut lines, "flush_enabled", yes_no(config.flush_enabled));
-    line(
-        &mut lines,
+        l,
         "idle_timeout",
         config.idle_timeout.map_or(0, |d| d.as_secs()),
     );
-    line(
-        &mut lines,
-        "shutdown_command",
-        yes_no(config.shutdown_command),
-    );
-    line(&mut lines, "engine", &config.engine);
+    line(l, "watcher_logbuf_size", config.watcher_buffer_bytes);
+    line(l, "worker_logbuf_size", 65536);
+    line(l, "read_buf_mem_limit", config.read_buffer_limit);
+    line(l, "track_sizes", "no");
+    line(l, "inline_ascii_response", "no");
+    tls_settings(config.tls.as_ref(), l);
+    line(l, "num_napi_ids", "(null)");
+    line(l, "memory_file", path_or(&config.memory_file, "(null)"));
     lines
+}
+
+/// memcached's `ssl_*` settings; without `-Z`, its defaults (an unset file
+/// is "(null)" there, as C's printf shows a null string).
+fn tls_settings(tls: Option<&TlsSettings>, l: &mut Lines) {
+    let defaults = TlsSettings {
+        key_format: 1,
+        min_version: 2,
+        wbuf_kib: 16,
+        ..TlsSettings::default()
+    };
+    let settings = tls.unwrap_or(&defaults);
+    let path_or = |p: &Option<std::path::PathBuf>, none: &str| {
+        p.as_ref()
+            .map_or(none.to_string(), |p| p.display().to_string())
+    };
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    line(l, "ssl_enabled", yes_no(tls.is_some()));
+    line(l, "ssl_chain_cert", path_or(&settings.chain_cert, "(null)"));
+    line(l, "ssl_key", path_or(&settings.key, "(null)"));
+    line(l, "ssl_verify_mode", settings.verify_mode);
+    line(l, "ssl_keyformat", settings.key_format);
+    line(
+        l,
+        "ssl_ciphers",
+        settings.ciphers.as_deref().unwrap_or("NULL"),
+    );
+    line(l, "ssl_ca_cert", path_or(&settings.ca_cert, "NULL"));
+    line(l, "ssl_wbuf_size", settings.wbuf_kib * 1024);
+    line(l, "ssl_session_cache", yes_no(settings.session_cache));
+    // rustls encrypts in user space.
+    line(l, "ssl_kernel_tls", "no");
+    let min_version = match settings.min_version {
+        0 => "tlsv1.0",
+        1 => "tlsv1.1",
+        2 => "tlsv1.2",
+        _ => "tlsv1.3",
+    };
+    line(l, "ssl_min_version", min_version);
 }
 
 fn items(ctx: &Context<'_>) -> Lines {

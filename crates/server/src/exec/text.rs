@@ -29,6 +29,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         }
         Request::Store(request) => store(&request, ctx, out),
         Request::Delete { key, noreply } => {
+            ctx.detail(key, |counts| counts.deletes += 1);
             let reply: &[u8] = match ctx.shared.store.delete(key, &DeleteCommand::default()) {
                 DeleteOutcome::Deleted => {
                     ctx.counters.delete_hits.incr();
@@ -109,6 +110,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             }
         }
         Request::Stats { args } => stats::text(args, ctx, out),
+        Request::RefreshCerts { noreply } => refresh_certs(noreply, ctx, out),
         Request::LruCrawler(command) => lru_crawler(command, ctx, out),
         Request::Watch { kinds } => return start_watch(kinds, ctx, out),
         Request::Meta(request) => meta::execute(request, ctx, out),
@@ -143,6 +145,38 @@ fn too_large(request: &TooLarge<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
 /// Removes the item a failed write meant to replace.
 pub(super) fn remove_stale(key: &[u8], ctx: &Context<'_>) {
     ctx.shared.store.delete(key, &DeleteCommand::default());
+}
+
+/// `refresh_certs`: loads the certificate chain and key files again; new
+/// TLS connections get the new certificate, open ones keep theirs. A
+/// failure is told in memcached's words (even under `noreply`, as there)
+/// and the certificate in use stays.
+fn refresh_certs(noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    use crate::tls::TlsError;
+    let (Some(tls), Some(settings)) = (&ctx.shared.tls, &ctx.shared.config.tls) else {
+        out.extend_from_slice(b"Error TLS not enabled\r\n");
+        return;
+    };
+    let uptime = ctx.shared.store.clock().uptime();
+    let error = match tls.certificates.reload(uptime) {
+        Ok(()) => return reply_unless(noreply, b"OK\r\n", out),
+        Err(error) => error,
+    };
+    let chain = settings
+        .chain_cert
+        .as_deref()
+        .unwrap_or(std::path::Path::new(""));
+    let key = settings.key.as_deref().unwrap_or(chain);
+    let message = match error {
+        TlsError::File { path, reason } if std::path::Path::new(&path) == chain => {
+            format!("Error loading the certificate chain: {path} : {reason}")
+        }
+        TlsError::File { path, reason } => format!("Error loading the key: {path} : {reason}"),
+        other => format!("Error loading the key: {} : {other}", key.display()),
+    };
+    // One line, whatever the reason says, so the reply stream stays in step.
+    out.extend_from_slice(message.replace(['\r', '\n'], " ").as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `debugtime <seconds>`: memcached's debug build moves its clock with it,
@@ -188,6 +222,10 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
     } else {
         ctx.counters.get_misses.incr();
     }
+    ctx.detail(key, |counts| {
+        counts.gets += 1;
+        counts.hits += u64::from(hit);
+    });
     if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
         log_fetch(key, ctx);
     }
@@ -203,6 +241,7 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
 
 fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     ctx.counters.cmd_set.incr();
+    ctx.detail(request.key, |counts| counts.sets += 1);
     let mode = match request.verb {
         StoreVerb::Set | StoreVerb::Cas => StoreMode::Set,
         StoreVerb::Add => StoreMode::Add,

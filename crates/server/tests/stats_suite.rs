@@ -1,0 +1,600 @@
+//! `stats` and its groups over real sockets, against what memcached 1.6.18
+//! prints: the general figures' exact key set, `stats settings` with TLS,
+//! `stats detail`, `stats kura` and `refresh_certs`.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpStream};
+use std::path::{Path, PathBuf};
+
+use kura_server::config::{ListenAddr, TlsSettings};
+use kura_server::ServerConfig;
+use kura_store::MemoryConfig;
+use support::{read_at_least, TestServer};
+
+/// Reads text replies until one ends with `END\r\n` (or an error line).
+fn read_reply(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let listing = [&b"STAT "[..], b"PREFIX ", b"VALUE "]
+            .iter()
+            .any(|start| out.starts_with(start));
+        let done = out.ends_with(b"END\r\n") || (out.ends_with(b"\r\n") && !listing);
+        if done {
+            break;
+        }
+        let n = stream.read(&mut buf).expect("a reply");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(out).unwrap()
+}
+
+fn ask(stream: &mut TcpStream, request: &str) -> String {
+    stream.write_all(request.as_bytes()).unwrap();
+    read_reply(stream)
+}
+
+/// `STAT name value` lines as (name, value).
+fn figures(reply: &str) -> Vec<(String, String)> {
+    reply
+        .lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .map(|l| {
+            let (name, value) = l.split_once(' ').unwrap_or((l, ""));
+            (name.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+fn figure(reply: &str, name: &str) -> Option<String> {
+    figures(reply)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+}
+
+/// What memcached 1.6.18 prints for `stats` with its default settings
+/// (LRU crawler on), minus `lru_maintainer_juggles`: kura has no LRU
+/// maintainer thread.
+const MEMCACHED_STATS: &[&str] = &[
+    "pid",
+    "uptime",
+    "time",
+    "version",
+    "libevent",
+    "pointer_size",
+    "rusage_user",
+    "rusage_system",
+    "max_connections",
+    "curr_connections",
+    "total_connections",
+    "rejected_connections",
+    "connection_structures",
+    "response_obj_oom",
+    "response_obj_count",
+    "response_obj_bytes",
+    "read_buf_count",
+    "read_buf_bytes",
+    "read_buf_bytes_free",
+    "read_buf_oom",
+    "reserved_fds",
+    "cmd_get",
+    "cmd_set",
+    "cmd_flush",
+    "cmd_touch",
+    "cmd_meta",
+    "get_hits",
+    "get_misses",
+    "get_expired",
+    "get_flushed",
+    "delete_misses",
+    "delete_hits",
+    "incr_misses",
+    "incr_hits",
+    "decr_misses",
+    "decr_hits",
+    "cas_misses",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+    "touch_misses",
+    "store_too_large",
+    "store_no_memory",
+    "auth_cmds",
+    "auth_errors",
+    "bytes_read",
+    "bytes_written",
+    "limit_maxbytes",
+    "accepting_conns",
+    "listen_disabled_num",
+    "time_in_listen_disabled_us",
+    "threads",
+    "conn_yields",
+    "hash_power_level",
+    "hash_bytes",
+    "hash_is_expanding",
+    "slab_reassign_rescues",
+    "slab_reassign_chunk_rescues",
+    "slab_reassign_evictions_nomem",
+    "slab_reassign_inline_reclaim",
+    "slab_reassign_busy_items",
+    "slab_reassign_busy_deletes",
+    "slab_reassign_running",
+    "slabs_moved",
+    "lru_crawler_running",
+    "lru_crawler_starts",
+    "malloc_fails",
+    "log_worker_dropped",
+    "log_worker_written",
+    "log_watcher_skipped",
+    "log_watcher_sent",
+    "log_watchers",
+    "unexpected_napi_ids",
+    "round_robin_fallback",
+    "bytes",
+    "curr_items",
+    "total_items",
+    "slab_global_page_pool",
+    "expired_unfetched",
+    "evicted_unfetched",
+    "evictions",
+    "reclaimed",
+    "crawler_reclaimed",
+    "crawler_items_checked",
+    "lrutail_reflocked",
+];
+
+#[test]
+fn stats_prints_memcacheds_figures_in_its_order_and_nothing_else() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let names: Vec<String> = figures(&ask(&mut stream, "stats\r\n"))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(names, MEMCACHED_STATS);
+}
+
+#[test]
+fn stats_leaves_out_the_lru_crawler_figures_when_it_is_off() {
+    let server = TestServer::with(
+        ServerConfig {
+            lru_crawler: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let reply = ask(&mut server.connect(), "stats\r\n");
+    assert_eq!(figure(&reply, "lru_crawler_running"), None);
+    // stats.t's server (-o no_lru_crawler): memcached's 83 figures.
+    assert_eq!(figures(&reply).len(), 83);
+    assert_eq!(figure(&reply, "get_expired").as_deref(), Some("0"));
+    assert_eq!(figure(&reply, "get_flushed").as_deref(), Some("0"));
+    assert_eq!(figure(&reply, "listen_disabled_num").as_deref(), Some("0"));
+}
+
+#[test]
+fn stats_kura_holds_kuras_own_figures() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let general = ask(&mut stream, "stats\r\n");
+    assert_eq!(figure(&general, "kura_version"), None);
+    let kura = ask(&mut stream, "stats kura\r\n");
+    assert_eq!(
+        figure(&kura, "kura_version").as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(figure(&kura, "engine").as_deref(), Some("memory"));
+}
+
+#[test]
+fn stats_shows_idle_kicks_only_with_an_idle_timeout() {
+    let server = TestServer::start();
+    let reply = ask(&mut server.connect(), "stats\r\n");
+    assert_eq!(figure(&reply, "idle_kicks"), None);
+    let server = TestServer::with(
+        ServerConfig {
+            idle_timeout: Some(std::time::Duration::from_secs(60)),
+            maxconns_fast: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let reply = ask(&mut server.connect(), "stats\r\n");
+    assert_eq!(figure(&reply, "idle_kicks").as_deref(), Some("0"));
+    // memcached counts refused connections only when it refuses them at once.
+    assert_eq!(figure(&reply, "rejected_connections"), None);
+}
+
+#[test]
+fn stats_settings_shows_memcacheds_settings_from_the_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "someone:secret\n").unwrap();
+    let server = TestServer::with(
+        ServerConfig {
+            udp_port: Some(0),
+            detail_delimiter: Some(b'#'),
+            auth_file: Some(users.clone()),
+            maxconns_fast: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    // -Y: a text connection logs in first, with a set.
+    assert_eq!(
+        ask(&mut stream, "set login 0 0 14\r\nsomeone secret\r\n"),
+        "STORED\r\n"
+    );
+    let reply = ask(&mut stream, "stats settings\r\n");
+    let get = |name: &str| figure(&reply, name).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(get("stat_key_prefix"), "#");
+    // -D turns per-prefix counting on from the start, as in memcached.
+    assert_eq!(get("detail_enabled"), "yes");
+    assert_eq!(get("auth_enabled_sasl"), "no");
+    assert_eq!(get("auth_enabled_ascii"), users.display().to_string());
+    assert_eq!(get("maxconns_fast"), "no");
+    assert_eq!(get("ssl_enabled"), "no");
+    assert_eq!(get("ssl_chain_cert"), "(null)");
+    assert_eq!(get("ssl_ciphers"), "NULL");
+    assert_eq!(get("ssl_wbuf_size"), "16384");
+    assert_eq!(get("ssl_min_version"), "tlsv1.2");
+    assert_eq!(get("memory_file"), "(null)");
+    let names: BTreeSet<String> = figures(&reply).into_iter().map(|(n, _)| n).collect();
+    assert!(!names.contains("engine"), "kura's engine is in stats kura");
+    assert_eq!(names.len(), figures(&reply).len(), "a name twice");
+}
+
+fn data(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(file)
+}
+
+/// A server with TLS settings whose only listener is plain (`notls:`), so
+/// the test speaks plain text to it; the certificate files are copies in
+/// `dir`, which the test may replace.
+fn tls_server(dir: &Path, tls: TlsSettings) -> (TestServer, PathBuf, PathBuf) {
+    let chain = dir.join("server_crt.pem");
+    let key = dir.join("server_key.pem");
+    std::fs::copy(data("tls_one_crt.pem"), &chain).unwrap();
+    std::fs::copy(data("tls_one_key.pem"), &key).unwrap();
+    let config = ServerConfig {
+        listen: vec![ListenAddr {
+            ip: IpAddr::from([127, 0, 0, 1]),
+            port: None,
+            no_tls: true,
+        }],
+        tls: Some(TlsSettings {
+            chain_cert: Some(chain.clone()),
+            key: Some(key.clone()),
+            ..tls
+        }),
+        ..ServerConfig::default()
+    };
+    (
+        TestServer::with(config, MemoryConfig::default()),
+        chain,
+        key,
+    )
+}
+
+/// As `kura serve` resolves `-Z` without further `-o ssl_*`.
+fn default_tls() -> TlsSettings {
+    TlsSettings {
+        key_format: 1,
+        min_version: 2,
+        wbuf_kib: 16,
+        ..TlsSettings::default()
+    }
+}
+
+#[test]
+fn stats_settings_shows_the_tls_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, chain, key) = tls_server(dir.path(), default_tls());
+    let reply = ask(&mut server.connect(), "stats settings\r\n");
+    let get = |name: &str| figure(&reply, name).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(get("ssl_enabled"), "yes");
+    assert_eq!(get("ssl_session_cache"), "no");
+    assert_eq!(get("ssl_kernel_tls"), "no");
+    assert_eq!(get("ssl_chain_cert"), chain.display().to_string());
+    assert_eq!(get("ssl_key"), key.display().to_string());
+    assert_eq!(get("ssl_verify_mode"), "0");
+    assert_eq!(get("ssl_keyformat"), "1");
+    assert_eq!(get("ssl_ciphers"), "NULL");
+    assert_eq!(get("ssl_ca_cert"), "NULL");
+    assert_eq!(get("ssl_wbuf_size"), "16384");
+    assert_eq!(get("ssl_min_version"), "tlsv1.2");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _, _) = tls_server(
+        dir.path(),
+        TlsSettings {
+            wbuf_kib: 64,
+            min_version: 3,
+            session_cache: true,
+            ciphers: Some("HIGH".into()),
+            ..default_tls()
+        },
+    );
+    let reply = ask(&mut server.connect(), "stats settings\r\n");
+    let get = |name: &str| figure(&reply, name).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(get("ssl_wbuf_size"), "65536");
+    assert_eq!(get("ssl_min_version"), "tlsv1.3");
+    assert_eq!(get("ssl_session_cache"), "yes");
+    assert_eq!(get("ssl_ciphers"), "HIGH");
+}
+
+#[test]
+fn stats_shows_the_tls_figures_when_tls_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _, _) = tls_server(dir.path(), default_tls());
+    let reply = ask(&mut server.connect(), "stats\r\n");
+    // stats.t under SSL_TEST: memcached's figures and these two.
+    assert_eq!(figure(&reply, "ssl_handshake_errors").as_deref(), Some("0"));
+    assert_eq!(
+        figure(&reply, "time_since_server_cert_refresh").as_deref(),
+        Some("0")
+    );
+    // Sessions are counted only where they are cached.
+    assert_eq!(figure(&reply, "ssl_new_sessions"), None);
+    assert_eq!(figures(&reply).len(), MEMCACHED_STATS.len() + 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _, _) = tls_server(
+        dir.path(),
+        TlsSettings {
+            session_cache: true,
+            ..default_tls()
+        },
+    );
+    let reply = ask(&mut server.connect(), "stats\r\n");
+    assert_eq!(figure(&reply, "ssl_new_sessions").as_deref(), Some("0"));
+}
+
+#[test]
+fn refresh_certs_reloads_the_files_and_says_why_it_could_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, chain, key) = tls_server(dir.path(), default_tls());
+    let mut stream = server.connect();
+    std::fs::copy(data("tls_two_crt.pem"), &chain).unwrap();
+    std::fs::copy(data("tls_two_key.pem"), &key).unwrap();
+    assert_eq!(ask(&mut stream, "refresh_certs\r\n"), "OK\r\n");
+    // noreply: nothing on success; the next reply is the version's.
+    assert_eq!(
+        ask(&mut stream, "refresh_certs noreply\r\nversion\r\n"),
+        "VERSION 1.6.18\r\n"
+    );
+
+    std::fs::write(&chain, "not a certificate\n").unwrap();
+    let reply = ask(&mut stream, "refresh_certs\r\n");
+    let expected = format!(
+        "Error loading the certificate chain: {} : ",
+        chain.display()
+    );
+    assert!(reply.starts_with(&expected), "{reply}");
+    assert!(reply.ends_with("\r\n") && reply.matches("\r\n").count() == 1);
+
+    std::fs::copy(data("tls_two_crt.pem"), &chain).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let reply = ask(&mut stream, "refresh_certs\r\n");
+    let expected = format!("Error loading the key: {} : ", key.display());
+    assert!(reply.starts_with(&expected), "{reply}");
+    // A failure keeps the certificate in use, and serving goes on.
+    assert_eq!(ask(&mut stream, "version\r\n"), "VERSION 1.6.18\r\n");
+}
+
+#[test]
+fn time_since_server_cert_refresh_restarts_at_a_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _, _) = tls_server(dir.path(), default_tls());
+    let mut stream = server.connect();
+    let since = |stream: &mut TcpStream| -> u64 {
+        figure(&ask(stream, "stats\r\n"), "time_since_server_cert_refresh")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(ask(&mut stream, "debugtime 100\r\n"), "OK\r\n");
+    assert!(since(&mut stream) >= 100);
+    assert_eq!(ask(&mut stream, "refresh_certs\r\n"), "OK\r\n");
+    assert!(since(&mut stream) < 100);
+}
+
+#[test]
+fn refresh_certs_without_tls_says_so() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    assert_eq!(
+        ask(&mut stream, "refresh_certs\r\n"),
+        "Error TLS not enabled\r\n"
+    );
+}
+
+#[test]
+fn stats_detail_counts_gets_hits_sets_and_deletes_per_prefix() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    assert_eq!(ask(&mut stream, "stats detail dump\r\n"), "END\r\n");
+    // Off: nothing is counted.
+    ask(&mut stream, "get off:1\r\n");
+    assert_eq!(ask(&mut stream, "stats detail dump\r\n"), "END\r\n");
+    assert_eq!(ask(&mut stream, "stats detail on\r\n"), "OK\r\n");
+    let settings = ask(&mut stream, "stats settings\r\n");
+    assert_eq!(figure(&settings, "detail_enabled").as_deref(), Some("yes"));
+    stream
+        .write_all(b"set foo:123 0 0 6\r\nfooval\r\n")
+        .unwrap();
+    assert_eq!(read_at_least(&mut stream, 8), b"STORED\r\n");
+    assert_eq!(
+        ask(&mut stream, "stats detail dump\r\n"),
+        "PREFIX foo get 0 hit 0 set 1 del 0\r\nEND\r\n"
+    );
+    ask(&mut stream, "get foo:123 foo:124 nodelimiter\r\n");
+    stream.write_all(b"delete foo:125\r\n").unwrap();
+    assert_eq!(read_at_least(&mut stream, 11), b"NOT_FOUND\r\n");
+    ask(&mut stream, "get bar:1\r\n");
+    // Meta commands are not counted, as in memcached.
+    stream.write_all(b"mg foo:123 v\r\n").unwrap();
+    assert_eq!(read_at_least(&mut stream, 14), b"VA 6\r\nfooval\r\n");
+    assert_eq!(
+        ask(&mut stream, "stats detail dump\r\n"),
+        "PREFIX bar get 1 hit 0 set 0 del 0\r\nPREFIX foo get 2 hit 1 set 1 del 1\r\nEND\r\n"
+    );
+    // Counted on every worker: a second connection's gets add up.
+    let mut other = server.connect();
+    ask(&mut other, "get foo:123\r\n");
+    assert!(ask(&mut stream, "stats detail dump\r\n").contains("PREFIX foo get 3 hit 2 "));
+    assert_eq!(ask(&mut stream, "stats reset\r\n"), "RESET\r\n");
+    assert_eq!(ask(&mut stream, "stats detail dump\r\n"), "END\r\n");
+    assert_eq!(ask(&mut stream, "stats detail off\r\n"), "OK\r\n");
+    ask(&mut stream, "get foo:123\r\n");
+    assert_eq!(ask(&mut stream, "stats detail dump\r\n"), "END\r\n");
+    assert_eq!(
+        ask(&mut stream, "stats detail\r\n"),
+        "CLIENT_ERROR usage: stats detail on|off|dump\r\n"
+    );
+}
+
+#[test]
+fn stats_detail_splits_at_the_configured_delimiter() {
+    let server = TestServer::with(
+        ServerConfig {
+            detail_delimiter: Some(b'/'),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    ask(&mut stream, "get a/b:c x:y\r\n");
+    assert_eq!(
+        ask(&mut stream, "stats detail dump\r\n"),
+        "PREFIX a get 1 hit 0 set 0 del 0\r\nEND\r\n"
+    );
+}
+
+/// A binary request: magic, opcode, key length, no extras, the key as body.
+fn binary_stat(key: &[u8]) -> Vec<u8> {
+    let mut packet = vec![0x80, 0x10];
+    packet.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    packet.extend_from_slice(&[0, 0, 0, 0]);
+    packet.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(key);
+    packet
+}
+
+/// Reads binary responses until the empty one that ends a `stat`; returns
+/// each one's (status, key, value).
+fn read_binary_stats(stream: &mut TcpStream) -> Vec<(u16, Vec<u8>, Vec<u8>)> {
+    let mut responses = Vec::new();
+    loop {
+        let mut header = [0u8; 24];
+        stream.read_exact(&mut header).unwrap();
+        assert_eq!(header[0], 0x81);
+        let status = u16::from_be_bytes([header[6], header[7]]);
+        let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+        let extras = usize::from(header[4]);
+        let body = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
+        let mut data = vec![0u8; body];
+        stream.read_exact(&mut data).unwrap();
+        let key = data[extras..extras + key_len].to_vec();
+        let value = data[extras + key_len..].to_vec();
+        let last = (key.is_empty() && value.is_empty()) || status != 0;
+        responses.push((status, key, value));
+        if last {
+            return responses;
+        }
+    }
+}
+
+/// binary.t turns detail on with a binary `stat "detail on"` first thing;
+/// memcached answers it with the empty response that ends a stat.
+#[test]
+fn binary_stat_detail_switches_and_dumps() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    stream.write_all(&binary_stat(b"detail on")).unwrap();
+    assert_eq!(read_binary_stats(&mut stream), vec![(0, vec![], vec![])]);
+    // A connection keeps the protocol of its first byte: the set goes on
+    // a text one.
+    assert_eq!(server.exchange(b"set k:1 0 0 1\r\nx\r\n", 8), b"STORED\r\n");
+    stream.write_all(&binary_stat(b"detail dump")).unwrap();
+    assert_eq!(
+        read_binary_stats(&mut stream),
+        vec![
+            (
+                0,
+                b"detailed".to_vec(),
+                b"PREFIX k get 0 hit 0 set 1 del 0\r\nEND\r\n".to_vec()
+            ),
+            (0, vec![], vec![]),
+        ]
+    );
+    stream.write_all(&binary_stat(b"detail off")).unwrap();
+    assert_eq!(read_binary_stats(&mut stream), vec![(0, vec![], vec![])]);
+    stream.write_all(&binary_stat(b"detail sideways")).unwrap();
+    assert_eq!(read_binary_stats(&mut stream)[0].0, 1, "key not found");
+}
+
+/// A binary request with extras, key and value.
+fn binary_request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut packet = vec![0x80, opcode];
+    packet.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    packet.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    let body = extras.len() + key.len() + value.len();
+    packet.extend_from_slice(&(body as u32).to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(extras);
+    packet.extend_from_slice(key);
+    packet.extend_from_slice(value);
+    packet
+}
+
+/// Reads one binary response: (opcode, status, value).
+fn read_binary(stream: &mut TcpStream) -> (u8, u16, Vec<u8>) {
+    let mut header = [0u8; 24];
+    stream.read_exact(&mut header).unwrap();
+    let body = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
+    let skip = usize::from(header[4]) + usize::from(u16::from_be_bytes([header[2], header[3]]));
+    let mut data = vec![0u8; body];
+    stream.read_exact(&mut data).unwrap();
+    let status = u16::from_be_bytes([header[6], header[7]]);
+    (header[1], status, data[skip..].to_vec())
+}
+
+/// binary.t's "Too big": a value one byte over `-I` is refused with
+/// "Too large." (status 3), and the value it meant to replace is gone.
+#[test]
+fn binary_set_over_the_item_size_limit_is_too_large_and_drops_the_old_value() {
+    const SET: u8 = 0x01;
+    const GET: u8 = 0x00;
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let extras = [0u8, 0, 0, 10, 0, 0, 0, 10];
+    stream
+        .write_all(&binary_request(SET, &extras, b"toobig", b"not too big"))
+        .unwrap();
+    assert_eq!(read_binary(&mut stream), (SET, 0, vec![]));
+    let big = vec![b'x'; 1024 * 1024 + 1];
+    stream
+        .write_all(&binary_request(SET, &extras, b"toobig", &big))
+        .unwrap();
+    assert_eq!(read_binary(&mut stream), (SET, 3, b"Too large.".to_vec()));
+    stream
+        .write_all(&binary_request(GET, &[], b"toobig", &[]))
+        .unwrap();
+    assert_eq!(read_binary(&mut stream), (GET, 1, b"Not found".to_vec()));
+    // A value of exactly the limit is stored.
+    let largest = vec![b'x'; 1024 * 1024];
+    stream
+        .write_all(&binary_request(SET, &extras, b"largest", &largest))
+        .unwrap();
+    assert_eq!(read_binary(&mut stream).1, 0);
+}
