@@ -253,6 +253,8 @@ impl Worker {
         loop {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
+            } else if !self.watching.is_empty() {
+                Some(crate::watch::FLUSH_INTERVAL)
             } else {
                 idle_timeout.map(|_| Duration::from_secs(1))
             };
@@ -267,7 +269,6 @@ impl Worker {
                     WAKER => {
                         self.adopt_new_connections();
                         self.release_held();
-                        self.serve_watchers();
                     }
                     Token(key) => {
                         if event.is_read_closed() {
@@ -284,6 +285,7 @@ impl Worker {
                     self.serve(key);
                 }
             }
+            self.serve_watchers();
             if std::mem::take(&mut self.scratch.wrote) {
                 // One commit for every write of this round.
                 self.shared.store.request_commit();
@@ -445,7 +447,13 @@ impl Worker {
     /// Sends the log lines queued for this worker's watchers.
     fn serve_watchers(&mut self) {
         for index in 0..self.watching.len() {
-            if let Some(&key) = self.watching.get(index) {
+            let Some(&key) = self.watching.get(index) else {
+                continue;
+            };
+            let queued = self.connections.get(key).is_some_and(|c| {
+                c.output.is_empty() && c.watcher.as_ref().is_some_and(|w| w.has_queued())
+            });
+            if queued {
                 self.serve(key);
             }
         }
