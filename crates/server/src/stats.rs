@@ -5,7 +5,7 @@
 //! count is a plain load and store, never a locked read-modify-write.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -111,8 +111,10 @@ pub struct ConnectionStats {
     pub current: AtomicUsize,
     pub total: AtomicU64,
     pub rejected: AtomicU64,
-    /// Times the acceptor stopped accepting at the connection limit
-    /// (without `maxconns_fast`), memcached's `listen_disabled_num`.
+    /// Set while the acceptor leaves new connections in the backlog (at the
+    /// connection limit without `maxconns_fast`): `accepting_conns 0`.
+    pub not_accepting: AtomicBool,
+    /// Times the acceptor stopped accepting, memcached's `listen_disabled_num`.
     pub listen_disabled: AtomicU64,
     /// Microseconds spent not accepting, `time_in_listen_disabled_us`.
     pub listen_disabled_us: AtomicU64,

@@ -168,13 +168,22 @@ fn stats_leaves_out_the_lru_crawler_figures_when_it_is_off() {
         },
         MemoryConfig::default(),
     );
-    let reply = ask(&mut server.connect(), "stats\r\n");
+    let mut stream = server.connect();
+    let reply = ask(&mut stream, "stats\r\n");
     assert_eq!(figure(&reply, "lru_crawler_running"), None);
     // stats.t's server (-o no_lru_crawler): memcached's 83 figures.
     assert_eq!(figures(&reply).len(), 83);
     assert_eq!(figure(&reply, "get_expired").as_deref(), Some("0"));
     assert_eq!(figure(&reply, "get_flushed").as_deref(), Some("0"));
     assert_eq!(figure(&reply, "listen_disabled_num").as_deref(), Some("0"));
+    let settings = ask(&mut stream, "stats settings\r\n");
+    assert_eq!(figure(&settings, "lru_crawler").as_deref(), Some("no"));
+    // lru-crawler.t: switched on at run time, both follow.
+    assert_eq!(ask(&mut stream, "lru_crawler enable\r\n"), "OK\r\n");
+    let settings = ask(&mut stream, "stats settings\r\n");
+    assert_eq!(figure(&settings, "lru_crawler").as_deref(), Some("yes"));
+    let reply = ask(&mut stream, "stats\r\n");
+    assert_eq!(figure(&reply, "lru_crawler_running").as_deref(), Some("0"));
 }
 
 #[test]
@@ -597,4 +606,33 @@ fn binary_set_over_the_item_size_limit_is_too_large_and_drops_the_old_value() {
         .write_all(&binary_request(SET, &extras, b"largest", &largest))
         .unwrap();
     assert_eq!(read_binary(&mut stream).1, 0);
+}
+
+/// The acceptor's figures as `stats` shows them (the acceptor sets them
+/// when it leaves connections in the backlog, without `maxconns_fast`).
+#[test]
+fn stats_shows_when_the_acceptor_stopped_accepting() {
+    use std::sync::atomic::Ordering;
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let reply = ask(&mut stream, "stats\r\n");
+    assert_eq!(figure(&reply, "accepting_conns").as_deref(), Some("1"));
+    let connections = &server.handle().shared().connections;
+    connections.not_accepting.store(true, Ordering::Relaxed);
+    connections.listen_disabled.store(2, Ordering::Relaxed);
+    connections
+        .listen_disabled_us
+        .store(1500, Ordering::Relaxed);
+    let reply = ask(&mut stream, "stats\r\n");
+    assert_eq!(figure(&reply, "accepting_conns").as_deref(), Some("0"));
+    assert_eq!(figure(&reply, "listen_disabled_num").as_deref(), Some("2"));
+    assert_eq!(
+        figure(&reply, "time_in_listen_disabled_us").as_deref(),
+        Some("1500")
+    );
+    // stats reset zeroes the counts, not the state.
+    assert_eq!(ask(&mut stream, "stats reset\r\n"), "RESET\r\n");
+    let reply = ask(&mut stream, "stats\r\n");
+    assert_eq!(figure(&reply, "listen_disabled_num").as_deref(), Some("0"));
+    assert_eq!(figure(&reply, "accepting_conns").as_deref(), Some("0"));
 }

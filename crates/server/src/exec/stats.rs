@@ -270,7 +270,8 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(l, "bytes_read", c.bytes_read);
     line(l, "bytes_written", c.bytes_written);
     line(l, "limit_maxbytes", store.limit_maxbytes);
-    line(l, "accepting_conns", 1);
+    let accepting = !conns.not_accepting.load(Ordering::Relaxed);
+    line(l, "accepting_conns", u8::from(accepting));
     line(
         l,
         "listen_disabled_num",
@@ -299,7 +300,8 @@ fn general(ctx: &Context<'_>) -> Lines {
     ] {
         line(l, name, 0);
     }
-    if config.lru_crawler {
+    // As memcached: while the crawler is on (`lru_crawler enable|disable`).
+    if shared.lru_crawler.load(Ordering::Relaxed) {
         line(l, "lru_crawler_running", 0);
         line(l, "lru_crawler_starts", 0);
     }
@@ -427,12 +429,15 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(l, "item_size_max", config.max_item_size);
     line(l, "maxconns_fast", yes_no(config.maxconns_fast));
     line(l, "hashpower_init", 0);
-    line(l, "slab_reassign", "no");
-    line(l, "slab_automove", 0);
+    // memcached's defaults: kura has no slab pages to move, and `stats`
+    // shows the slab mover's figures as memcached does with these on.
+    line(l, "slab_reassign", "yes");
+    line(l, "slab_automove", 1);
     line(l, "slab_automove_ratio", "0.80");
     line(l, "slab_automove_window", 30);
     line(l, "slab_chunk_max", config.max_item_size / 2);
-    line(l, "lru_crawler", yes_no(config.lru_crawler));
+    let crawler = ctx.shared.lru_crawler.load(Ordering::Relaxed);
+    line(l, "lru_crawler", yes_no(crawler));
     line(l, "lru_crawler_sleep", 100);
     line(l, "lru_crawler_tocrawl", 0);
     line(l, "tail_repair_time", 0);
