@@ -636,3 +636,29 @@ fn stats_shows_when_the_acceptor_stopped_accepting() {
     assert_eq!(figure(&reply, "listen_disabled_num").as_deref(), Some("0"));
     assert_eq!(figure(&reply, "accepting_conns").as_deref(), Some("0"));
 }
+
+/// `stats conns`, as memcached shows an idle connection and the one asking.
+#[test]
+fn stats_conns_shows_the_asking_connection_parsing_and_the_others_reading() {
+    let server = TestServer::start();
+    let mut idle = server.connect();
+    assert_eq!(ask(&mut idle, "version\r\n"), "VERSION 1.6.18\r\n");
+    let mut asking = server.connect();
+    let reply = ask(&mut asking, "stats conns\r\n");
+    let id_of = |stream: &TcpStream| {
+        let addr = format!("tcp:{}", stream.local_addr().unwrap());
+        figures(&reply)
+            .into_iter()
+            .find(|(name, value)| name.ends_with(":addr") && *value == addr)
+            .map(|(name, _)| name.trim_end_matches(":addr").to_string())
+            .unwrap_or_else(|| panic!("no {addr} in {reply}"))
+    };
+    let state = |id: String| figure(&reply, &format!("{id}:state")).unwrap();
+    assert_eq!(state(id_of(&asking)), "conn_parse_cmd");
+    assert_eq!(state(id_of(&idle)), "conn_read");
+    let listen = format!("tcp:{}", server.addr);
+    assert_eq!(
+        figure(&reply, &format!("{}:listen_addr", id_of(&idle))),
+        Some(listen)
+    );
+}

@@ -564,6 +564,10 @@ fn sizes(ctx: &Context<'_>) -> Lines {
     lines
 }
 
+/// `stats conns`: one block per open connection. The one asking is in
+/// memcached's `conn_parse_cmd`; the others are shown waiting for input
+/// (`conn_read`), since a connection does not publish where it is in a
+/// request.
 fn conns(ctx: &Context<'_>) -> Lines {
     let now = ctx.shared.store.clock().now();
     let mut lines = Vec::new();
@@ -571,7 +575,12 @@ fn conns(ctx: &Context<'_>) -> Lines {
         let id = info.id;
         line(&mut lines, format!("{id}:addr"), &info.peer);
         line(&mut lines, format!("{id}:listen_addr"), &info.listen);
-        line(&mut lines, format!("{id}:state"), "conn_parse_cmd");
+        let state = if id == ctx.conn_id {
+            "conn_parse_cmd"
+        } else {
+            "conn_read"
+        };
+        line(&mut lines, format!("{id}:state"), state);
         let last = info.last_active.load(Ordering::Relaxed);
         line(
             &mut lines,
