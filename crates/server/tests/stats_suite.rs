@@ -662,3 +662,26 @@ fn stats_conns_shows_the_asking_connection_parsing_and_the_others_reading() {
         Some(listen)
     );
 }
+
+/// The disk engine's figures are in `stats kura`; `stats` has memcached's
+/// and, for now, the engine's after them.
+#[test]
+fn the_disk_engines_figures_are_in_stats_kura() {
+    let server = TestServer::disk();
+    let mut stream = server.connect();
+    let kura = ask(&mut stream, "stats kura\r\n");
+    assert_eq!(figure(&kura, "engine").as_deref(), Some("disk"));
+    let engine: Vec<String> = figures(&kura)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("disk_"))
+        .collect();
+    assert!(engine.iter().any(|name| name == "disk_commits"), "{kura}");
+    let names: Vec<String> = figures(&ask(&mut stream, "stats\r\n"))
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let (memcached, rest) = names.split_at(MEMCACHED_STATS.len());
+    assert_eq!(memcached, MEMCACHED_STATS);
+    assert_eq!(rest, engine.as_slice());
+}

@@ -192,7 +192,8 @@ fn rusage() -> (String, String) {
 
 /// `stats`: exactly the figures memcached 1.6.18 prints, in its order, so a
 /// tool that counts or compares them sees memcached. kura's own figures
-/// (its version, the engine's) are in `stats kura`.
+/// (its version, the engine's) are in `stats kura`; the engine's also
+/// follow here for now (none on the memory engine).
 fn general(ctx: &Context<'_>) -> Lines {
     let shared = ctx.shared;
     let config = &shared.config;
@@ -353,6 +354,13 @@ fn general(ctx: &Context<'_>) -> Lines {
     // memcached counts items its LRU tail search found in use; kura's
     // eviction does not skip items that way.
     line(l, "lrutail_reflocked", 0);
+    // For now the engine's own figures (the disk engine's disk_*) follow
+    // memcached's here too, for the readers that still look for them in
+    // `stats`; their place is `stats kura`. The memory engine has none, so
+    // on it `stats` is memcached's set exactly.
+    for (name, value) in shared.store.engine_stats() {
+        line(l, name, value);
+    }
     lines
 }
 
