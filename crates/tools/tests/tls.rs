@@ -177,7 +177,7 @@ fn bench_completes_calls_through_tls_verified_against_the_ca() {
     )
     .unwrap();
     assert_clean(&measured);
-    // Every key was stored by the load phase (its sets go 11 at a time over
+    // Every key was stored by the load phase (its sets go 10 at a time over
     // TLS: 32 of up to 1 KiB stalled memcached 1.6.18), and every value read
     // back through TLS is the one written (--verify counts others as corrupt).
     assert!(measured.hits > 0);
