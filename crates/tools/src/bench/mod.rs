@@ -343,7 +343,7 @@ pub fn raise_open_files(wanted: u64) {
 /// Stores every key once (the load phase): closed loop, pipelined, not reported.
 pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
     // Over TLS, at most about 12 KiB of sets at a time: memcached 1.6.18
-    // with -Z leaves the requests of a burst beyond its 16 KiB read buffer
+    // with -Z leaves the last requests of a burst of more than about 17 KB
     // unanswered until more bytes arrive (BENCHMARKS.md, "TLS").
     let pipeline = match workload.tls {
         Some(_) => {
