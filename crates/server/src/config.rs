@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub watch_enabled: bool,
     /// The LRU crawler's commands (`-o no_lru_crawler` turns them off).
     pub lru_crawler: bool,
+    /// `-o hashpower`: the hash table's starting size as a power of two, as
+    /// memcached reports it (`hash_power_level`); 0 for memcached's default, 16.
+    pub hash_power_init: u32,
     /// Per-prefix statistics from the start, split at this byte (`-D`).
     pub detail_delimiter: Option<u8>,
     /// What a watcher may have waiting before events are dropped
@@ -206,6 +209,7 @@ impl Default for ServerConfig {
             dumping_enabled: true,
             watch_enabled: true,
             lru_crawler: true,
+            hash_power_init: 0,
             detail_delimiter: None,
             watcher_buffer_bytes: 256 * 1024,
             read_buffer_limit: 0,

@@ -161,6 +161,11 @@ impl Hub {
         self.wanted.store(wanted, Ordering::Relaxed);
     }
 
+    /// Events logged since the start (`log_worker_written`).
+    pub fn logged(&self) -> u64 {
+        self.gid.load(Ordering::Relaxed)
+    }
+
     /// Watchers now (`log_watchers` in `stats`).
     pub fn count(&self) -> usize {
         self.watchers.lock().len()

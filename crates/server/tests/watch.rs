@@ -138,6 +138,45 @@ fn evictions_are_logged_with_the_evicted_key() {
     assert!(body(&evicted).ends_with(" size=10000"), "{evicted}");
 }
 
+fn figure(stats: &str, name: &str) -> u64 {
+    let prefix = format!("STAT {name} ");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn stats_count_watchers_and_the_lines_sent_to_them() {
+    let server = TestServer::start();
+    let mut client = server.connect();
+    let stats = reply(&mut client, b"stats\r\n", "END\r\n");
+    assert_eq!(figure(&stats, "log_watchers"), 0);
+    let mut first = watcher(&server, "watch fetchers\r\n");
+    let second = watcher(&server, "watch fetchers\r\n");
+    let stats = reply(&mut client, b"stats\r\n", "END\r\n");
+    assert_eq!(figure(&stats, "log_watchers"), 2);
+    reply(&mut client, b"get nothing\r\n", "END\r\n");
+    assert!(body(&line(&mut first)).starts_with("type=item_get"));
+    let stats = reply(&mut client, b"stats\r\n", "END\r\n");
+    assert_eq!(figure(&stats, "log_watcher_sent"), 2, "one line to each");
+    assert_eq!(figure(&stats, "log_worker_written"), 1, "one event");
+    drop(first);
+    drop(second);
+    let mut watchers = u64::MAX;
+    for _ in 0..100 {
+        let stats = reply(&mut client, b"stats\r\n", "END\r\n");
+        watchers = figure(&stats, "log_watchers");
+        if watchers == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(watchers, 0, "closed watchers are forgotten");
+}
+
 #[test]
 fn a_watcher_that_does_not_read_loses_lines_and_is_told_how_many() {
     let server = TestServer::with(

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod counter;
 pub mod disk;
 pub mod memory;
+mod sweep;
 pub mod warm;
 
 pub use classes::SizeClasses;
@@ -297,6 +298,10 @@ pub struct StoreStats {
     pub evicted_unfetched: u64,
     pub crawler_reclaimed: u64,
     pub crawler_items_checked: u64,
+    /// Reads that found their item expired, or invalidated by flush_all
+    /// (counted in the server's get_misses too).
+    pub get_expired: u64,
+    pub get_flushed: u64,
     pub hash_bytes: u64,
     pub hash_power_level: u32,
     pub classes: Vec<ClassStats>,

@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 
 use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
+use crate::sweep::SweepPace;
 use crate::{
     ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
     EvictionWatcher, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
@@ -47,6 +48,9 @@ const NIL: u32 = u32::MAX;
 /// How many slots maintenance inspects under one lock hold.
 const MAINTAIN_BATCH: usize = 1024;
 
+/// memcached's starting hash table size, as a power of two.
+pub const DEFAULT_HASH_POWER: u32 = 16;
+
 #[derive(Debug, Clone)]
 pub struct MemoryConfig {
     /// The byte budget for items (`-m`).
@@ -60,6 +64,9 @@ pub struct MemoryConfig {
     /// effect. memcached does this when CAS is off (`-C`): without CAS
     /// values it tells items apart only by the second they were stored in.
     pub flush_whole_second: bool,
+    /// The hash table's starting size as memcached reports it
+    /// (`hash_power_level`, `-o hashpower`).
+    pub hash_power: u32,
 }
 
 impl Default for MemoryConfig {
@@ -70,6 +77,7 @@ impl Default for MemoryConfig {
             shards: 256,
             classes: SizeClasses::default(),
             flush_whole_second: false,
+            hash_power: DEFAULT_HASH_POWER,
         }
     }
 }
@@ -101,6 +109,13 @@ pub struct MemoryStore {
     maintain_cursor: AtomicUsize,
     /// Shown every eviction while it wants them (`watch evictions`).
     eviction_watcher: std::sync::OnceLock<Arc<dyn EvictionWatcher>>,
+    /// memcached's `hash_power_level`: the power of two its single hash
+    /// table would have reached, grown once the items pass 1.5 per bucket
+    /// and never shrunk. kura's per-shard tables size themselves; this is
+    /// the figure memcached's users watch, and a warm restart keeps it.
+    hash_power: AtomicU32,
+    /// When `maintain` sweeps for expired items.
+    sweep_pace: SweepPace,
 }
 
 /// Keeps each shard's lock on its own cache line.
@@ -130,6 +145,10 @@ struct ShardCounters {
     evicted_unfetched: u64,
     crawler_reclaimed: u64,
     crawler_items_checked: u64,
+    /// Reads that found the item expired, or flushed (memcached's
+    /// get_expired and get_flushed).
+    get_expired: u64,
+    get_flushed: u64,
     classes: Vec<ClassCounters>,
 }
 
@@ -365,10 +384,21 @@ impl Shard {
     }
 
     fn is_dead(&self, i: u32, now: u32, flushed: Flushed) -> bool {
+        self.death(i, now, flushed).is_some()
+    }
+
+    /// Why an item is no longer served, if it is not.
+    fn death(&self, i: u32, now: u32, flushed: Flushed) -> Option<Death> {
         let slot = &self.slots[i as usize];
-        is_expired(slot.expiry, now)
-            || slot.cas <= flushed.through_cas
+        if slot.cas <= flushed.through_cas
             || (flushed.second != 0 && flushed.second <= now && slot.last_access <= flushed.second)
+        {
+            Some(Death::Flushed)
+        } else if is_expired(slot.expiry, now) {
+            Some(Death::Expired)
+        } else {
+            None
+        }
     }
 }
 
@@ -382,11 +412,19 @@ struct Flushed {
     second: u32,
 }
 
+/// Why a stored item is no longer served.
+#[derive(Clone, Copy)]
+enum Death {
+    Expired,
+    /// Invalidated by `flush_all`.
+    Flushed,
+}
+
 /// What a lookup found.
 enum Lookup {
     Live(u32),
     /// An expired or flushed item, removed on the way.
-    Expired,
+    Dead(Death),
     Missing,
 }
 
@@ -422,6 +460,8 @@ impl MemoryStore {
             evict_cursor: AtomicUsize::new(0),
             maintain_cursor: AtomicUsize::new(0),
             eviction_watcher: std::sync::OnceLock::new(),
+            hash_power: AtomicU32::new(config.hash_power),
+            sweep_pace: SweepPace::default(),
         }
     }
 
@@ -458,6 +498,7 @@ impl MemoryStore {
         {
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
+            self.sweep_pace.hurry();
         }
         Flushed {
             through_cas: self.flushed_through_cas.load(Ordering::Acquire),
@@ -474,10 +515,10 @@ impl MemoryStore {
         let Some(i) = shard.find(hash, key) else {
             return Lookup::Missing;
         };
-        if shard.is_dead(i, now, self.flushed_through(now)) {
+        if let Some(death) = shard.death(i, now, self.flushed_through(now)) {
             let charge = shard.remove(i, Removal::Expired);
             self.used.fetch_sub(charge, Ordering::Relaxed);
-            return Lookup::Expired;
+            return Lookup::Dead(death);
         }
         Lookup::Live(i)
     }
@@ -618,7 +659,19 @@ impl Store for MemoryStore {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
-        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
+        let found = match self.lookup(&mut shard, hash, key, now) {
+            Lookup::Live(i) => Some(i),
+            Lookup::Dead(Death::Expired) => {
+                shard.counters.get_expired += 1;
+                None
+            }
+            Lookup::Dead(Death::Flushed) => {
+                shard.counters.get_flushed += 1;
+                None
+            }
+            Lookup::Missing => None,
+        };
+        let Some(i) = found else {
             let Some(expiry) = options.vivify else {
                 return false;
             };
@@ -668,7 +721,7 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
         let found = self.lookup(&mut shard, hash, command.key, now);
-        let reuses_expired = matches!(found, Lookup::Expired);
+        let reuses_expired = matches!(found, Lookup::Dead(_));
         let existing = found.live();
         let mut stale = false;
         if let (Some(i), Some(cas)) = (existing, command.compare_cas) {
@@ -872,6 +925,7 @@ impl Store for MemoryStore {
             self.flush_deadline.store(0, Ordering::Relaxed);
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
+            self.sweep_pace.hurry();
         } else {
             self.flush_deadline
                 .store(self.clock.expiry(delay).max(1), Ordering::Relaxed);
@@ -895,7 +949,14 @@ impl Store for MemoryStore {
     }
 
     fn maintain(&self) -> usize {
+        let items = self.item_count();
+        self.grow_hash_power(items);
+        let now = self.clock.now();
+        if !self.sweep_pace.due(now, items as u64) {
+            return 0;
+        }
         let mut removed = 0;
+        let mut checked = 0;
         for _ in 0..self.shards.len() {
             let index = self.maintain_cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
             let mut shard = self.shards[index].0.lock();
@@ -912,6 +973,7 @@ impl Store for MemoryStore {
                     continue;
                 }
                 shard.counters.crawler_items_checked += 1;
+                checked += 1;
                 if shard.is_dead(i as u32, now, flushed) {
                     let charge = shard.remove(i as u32, Removal::Crawled);
                     self.used.fetch_sub(charge, Ordering::Relaxed);
@@ -921,6 +983,8 @@ impl Store for MemoryStore {
             shard.scan_cursor = if end >= len { 0 } else { end };
             shard.compact_table();
         }
+        self.sweep_pace
+            .record(self.clock.now(), checked, removed as u64);
         removed
     }
 
@@ -948,6 +1012,8 @@ impl Store for MemoryStore {
             stats.evicted_unfetched += c.evicted_unfetched;
             stats.crawler_reclaimed += c.crawler_reclaimed;
             stats.crawler_items_checked += c.crawler_items_checked;
+            stats.get_expired += c.get_expired;
+            stats.get_flushed += c.get_flushed;
             stats.curr_items += shard.table.len() as u64;
             buckets += shard.table.capacity();
             for (sum, class) in classes.iter_mut().zip(&c.classes) {
@@ -968,7 +1034,8 @@ impl Store for MemoryStore {
         }
         stats.bytes = self.used.load(Ordering::Relaxed) as u64;
         stats.hash_bytes = (buckets * (std::mem::size_of::<u32>() + 1)) as u64;
-        stats.hash_power_level = usize::BITS - buckets.max(1).leading_zeros() - 1;
+        self.grow_hash_power(stats.curr_items as usize);
+        stats.hash_power_level = self.hash_power();
         let age = now - oldest_access;
         stats.classes = classes
             .iter()
@@ -1153,5 +1220,33 @@ impl MemoryStore {
     /// Raises the CAS counter to at least `cas` (a restored cache's counter).
     pub fn raise_cas(&self, cas: u64) {
         self.last_cas.fetch_max(cas, Ordering::AcqRel);
+    }
+
+    /// Items held, expired ones not yet reclaimed included.
+    fn item_count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.0.lock().table.len())
+            .sum()
+    }
+
+    /// memcached's `hash_power_level` (see the field).
+    pub fn hash_power(&self) -> u32 {
+        self.hash_power.load(Ordering::Relaxed)
+    }
+
+    /// Raises `hash_power_level` to at least `power` (a warm restart).
+    pub fn raise_hash_power(&self, power: u32) {
+        self.hash_power.fetch_max(power.min(63), Ordering::Relaxed);
+    }
+
+    /// Grows `hash_power_level` as memcached grows its table: while the
+    /// items exceed 1.5 per bucket.
+    fn grow_hash_power(&self, items: usize) {
+        let mut power = self.hash_power();
+        while power < 63 && items as u64 > (3u64 << power) / 2 {
+            power += 1;
+        }
+        self.raise_hash_power(power);
     }
 }

@@ -4,7 +4,8 @@
 //! times (kept as Unix times, so time spent stopped counts).
 //!
 //! ```text
-//! header   magic "KURAWARM" | version u32 | saved_at u64 | last_cas u64        (28 bytes)
+//! header   magic "KURAWARM" | version u32 | saved_at u64 | last_cas u64
+//!          | hash_power u8                                                      (29 bytes)
 //! item     key_len u8 (1..=255) | state u8 | flags u32 | cas u64 | expires u64
 //!          | value_len u32 | key | value                                        (26 bytes + key + value)
 //! ...
@@ -30,7 +31,7 @@ use crate::memory::{MemoryStore, SavedItem};
 use crate::Store;
 
 const MAGIC: &[u8; 8] = b"KURAWARM";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const END_LEN: u64 = 1 + 8 + 4;
 
 /// `state` bits of an item record.
@@ -131,6 +132,7 @@ pub fn save(path: &Path, store: &MemoryStore) -> io::Result<Saved> {
     out.write_all(&VERSION.to_le_bytes())?;
     out.write_all(&clock.unix_now().to_le_bytes())?;
     out.write_all(&store.last_cas().to_le_bytes())?;
+    out.write_all(&[store.hash_power() as u8])?;
     let mut items = 0u64;
     store.for_each_live(|item| {
         let expires = match item.expiry {
@@ -223,6 +225,7 @@ pub fn load(path: &Path, store: &MemoryStore) -> Result<Option<Loaded>, WarmErro
         }
     })?;
     store.raise_cas(header.last_cas);
+    store.raise_hash_power(u32::from(header.hash_power));
     loaded.saved_at = header.saved_at;
     Ok(Some(loaded))
 }
@@ -250,6 +253,7 @@ struct Record<'a> {
 struct Header {
     saved_at: u64,
     last_cas: u64,
+    hash_power: u8,
 }
 
 /// Reads a whole snapshot of `len` bytes, handing each item to `each`, and
@@ -275,6 +279,7 @@ fn read(file: &File, len: u64, mut each: impl FnMut(&Record<'_>)) -> Result<Head
     let header = Header {
         saved_at: input.u64()?,
         last_cas: input.u64()?,
+        hash_power: input.u8()?,
     };
     let mut key = [0u8; 255];
     let mut value = Vec::new();
@@ -532,12 +537,25 @@ mod tests {
     }
 
     #[test]
+    fn the_hash_power_level_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache");
+        let from = store();
+        from.raise_hash_power(19);
+        save(&path, &from).unwrap();
+        let to = store();
+        assert_eq!(to.hash_power(), 16);
+        load(&path, &to).unwrap();
+        assert_eq!(to.hash_power(), 19);
+    }
+
+    #[test]
     fn foreign_files_are_refused() {
         let (_dir, path, bytes) = saved();
         let mut newer = bytes.clone();
-        newer[8] = 2;
+        newer[8] = 3;
         std::fs::write(&path, &newer).unwrap();
-        assert!(matches!(load(&path, &store()), Err(WarmError::Version(2))));
+        assert!(matches!(load(&path, &store()), Err(WarmError::Version(3))));
         std::fs::write(&path, vec![0u8; 4096]).unwrap();
         assert!(matches!(load(&path, &store()), Err(WarmError::Foreign)));
         let mut longer = bytes.clone();

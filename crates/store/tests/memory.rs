@@ -283,6 +283,7 @@ fn items_expire_and_are_reclaimed_in_the_background() {
     let stats = store.stats();
     assert_eq!(stats.curr_items, 1);
     assert_eq!(stats.expired_unfetched, 99);
+    assert_eq!(stats.get_expired, 1, "the read of t1 found it expired");
     assert!(get(&store, b"forever").is_some());
 }
 
@@ -303,6 +304,26 @@ fn flush_now_and_later() {
     assert!(get(&store, b"b").is_none());
     set(&store, b"c", b"1");
     assert!(get(&store, b"c").is_some());
+    let stats = store.stats();
+    assert_eq!(stats.get_flushed, 2, "reads of a and b found them flushed");
+    assert_eq!(stats.get_expired, 0);
+}
+
+#[test]
+fn hash_power_level_grows_as_memcached_grows_its_table_and_never_shrinks() {
+    let store = store_with_limit(64 << 20);
+    assert_eq!(store.stats().hash_power_level, 16);
+    // memcached expands once the items pass 1.5 per bucket.
+    let threshold = (1usize << 16) * 3 / 2;
+    for i in 0..threshold {
+        set(&store, format!("k{i}").as_bytes(), b"");
+    }
+    assert_eq!(store.stats().hash_power_level, 16);
+    set(&store, b"one more", b"");
+    assert_eq!(store.stats().hash_power_level, 17);
+    store.flush_all(0);
+    store.maintain();
+    assert_eq!(store.stats().hash_power_level, 17);
 }
 
 #[test]

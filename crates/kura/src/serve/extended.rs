@@ -64,6 +64,7 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
             if !(12..=64).contains(&power) {
                 return Err("-o hashpower: must be between 12 and 64".to_string());
             }
+            server.hash_power_init = power as u32;
         }
         "hash_algorithm" => {
             if !matches!(value, "jenkins" | "murmur3" | "xxh3") {
@@ -118,6 +119,15 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
                 .then_some(())
                 .ok_or_else(|| format!("-o slab_sizes: '{value}' is not sizes joined by '-'"))?;
         }
+        // memcached's presets: what they switch that kura has.
+        "modern" => {
+            server.maxconns_fast = true;
+            server.lru_crawler = true;
+        }
+        "no_modern" => {
+            server.maxconns_fast = false;
+            server.lru_crawler = false;
+        }
         "ext_path" => {
             path(key, value)?;
         }
@@ -126,8 +136,6 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
         | "no_slab_automove"
         | "lru_maintainer"
         | "no_lru_maintainer"
-        | "modern"
-        | "no_modern"
         | "track_sizes"
         | "inline_ascii_resp"
         | "no_inline_ascii_resp"
@@ -234,6 +242,19 @@ mod tests {
             let mut server = ServerConfig::default();
             assert_eq!(apply(option, &mut server), Ok(()), "{option}");
         }
+    }
+
+    #[test]
+    fn presets_and_hash_power_reach_the_config() {
+        let mut server = ServerConfig::default();
+        apply("no_modern", &mut server).unwrap();
+        assert!(!server.maxconns_fast);
+        assert!(!server.lru_crawler);
+        apply("modern", &mut server).unwrap();
+        assert!(server.maxconns_fast);
+        assert!(server.lru_crawler);
+        apply("hashpower=20", &mut server).unwrap();
+        assert_eq!(server.hash_power_init, 20);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 
 use kura_server::{ListenAddr, ProtocolChoice, ServerConfig};
+use kura_store::memory::DEFAULT_HASH_POWER;
 use kura_store::warm::{self, Loaded};
 use kura_store::{
     DiskConfig, DiskStore, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
@@ -538,6 +539,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 classes,
                 // Without CAS values memcached's flush_all covers its whole second.
                 flush_whole_second: !resolved.server.cas_enabled,
+                hash_power: match resolved.server.hash_power_init {
+                    0 => DEFAULT_HASH_POWER,
+                    power => power,
+                },
                 ..MemoryConfig::default()
             }));
             if let Some(path) = &resolved.server.memory_file {

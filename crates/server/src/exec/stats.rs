@@ -246,10 +246,8 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(l, "cmd_meta", c.cmd_meta);
     line(l, "get_hits", c.get_hits);
     line(l, "get_misses", c.get_misses);
-    // Lookups that found the item expired, or invalidated by flush_all
-    // (both counted in get_misses too): the engine does not tell yet.
-    line(l, "get_expired", 0);
-    line(l, "get_flushed", 0);
+    line(l, "get_expired", store.get_expired);
+    line(l, "get_flushed", store.get_flushed);
     line(l, "delete_misses", c.delete_misses);
     line(l, "delete_hits", c.delete_hits);
     line(l, "incr_misses", c.incr_misses);
@@ -307,16 +305,19 @@ fn general(ctx: &Context<'_>) -> Lines {
         line(l, "lru_crawler_starts", 0);
     }
     // No `lru_maintainer_juggles`: kura has no LRU maintainer thread.
-    for name in [
-        "malloc_fails",
-        "log_worker_dropped",
-        "log_worker_written",
+    line(l, "malloc_fails", 0);
+    // Events go straight to the watchers' queues: none is dropped before
+    // that, as memcached's per-worker buffers can.
+    let watchers = &shared.watchers;
+    line(l, "log_worker_dropped", 0);
+    line(l, "log_worker_written", watchers.logged());
+    line(
+        l,
         "log_watcher_skipped",
-        "log_watcher_sent",
-        "log_watchers",
-    ] {
-        line(l, name, 0);
-    }
+        watchers.skipped.load(Ordering::Relaxed),
+    );
+    line(l, "log_watcher_sent", watchers.sent.load(Ordering::Relaxed));
+    line(l, "log_watchers", watchers.count());
     if let (Some(tls), Some(settings)) = (&shared.tls, &config.tls) {
         let counters = &tls.counters;
         if settings.session_cache {
@@ -436,7 +437,7 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(l, "auth_enabled_ascii", path_or(&config.auth_file, "no"));
     line(l, "item_size_max", config.max_item_size);
     line(l, "maxconns_fast", yes_no(config.maxconns_fast));
-    line(l, "hashpower_init", 0);
+    line(l, "hashpower_init", config.hash_power_init);
     // memcached's defaults: kura has no slab pages to move, and `stats`
     // shows the slab mover's figures as memcached does with these on.
     line(l, "slab_reassign", "yes");
