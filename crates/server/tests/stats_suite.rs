@@ -664,7 +664,7 @@ fn stats_conns_shows_the_asking_connection_parsing_and_the_others_reading() {
 }
 
 /// The disk engine's figures are in `stats kura`; `stats` has memcached's
-/// and, for now, the engine's after them.
+/// alone, as on the memory engine.
 #[test]
 fn the_disk_engines_figures_are_in_stats_kura() {
     let server = TestServer::disk();
@@ -681,7 +681,6 @@ fn the_disk_engines_figures_are_in_stats_kura() {
         .into_iter()
         .map(|(name, _)| name)
         .collect();
-    let (memcached, rest) = names.split_at(MEMCACHED_STATS.len());
-    assert_eq!(memcached, MEMCACHED_STATS);
-    assert_eq!(rest, engine.as_slice());
+    assert_eq!(names, MEMCACHED_STATS);
+    assert!(!engine.is_empty());
 }

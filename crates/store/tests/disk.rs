@@ -88,6 +88,19 @@ fn expired_items_are_reclaimed_in_the_background() {
     assert_eq!(removed, 500, "every expired item, read after expiry or not");
     assert_eq!(store.stats().curr_items, 1);
     assert!(get(&store, b"forever").is_some());
+    assert_eq!(store.stats().get_expired, 1, "the read of t1 after expiry");
+}
+
+#[test]
+fn an_item_stored_already_expired_is_found_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::None);
+    set(&store, b"old", b"v", 0);
+    // A past Unix time, as memcached's exptime over 30 days is read.
+    set(&store, b"old", b"v", store.clock().from_unix(1_000_000));
+    assert!(get(&store, b"old").is_none());
+    let stats = store.stats();
+    assert_eq!((stats.get_expired, stats.get_flushed), (1, 0));
 }
 
 #[test]

@@ -192,8 +192,7 @@ fn rusage() -> (String, String) {
 
 /// `stats`: exactly the figures memcached 1.6.18 prints, in its order, so a
 /// tool that counts or compares them sees memcached. kura's own figures
-/// (its version, the engine's) are in `stats kura`; the engine's also
-/// follow here for now (none on the memory engine).
+/// (its version, the engine's) are in `stats kura`.
 fn general(ctx: &Context<'_>) -> Lines {
     let shared = ctx.shared;
     let config = &shared.config;
@@ -355,13 +354,6 @@ fn general(ctx: &Context<'_>) -> Lines {
     // memcached counts items its LRU tail search found in use; kura's
     // eviction does not skip items that way.
     line(l, "lrutail_reflocked", 0);
-    // For now the engine's own figures (the disk engine's disk_*) follow
-    // memcached's here too, for the readers that still look for them in
-    // `stats`; their place is `stats kura`. The memory engine has none, so
-    // on it `stats` is memcached's set exactly.
-    for (name, value) in shared.store.engine_stats() {
-        line(l, name, value);
-    }
     lines
 }
 
@@ -533,6 +525,7 @@ fn items(ctx: &Context<'_>) -> Lines {
         add("reclaimed", class.reclaimed);
         add("expired_unfetched", class.expired_unfetched);
         add("evicted_unfetched", class.evicted_unfetched);
+        add("crawler_reclaimed", class.crawler_reclaimed);
     }
     lines
 }

@@ -209,6 +209,9 @@ struct Counters {
     reclaimed: AtomicU64,
     expired_unfetched: AtomicU64,
     crawler_reclaimed: AtomicU64,
+    /// Reads that found their item expired, or flushed.
+    get_expired: AtomicU64,
+    get_flushed: AtomicU64,
     /// Journal groups, and the writes in them.
     commits: AtomicU64,
     committed_writes: AtomicU64,
@@ -769,9 +772,18 @@ impl Inner {
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
         let lookup = self.with_record(&mut shard, key, |found| {
-            let Some((header, value)) = found.filter(|(header, _)| self.alive(header)) else {
+            let Some((header, value)) = found else {
                 return Lookup::Miss;
             };
+            if !self.alive(&header) {
+                let counter = if header.cas <= self.flushed_through.load(Ordering::Acquire) {
+                    &self.counters.get_flushed
+                } else {
+                    &self.counters.get_expired
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Lookup::Miss;
+            }
             let recache_due = options.recache_below.is_some_and(|below| {
                 let ttl = self.ttl(header.expiry_unix);
                 ttl != -1 && ttl < below
@@ -845,10 +857,7 @@ impl Inner {
     }
 
     fn store(&self, command: &StoreCommand<'_>) -> Result<StoreOutcome, WriteFailed> {
-        if command.mode == StoreMode::Set
-            && command.compare_cas.is_none()
-            && !crate::clock::is_expired(command.expiry, self.clock.now())
-        {
+        if command.mode == StoreMode::Set && command.compare_cas.is_none() {
             return Ok(self.set_blind(command));
         }
         self.modify(command.key, |existing, reused| {
@@ -893,24 +902,17 @@ impl Inner {
                     let header = Header { cas, bits, ..old };
                     Decision::Put(Keyed::encode(command.key, &header, &parts))
                 }
-                (_, existing) => {
-                    if crate::clock::is_expired(command.expiry, self.clock.now()) {
-                        // Stored already expired (negative exptime): nothing to keep.
-                        if existing.is_some() {
-                            Decision::Remove
-                        } else {
-                            Decision::Keep
-                        }
-                    } else {
-                        let header = Header {
-                            flags: command.flags,
-                            expiry_unix: kept_expiry
-                                .unwrap_or_else(|| self.to_unix(command.expiry)),
-                            cas,
-                            bits,
-                        };
-                        Decision::Put(Keyed::encode(command.key, &header, &[command.value]))
-                    }
+                // An item stored already expired (a negative or past
+                // exptime) is kept as memcached keeps it: reads find it
+                // expired (get_expired) and the sweep removes it.
+                (_, _) => {
+                    let header = Header {
+                        flags: command.flags,
+                        expiry_unix: kept_expiry.unwrap_or_else(|| self.to_unix(command.expiry)),
+                        cas,
+                        bits,
+                    };
+                    Decision::Put(Keyed::encode(command.key, &header, &[command.value]))
                 }
             };
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
@@ -1154,6 +1156,8 @@ impl Store for DiskStore {
             reclaimed: counters.reclaimed.load(Ordering::Relaxed),
             expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
             crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
+            get_expired: counters.get_expired.load(Ordering::Relaxed),
+            get_flushed: counters.get_flushed.load(Ordering::Relaxed),
             classes: counts
                 .0
                 .iter()
