@@ -44,6 +44,10 @@ pub struct Shared {
     pub connections: stats::ConnectionStats,
     /// Open connections, for `stats conns`.
     pub connections_registry: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
+    /// The listening sockets as `stats conns` names them (`tcp:…`,
+    /// `unix:…`, `udp:…`). They are numbered 1 to n there, as memcached
+    /// shows them by file descriptor, and connections are numbered after them.
+    pub listening: Vec<String>,
     /// Whether the store evicts (memcached's `-M` turns it off), for `stats settings`.
     pub evictions_enabled: bool,
     /// TLS sessions' settings, certificates and counters, when `-Z` is on.
@@ -102,6 +106,9 @@ pub struct ConnInfo {
     pub listen: String,
     /// Server time of the last request.
     pub last_active: AtomicU32,
+    /// Waiting for the rest of a value, not for a command (memcached's
+    /// `conn_nread` in `stats conns`).
+    pub reading_value: AtomicBool,
 }
 
 /// A running server.
@@ -183,6 +190,13 @@ pub fn start(
     } else {
         Vec::new()
     };
+    let mut listening: Vec<String> = listeners.iter().map(|l| l.name()).collect();
+    listening.extend(
+        udp_sockets
+            .iter()
+            .filter_map(|s| s.local_addr().ok())
+            .map(|addr| format!("udp:{addr}")),
+    );
     let watchers = Arc::new(watch::Hub::new(config.watcher_buffer_bytes));
     store.watch_evictions(watchers.clone());
     let lru_crawler = AtomicBool::new(config.lru_crawler);
@@ -193,6 +207,7 @@ pub fn start(
         counters: (0..=threads).map(|_| stats::Counters::default()).collect(),
         connections: stats::ConnectionStats::default(),
         connections_registry: Mutex::new(BTreeMap::new()),
+        listening,
         evictions_enabled,
         tls,
         text_users,

@@ -36,7 +36,7 @@ impl Listener {
         }
     }
 
-    fn name(&self) -> String {
+    pub fn name(&self) -> String {
         match self {
             Listener::Tcp(_, addr, _) => format!("tcp:{addr}"),
             Listener::Unix(_, path) => format!("unix:{path}"),
@@ -144,7 +144,7 @@ impl Acceptor {
             listeners,
             workers,
             next_worker: 0,
-            next_id: 1,
+            next_id: shared.listening.len() as u64 + 1,
             shared,
         })
     }

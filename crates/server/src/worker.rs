@@ -311,6 +311,7 @@ impl Worker {
                 peer: new.peer,
                 listen: new.listen,
                 last_active: self.shared.store.clock().now().into(),
+                reading_value: false.into(),
             });
             let entry = self.connections.vacant_entry();
             let key = entry.key();
@@ -624,6 +625,13 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             scratch.wrote = true;
         }
         connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
+        let reading_value = awaits_value(&connection.input);
+        if connection.info.reading_value.load(Ordering::Relaxed) != reading_value {
+            connection
+                .info
+                .reading_value
+                .store(reading_value, Ordering::Relaxed);
+        }
         if connection.input.is_empty() && connection.input.capacity() > READ_CHUNK {
             // Give back the memory of a large request once it is served.
             connection.input = Vec::new();
@@ -767,4 +775,14 @@ fn write_some(stream: &mut Stream, mut bytes: &[u8]) -> io::Result<usize> {
         }
     }
     Ok(total - bytes.len())
+}
+
+/// Whether the unserved input is a request waiting for its value: a whole
+/// text command line, or a whole binary header, and not all of the rest.
+fn awaits_value(input: &[u8]) -> bool {
+    match input.first() {
+        None => false,
+        Some(&kura_proto::binary::REQUEST_MAGIC) => input.len() >= 24,
+        Some(_) => input.contains(&b'\n'),
+    }
 }

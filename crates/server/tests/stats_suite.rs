@@ -637,14 +637,24 @@ fn stats_shows_when_the_acceptor_stopped_accepting() {
     assert_eq!(figure(&reply, "accepting_conns").as_deref(), Some("0"));
 }
 
-/// `stats conns`, as memcached shows an idle connection and the one asking.
+/// `stats conns`, as memcached shows its listening socket, an idle
+/// connection, one sending a value and the one asking.
 #[test]
-fn stats_conns_shows_the_asking_connection_parsing_and_the_others_reading() {
+fn stats_conns_shows_the_listener_and_each_connection_where_it_is() {
     let server = TestServer::start();
     let mut idle = server.connect();
     assert_eq!(ask(&mut idle, "version\r\n"), "VERSION 1.6.18\r\n");
+    let mut sending = server.connect();
+    sending.write_all(b"set foo 0 0 6\r\nfoo").unwrap();
     let mut asking = server.connect();
-    let reply = ask(&mut asking, "stats conns\r\n");
+    let mut reply = String::new();
+    for _ in 0..100 {
+        reply = ask(&mut asking, "stats conns\r\n");
+        if reply.contains("conn_nread") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let id_of = |stream: &TcpStream| {
         let addr = format!("tcp:{}", stream.local_addr().unwrap());
         figures(&reply)
@@ -656,7 +666,10 @@ fn stats_conns_shows_the_asking_connection_parsing_and_the_others_reading() {
     let state = |id: String| figure(&reply, &format!("{id}:state")).unwrap();
     assert_eq!(state(id_of(&asking)), "conn_parse_cmd");
     assert_eq!(state(id_of(&idle)), "conn_read");
+    assert_eq!(state(id_of(&sending)), "conn_nread");
     let listen = format!("tcp:{}", server.addr);
+    assert_eq!(figure(&reply, "1:addr"), Some(listen.clone()));
+    assert_eq!(figure(&reply, "1:state").as_deref(), Some("conn_listening"));
     assert_eq!(
         figure(&reply, &format!("{}:listen_addr", id_of(&idle))),
         Some(listen)

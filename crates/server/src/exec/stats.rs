@@ -566,19 +566,32 @@ fn sizes(ctx: &Context<'_>) -> Lines {
     lines
 }
 
-/// `stats conns`: one block per open connection. The one asking is in
-/// memcached's `conn_parse_cmd`; the others are shown waiting for input
-/// (`conn_read`), since a connection does not publish where it is in a
-/// request.
+/// `stats conns`: the listening sockets first, then one block per open
+/// connection, numbered as memcached numbers them by file descriptor. The
+/// connection asking is in `conn_parse_cmd`; one waiting for the rest of a
+/// value in `conn_nread`; the others wait for a command (`conn_read`).
 fn conns(ctx: &Context<'_>) -> Lines {
     let now = ctx.shared.store.clock().now();
     let mut lines = Vec::new();
+    for (i, name) in ctx.shared.listening.iter().enumerate() {
+        let id = i + 1;
+        line(&mut lines, format!("{id}:addr"), name);
+        // memcached reads a UDP socket as it reads a connection.
+        let state = if name.starts_with("udp:") {
+            "conn_read"
+        } else {
+            "conn_listening"
+        };
+        line(&mut lines, format!("{id}:state"), state);
+    }
     for info in ctx.shared.connections_registry.lock().values() {
         let id = info.id;
         line(&mut lines, format!("{id}:addr"), &info.peer);
         line(&mut lines, format!("{id}:listen_addr"), &info.listen);
         let state = if id == ctx.conn_id {
             "conn_parse_cmd"
+        } else if info.reading_value.load(Ordering::Relaxed) {
+            "conn_nread"
         } else {
             "conn_read"
         };
