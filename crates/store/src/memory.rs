@@ -114,7 +114,7 @@ pub struct MemoryStore {
     /// and never shrunk. kura's per-shard tables size themselves; this is
     /// the figure memcached's users watch, and a warm restart keeps it.
     hash_power: AtomicU32,
-    /// When `maintain` sweeps for expired items.
+    /// When `maintain` sweeps for expired items (see [`SweepPace`]).
     sweep_pace: SweepPace,
 }
 
@@ -539,6 +539,7 @@ impl MemoryStore {
             data.extend_from_slice(part);
         }
         let class = self.classes.class_of(len + ITEM_OVERHEAD) as u8;
+        self.sweep_pace.note(expiry);
         Slot {
             data: data.into_boxed_slice(),
             hash,
@@ -692,6 +693,7 @@ impl Store for MemoryStore {
         let slot = &mut shard.slots[i as usize];
         if let Some(expiry) = options.touch {
             slot.expiry = expiry;
+            self.sweep_pace.note(expiry);
         }
         let mut view_won = false;
         if !slot.has(WIN_SENT) {
@@ -813,6 +815,7 @@ impl Store for MemoryStore {
                 slot.bits = (slot.bits | STALE) & !WIN_SENT;
                 if let Some(expiry) = new_expiry {
                     slot.expiry = expiry;
+                    self.sweep_pace.note(expiry);
                 }
             }
             None => {
@@ -874,6 +877,7 @@ impl Store for MemoryStore {
             slot.data[key_len..].copy_from_slice(&digits);
             slot.cas = cas;
             slot.expiry = expiry;
+            self.sweep_pace.note(expiry);
             slot.last_access = now;
             slot.bits |= FETCHED;
             shard.bump(i);
@@ -907,6 +911,7 @@ impl Store for MemoryStore {
         };
         let slot = &mut shard.slots[i as usize];
         slot.expiry = expiry;
+        self.sweep_pace.note(expiry);
         slot.last_access = now;
         slot.bits |= ACCESSED;
         true
@@ -978,13 +983,14 @@ impl Store for MemoryStore {
                     let charge = shard.remove(i as u32, Removal::Crawled);
                     self.used.fetch_sub(charge, Ordering::Relaxed);
                     removed += 1;
+                } else {
+                    self.sweep_pace.note(shard.slots[i].expiry);
                 }
             }
             shard.scan_cursor = if end >= len { 0 } else { end };
             shard.compact_table();
         }
-        self.sweep_pace
-            .record(self.clock.now(), checked, removed as u64);
+        self.sweep_pace.record(checked);
         removed
     }
 

@@ -1,106 +1,97 @@
-//! The pace of the memory engine's background expiry sweep.
+//! When the memory engine's background sweep for expired items runs.
 //!
-//! A sweep walks every item once, removing the expired and flushed ones.
-//! Sweeping a calm cache over and over costs CPU and finds nothing, and
-//! memcached's users expect an expired item to stay where it is until memory
-//! is needed or its LRU crawler comes by (its `reclaimed` counts stores that
-//! reuse an expired item). So the pace follows the payoff, as memcached's
-//! crawler scheduler does: after a sweep that found nothing the next waits a
-//! minute longer (up to an hour); one that found over 1 % of the items dead
-//! shortens the wait by a minute. The first sweep runs at once, and a
-//! `flush_all` makes the next one due at once. Between sweeps, a store or an
-//! eviction that meets an expired item reclaims it anyway.
+//! A sweep walks every item once and removes the expired and flushed ones.
+//! Walking a cache in which nothing can have expired costs CPU and finds
+//! nothing, so the engine keeps one hint: the earliest expiry time of any
+//! item stored, touched or passed over by a sweep since the last sweep
+//! began. A sweep starts once that time has come (or at once after a
+//! `flush_all`), and re-arms the hint with the expiry times of the items it
+//! keeps. A cache whose items never expire is never swept; expired items
+//! are freed within a maintenance tick of the first of them expiring.
+//!
+//! Noting an expiry is one relaxed load, plus a `fetch_min` only when it is
+//! earlier than the hint, so stores do not contend on the hint's cache line.
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-/// Added to the wait after a sweep that found nothing, and taken off after
-/// one that found more than 1 % dead (seconds).
-const STEP: u32 = 60;
-/// The longest wait between sweeps (seconds).
-const MAX_WAIT: u32 = 60 * 60;
+use crate::clock::ExpiryTime;
+
+/// No item known to expire.
+const NEVER: u32 = u32::MAX;
 
 pub struct SweepPace {
-    state: Mutex<State>,
+    /// The earliest expiry noted since the current or last sweep began, in
+    /// the store's clock; 0 makes a sweep due at once.
+    earliest: AtomicU32,
+    sweep: Mutex<Sweep>,
 }
 
-struct State {
-    /// When the next sweep may start, in the store's clock seconds.
-    next_at: u32,
-    /// Seconds between the end of one sweep and the start of the next.
-    wait: u32,
-    /// Whether a sweep is under way, and what it has found so far.
-    sweeping: bool,
+/// The sweep under way, if any.
+struct Sweep {
+    running: bool,
+    /// Items there were when it began: it ends once it has checked as many.
     to_check: u64,
     checked: u64,
-    removed: u64,
 }
 
 impl Default for SweepPace {
     fn default() -> Self {
         SweepPace {
-            state: Mutex::new(State {
-                next_at: 0,
-                wait: 0,
-                sweeping: false,
+            earliest: AtomicU32::new(NEVER),
+            sweep: Mutex::new(Sweep {
+                running: false,
                 to_check: 0,
                 checked: 0,
-                removed: 0,
             }),
         }
     }
 }
 
 impl SweepPace {
+    /// An item will expire at `expiry` (0: never).
+    #[inline]
+    pub fn note(&self, expiry: ExpiryTime) {
+        if expiry != 0 && expiry < self.earliest.load(Ordering::Relaxed) {
+            self.earliest.fetch_min(expiry, Ordering::Relaxed);
+        }
+    }
+
+    /// Makes a sweep due at once (after a flush_all).
+    pub fn hurry(&self) {
+        self.earliest.store(0, Ordering::Relaxed);
+    }
+
     /// Whether to sweep a step now. `items` is the number of items held,
-    /// which a sweep starting now will have to check.
+    /// which a sweep starting now has to check.
     pub fn due(&self, now: u32, items: u64) -> bool {
-        let mut state = self.state.lock();
-        if state.sweeping {
+        let mut sweep = self.sweep.lock();
+        if sweep.running {
             return true;
         }
-        if now < state.next_at {
+        if now < self.earliest.load(Ordering::Relaxed) {
             return false;
         }
-        state.sweeping = true;
-        state.to_check = items;
-        state.checked = 0;
-        state.removed = 0;
+        // Items kept by this sweep, and those stored while it runs, note
+        // their expiry again.
+        self.earliest.store(NEVER, Ordering::Relaxed);
+        *sweep = Sweep {
+            running: true,
+            to_check: items,
+            checked: 0,
+        };
         true
     }
 
-    /// Records one step of the sweep; the sweep ends once it has checked as
-    /// many items as there were when it started, and sets the next one's time.
-    pub fn record(&self, now: u32, checked: u64, removed: u64) {
-        let mut state = self.state.lock();
-        if !state.sweeping {
-            return;
+    /// Records one step of the sweep, which ends once it has checked as
+    /// many items as there were when it began.
+    pub fn record(&self, checked: u64) {
+        let mut sweep = self.sweep.lock();
+        sweep.checked += checked;
+        if sweep.checked >= sweep.to_check {
+            sweep.running = false;
         }
-        state.checked += checked;
-        state.removed += removed;
-        if state.checked < state.to_check {
-            return;
-        }
-        state.wait = if state.removed == 0 {
-            (state.wait + STEP).min(MAX_WAIT)
-        } else if state.removed > state.checked / 100 + 1 {
-            state.wait.saturating_sub(STEP)
-        } else {
-            state.wait
-        };
-        state.sweeping = false;
-        state.next_at = now.saturating_add(state.wait);
-    }
-
-    /// Makes the next sweep due at once (after a flush_all).
-    pub fn hurry(&self) {
-        let mut state = self.state.lock();
-        state.next_at = 0;
-    }
-
-    /// Seconds between sweeps now.
-    #[cfg(test)]
-    fn wait(&self) -> u32 {
-        self.state.lock().wait
     }
 }
 
@@ -108,50 +99,47 @@ impl SweepPace {
 mod tests {
     use super::*;
 
-    fn sweep(pace: &SweepPace, now: u32, items: u64, removed: u64) {
-        assert!(pace.due(now, items));
-        pace.record(now, items, removed);
+    #[test]
+    fn nothing_to_expire_means_no_sweep() {
+        let pace = SweepPace::default();
+        assert!(!pace.due(0, 1000));
+        assert!(!pace.due(1_000_000, 1000));
+        pace.note(0);
+        assert!(!pace.due(1_000_000, 1000), "expiry 0 is never");
     }
 
     #[test]
-    fn the_first_sweep_is_at_once_and_fruitless_ones_slow_down() {
+    fn a_sweep_is_due_once_the_earliest_noted_expiry_has_come() {
         let pace = SweepPace::default();
-        sweep(&pace, 0, 0, 0);
-        assert_eq!(pace.wait(), 60);
-        assert!(!pace.due(59, 10));
-        sweep(&pace, 60, 10, 0);
-        assert_eq!(pace.wait(), 120);
-        for _ in 0..100 {
-            pace.hurry();
-            sweep(&pace, 100, 10, 0);
-        }
-        assert_eq!(pace.wait(), MAX_WAIT);
+        pace.note(50);
+        pace.note(20);
+        pace.note(30);
+        assert!(!pace.due(19, 10));
+        assert!(pace.due(20, 10));
+        // The sweep keeps the item expiring at 50 and notes it again.
+        pace.note(50);
+        pace.record(10);
+        assert!(!pace.due(49, 10));
+        assert!(pace.due(50, 10));
     }
 
     #[test]
     fn a_sweep_spans_steps_until_it_has_checked_what_was_there() {
         let pace = SweepPace::default();
+        pace.hurry();
         assert!(pace.due(0, 3000));
-        pace.record(0, 1024, 0);
+        pace.record(1024);
         assert!(pace.due(0, 0), "still sweeping");
-        pace.record(1, 1024, 0);
-        pace.record(2, 952, 0);
+        pace.record(1024);
+        pace.record(952);
         assert!(!pace.due(3, 3000));
-        assert_eq!(pace.wait(), 60);
     }
 
     #[test]
-    fn a_fruitful_sweep_hurries_the_next_and_a_flush_makes_it_due() {
+    fn a_flush_makes_a_sweep_due_at_once() {
         let pace = SweepPace::default();
-        sweep(&pace, 0, 0, 0);
-        sweep(&pace, 60, 0, 0);
-        assert_eq!(pace.wait(), 120);
-        sweep(&pace, 200, 1000, 50);
-        assert_eq!(pace.wait(), 60);
-        sweep(&pace, 300, 1000, 5);
-        assert_eq!(pace.wait(), 60, "a 0.5 % payoff keeps the pace");
-        assert!(!pace.due(301, 1000));
+        assert!(!pace.due(5, 10));
         pace.hurry();
-        assert!(pace.due(301, 1000));
+        assert!(pace.due(5, 10));
     }
 }

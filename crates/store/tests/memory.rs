@@ -288,6 +288,37 @@ fn items_expire_and_are_reclaimed_in_the_background() {
 }
 
 #[test]
+fn the_sweep_runs_only_once_something_can_have_expired() {
+    let store = store_with_limit(1 << 20);
+    for i in 0..100u32 {
+        set(&store, format!("k{i}").as_bytes(), b"v");
+    }
+    store.maintain();
+    assert_eq!(store.stats().crawler_items_checked, 0, "nothing expires");
+    let expiry = store.clock().expiry(5);
+    store.store(&StoreCommand {
+        mode: StoreMode::Set,
+        key: b"short",
+        value: b"v",
+        flags: 0,
+        expiry,
+        compare_cas: None,
+        stale_if_older: false,
+    });
+    store.maintain();
+    assert_eq!(store.stats().crawler_items_checked, 0, "not expired yet");
+    store.clock().advance(6);
+    assert_eq!(store.maintain(), 1);
+    assert_eq!(store.stats().crawler_items_checked, 101);
+    store.maintain();
+    assert_eq!(
+        store.stats().crawler_items_checked,
+        101,
+        "nothing left to expire"
+    );
+}
+
+#[test]
 fn flush_now_and_later() {
     let store = store_with_limit(1 << 20);
     set(&store, b"a", b"1");
