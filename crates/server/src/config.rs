@@ -135,6 +135,11 @@ pub struct ServerConfig {
     pub watch_enabled: bool,
     /// The LRU crawler's commands (`-o no_lru_crawler` turns them off).
     pub lru_crawler: bool,
+    /// The memory engine's background sweep for expired items, which does
+    /// the work of memcached's LRU maintainer and automatic crawls
+    /// (`-o no_lru_maintainer` and `-o no_modern` turn it off, as they turn
+    /// those off in memcached).
+    pub lru_maintainer: bool,
     /// `-o hashpower`: the hash table's starting size as a power of two, as
     /// memcached reports it (`hash_power_level`); 0 for memcached's default, 16.
     pub hash_power_init: u32,
@@ -209,6 +214,7 @@ impl Default for ServerConfig {
             dumping_enabled: true,
             watch_enabled: true,
             lru_crawler: true,
+            lru_maintainer: true,
             hash_power_init: 0,
             detail_delimiter: None,
             watcher_buffer_bytes: 256 * 1024,

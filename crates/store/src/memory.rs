@@ -67,6 +67,9 @@ pub struct MemoryConfig {
     /// The hash table's starting size as memcached reports it
     /// (`hash_power_level`, `-o hashpower`).
     pub hash_power: u32,
+    /// `maintain` sweeps for expired items; without it they are reclaimed
+    /// only when met (a read, a store, an eviction, `lru_crawler crawl`).
+    pub background_sweep: bool,
 }
 
 impl Default for MemoryConfig {
@@ -78,6 +81,7 @@ impl Default for MemoryConfig {
             classes: SizeClasses::default(),
             flush_whole_second: false,
             hash_power: DEFAULT_HASH_POWER,
+            background_sweep: true,
         }
     }
 }
@@ -116,6 +120,7 @@ pub struct MemoryStore {
     hash_power: AtomicU32,
     /// When `maintain` sweeps for expired items (see [`SweepPace`]).
     sweep_pace: SweepPace,
+    background_sweep: bool,
 }
 
 /// Keeps each shard's lock on its own cache line.
@@ -214,8 +219,13 @@ impl Slot {
 enum Removal {
     Deleted,
     Replaced,
+    /// Found expired or flushed by a request.
     Expired,
     Evicted,
+    /// Removed expired by the background sweep, counted in `reclaimed` as
+    /// memcached's LRU maintainer counts the expired items it pulls.
+    Swept,
+    /// Removed expired by `lru_crawler crawl` (`crawler_reclaimed`).
     Crawled,
 }
 
@@ -358,10 +368,14 @@ impl Shard {
                     class.evicted_unfetched += 1;
                 }
             }
-            Removal::Expired | Removal::Crawled => {
+            Removal::Expired | Removal::Swept | Removal::Crawled => {
                 if unfetched {
                     counters.expired_unfetched += 1;
                     class.expired_unfetched += 1;
+                }
+                if why == Removal::Swept {
+                    counters.reclaimed += 1;
+                    class.reclaimed += 1;
                 }
                 if why == Removal::Crawled {
                     counters.crawler_reclaimed += 1;
@@ -462,6 +476,7 @@ impl MemoryStore {
             eviction_watcher: std::sync::OnceLock::new(),
             hash_power: AtomicU32::new(config.hash_power),
             sweep_pace: SweepPace::default(),
+            background_sweep: config.background_sweep,
         }
     }
 
@@ -957,7 +972,7 @@ impl Store for MemoryStore {
         let items = self.item_count();
         self.grow_hash_power(items);
         let now = self.clock.now();
-        if !self.sweep_pace.due(now, items as u64) {
+        if !self.background_sweep || !self.sweep_pace.due(now, items as u64) {
             return 0;
         }
         let mut removed = 0;
@@ -980,7 +995,7 @@ impl Store for MemoryStore {
                 shard.counters.crawler_items_checked += 1;
                 checked += 1;
                 if shard.is_dead(i as u32, now, flushed) {
-                    let charge = shard.remove(i as u32, Removal::Crawled);
+                    let charge = shard.remove(i as u32, Removal::Swept);
                     self.used.fetch_sub(charge, Ordering::Relaxed);
                     removed += 1;
                 } else {

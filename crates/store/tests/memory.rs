@@ -283,6 +283,7 @@ fn items_expire_and_are_reclaimed_in_the_background() {
     let stats = store.stats();
     assert_eq!(stats.curr_items, 1);
     assert_eq!(stats.expired_unfetched, 99);
+    assert_eq!(stats.reclaimed, 99, "as memcached's LRU maintainer counts");
     assert_eq!(stats.get_expired, 1, "the read of t1 found it expired");
     assert!(get(&store, b"forever").is_some());
 }

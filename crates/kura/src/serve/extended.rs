@@ -123,19 +123,21 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
         "modern" => {
             server.maxconns_fast = true;
             server.lru_crawler = true;
+            server.lru_maintainer = true;
         }
         "no_modern" => {
             server.maxconns_fast = false;
             server.lru_crawler = false;
+            server.lru_maintainer = false;
         }
+        "lru_maintainer" => server.lru_maintainer = true,
+        "no_lru_maintainer" => server.lru_maintainer = false,
         "ext_path" => {
             path(key, value)?;
         }
         "slab_reassign"
         | "no_slab_reassign"
         | "no_slab_automove"
-        | "lru_maintainer"
-        | "no_lru_maintainer"
         | "track_sizes"
         | "inline_ascii_resp"
         | "no_inline_ascii_resp"
@@ -250,9 +252,11 @@ mod tests {
         apply("no_modern", &mut server).unwrap();
         assert!(!server.maxconns_fast);
         assert!(!server.lru_crawler);
+        assert!(!server.lru_maintainer);
         apply("modern", &mut server).unwrap();
         assert!(server.maxconns_fast);
         assert!(server.lru_crawler);
+        assert!(server.lru_maintainer);
         apply("hashpower=20", &mut server).unwrap();
         assert_eq!(server.hash_power_init, 20);
     }

@@ -539,6 +539,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 classes,
                 // Without CAS values memcached's flush_all covers its whole second.
                 flush_whole_second: !resolved.server.cas_enabled,
+                background_sweep: resolved.server.lru_maintainer,
                 hash_power: match resolved.server.hash_power_init {
                     0 => DEFAULT_HASH_POWER,
                     power => power,
