@@ -77,7 +77,19 @@ PY
 check "plaintext on the TLS port is refused and closed" "$got" "closed, alert"
 
 # The plain listener still answers, and sees what TLS clients stored.
-got=$(printf 'get via-openssl\r\n' | timeout 5 nc -q1 127.0.0.1 "$PORT" | tr -d '\r')
+got=$(timeout 10 "$PYTHON" - "$PORT" <<'PY' | tr -d '\r'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"get via-openssl\r\n")
+data = b""
+while not data.endswith(b"END\r\n"):
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.write(data.decode())
+PY
+)
 check "plain listener beside the TLS one" "$got" $'VALUE via-openssl 0 5\nhello\nEND'
 
 exit "$failed"
