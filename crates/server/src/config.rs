@@ -140,6 +140,10 @@ pub struct ServerConfig {
     /// (`-o no_lru_maintainer` and `-o no_modern` turn it off, as they turn
     /// those off in memcached).
     pub lru_maintainer: bool,
+    /// memcached's legacy strict LRU, as `-o no_modern` asks: one list,
+    /// evicted from its tail, a read moving its item at most once a minute.
+    /// Otherwise kura's striped lists with a second chance for read items.
+    pub legacy_lru: bool,
     /// `-o hashpower`: the hash table's starting size as a power of two, as
     /// memcached reports it (`hash_power_level`); 0 for memcached's default, 16.
     pub hash_power_init: u32,
@@ -215,6 +219,7 @@ impl Default for ServerConfig {
             watch_enabled: true,
             lru_crawler: true,
             lru_maintainer: true,
+            legacy_lru: false,
             hash_power_init: 0,
             detail_delimiter: None,
             watcher_buffer_bytes: 256 * 1024,

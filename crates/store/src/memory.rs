@@ -48,6 +48,10 @@ const NIL: u32 = u32::MAX;
 /// How many slots maintenance inspects under one lock hold.
 const MAINTAIN_BATCH: usize = 1024;
 
+/// Seconds before a read moves its item again under the legacy LRU
+/// (memcached's `ITEM_UPDATE_INTERVAL`).
+const ITEM_UPDATE_INTERVAL: u32 = 60;
+
 /// memcached's starting hash table size, as a power of two.
 pub const DEFAULT_HASH_POWER: u32 = 16;
 
@@ -70,6 +74,11 @@ pub struct MemoryConfig {
     /// `maintain` sweeps for expired items; without it they are reclaimed
     /// only when met (a read, a store, an eviction, `lru_crawler crawl`).
     pub background_sweep: bool,
+    /// memcached's legacy LRU (`-o no_modern`): one list for all items,
+    /// evicted strictly from its tail, a read moving its item to the head
+    /// only if the item was last moved over a minute ago. Otherwise items
+    /// are spread over `shards` lists and a read earns a second chance.
+    pub strict_lru: bool,
 }
 
 impl Default for MemoryConfig {
@@ -82,6 +91,7 @@ impl Default for MemoryConfig {
             flush_whole_second: false,
             hash_power: DEFAULT_HASH_POWER,
             background_sweep: true,
+            strict_lru: false,
         }
     }
 }
@@ -121,6 +131,7 @@ pub struct MemoryStore {
     /// When `maintain` sweeps for expired items (see [`SweepPace`]).
     sweep_pace: SweepPace,
     background_sweep: bool,
+    strict_lru: bool,
 }
 
 /// Keeps each shard's lock on its own cache line.
@@ -313,6 +324,18 @@ impl Shard {
         slot.bits |= FETCHED | ACCESSED;
     }
 
+    /// A read under memcached's legacy LRU: the item moves to the head if
+    /// it was last moved over `ITEM_UPDATE_INTERVAL` ago, as memcached's
+    /// `do_item_bump` does; no second chance at the tail.
+    fn note_read_strictly(&mut self, i: u32, now: u32) {
+        let slot = &mut self.slots[i as usize];
+        slot.bits |= FETCHED;
+        if now.saturating_sub(slot.last_access) >= ITEM_UPDATE_INTERVAL {
+            slot.last_access = now;
+            self.bump(i);
+        }
+    }
+
     fn insert(&mut self, slot: Slot) -> u32 {
         let hash = slot.hash;
         let class = usize::from(slot.class);
@@ -453,7 +476,11 @@ impl Lookup {
 
 impl MemoryStore {
     pub fn new(config: MemoryConfig) -> Self {
-        let shards = config.shards.max(1).next_power_of_two();
+        let shards = if config.strict_lru {
+            1
+        } else {
+            config.shards.max(1).next_power_of_two()
+        };
         let classes = config.classes.len().min(MAX_CLASSES);
         MemoryStore {
             shards: (0..shards)
@@ -477,6 +504,7 @@ impl MemoryStore {
             hash_power: AtomicU32::new(config.hash_power),
             sweep_pace: SweepPace::default(),
             background_sweep: config.background_sweep,
+            strict_lru: config.strict_lru,
         }
     }
 
@@ -727,8 +755,10 @@ impl Store for MemoryStore {
             view.win_taken = false;
         }
         visit(&view);
-        if !options.no_bump {
-            shard.note_read(i, now);
+        match (options.no_bump, self.strict_lru) {
+            (true, _) => {}
+            (false, true) => shard.note_read_strictly(i, now),
+            (false, false) => shard.note_read(i, now),
         }
         true
     }

@@ -202,6 +202,40 @@ fn a_read_item_gets_a_second_chance_and_only_one() {
 /// Seed 001: large values took every slab page and small ones then found no
 /// memory. With one budget across sizes, small values displace old large ones.
 #[test]
+fn the_legacy_lru_evicts_in_write_order_whatever_was_read_recently() {
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: (1000 + 4 + ITEM_OVERHEAD) * 10,
+        strict_lru: true,
+        ..MemoryConfig::default()
+    });
+    let value = [b'v'; 1000];
+    for i in 0..10 {
+        set(&store, format!("k{i:03}").as_bytes(), &value);
+    }
+    // Read within the minute: memcached's legacy LRU does not move it.
+    assert!(get(&store, b"k000").is_some());
+    for i in 10..15 {
+        set(&store, format!("k{i:03}").as_bytes(), &value);
+    }
+    for i in 0..5 {
+        assert_eq!(get(&store, format!("k{i:03}").as_bytes()), None, "k{i:03}");
+    }
+    for i in 5..15 {
+        assert!(
+            get(&store, format!("k{i:03}").as_bytes()).is_some(),
+            "k{i:03}"
+        );
+    }
+    // Read over a minute after its last move, an item goes to the head.
+    store.clock().advance(61);
+    assert!(get(&store, b"k005").is_some());
+    set(&store, b"k015", &value);
+    assert!(get(&store, b"k005").is_some());
+    assert_eq!(get(&store, b"k006"), None);
+    assert_eq!(store.stats().evictions, 6);
+}
+
+#[test]
 fn small_values_are_stored_after_large_ones_filled_the_cache() {
     let store = store_with_limit(8 << 20);
     let mut size = 5 * 1024;

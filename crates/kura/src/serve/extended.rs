@@ -124,11 +124,13 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
             server.maxconns_fast = true;
             server.lru_crawler = true;
             server.lru_maintainer = true;
+            server.legacy_lru = false;
         }
         "no_modern" => {
             server.maxconns_fast = false;
             server.lru_crawler = false;
             server.lru_maintainer = false;
+            server.legacy_lru = true;
         }
         "lru_maintainer" => server.lru_maintainer = true,
         "no_lru_maintainer" => server.lru_maintainer = false,
@@ -253,7 +255,9 @@ mod tests {
         assert!(!server.maxconns_fast);
         assert!(!server.lru_crawler);
         assert!(!server.lru_maintainer);
+        assert!(server.legacy_lru);
         apply("modern", &mut server).unwrap();
+        assert!(!server.legacy_lru);
         assert!(server.maxconns_fast);
         assert!(server.lru_crawler);
         assert!(server.lru_maintainer);

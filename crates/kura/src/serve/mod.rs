@@ -540,6 +540,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 // Without CAS values memcached's flush_all covers its whole second.
                 flush_whole_second: !resolved.server.cas_enabled,
                 background_sweep: resolved.server.lru_maintainer,
+                strict_lru: resolved.server.legacy_lru,
                 hash_power: match resolved.server.hash_power_init {
                     0 => DEFAULT_HASH_POWER,
                     power => power,

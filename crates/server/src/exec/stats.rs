@@ -445,7 +445,8 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(l, "flush_enabled", yes_no(config.flush_enabled));
     line(l, "dump_enabled", yes_no(config.dumping_enabled));
     line(l, "hash_algorithm", "murmur3");
-    line(l, "lru_maintainer_thread", "no");
+    // The memory engine's expiry sweep does the maintainer's reclaiming.
+    line(l, "lru_maintainer_thread", yes_no(config.lru_maintainer));
     line(l, "lru_segmented", "no");
     line(l, "hot_lru_pct", 20);
     line(l, "warm_lru_pct", 40);
