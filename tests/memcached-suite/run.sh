@@ -71,6 +71,9 @@ listed() {
 fetch_source
 perl -MIO::Socket::SSL -e 1 2>/dev/null || apt_install libio-socket-ssl-perl
 command -v saslpasswd2 >/dev/null || apt_install sasl2-bin
+# binary-sasl.t authenticates through libsasl2's PLAIN and CRAM-MD5 plugins,
+# which libsasl2-2 only recommends.
+compgen -G "/usr/lib/*/sasl2/libplain.so*" >/dev/null || apt_install libsasl2-modules
 
 # The suite's build directory: its t/ and the two programs it starts.
 # Each run has its own directory, so two runs at once do not clobber each other.

@@ -22,8 +22,16 @@ pub struct Users {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// The SASL mechanisms offered, as `SASL_LIST_MECHS` answers.
+/// The SASL mechanisms kura's own SASL offers, as `SASL_LIST_MECHS` answers.
 pub const SASL_MECHANISMS: &[u8] = b"PLAIN";
+
+/// Who checks SASL credentials (`-S`).
+pub enum SaslBackend {
+    /// kura's own PLAIN, users from `MEMCACHED_SASL_PWDB` or `-Y`'s file.
+    Builtin(Users),
+    /// The system's Cyrus SASL library, as memcached does it.
+    Cyrus(std::sync::Arc<crate::cyrus::Library>),
+}
 
 impl Users {
     /// Reads `user:password` lines; blank lines are skipped.

@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod config;
+mod cyrus;
 pub mod exec;
 mod listener;
 pub mod session;
@@ -54,8 +55,8 @@ pub struct Shared {
     pub tls: Option<Arc<tls::TlsAcceptor>>,
     /// Users a text connection must log in as first (`-Y`).
     pub text_users: Option<auth::Users>,
-    /// Users a binary connection must authenticate as with SASL (`-S`).
-    pub sasl_users: Option<auth::Users>,
+    /// Who checks a binary connection's SASL credentials (`-S`).
+    pub sasl: Option<auth::SaslBackend>,
     /// The log watchers (`watch`).
     pub watchers: Arc<watch::Hub>,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
@@ -170,13 +171,14 @@ pub fn start(
         Some(path) => Some(auth::Users::load(path).map_err(io::Error::other)?),
         None => None,
     };
-    let sasl_users = match (&config.sasl, &config.sasl_users_file) {
+    let sasl = match (&config.sasl, &config.sasl_users_file) {
         (false, _) => None,
-        (true, Some(path)) => Some(auth::Users::load(path).map_err(io::Error::other)?),
-        (true, None) => {
-            tracing::warn!("-S without MEMCACHED_SASL_PWDB or -Y: no user can authenticate");
-            Some(auth::Users::default())
-        }
+        (true, Some(path)) => Some(auth::SaslBackend::Builtin(
+            auth::Users::load(path).map_err(io::Error::other)?,
+        )),
+        (true, None) => Some(auth::SaslBackend::Cyrus(
+            cyrus::Library::load().map_err(io::Error::other)?,
+        )),
     };
     let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
@@ -211,7 +213,7 @@ pub fn start(
         evictions_enabled,
         tls,
         text_users,
-        sasl_users,
+        sasl,
         watchers,
         lru_crawler,
         stopping: AtomicBool::new(false),

@@ -8,6 +8,7 @@
 use kura_proto::{binary, detect_protocol, text, Parse, Protocol, Recovery};
 
 use crate::auth;
+use crate::cyrus::Outcome;
 use crate::exec::{self, Action, Context};
 
 /// Stop filling the output once this much is waiting: the client must read
@@ -42,6 +43,8 @@ pub struct Session {
     /// The stream was closed for a protocol error, not at the client's
     /// request (`reason=error` in a watcher's `conn_close` line).
     closed_on_error: bool,
+    /// The connection's Cyrus SASL conversation, once it speaks SASL.
+    cyrus: Option<crate::cyrus::Conversation>,
 }
 
 impl Session {
@@ -53,6 +56,7 @@ impl Session {
             swallow: 0,
             authenticated: false,
             closed_on_error: false,
+            cyrus: None,
         }
     }
 
@@ -157,35 +161,88 @@ impl Session {
         use binary::{opcode, Status};
         /// memcached's MAX_SASL_MECH_LEN.
         const MAX_MECHANISM_LEN: usize = 32;
-        let users = ctx.shared.sasl_users.as_ref()?;
+        let backend = ctx.shared.sasl.as_ref()?;
         let header = &request.header;
         let reply = |out: &mut Vec<u8>, status, body: &[u8]| {
             binary::compose(out, header.opcode, status, header.opaque, 0, &[], &[], body)
         };
         match header.opcode {
-            opcode::SASL_LIST_MECHS => reply(out, Status::NoError, auth::SASL_MECHANISMS),
+            opcode::SASL_LIST_MECHS => {
+                let mechanisms = match backend {
+                    auth::SaslBackend::Builtin(_) => Some(auth::SASL_MECHANISMS.to_vec()),
+                    auth::SaslBackend::Cyrus(library) => self
+                        .conversation(library)
+                        .and_then(|conversation| conversation.mechanisms()),
+                };
+                match mechanisms {
+                    Some(list) => reply(out, Status::NoError, &list),
+                    None => {
+                        binary::compose_error(out, header.opcode, Status::AuthError, header.opaque)
+                    }
+                }
+            }
             opcode::SASL_AUTH | opcode::SASL_STEP if request.key.len() > MAX_MECHANISM_LEN => {
                 binary::compose_error(out, header.opcode, Status::InvalidArguments, header.opaque)
             }
             opcode::SASL_AUTH | opcode::SASL_STEP => {
-                ctx.counters.auth_cmds.incr();
-                // PLAIN is done in one step; a STEP has nothing to continue.
-                let accepted = header.opcode == opcode::SASL_AUTH
-                    && request.key == b"PLAIN"
-                    && auth::sasl_plain(request.value, users);
-                self.authenticated = accepted;
-                if accepted {
-                    reply(out, Status::NoError, b"Authenticated");
-                } else {
-                    ctx.counters.auth_errors.incr();
-                    binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
+                let starting = header.opcode == opcode::SASL_AUTH;
+                let outcome = match backend {
+                    // PLAIN is done in one step; a STEP has nothing to continue.
+                    auth::SaslBackend::Builtin(users) => {
+                        if starting
+                            && request.key == b"PLAIN"
+                            && auth::sasl_plain(request.value, users)
+                        {
+                            Outcome::Authenticated
+                        } else {
+                            Outcome::Failed
+                        }
+                    }
+                    auth::SaslBackend::Cyrus(library) => match self.conversation(library) {
+                        Some(conversation) if starting => {
+                            conversation.start(request.key, request.value)
+                        }
+                        Some(conversation) => conversation.step(request.value),
+                        None => Outcome::Failed,
+                    },
+                };
+                // As memcached counts: a request that ends the exchange,
+                // whichever way; not one the mechanism continues.
+                match outcome {
+                    Outcome::Authenticated => {
+                        ctx.counters.auth_cmds.incr();
+                        self.authenticated = true;
+                        reply(out, Status::NoError, b"Authenticated");
+                    }
+                    Outcome::Continue(challenge) => reply(out, Status::AuthContinue, &challenge),
+                    Outcome::Failed => {
+                        ctx.counters.auth_cmds.incr();
+                        ctx.counters.auth_errors.incr();
+                        self.authenticated = false;
+                        binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
+                    }
                 }
             }
             opcode::VERSION => return None,
             _ if self.authenticated => return None,
-            _ => binary::compose_error(out, header.opcode, Status::AuthError, header.opaque),
+            _ => {
+                // memcached closes the connection after this answer.
+                binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
+                return Some(Action::Close);
+            }
         }
         Some(Action::Continue)
+    }
+
+    /// The connection's Cyrus SASL conversation, begun on first use.
+    fn conversation(
+        &mut self,
+        library: &std::sync::Arc<crate::cyrus::Library>,
+    ) -> Option<&mut crate::cyrus::Conversation> {
+        if self.cyrus.is_none() {
+            self.cyrus = crate::cyrus::Conversation::new(library);
+        }
+        self.cyrus.as_mut()
     }
 
     fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {

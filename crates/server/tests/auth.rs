@@ -4,6 +4,7 @@
 mod support;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 
 use kura_proto::binary::{compose_request, opcode};
 use kura_server::{ProtocolChoice, ServerConfig};
@@ -41,6 +42,12 @@ fn binary(
     )
 }
 
+fn assert_closed(stream: &mut TcpStream) {
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).expect("the server closes");
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
 #[test]
 fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     let users = users_file();
@@ -55,11 +62,15 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     );
     let set_extras = [0u8; 8];
     let mut stream = server.connect();
-    // Unauthenticated: memcached's status 0x20 and its text; version still works.
+    // Unauthenticated: memcached's status 0x20 and its text, and the
+    // connection is closed after it, as memcached closes it.
     assert_eq!(
         binary(&mut stream, opcode::SET, b"k", &set_extras, b"v"),
         (0x20, b"Auth failure".to_vec())
     );
+    assert_closed(&mut stream);
+    // version needs no authentication.
+    let mut stream = server.connect();
     assert_eq!(binary(&mut stream, opcode::VERSION, b"", &[], b"").0, 0);
     assert_eq!(
         binary(&mut stream, opcode::SASL_LIST_MECHS, b"", &[], b""),
@@ -77,6 +88,8 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
         (0x20, b"Auth failure".to_vec())
     );
     assert_eq!(binary(&mut stream, opcode::GET, b"k", &[], b"").0, 0x20);
+    assert_closed(&mut stream);
+    let mut stream = server.connect();
     // The right one.
     assert_eq!(
         binary(
