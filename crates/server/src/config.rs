@@ -144,6 +144,9 @@ pub struct ServerConfig {
     /// evicted from its tail, a read moving its item at most once a minute.
     /// Otherwise kura's striped lists with a second chance for read items.
     pub legacy_lru: bool,
+    /// `-o temporary_ttl`: items stored with at most this many seconds to
+    /// live are left to expire rather than evicted (memcached's TEMP LRU).
+    pub temporary_ttl: Option<u32>,
     /// `-o hashpower`: the hash table's starting size as a power of two, as
     /// memcached reports it (`hash_power_level`); 0 for memcached's default, 16.
     pub hash_power_init: u32,
@@ -220,6 +223,7 @@ impl Default for ServerConfig {
             lru_crawler: true,
             lru_maintainer: true,
             legacy_lru: false,
+            temporary_ttl: None,
             hash_power_init: 0,
             detail_delimiter: None,
             watcher_buffer_bytes: 256 * 1024,

@@ -283,6 +283,8 @@ pub struct ClassStats {
     pub evicted_time: u32,
     /// Seconds since the least recently used item of the class was accessed.
     pub age: u32,
+    /// Items on the temporary list (`-o temporary_ttl`), among `items`.
+    pub temp_items: u64,
 }
 
 /// Engine-wide figures, named as memcached names them.

@@ -52,6 +52,11 @@ const MAINTAIN_BATCH: usize = 1024;
 /// (memcached's `ITEM_UPDATE_INTERVAL`).
 const ITEM_UPDATE_INTERVAL: u32 = 60;
 
+/// How many shards holding items each eviction compares, to take the
+/// oldest tail among them: an approximation of one LRU over all shards
+/// that costs a few uncontended lock round trips per eviction.
+const EVICTION_SAMPLE: usize = 4;
+
 /// memcached's starting hash table size, as a power of two.
 pub const DEFAULT_HASH_POWER: u32 = 16;
 
@@ -74,6 +79,10 @@ pub struct MemoryConfig {
     /// `maintain` sweeps for expired items; without it they are reclaimed
     /// only when met (a read, a store, an eviction, `lru_crawler crawl`).
     pub background_sweep: bool,
+    /// Items stored with at most this many seconds to live go on a
+    /// temporary list that eviction leaves alone while anything else is
+    /// left (memcached's TEMP LRU, `-o temporary_ttl`); None: off.
+    pub temporary_ttl: Option<u32>,
     /// memcached's legacy LRU (`-o no_modern`): one list for all items,
     /// evicted strictly from its tail, a read moving its item to the head
     /// only if the item was last moved over a minute ago. Otherwise items
@@ -92,6 +101,7 @@ impl Default for MemoryConfig {
             hash_power: DEFAULT_HASH_POWER,
             background_sweep: true,
             strict_lru: false,
+            temporary_ttl: None,
         }
     }
 }
@@ -132,6 +142,7 @@ pub struct MemoryStore {
     sweep_pace: SweepPace,
     background_sweep: bool,
     strict_lru: bool,
+    temporary_ttl: Option<u32>,
 }
 
 /// Keeps each shard's lock on its own cache line.
@@ -142,13 +153,30 @@ struct Shard {
     table: HashTable<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    /// Most recently used.
-    head: u32,
-    /// Least recently used: the next to evict.
-    tail: u32,
+    /// The items eviction may take, most recently used at the head.
+    lru: List,
+    /// Temporary items (`-o temporary_ttl`): they expire soon, so eviction
+    /// leaves them for their expiry unless nothing else is left.
+    temp: List,
     /// Where maintenance resumes in `slots`.
     scan_cursor: usize,
     counters: ShardCounters,
+}
+
+/// A doubly linked list of slots, through their `prev` and `next`.
+#[derive(Clone, Copy)]
+struct List {
+    /// Most recently used.
+    head: u32,
+    /// Least recently used.
+    tail: u32,
+}
+
+impl List {
+    const EMPTY: List = List {
+        head: NIL,
+        tail: NIL,
+    };
 }
 
 /// Counters kept under the shard lock, so counting costs no atomics.
@@ -180,6 +208,8 @@ struct ClassCounters {
     crawler_reclaimed: u64,
     outofmemory: u64,
     evicted_time: u32,
+    /// Items on the temporary list.
+    temp_items: u64,
 }
 
 /// One item. A free slot has an empty `data`.
@@ -206,6 +236,9 @@ const WIN_SENT: u8 = 4;
 /// (a second chance, as memcached's segmented LRU bumps an active item
 /// lazily). Moving on every read wrote to two random neighbours per get.
 const ACCESSED: u8 = 8;
+/// On the temporary list (stored with a time to live of at most
+/// `-o temporary_ttl`); fixed for the slot's life.
+const TEMP: u8 = 16;
 
 impl Slot {
     fn key(&self) -> &[u8] {
@@ -246,8 +279,8 @@ impl Shard {
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            lru: List::EMPTY,
+            temp: List::EMPTY,
             scan_cursor: 0,
             counters: ShardCounters {
                 classes: vec![ClassCounters::default(); classes + 1],
@@ -266,23 +299,33 @@ impl Shard {
             .copied()
     }
 
+    /// The list a slot is on; its `TEMP` bit is set before it is linked
+    /// and kept until it is unlinked.
+    fn list_of(&mut self, i: u32) -> &mut List {
+        if self.slots[i as usize].has(TEMP) {
+            &mut self.temp
+        } else {
+            &mut self.lru
+        }
+    }
+
     fn unlink(&mut self, i: u32) {
         let (prev, next) = {
             let slot = &self.slots[i as usize];
             (slot.prev, slot.next)
         };
         match prev {
-            NIL => self.head = next,
+            NIL => self.list_of(i).head = next,
             p => self.slots[p as usize].next = next,
         }
         match next {
-            NIL => self.tail = prev,
+            NIL => self.list_of(i).tail = prev,
             n => self.slots[n as usize].prev = prev,
         }
     }
 
     fn push_front(&mut self, i: u32) {
-        let old_head = self.head;
+        let old_head = self.list_of(i).head;
         {
             let slot = &mut self.slots[i as usize];
             slot.bits &= !ACCESSED;
@@ -290,14 +333,14 @@ impl Shard {
             slot.next = old_head;
         }
         match old_head {
-            NIL => self.tail = i,
+            NIL => self.list_of(i).tail = i,
             h => self.slots[h as usize].prev = i,
         }
-        self.head = i;
+        self.list_of(i).head = i;
     }
 
     fn bump(&mut self, i: u32) {
-        if self.head != i {
+        if self.list_of(i).head != i {
             self.unlink(i);
             self.push_front(i);
         }
@@ -355,9 +398,11 @@ impl Shard {
             .insert_unique(hash, i, |&j| slots[j as usize].hash);
         self.push_front(i);
         self.counters.total_items += 1;
+        let temp = self.slots[i as usize].has(TEMP);
         let class = &mut self.counters.classes[class];
         class.items += 1;
         class.bytes += charge;
+        class.temp_items += u64::from(temp);
         i
     }
 
@@ -373,12 +418,14 @@ impl Shard {
         let charge = slot.charge();
         let unfetched = !slot.has(FETCHED);
         let had_expiry = slot.expiry != 0;
+        let temp = slot.has(TEMP);
         let class_index = usize::from(slot.class);
         slot.data = Box::default();
         let counters = &mut self.counters;
         let class = &mut counters.classes[class_index];
         class.items -= 1;
         class.bytes -= charge as u64;
+        class.temp_items -= u64::from(temp);
         match why {
             Removal::Evicted => {
                 counters.evictions += 1;
@@ -505,6 +552,7 @@ impl MemoryStore {
             sweep_pace: SweepPace::default(),
             background_sweep: config.background_sweep,
             strict_lru: config.strict_lru,
+            temporary_ttl: config.temporary_ttl,
         }
     }
 
@@ -594,8 +642,19 @@ impl MemoryStore {
             next: NIL,
             key_len: key.len() as u8,
             class,
-            bits: 0,
+            bits: if self.is_temporary(expiry, now) {
+                TEMP
+            } else {
+                0
+            },
         }
+    }
+
+    /// Whether an item stored now with `expiry` goes on the temporary list:
+    /// `-o temporary_ttl` is set and the item expires within it.
+    fn is_temporary(&self, expiry: ExpiryTime, now: u32) -> bool {
+        self.temporary_ttl
+            .is_some_and(|ttl| expiry != 0 && expiry.saturating_sub(now) <= ttl)
     }
 
     /// Whether `extra` more bytes may be charged without evicting.
@@ -628,21 +687,27 @@ impl MemoryStore {
         true
     }
 
-    /// Evicts least recently used items, shard by shard, until the budget holds.
-    fn enforce_limit(&self) {
-        let shards = self.shards.len();
-        let mut empty_in_a_row = 0;
+    /// Evicts least recently used items until the budget holds, each from
+    /// the oldest of a few shards' tails (see [`EVICTION_SAMPLE`]). `keep`
+    /// is the CAS of the item the calling write stored: a write never
+    /// evicts what it stored, as memcached never evicts the item it is
+    /// allocating.
+    fn enforce_limit(&self, keep: Option<u64>) {
+        // Shards chosen that had nothing to give (the kept item alone, or
+        // emptied meanwhile): after as many as there are shards, stop.
+        let mut misses = 0;
         while self.used.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed)
-            && empty_in_a_row < shards
+            && misses < self.shards.len()
         {
-            let index = self.evict_cursor.fetch_add(1, Ordering::Relaxed) % shards;
+            let Some(index) = self.eviction_shard() else {
+                return;
+            };
             let mut shard = self.shards[index].0.lock();
             let now = self.clock.now();
-            let Some((tail, dead)) = self.lru_victim(&mut shard, now) else {
-                empty_in_a_row += 1;
+            let Some((tail, dead)) = self.lru_victim(&mut shard, now, keep) else {
+                misses += 1;
                 continue;
             };
-            empty_in_a_row = 0;
             let why = if dead {
                 Removal::Expired
             } else {
@@ -662,15 +727,71 @@ impl MemoryStore {
         }
     }
 
+    /// The shard to evict from next: of the next [`EVICTION_SAMPLE`]
+    /// shards holding items, the one whose least recently used item is the
+    /// best victim (not read since it was last moved, last used longest
+    /// ago, then stored first). Taking shards
+    /// merely in turn evicted young items when the items are few per shard
+    /// (large values): a shard holding only the item just stored came up as
+    /// often as any other. None when every shard is empty.
+    fn eviction_shard(&self) -> Option<usize> {
+        let shards = self.shards.len();
+        let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
+        let mut oldest: Option<((u8, bool, u32, u64), usize)> = None;
+        let mut sampled = 0;
+        for step in 0..shards {
+            let index = (start + step) % shards;
+            let shard = self.shards[index].0.lock();
+            // Temporary items count only where nothing else is left.
+            let (tail, only_temporary) = match (shard.lru.tail, shard.temp.tail) {
+                (NIL, NIL) => continue,
+                (NIL, temp) => (temp, 1),
+                (tail, _) => (tail, 0),
+            };
+            let slot = &shard.slots[tail as usize];
+            // A tail read since it was moved gets a second chance first.
+            let key = (
+                only_temporary,
+                slot.has(ACCESSED),
+                slot.last_access,
+                slot.cas,
+            );
+            if oldest.is_none_or(|(best, _)| key < best) {
+                oldest = Some((key, index));
+            }
+            sampled += 1;
+            if sampled == EVICTION_SAMPLE {
+                break;
+            }
+        }
+        oldest.map(|(_, index)| index)
+    }
+
     /// The shard's next item to evict, and whether it is dead already: the
     /// tail, after every tail read since it was last moved has been given a
     /// second chance at the front. Each item gets one per trip down the list,
     /// so this ends.
-    fn lru_victim(&self, shard: &mut Shard, now: u32) -> Option<(u32, bool)> {
+    /// Temporary items are taken only once the shard has nothing else.
+    /// The item whose CAS is `keep` is passed over; None if it is all the
+    /// shard holds.
+    fn lru_victim(&self, shard: &mut Shard, now: u32, keep: Option<u64>) -> Option<(u32, bool)> {
+        let mut kept_once = false;
         loop {
-            let tail = shard.tail;
+            let tail = match shard.lru.tail {
+                NIL => shard.temp.tail,
+                tail => tail,
+            };
             if tail == NIL {
                 return None;
+            }
+            if keep == Some(shard.slots[tail as usize].cas) {
+                // Twice at the tail: nothing else is left to take.
+                if kept_once || shard.list_of(tail).head == tail {
+                    return None;
+                }
+                kept_once = true;
+                shard.bump(tail);
+                continue;
             }
             let dead = shard.is_dead(tail, now, self.flushed_through(now));
             let bits = &mut shard.slots[tail as usize].bits;
@@ -720,7 +841,7 @@ impl Store for MemoryStore {
                 return false;
             };
             let mut slot = self.new_slot(hash, key, &[], 0, expiry, now);
-            slot.bits = WIN_SENT;
+            slot.bits |= WIN_SENT;
             if !self.admit(&mut shard, slot.charge(), slot.charge()) {
                 return false;
             }
@@ -728,9 +849,9 @@ impl Store for MemoryStore {
             view.won = true;
             view.win_taken = false;
             visit(&view);
-            self.put(&mut shard, None, slot);
+            let cas = self.put(&mut shard, None, slot);
             drop(shard);
-            self.enforce_limit();
+            self.enforce_limit(Some(cas));
             return true;
         };
         let slot = &mut shard.slots[i as usize];
@@ -835,7 +956,7 @@ impl Store for MemoryStore {
             shard.counters.classes[class].reclaimed += 1;
         }
         drop(shard);
-        self.enforce_limit();
+        self.enforce_limit(Some(cas));
         StoreOutcome::Stored { cas }
     }
 
@@ -888,7 +1009,7 @@ impl Store for MemoryStore {
             let ttl = crate::clock::ttl_at(expiry, now);
             let cas = self.put(&mut shard, None, slot);
             drop(shard);
-            self.enforce_limit();
+            self.enforce_limit(Some(cas));
             return ArithOutcome::Value {
                 value: initial,
                 cas,
@@ -935,9 +1056,9 @@ impl Store for MemoryStore {
             if !self.admit(&mut shard, slot.charge(), grown) {
                 return ArithOutcome::OutOfMemory;
             }
-            self.put(&mut shard, Some(i), slot);
+            let cas = self.put(&mut shard, Some(i), slot);
             drop(shard);
-            self.enforce_limit();
+            self.enforce_limit(Some(cas));
         }
         ArithOutcome::Value {
             value,
@@ -1041,7 +1162,7 @@ impl Store for MemoryStore {
 
     fn set_memory_limit(&self, bytes: usize) {
         self.limit.store(bytes, Ordering::Relaxed);
-        self.enforce_limit();
+        self.enforce_limit(None);
     }
 
     fn stats(&self) -> StoreStats {
@@ -1077,10 +1198,11 @@ impl Store for MemoryStore {
                 sum.reclaimed += class.reclaimed;
                 sum.crawler_reclaimed += class.crawler_reclaimed;
                 sum.outofmemory += class.outofmemory;
+                sum.temp_items += class.temp_items;
                 sum.evicted_time = sum.evicted_time.max(class.evicted_time);
             }
-            if shard.tail != NIL {
-                oldest_access = oldest_access.min(shard.slots[shard.tail as usize].last_access);
+            if shard.lru.tail != NIL {
+                oldest_access = oldest_access.min(shard.slots[shard.lru.tail as usize].last_access);
             }
         }
         stats.bytes = self.used.load(Ordering::Relaxed) as u64;
@@ -1108,6 +1230,7 @@ impl Store for MemoryStore {
                 crawler_reclaimed: c.crawler_reclaimed,
                 outofmemory: c.outofmemory,
                 evicted_time: c.evicted_time,
+                temp_items: c.temp_items,
                 age,
             })
             .collect();
@@ -1205,22 +1328,25 @@ impl MemoryStore {
             let shard = shard.0.lock();
             let now = self.clock.now();
             let flushed = self.flushed_through(now);
-            let mut i = shard.tail;
-            while i != NIL {
-                let slot = &shard.slots[i as usize];
-                if !shard.is_dead(i, now, flushed) {
-                    visit(&SavedItem {
-                        key: slot.key(),
-                        value: slot.value(),
-                        flags: slot.flags,
-                        cas: slot.cas,
-                        expiry: slot.expiry,
-                        fetched: slot.has(FETCHED),
-                        stale: slot.has(STALE),
-                        win_sent: slot.has(WIN_SENT),
-                    })?;
+            // Each list from its least recently used item to its most.
+            for tail in [shard.lru.tail, shard.temp.tail] {
+                let mut i = tail;
+                while i != NIL {
+                    let slot = &shard.slots[i as usize];
+                    if !shard.is_dead(i, now, flushed) {
+                        visit(&SavedItem {
+                            key: slot.key(),
+                            value: slot.value(),
+                            flags: slot.flags,
+                            cas: slot.cas,
+                            expiry: slot.expiry,
+                            fetched: slot.has(FETCHED),
+                            stale: slot.has(STALE),
+                            win_sent: slot.has(WIN_SENT),
+                        })?;
+                    }
+                    i = slot.prev;
                 }
-                i = slot.prev;
             }
         }
         Ok(())
@@ -1261,10 +1387,10 @@ impl MemoryStore {
         ) {
             return false;
         }
-        self.put(&mut shard, existing, slot);
+        let cas = self.put(&mut shard, existing, slot);
         drop(shard);
         self.raise_cas(item.cas);
-        self.enforce_limit();
+        self.enforce_limit(Some(cas));
         true
     }
 

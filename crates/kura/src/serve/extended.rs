@@ -94,7 +94,6 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
         | "tail_repair_time"
         | "lru_crawler_sleep"
         | "lru_crawler_tocrawl"
-        | "temporary_ttl"
         | "slab_chunk_max"
         | "worker_logbuf_size"
         | "resp_obj_mem_limit"
@@ -132,6 +131,9 @@ pub fn apply(option: &str, server: &mut ServerConfig) -> Result<(), String> {
             server.lru_maintainer = false;
             server.legacy_lru = true;
         }
+        // memcached's TEMP LRU: items with at most this time to live are
+        // left to expire rather than evicted.
+        "temporary_ttl" => server.temporary_ttl = Some(number("a number of seconds")? as u32),
         "lru_maintainer" => server.lru_maintainer = true,
         "no_lru_maintainer" => server.lru_maintainer = false,
         "ext_path" => {
@@ -263,6 +265,9 @@ mod tests {
         assert!(server.lru_maintainer);
         apply("hashpower=20", &mut server).unwrap();
         assert_eq!(server.hash_power_init, 20);
+        assert_eq!(server.temporary_ttl, None);
+        apply("temporary_ttl=61", &mut server).unwrap();
+        assert_eq!(server.temporary_ttl, Some(61));
     }
 
     #[test]

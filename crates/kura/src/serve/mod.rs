@@ -541,6 +541,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 flush_whole_second: !resolved.server.cas_enabled,
                 background_sweep: resolved.server.lru_maintainer,
                 strict_lru: resolved.server.legacy_lru,
+                temporary_ttl: resolved.server.temporary_ttl,
                 hash_power: match resolved.server.hash_power_init {
                     0 => DEFAULT_HASH_POWER,
                     power => power,

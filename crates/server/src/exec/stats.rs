@@ -452,8 +452,8 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(l, "warm_lru_pct", 40);
     line(l, "hot_max_factor", "0.20");
     line(l, "warm_max_factor", "2.00");
-    line(l, "temp_lru", "no");
-    line(l, "temporary_ttl", 61);
+    line(l, "temp_lru", yes_no(config.temporary_ttl.is_some()));
+    line(l, "temporary_ttl", config.temporary_ttl.unwrap_or(61));
     line(
         l,
         "idle_timeout",
@@ -511,21 +511,39 @@ fn tls_settings(tls: Option<&TlsSettings>, l: &mut Lines) {
 
 fn items(ctx: &Context<'_>) -> Lines {
     let store = ctx.shared.store.stats();
+    let config = &ctx.shared.config;
     let mut lines = Vec::new();
     for class in &store.classes {
         let mut add = |field: &str, value: u64| {
             line(&mut lines, format!("items:{}:{field}", class.class), value)
         };
         add("number", class.items);
+        // memcached shows its LRU segments while its maintainer runs. kura's
+        // one list of evictable items takes new items, as memcached's HOT
+        // LRU does; it has no warm or cold segment.
+        if config.lru_maintainer {
+            add("number_hot", class.items - class.temp_items);
+            add("number_warm", 0);
+            add("number_cold", 0);
+            if config.temporary_ttl.is_some() {
+                add("number_temp", class.temp_items);
+            }
+            add("age_hot", u64::from(class.age));
+            add("age_warm", 0);
+        }
         add("age", u64::from(class.age));
         add("mem_requested", class.bytes);
         add("evicted", class.evicted);
         add("evicted_nonzero", class.evicted_nonzero);
         add("evicted_time", u64::from(class.evicted_time));
         add("outofmemory", class.outofmemory);
+        add("tailrepairs", 0);
         add("reclaimed", class.reclaimed);
         add("expired_unfetched", class.expired_unfetched);
         add("evicted_unfetched", class.evicted_unfetched);
+        if config.lru_maintainer {
+            add("evicted_active", 0);
+        }
         add("crawler_reclaimed", class.crawler_reclaimed);
     }
     lines
