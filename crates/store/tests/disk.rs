@@ -88,7 +88,11 @@ fn expired_items_are_reclaimed_in_the_background() {
     assert_eq!(removed, 500, "every expired item, read after expiry or not");
     assert_eq!(store.stats().curr_items, 1);
     assert!(get(&store, b"forever").is_some());
-    assert_eq!(store.stats().get_expired, 1, "the read of t1 after expiry");
+    let stats = store.stats();
+    assert_eq!(stats.get_expired, 1, "the read of t1 after expiry");
+    // As memcached's LRU maintainer counts what it pulls.
+    assert_eq!(stats.reclaimed, 500);
+    assert_eq!(stats.classes.iter().map(|c| c.reclaimed).sum::<u64>(), 500);
 }
 
 #[test]
@@ -115,6 +119,25 @@ fn flush_now_and_later() {
     assert!(get(&store, b"b").is_some());
     store.clock().advance(6);
     assert!(get(&store, b"b").is_none());
+}
+
+#[test]
+fn a_flush_gives_back_the_space_of_the_items_it_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::Batch);
+    for key in [&b"a"[..], b"b", b"c"] {
+        set(&store, key, b"1", 0);
+    }
+    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.stats().reclaimed, 0);
+    store.flush_all(0);
+    set(&store, b"a", b"2", 0);
+    let stats = store.stats();
+    assert_eq!(
+        stats.reclaimed, 3,
+        "as memcached counts a flushed item reused"
+    );
+    assert_eq!(stats.curr_items, 1);
 }
 
 #[test]

@@ -206,7 +206,13 @@ struct Inner {
 #[derive(Default)]
 struct Counters {
     total_items: AtomicU64,
+    /// Expired or flushed items whose space went back: a store over one,
+    /// the background expiry, a flush (memcached's `reclaimed`).
     reclaimed: AtomicU64,
+    /// The same, per size class (index = class).
+    class_reclaimed: Mutex<Vec<u64>>,
+    /// Items the background expiry removed, for `maintain`'s answer.
+    swept: AtomicU64,
     expired_unfetched: AtomicU64,
     crawler_reclaimed: AtomicU64,
     /// Reads that found their item expired, or flushed.
@@ -433,6 +439,16 @@ impl Inner {
     /// Whether a stored item still counts: not expired, not flushed.
     fn alive(&self, header: &Header) -> bool {
         !self.expired(header) && header.cas > self.flushed_through.load(Ordering::Acquire)
+    }
+
+    /// `count` expired or flushed items of `class` gave their space back.
+    fn note_reclaimed(&self, class: usize, count: u64) {
+        self.counters.reclaimed.fetch_add(count, Ordering::Relaxed);
+        let mut classes = self.counters.class_reclaimed.lock();
+        if classes.len() <= class {
+            classes.resize(class + 1, 0);
+        }
+        classes[class] += count;
     }
 
     fn next_cas(&self) -> u64 {
@@ -917,7 +933,7 @@ impl Inner {
             };
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
             if reused {
-                self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
+                self.note_reclaimed(self.class_of(command.key, command.value.len()), 1);
             }
             (decision, StoreOutcome::Stored { cas })
         })
@@ -1158,19 +1174,24 @@ impl Store for DiskStore {
             crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
             get_expired: counters.get_expired.load(Ordering::Relaxed),
             get_flushed: counters.get_flushed.load(Ordering::Relaxed),
-            classes: counts
-                .0
-                .iter()
-                .enumerate()
-                .filter(|(_, (items, _))| *items > 0)
-                .map(|(i, &(items, bytes))| ClassStats {
-                    class: i + 1,
-                    chunk_size: inner.config.classes.chunk_size(i + 1),
-                    items,
-                    bytes,
-                    ..ClassStats::default()
-                })
-                .collect(),
+            classes: {
+                let reclaimed = counters.class_reclaimed.lock();
+                let classes = counts.0.len().max(reclaimed.len().saturating_sub(1));
+                (1..=classes)
+                    .map(|class| {
+                        let (items, bytes) = counts.0.get(class - 1).copied().unwrap_or_default();
+                        ClassStats {
+                            class,
+                            chunk_size: inner.config.classes.chunk_size(class),
+                            items,
+                            bytes,
+                            reclaimed: reclaimed.get(class).copied().unwrap_or(0),
+                            ..ClassStats::default()
+                        }
+                    })
+                    .filter(|class| class.items > 0 || class.reclaimed > 0)
+                    .collect()
+            },
             ..StoreStats::default()
         }
     }

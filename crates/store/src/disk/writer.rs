@@ -843,6 +843,12 @@ impl Inner {
         if round.is_some_and(|round| round.flush.is_some()) {
             self.items.clear(&mut txn)?;
             self.expiry.clear(&mut txn)?;
+            // The flushed items' space goes back at once.
+            for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
+                if items > 0 {
+                    self.note_reclaimed(index + 1, items);
+                }
+            }
             counts.clear();
         }
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
@@ -896,9 +902,7 @@ impl Inner {
         self.counters
             .applied_writes
             .fetch_add(applied as u64, Ordering::Relaxed);
-        self.counters
-            .crawler_reclaimed
-            .fetch_add(reclaimed, Ordering::Relaxed);
+        self.counters.swept.fetch_add(reclaimed, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1223,6 +1227,7 @@ impl Inner {
             }
             self.items.delete(txn, key)?;
             self.uncount(counts, key, &old);
+            self.note_reclaimed(self.class_of(key, old.value_len), 1);
             removed += 1;
         }
         Ok(removed)
@@ -1242,14 +1247,14 @@ impl Inner {
         if !due {
             return 0;
         }
-        let before = self.counters.crawler_reclaimed.load(Ordering::Acquire);
+        let before = self.counters.swept.load(Ordering::Acquire);
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
         let seq = self.pending.next_seq();
         if self.wait_until_applied(seq) == AckState::Waiting {
             return 0;
         }
-        (self.counters.crawler_reclaimed.load(Ordering::Acquire) - before) as usize
+        (self.counters.swept.load(Ordering::Acquire) - before) as usize
     }
 
     /// fsyncs the journal as the policy says (the applier fsyncs the data
@@ -1442,10 +1447,7 @@ impl Inner {
                 "disk_writes_refused",
                 load(&counters.writes_refused).to_string(),
             ),
-            (
-                "disk_expired_reclaimed",
-                load(&counters.crawler_reclaimed).to_string(),
-            ),
+            ("disk_expired_reclaimed", load(&counters.swept).to_string()),
             ("disk_memory_budget", self.config.memory_budget.to_string()),
             (
                 "disk_resident_bytes",
