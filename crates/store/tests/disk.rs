@@ -122,6 +122,36 @@ fn flush_now_and_later() {
 }
 
 #[test]
+fn a_crawl_removes_the_expired_items_of_the_classes_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::None,
+        reserve_bytes: 0,
+        background_expiry: false,
+        ..DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let expiry = store.clock().expiry(10);
+    for i in 0..20u32 {
+        set(&store, format!("s{i}").as_bytes(), b"v", expiry);
+        set(&store, format!("l{i}").as_bytes(), &[b'v'; 2000], expiry);
+    }
+    set(&store, b"forever", b"v", 0);
+    store.clock().advance(11);
+    assert_eq!(store.maintain(), 0, "no background expiry");
+    let small = store.stats().classes.first().unwrap().class;
+    assert_eq!(store.crawl(&|class| class == small), 20);
+    let stats = store.stats();
+    assert_eq!(stats.crawler_reclaimed, 20);
+    assert_eq!(stats.curr_items, 21, "the large ones wait for their crawl");
+    let class = stats.classes.iter().find(|c| c.class == small).unwrap();
+    assert_eq!((class.items, class.crawler_reclaimed), (1, 20));
+    assert_eq!(store.crawl(&|_| true), 20);
+    assert_eq!(store.stats().curr_items, 1);
+}
+
+#[test]
 fn a_flush_gives_back_the_space_of_the_items_it_covers() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), SyncPolicy::Batch);

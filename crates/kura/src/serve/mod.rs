@@ -528,6 +528,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 memory_budget: disk.memory_budget_bytes,
                 pending_limit: disk.pending_limit_bytes,
                 log_values_from: disk.log_values_from_bytes,
+                background_expiry: resolved.server.lru_maintainer,
                 ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,

@@ -88,6 +88,9 @@ pub struct DiskConfig {
     /// pages of the data file it has mapped are dropped from its resident
     /// set (they stay in the OS page cache; the next read maps them again).
     pub memory_budget: usize,
+    /// `maintain` removes expired items in the background; without it they
+    /// go when met or at `lru_crawler crawl` (`-o no_lru_maintainer`).
+    pub background_expiry: bool,
 }
 
 impl DiskConfig {
@@ -101,6 +104,7 @@ impl DiskConfig {
             pending_limit: 256 << 20,
             log_values_from: 1024,
             memory_budget: 1 << 30,
+            background_expiry: true,
         }
     }
 
@@ -203,18 +207,48 @@ struct Inner {
     _dir_lock: dir_lock::DirLock,
 }
 
+/// A count in total and per size class.
+#[derive(Default)]
+struct ClassTally {
+    total: AtomicU64,
+    /// Index = class.
+    per_class: Mutex<Vec<u64>>,
+}
+
+impl ClassTally {
+    fn add(&self, class: usize, count: u64) {
+        self.total.fetch_add(count, Ordering::Relaxed);
+        let mut classes = self.per_class.lock();
+        if classes.len() <= class {
+            classes.resize(class + 1, 0);
+        }
+        classes[class] += count;
+    }
+
+    fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    fn of(&self, class: usize) -> u64 {
+        self.per_class.lock().get(class).copied().unwrap_or(0)
+    }
+
+    fn classes(&self) -> usize {
+        self.per_class.lock().len().saturating_sub(1)
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     total_items: AtomicU64,
     /// Expired or flushed items whose space went back: a store over one,
     /// the background expiry, a flush (memcached's `reclaimed`).
-    reclaimed: AtomicU64,
-    /// The same, per size class (index = class).
-    class_reclaimed: Mutex<Vec<u64>>,
+    reclaimed: ClassTally,
     /// Items the background expiry removed, for `maintain`'s answer.
     swept: AtomicU64,
     expired_unfetched: AtomicU64,
-    crawler_reclaimed: AtomicU64,
+    /// Expired items `lru_crawler crawl` removed.
+    crawler_reclaimed: ClassTally,
     /// Reads that found their item expired, or flushed.
     get_expired: AtomicU64,
     get_flushed: AtomicU64,
@@ -443,12 +477,7 @@ impl Inner {
 
     /// `count` expired or flushed items of `class` gave their space back.
     fn note_reclaimed(&self, class: usize, count: u64) {
-        self.counters.reclaimed.fetch_add(count, Ordering::Relaxed);
-        let mut classes = self.counters.class_reclaimed.lock();
-        if classes.len() <= class {
-            classes.resize(class + 1, 0);
-        }
-        classes[class] += count;
+        self.counters.reclaimed.add(class, count);
     }
 
     fn next_cas(&self) -> u64 {
@@ -1151,7 +1180,16 @@ impl Store for DiskStore {
             inner.config.memory_budget as u64,
             &inner.counters.resident_trims,
         );
-        inner.reclaim_expired_now()
+        if inner.config.background_expiry {
+            inner.reclaim_expired_now()
+        } else {
+            0
+        }
+    }
+
+    fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {
+        let classes = (0..=crate::classes::MAX_CLASSES).map(include).collect();
+        self.inner.crawl_expired_now(classes)
     }
 
     fn set_memory_limit(&self, _bytes: usize) {
@@ -1169,14 +1207,17 @@ impl Store for DiskStore {
             total_items: counters.total_items.load(Ordering::Relaxed),
             bytes: counts.bytes(),
             limit_maxbytes: inner.config.memory_budget as u64,
-            reclaimed: counters.reclaimed.load(Ordering::Relaxed),
+            reclaimed: counters.reclaimed.total(),
             expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
-            crawler_reclaimed: counters.crawler_reclaimed.load(Ordering::Relaxed),
+            crawler_reclaimed: counters.crawler_reclaimed.total(),
             get_expired: counters.get_expired.load(Ordering::Relaxed),
             get_flushed: counters.get_flushed.load(Ordering::Relaxed),
             classes: {
-                let reclaimed = counters.class_reclaimed.lock();
-                let classes = counts.0.len().max(reclaimed.len().saturating_sub(1));
+                let classes = counts
+                    .0
+                    .len()
+                    .max(counters.reclaimed.classes())
+                    .max(counters.crawler_reclaimed.classes());
                 (1..=classes)
                     .map(|class| {
                         let (items, bytes) = counts.0.get(class - 1).copied().unwrap_or_default();
@@ -1185,11 +1226,14 @@ impl Store for DiskStore {
                             chunk_size: inner.config.classes.chunk_size(class),
                             items,
                             bytes,
-                            reclaimed: reclaimed.get(class).copied().unwrap_or(0),
+                            reclaimed: counters.reclaimed.of(class),
+                            crawler_reclaimed: counters.crawler_reclaimed.of(class),
                             ..ClassStats::default()
                         }
                     })
-                    .filter(|class| class.items > 0 || class.reclaimed > 0)
+                    .filter(|class| {
+                        class.items > 0 || class.reclaimed > 0 || class.crawler_reclaimed > 0
+                    })
                     .collect()
             },
             ..StoreStats::default()

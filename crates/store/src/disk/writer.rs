@@ -156,6 +156,9 @@ pub struct Signals {
     syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     reclaim: AtomicBool,
+    /// `lru_crawler crawl`: the next round removes every expired item of
+    /// the classes marked (index = class).
+    crawl: parking_lot::Mutex<Option<Vec<bool>>>,
     /// When the writer last checked the space left.
     space_checked: parking_lot::Mutex<Option<Instant>>,
 }
@@ -715,6 +718,7 @@ impl Inner {
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
+        let crawl = self.signals.crawl.lock().take();
         let mut round = retry.take();
         if let Some((batch, flush, segment)) = taken {
             let round = round.get_or_insert_with(|| ApplyRound {
@@ -730,7 +734,7 @@ impl Inner {
         let marks = self
             .marks
             .take(if all_marks { usize::MAX } else { MARK_BATCH });
-        if round.is_none() && marks.is_empty() && !reclaim {
+        if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
             self.applied.advance(through, false);
             return None;
         }
@@ -751,7 +755,7 @@ impl Inner {
         }
         let mut segment = 0;
         let result = result
-            .and_then(|()| self.commit(round.as_ref(), reclaim))
+            .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
         let mut early = Vec::new();
         if let Ok(still_pending) = &result {
@@ -834,7 +838,12 @@ impl Inner {
         Some(segment)
     }
 
-    fn commit(&self, round: Option<&ApplyRound>, reclaim: bool) -> heed::Result<()> {
+    fn commit(
+        &self,
+        round: Option<&ApplyRound>,
+        reclaim: bool,
+        crawl: Option<&[bool]>,
+    ) -> heed::Result<()> {
         if let Some(round) = round.filter(|_| self.fetch_before_write.load(Ordering::Relaxed)) {
             self.prefetch(&round.batches);
         }
@@ -891,6 +900,9 @@ impl Inner {
         } else {
             0
         };
+        if let Some(classes) = crawl {
+            self.crawl_expired(&mut txn, &mut counts, classes)?;
+        }
         self.put_meta(&mut txn, &mut counts, round.map(|round| round.segment))?;
         txn.commit()?;
         if let Some(round) = round {
@@ -1231,6 +1243,62 @@ impl Inner {
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// Removes every expired item of the classes marked in `classes`
+    /// (`lru_crawler crawl`), counted in `crawler_reclaimed`.
+    fn crawl_expired(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &mut Counts,
+        classes: &[bool],
+    ) -> heed::Result<()> {
+        let now = self.now_unix();
+        let due: Vec<Vec<u8>> = self
+            .expiry
+            .iter(txn)?
+            .filter_map(Result::ok)
+            .take_while(|(index_key, _)| {
+                record::expiry_of_index_key(index_key).is_some_and(|at| at <= now)
+            })
+            .map(|(index_key, _)| index_key.to_vec())
+            .collect();
+        for index_key in &due {
+            let key = &index_key[4..];
+            let Some(old) = self.stored_old(txn, key)? else {
+                self.expiry.delete(txn, index_key)?;
+                continue;
+            };
+            let class = self.class_of(key, old.value_len);
+            if !classes.get(class).copied().unwrap_or(false) {
+                continue;
+            }
+            self.expiry.delete(txn, index_key)?;
+            if !self.expired(&old.header) {
+                continue;
+            }
+            if !old.header.has(FETCHED) {
+                self.counters
+                    .expired_unfetched
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.items.delete(txn, key)?;
+            self.uncount(counts, key, &old);
+            self.counters.crawler_reclaimed.add(class, 1);
+        }
+        Ok(())
+    }
+
+    /// Has the writer crawl the classes marked now; returns how many
+    /// expired items it removed.
+    pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
+        let before = self.counters.crawler_reclaimed.total();
+        *self.signals.crawl.lock() = Some(classes);
+        let seq = self.pending.next_seq();
+        if self.wait_until_applied(seq) == AckState::Waiting {
+            return 0;
+        }
+        (self.counters.crawler_reclaimed.total() - before) as usize
     }
 
     /// Has the writer reclaim expired items now, if any are due; returns how
