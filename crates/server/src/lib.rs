@@ -16,6 +16,7 @@ pub mod config;
 mod cyrus;
 pub mod exec;
 mod listener;
+mod reply_budget;
 pub mod session;
 pub mod stats;
 pub mod tls;

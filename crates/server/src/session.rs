@@ -10,6 +10,7 @@ use kura_proto::{binary, detect_protocol, text, Parse, Protocol, Recovery};
 use crate::auth;
 use crate::cyrus::Outcome;
 use crate::exec::{self, Action, Context};
+use crate::reply_budget::{Charge, ReplyBudget};
 
 /// Stop filling the output once this much is waiting: the client must read
 /// before we serve it more (a slow reader cannot make us buffer without bound).
@@ -75,6 +76,9 @@ impl Session {
         budget: &mut usize,
     ) -> (usize, Stop) {
         let mut used = 0;
+        let started_at = out.len();
+        let config = &ctx.shared.config;
+        let mut replies = ReplyBudget::new(config.read_buffer_limit, config.threads);
         loop {
             if self.swallow > 0 {
                 let dropped = self.swallow.min((input.len() - used) as u64);
@@ -101,8 +105,14 @@ impl Session {
                 Protocol::Text if !self.authenticated && ctx.shared.text_users.is_some() => {
                     self.log_in(rest, out, ctx)
                 }
-                Protocol::Text => self.serve_text(rest, out, ctx),
-                Protocol::Binary => self.serve_binary(rest, out, ctx),
+                Protocol::Text => self.serve_text(rest, out, ctx, &mut replies),
+                Protocol::Binary => {
+                    if replies.charge(1) == Charge::Exhausted {
+                        (0, Step::OutOfReplyMemory)
+                    } else {
+                        self.serve_binary(rest, out, ctx)
+                    }
+                }
             };
             match action {
                 Step::Served(Action::Continue) => *budget -= 1,
@@ -118,6 +128,13 @@ impl Session {
                     return (used + consumed, Stop::Watch(kinds))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
+                // As memcached: the connection goes, with the replies composed
+                // for this batch (the requests themselves were served).
+                Step::OutOfReplyMemory => {
+                    ctx.counters.response_obj_oom.incr();
+                    out.truncate(started_at);
+                    return (used, Stop::Close);
+                }
                 Step::Rejected => {}
             }
             used += consumed;
@@ -245,9 +262,30 @@ impl Session {
         self.cyrus.as_mut()
     }
 
-    fn serve_text(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Context<'_>) -> (usize, Step) {
+    fn serve_text(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+        replies: &mut ReplyBudget,
+    ) -> (usize, Step) {
         match text::parse(input, &ctx.limits()) {
             Parse::Done { request, consumed } => {
+                let responses = match &request {
+                    text::Request::Get { keys, .. } => keys.iter().count(),
+                    _ => 1,
+                };
+                match replies.charge(responses) {
+                    Charge::Within => {}
+                    Charge::TooLarge if matches!(request, text::Request::Get { .. }) => {
+                        ctx.counters.response_obj_oom.incr();
+                        out.extend_from_slice(
+                            b"SERVER_ERROR out of memory writing get response\r\n",
+                        );
+                        return (consumed, Step::Served(Action::Continue));
+                    }
+                    Charge::TooLarge | Charge::Exhausted => return (0, Step::OutOfReplyMemory),
+                }
                 let discard = request.bytes_to_discard();
                 let action = exec::text::execute(request, ctx, out);
                 self.recover(Recovery::Swallow(discard));
@@ -327,4 +365,7 @@ enum Step {
     Served(Action),
     Incomplete,
     Rejected,
+    /// The batch's replies would take more than `-o read_buf_mem_limit`
+    /// allows (see `reply_budget`); the request was not served.
+    OutOfReplyMemory,
 }

@@ -103,6 +103,7 @@ counters! {
     idle_kicks: "Connections closed for idling past the idle timeout",
     auth_cmds: "Authentication attempts (text login or SASL)",
     auth_errors: "Failed authentication attempts",
+    response_obj_oom: "Requests refused, or connections closed, for lack of reply memory (-o read_buf_mem_limit)",
 }
 
 /// Connection figures shared by the acceptor and the workers.

@@ -69,3 +69,69 @@ fn half_closed_connections_get_their_reply_and_are_closed() {
     }
     assert_eq!(curr_connections(&server), idle);
 }
+
+fn stat(server: &TestServer, name: &str) -> u64 {
+    let mut stream = server.connect();
+    stream.write_all(b"stats\r\n").unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = stream.read(&mut buf).expect("stats reply");
+        assert!(n > 0, "stats ended early");
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let prefix = format!("STAT {name} ");
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(prefix.as_str())
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+/// `-o read_buf_mem_limit`: 64 KiB over 2 workers leaves each 32 responses
+/// of 1 KiB (memcached's response objects), as memcached's conn-limits.t
+/// sets up with 1 MiB over 32. A multiget asking for more is
+/// refused with memcached's error; a pipeline needing more closes the
+/// connection; requests within it are served.
+#[test]
+fn reply_memory_beyond_read_buf_mem_limit_is_refused_as_memcached_refuses_it() {
+    let server = TestServer::with(
+        kura_server::ServerConfig {
+            read_buffer_limit: 64 << 10,
+            threads: 2,
+            // The suite's -R 500: one batch may hold the whole pipeline.
+            requests_per_event: 500,
+            ..kura_server::ServerConfig::default()
+        },
+        kura_store::MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    let keys: Vec<String> = (0..500).map(|i| format!("k{i}")).collect();
+    stream
+        .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())
+        .unwrap();
+    let mut reply = [0u8; 64];
+    let n = stream.read(&mut reply).unwrap();
+    assert_eq!(
+        &reply[..n],
+        b"SERVER_ERROR out of memory writing get response\r\n"
+    );
+    // The connection stays, and a multiget within the share is served.
+    stream
+        .write_all(format!("get {}\r\n", keys[..30].join(" ")).as_bytes())
+        .unwrap();
+    let n = stream.read(&mut reply).unwrap();
+    assert_eq!(&reply[..n], b"END\r\n");
+    assert_eq!(stat(&server, "response_obj_oom"), 1);
+
+    let mut pipelined = server.connect();
+    pipelined
+        .write_all("mg foo v\r\n".repeat(500).as_bytes())
+        .unwrap();
+    let mut rest = Vec::new();
+    pipelined.read_to_end(&mut rest).expect("the server closes");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert_eq!(stat(&server, "response_obj_oom"), 2);
+}

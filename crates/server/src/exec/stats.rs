@@ -226,8 +226,8 @@ fn general(ctx: &Context<'_>) -> Lines {
     line(l, "connection_structures", current);
     // memcached's response objects and pooled read buffers: kura keeps a
     // reply buffer per worker and a read buffer only for a partial request.
+    line(l, "response_obj_oom", c.response_obj_oom);
     for name in [
-        "response_obj_oom",
         "response_obj_count",
         "response_obj_bytes",
         "read_buf_count",
