@@ -45,9 +45,16 @@ impl ReplyBudget {
 
     /// Charges a request that will compose `responses` responses.
     pub fn charge(&mut self, responses: usize) -> Charge {
+        self.charge_with(|| responses)
+    }
+
+    /// As `charge`, counting the responses only when there is a limit.
+    #[inline]
+    pub fn charge_with(&mut self, responses: impl FnOnce() -> usize) -> Charge {
         let Some(share) = self.share else {
             return Charge::Within;
         };
+        let responses = responses();
         let cost = responses.max(1).saturating_mul(RESPONSE_CHARGE);
         if cost > share {
             Charge::TooLarge

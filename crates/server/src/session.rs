@@ -271,11 +271,12 @@ impl Session {
     ) -> (usize, Step) {
         match text::parse(input, &ctx.limits()) {
             Parse::Done { request, consumed } => {
-                let responses = match &request {
+                // Counted only under a limit: the hot path skips the key scan.
+                let responses = || match &request {
                     text::Request::Get { keys, .. } => keys.iter().count(),
                     _ => 1,
                 };
-                match replies.charge(responses) {
+                match replies.charge_with(responses) {
                     Charge::Within => {}
                     Charge::TooLarge if matches!(request, text::Request::Get { .. }) => {
                         ctx.counters.response_obj_oom.incr();
