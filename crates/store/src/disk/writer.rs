@@ -1213,17 +1213,7 @@ impl Inner {
 
     /// Removes a batch of expired items, oldest first, by the expiry index.
     fn reclaim_expired(&self, txn: &mut RwTxn<'_>, counts: &mut Counts) -> heed::Result<u64> {
-        let now = self.now_unix();
-        let due: Vec<Vec<u8>> = self
-            .expiry
-            .iter(txn)?
-            .filter_map(Result::ok)
-            .take_while(|(index_key, _)| {
-                record::expiry_of_index_key(index_key).is_some_and(|at| at <= now)
-            })
-            .take(RECLAIM_BATCH)
-            .map(|(index_key, _)| index_key.to_vec())
-            .collect();
+        let due = self.due_expiry_keys(txn, RECLAIM_BATCH)?;
         let mut removed = 0;
         for index_key in &due {
             let key = &index_key[4..];
@@ -1232,14 +1222,8 @@ impl Inner {
             let Some(old) = found.filter(|old| self.expired(&old.header)) else {
                 continue;
             };
-            if !old.header.has(FETCHED) {
-                self.counters
-                    .expired_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.items.delete(txn, key)?;
-            self.uncount(counts, key, &old);
-            self.note_reclaimed(self.class_of(key, old.value_len), 1);
+            let class = self.remove_expired(txn, counts, key, &old)?;
+            self.note_reclaimed(class, 1);
             removed += 1;
         }
         Ok(removed)
@@ -1253,40 +1237,60 @@ impl Inner {
         counts: &mut Counts,
         classes: &[bool],
     ) -> heed::Result<()> {
+        for index_key in &self.due_expiry_keys(txn, usize::MAX)? {
+            let key = &index_key[4..];
+            let Some(old) = self.stored_old(txn, key)? else {
+                self.expiry.delete(txn, index_key)?;
+                continue;
+            };
+            if !classes
+                .get(self.class_of(key, old.value_len))
+                .copied()
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            self.expiry.delete(txn, index_key)?;
+            if self.expired(&old.header) {
+                let class = self.remove_expired(txn, counts, key, &old)?;
+                self.counters.crawler_reclaimed.add(class, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The expiry index's entries that are due, oldest first, at most `limit`.
+    fn due_expiry_keys(&self, txn: &RwTxn<'_>, limit: usize) -> heed::Result<Vec<Vec<u8>>> {
         let now = self.now_unix();
-        let due: Vec<Vec<u8>> = self
+        Ok(self
             .expiry
             .iter(txn)?
             .filter_map(Result::ok)
             .take_while(|(index_key, _)| {
                 record::expiry_of_index_key(index_key).is_some_and(|at| at <= now)
             })
+            .take(limit)
             .map(|(index_key, _)| index_key.to_vec())
-            .collect();
-        for index_key in &due {
-            let key = &index_key[4..];
-            let Some(old) = self.stored_old(txn, key)? else {
-                self.expiry.delete(txn, index_key)?;
-                continue;
-            };
-            let class = self.class_of(key, old.value_len);
-            if !classes.get(class).copied().unwrap_or(false) {
-                continue;
-            }
-            self.expiry.delete(txn, index_key)?;
-            if !self.expired(&old.header) {
-                continue;
-            }
-            if !old.header.has(FETCHED) {
-                self.counters
-                    .expired_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            self.items.delete(txn, key)?;
-            self.uncount(counts, key, &old);
-            self.counters.crawler_reclaimed.add(class, 1);
+            .collect())
+    }
+
+    /// Removes an expired item (its index entry is gone already); returns
+    /// its size class.
+    fn remove_expired(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &mut Counts,
+        key: &[u8],
+        old: &Old,
+    ) -> heed::Result<usize> {
+        if !old.header.has(FETCHED) {
+            self.counters
+                .expired_unfetched
+                .fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
+        self.items.delete(txn, key)?;
+        self.uncount(counts, key, old);
+        Ok(self.class_of(key, old.value_len))
     }
 
     /// Has the writer crawl the classes marked now; returns how many
