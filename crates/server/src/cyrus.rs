@@ -325,27 +325,14 @@ impl Conversation {
         let Ok(mechanism) = CString::new(mechanism) else {
             return Outcome::Failed;
         };
-        let input = with_sentinel(input);
-        let _held = self.library.lock.lock();
-        let mut out: *const c_char = std::ptr::null();
-        let mut out_len: c_uint = 0;
-        // SAFETY: the mechanism and the input are NUL-terminated (the
-        // sentinel is not counted, as libsasl2 requires); the reply belongs
-        // to the connection and is copied before the lock is released.
-        let result = unsafe {
-            (self.library.server_start)(
-                self.conn,
-                mechanism.as_ptr(),
-                input
-                    .as_ref()
-                    .map_or(std::ptr::null(), |(bytes, _)| bytes.as_ptr().cast()),
-                input.as_ref().map_or(0, |(_, len)| *len),
-                &mut out,
-                &mut out_len,
-            )
-        };
+        let server_start = self.library.server_start;
+        let conn = self.conn;
+        // SAFETY: the mechanism is NUL-terminated and outlives the call.
+        let (result, outcome) = self.exchange(input, |input, len, out, out_len| unsafe {
+            server_start(conn, mechanism.as_ptr(), input, len, out, out_len)
+        });
         self.started = result == SASL_OK || result == SASL_CONTINUE;
-        outcome(result, out, out_len)
+        outcome
     }
 
     /// `SASL_STEP`: the client's next message.
@@ -353,23 +340,35 @@ impl Conversation {
         if !self.started {
             return Outcome::Failed;
         }
+        let server_step = self.library.server_step;
+        let conn = self.conn;
+        // SAFETY: the arguments are as `exchange` describes.
+        self.exchange(input, |input, len, out, out_len| unsafe {
+            server_step(conn, input, len, out, out_len)
+        })
+        .1
+    }
+
+    /// One call into libsasl2 with the client's message: `call` gets the
+    /// message NUL-terminated (the sentinel not counted, as libsasl2
+    /// requires; NULL when empty) and the places for the reply, which
+    /// belongs to the connection and is copied before the lock is released.
+    fn exchange(
+        &mut self,
+        input: &[u8],
+        call: impl FnOnce(*const c_char, c_uint, &mut *const c_char, &mut c_uint) -> c_int,
+    ) -> (c_int, Outcome) {
         let input = with_sentinel(input);
+        let (bytes, len) = input
+            .as_ref()
+            .map_or((std::ptr::null(), 0), |(bytes, len)| {
+                (bytes.as_ptr().cast(), *len)
+            });
         let _held = self.library.lock.lock();
         let mut out: *const c_char = std::ptr::null();
         let mut out_len: c_uint = 0;
-        // SAFETY: as in `start`.
-        let result = unsafe {
-            (self.library.server_step)(
-                self.conn,
-                input
-                    .as_ref()
-                    .map_or(std::ptr::null(), |(bytes, _)| bytes.as_ptr().cast()),
-                input.as_ref().map_or(0, |(_, len)| *len),
-                &mut out,
-                &mut out_len,
-            )
-        };
-        outcome(result, out, out_len)
+        let result = call(bytes, len, &mut out, &mut out_len);
+        (result, outcome(result, out, out_len))
     }
 }
 
