@@ -9,20 +9,7 @@ use std::time::{Duration, Instant};
 use support::TestServer;
 
 fn curr_connections(server: &TestServer) -> u64 {
-    let mut stream = server.connect();
-    stream.write_all(b"stats\r\n").unwrap();
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !reply.ends_with(b"END\r\n") {
-        let n = stream.read(&mut buf).expect("stats reply");
-        assert!(n > 0, "stats ended early");
-        reply.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&reply);
-    text.lines()
-        .find_map(|l| l.strip_prefix("STAT curr_connections "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("curr_connections in stats")
+    stat(server, "curr_connections")
 }
 
 /// A client that sends a request and its FIN together (`printf ... | nc`)
