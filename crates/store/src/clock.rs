@@ -19,6 +19,13 @@ const FIRST_TICK: u32 = 2;
 /// the current time has expired.
 pub type ExpiryTime = u32;
 
+/// Microseconds since the Unix epoch, now (0 for a clock set before it).
+pub fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
 /// The server's clock: seconds since start, plus a test-only offset.
 #[derive(Debug)]
 pub struct Clock {

@@ -12,7 +12,7 @@ pub mod warm;
 
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
-pub use disk::{DiskConfig, DiskStore, SyncPolicy};
+pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.

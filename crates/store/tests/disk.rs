@@ -1,8 +1,8 @@
 //! The disk engine through the `Store` trait: persistence, expiry, flush.
 
 use kura_store::{
-    DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, Store, StoreCommand,
-    StoreMode, StoreOutcome, SyncPolicy,
+    DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, LogRetention, Store,
+    StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
 };
 
 fn open(dir: &std::path::Path, sync: SyncPolicy) -> DiskStore {
@@ -351,6 +351,8 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
         reserve_bytes: 0,
         // Rounds of 64 KiB: compaction starts past 256 KiB of garbage.
         pending_limit: 1 << 20,
+        // Compaction works on history past retention: keep none.
+        log_retention: LogRetention::NOTHING,
         ..DiskConfig::new(dir.path())
     };
     const KEYS: usize = 100;

@@ -12,7 +12,7 @@ use kura_server::{ListenAddr, ProtocolChoice, ServerConfig};
 use kura_store::memory::DEFAULT_HASH_POWER;
 use kura_store::warm::{self, Loaded};
 use kura_store::{
-    DiskConfig, DiskStore, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
+    DiskConfig, DiskStore, LogRetention, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
 };
 
 use crate::Failure;
@@ -166,6 +166,16 @@ pub struct ServeArgs {
     /// bytes).
     #[arg(long = "log-values-from", default_value = "1024")]
     log_values_from: String,
+    /// Disk engine: the origin id written into this server's update-log
+    /// entries (1 to 4294967295) [default: the one kept in the data
+    /// directory, chosen at random the first time].
+    #[arg(long = "server-id")]
+    server_id: Option<u32>,
+    /// Disk engine: how much update log to keep once applied, for `kura log`,
+    /// incremental backups and point-in-time restores: a duration (24h, 90m),
+    /// a size (4GiB, 512MiB) or both (24h,4GiB); 0 keeps none.
+    #[arg(long = "log-retention", default_value = "24h,4GiB")]
+    log_retention: String,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -208,6 +218,11 @@ struct DiskSettings {
     pending_limit_bytes: usize,
     /// Values this long or longer stay in the journal (0: none do).
     log_values_from_bytes: usize,
+    /// `None`: the one kept in the data directory.
+    server_id: Option<u32>,
+    /// How long and how much applied log is kept (`None`: no limit).
+    log_retention_seconds: Option<u64>,
+    log_retention_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -364,6 +379,13 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             if memory_limit < 16 * MIB {
                 return Err(usage("-m: the disk engine needs at least 16m"));
             }
+            if args.server_id == Some(0) {
+                return Err(usage("--server-id: 0 is not an id; use 1 to 4294967295"));
+            }
+            let retention = args
+                .log_retention
+                .parse::<LogRetention>()
+                .map_err(|e| usage(format!("--log-retention: {e}")))?;
             Some(DiskSettings {
                 dir: args.dir.clone(),
                 map_size_bytes: map_size,
@@ -372,6 +394,9 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 memory_budget_bytes: memory_limit,
                 pending_limit_bytes: memory_limit / 4,
                 log_values_from_bytes: log_values_from,
+                server_id: args.server_id,
+                log_retention_seconds: retention.max_age.map(|age| age.as_secs()),
+                log_retention_bytes: retention.max_bytes,
             })
         }
     };
@@ -529,6 +554,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 pending_limit: disk.pending_limit_bytes,
                 log_values_from: disk.log_values_from_bytes,
                 background_expiry: resolved.server.lru_maintainer,
+                server_id: disk.server_id,
+                log_retention: LogRetention {
+                    max_age: disk
+                        .log_retention_seconds
+                        .map(std::time::Duration::from_secs),
+                    max_bytes: disk.log_retention_bytes,
+                },
                 ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,

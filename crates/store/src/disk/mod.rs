@@ -26,12 +26,14 @@
 
 mod ack;
 mod dir_lock;
+mod identity;
 mod journal;
 mod marks;
 mod pending;
 mod policy;
 mod record;
 mod resident;
+mod retention;
 mod writer;
 
 use std::fs::File;
@@ -58,6 +60,7 @@ pub use policy::SyncPolicy;
 use record::{
     item_size, ClassCounts, Counts, Header, Keyed, LogPointer, FETCHED, IN_LOG, STALE, WIN_SENT,
 };
+pub use retention::LogRetention;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
@@ -67,6 +70,13 @@ const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
 pub const MIN_LOGGED_VALUE: usize = 64;
 /// `meta` key: the newest journal segment whose writes LMDB holds.
 const JOURNAL_APPLIED: &[u8] = b"journal";
+/// `meta` key: the newest update-log entry LMDB holds (u64 LE).
+const APPLIED_LSN: &[u8] = b"lsn";
+/// `meta` key: the format of the data directory (u32 LE).
+const FORMAT_KEY: &[u8] = b"format";
+/// The data directory's format: LMDB's tables and the journal's records as
+/// `docs/DESIGN.md` describes them.
+pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone)]
 pub struct DiskConfig {
@@ -91,6 +101,11 @@ pub struct DiskConfig {
     /// `maintain` removes expired items in the background; without it they
     /// go when met or at `lru_crawler crawl` (`-o no_lru_maintainer`).
     pub background_expiry: bool,
+    /// The origin id of this server's log entries (`--server-id`); `None`:
+    /// the one kept in the directory, or a new random one.
+    pub server_id: Option<u32>,
+    /// How long and how much of the update log is kept once applied.
+    pub log_retention: LogRetention,
 }
 
 impl DiskConfig {
@@ -105,6 +120,8 @@ impl DiskConfig {
             log_values_from: 1024,
             memory_budget: 1 << 30,
             background_expiry: true,
+            server_id: None,
+            log_retention: LogRetention::default(),
         }
     }
 
@@ -147,6 +164,10 @@ pub enum OpenError {
     Journal(std::io::Error),
     #[error(transparent)]
     Locked(#[from] dir_lock::LockError),
+    #[error("{0}")]
+    Format(String),
+    #[error("cannot read or keep the server id: {0}")]
+    Identity(std::io::Error),
 }
 
 pub struct DiskStore {
@@ -161,6 +182,8 @@ struct Inner {
     expiry: Database<Bytes, Bytes>,
     meta: Database<Bytes, Bytes>,
     config: DiskConfig,
+    /// The origin id of this server's log entries.
+    server_id: u32,
     clock: Clock,
     last_cas: AtomicU64,
     pending: PendingWrites,
@@ -307,6 +330,8 @@ impl DiskStore {
     pub fn open(config: DiskConfig) -> Result<Self, OpenError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
         let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
+        let server_id =
+            identity::server_id(&config.dir, config.server_id).map_err(OpenError::Identity)?;
         let mut options = EnvOpenOptions::new();
         options
             .map_size(config.map_size)
@@ -324,16 +349,19 @@ impl DiskStore {
         let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
         let expiry = env.create_database(&mut txn, Some("expiry"))?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
+        let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
+        check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
         let last_cas = meta
             .get(&txn, b"cas")?
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
         let mut counts = Counts {
-            classes: match meta.get(&txn, b"classes")?.and_then(ClassCounts::decode) {
-                Some(classes) => classes,
-                None => count_classes(&items, &txn, &config.classes)?,
-            },
+            // Every commit records them: none yet is none at all.
+            classes: meta
+                .get(&txn, b"classes")?
+                .and_then(ClassCounts::decode)
+                .unwrap_or_default(),
             ..Counts::default()
         };
         for entry in meta.prefix_iter(&txn, b"log")? {
@@ -348,8 +376,12 @@ impl DiskStore {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
+        let applied_lsn = meta
+            .get(&txn, APPLIED_LSN)?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
         txn.commit()?;
-        let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
             .map_err(OpenError::Journal)?;
@@ -385,8 +417,10 @@ impl DiskStore {
             counters: Counters::default(),
             signals: writer::Signals::default(),
             config,
+            server_id,
             _dir_lock: dir_lock,
         });
+        inner.journal.resume_after(applied_lsn);
         inner.replay(&segments, applied_segment)?;
         inner.measure_lmdb_usage();
         inner.check_space();
@@ -422,23 +456,36 @@ impl Drop for DiskStore {
     }
 }
 
-/// Per-class figures counted by walking every item: only for a data
-/// directory written before the counts were kept.
-fn count_classes(
+/// Refuses a data directory of another format; marks a new one with
+/// [`FORMAT_VERSION`].
+fn check_format(
+    dir: &Path,
+    txn: &mut heed::RwTxn<'_>,
+    meta: &Database<Bytes, Bytes>,
     items: &Database<Bytes, Bytes>,
-    txn: &heed::RoTxn<'_>,
-    classes: &SizeClasses,
-) -> heed::Result<ClassCounts> {
-    let mut counts = ClassCounts::default();
-    for entry in items.iter(txn)? {
-        let (key, record) = entry?;
-        let size = match Header::decode(record) {
-            Some((header, value)) => item_size(key, record::stored_value_len(&header, value)),
-            None => key.len() + record.len(),
-        };
-        counts.add(classes.class_of(size), size as u64);
+    has_journal: bool,
+) -> Result<(), OpenError> {
+    let found = meta
+        .get(txn, FORMAT_KEY)?
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_le_bytes);
+    match found {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(OpenError::Format(format!(
+            "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
+            dir.display()
+        ))),
+        None if has_journal || !items.is_empty(txn)? || meta.get(txn, b"cas")?.is_some() => {
+            Err(OpenError::Format(format!(
+                "{} was written by a development build of kura before format {FORMAT_VERSION}; start with an empty directory",
+                dir.display()
+            )))
+        }
+        None => {
+            meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
+            Ok(())
+        }
     }
-    Ok(counts)
 }
 
 impl Inner {
@@ -543,9 +590,14 @@ impl Inner {
             }
             let mut txn = self.env.write_txn()?;
             let mut failed = None;
+            let mut numbering = journal::Numbering::default();
+            let mut last_lsn = self.journal.last_lsn();
             let records = journal::replay(path, *number, |record, offset| {
                 if failed.is_some() {
                     return;
+                }
+                if let Some((lsn, _)) = numbering.number(&record) {
+                    last_lsn = lsn;
                 }
                 let flushed_through = self.flushed_through.load(Ordering::Acquire);
                 let here = journal::Location {
@@ -582,6 +634,7 @@ impl Inner {
                             .clear(&mut txn)
                             .and_then(|()| self.expiry.clear(&mut txn))
                     }
+                    journal::Record::Group(_) => Ok(()),
                 };
                 failed = result.err();
             })
@@ -594,8 +647,9 @@ impl Inner {
             File::open(path)
                 .and_then(|file| file.sync_data())
                 .map_err(OpenError::Journal)?;
-            self.put_meta(&mut txn, &mut counts, Some(*number))?;
+            self.put_meta(&mut txn, &mut counts, Some((*number, last_lsn)))?;
             txn.commit()?;
+            self.journal.resume_after(last_lsn);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);

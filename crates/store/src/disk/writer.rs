@@ -15,14 +15,15 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use heed::RwTxn;
 
-use super::journal::{self, Location, Record};
+use super::journal::{self, GroupHead, Location, Record};
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, FETCHED};
-use super::{Inner, SyncPolicy};
+use super::{Inner, LogRetention, SyncPolicy};
+use crate::clock::unix_micros;
 use crate::AckState;
 
 /// How long an idle writer sleeps before looking for writes of callers
@@ -104,6 +105,9 @@ impl Old {
     }
 }
 
+/// How often an idle applier lets go of the history past retention.
+const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
+
 /// What the writer has journalled and the applier has not taken. The writer
 /// holds this lock from its append until the group is in `logged`, and the
 /// applier holds it to start a new segment and take `logged`: so the writes
@@ -127,6 +131,8 @@ struct ApplierState {
     unsynced: Option<u64>,
     /// No compaction before this (one failed).
     compact_after: Instant,
+    /// When retention was last applied: the log ages without rounds too.
+    retention_checked: Instant,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -136,6 +142,8 @@ struct ApplyRound {
     flush: Option<u64>,
     /// The newest journal segment these writes came from.
     segment: u64,
+    /// The newest entry in it.
+    lsn: u64,
     /// A commit of it failed before.
     retried: bool,
 }
@@ -240,11 +248,12 @@ fn key_prefix(key: &[u8]) -> u64 {
     u64::from_be_bytes(prefix)
 }
 
-/// Encodes a journal group for `segment`: a flush, then the batch's writes,
-/// noting where each write starts.
+/// Encodes a journal group for `segment`: its head, a flush, then the
+/// batch's writes, noting where each write starts.
 fn encode_group(
     group: &mut Vec<u8>,
     offsets: &mut Vec<u64>,
+    head: GroupHead,
     flush: Option<u64>,
     batch: &Batch,
     segment: u64,
@@ -252,6 +261,7 @@ fn encode_group(
     let seed = journal::seed_of(segment);
     group.clear();
     offsets.clear();
+    journal::encode(group, Record::Group(head), seed);
     if let Some(boundary) = flush {
         journal::encode(group, Record::Flush(boundary), seed);
     }
@@ -329,17 +339,24 @@ impl Inner {
         let mut segment = self.journal.current_number();
         // Where each write lands, so LMDB can point to large values there.
         let mut offsets = Vec::with_capacity(writes);
-        encode_group(group, &mut offsets, flush, &batch, segment);
+        // Entries are numbered here: this thread holds the leader lock.
+        let head = GroupHead {
+            first_lsn: self.journal.last_lsn() + 1,
+            micros: unix_micros(),
+            origin: self.server_id,
+        };
+        let last_lsn = head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1;
+        encode_group(group, &mut offsets, head, flush, &batch, segment);
         let mut logged = self.logged.lock();
         let current = self.journal.current_number();
         if current != segment {
             segment = current;
-            encode_group(group, &mut offsets, flush, &batch, segment);
+            encode_group(group, &mut offsets, head, flush, &batch, segment);
         }
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
-            self.append(group).map_err(Some)
+            self.append(group, last_lsn).map_err(Some)
         };
         logged.through = through;
         match result {
@@ -403,8 +420,8 @@ impl Inner {
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
     /// Returns where the group starts.
-    fn append(&self, group: &[u8]) -> io::Result<Location> {
-        let start = self.journal.append(group)?;
+    fn append(&self, group: &[u8], last_lsn: u64) -> io::Result<Location> {
+        let start = self.journal.append(group, Some(last_lsn))?;
         if self.config.sync == SyncPolicy::Always {
             let started = Instant::now();
             self.journal.sync()?;
@@ -430,6 +447,7 @@ impl Inner {
             retry: None,
             unsynced: None,
             compact_after: Instant::now(),
+            retention_checked: Instant::now(),
         };
         let mut last_round = Instant::now();
         loop {
@@ -470,6 +488,12 @@ impl Inner {
                     None => {}
                 }
             }
+            if state.unsynced.is_none()
+                && state.retention_checked.elapsed() >= RETENTION_CHECK_EVERY
+            {
+                state.retention_checked = Instant::now();
+                self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
+            }
             let wait = APPLY_EVERY.saturating_sub(last_round.elapsed());
             thread::park_timeout(wait.max(Duration::from_millis(1)));
         }
@@ -502,14 +526,18 @@ impl Inner {
             return None;
         }
         let applied = self.applied_segment.load(Ordering::Acquire);
+        // History the retention keeps is kept whole: only segments past it
+        // are worth compacting (their garbage is deleted with them).
+        let past: std::collections::HashSet<u64> =
+            self.past_retention(applied).into_iter().collect();
         let victim = {
             let counts = self.committed_counts.lock();
             let segments: Vec<(u64, u64, u64)> = self
                 .journal
                 .older_segments()
                 .into_iter()
-                .filter(|&(segment, _)| segment <= applied)
-                .map(|(segment, len)| (segment, len, counts.log.of(segment)))
+                .filter(|segment| past.contains(&segment.number))
+                .map(|segment| (segment.number, segment.len, counts.log.of(segment.number)))
                 .collect();
             let (len, live) = segments
                 .iter()
@@ -631,7 +659,7 @@ impl Inner {
     /// at each copy whose key still points where it moved from. `moves`:
     /// each record's key, origin and offset in `group`.
     fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
-        let start = self.journal.append(group)?;
+        let start = self.journal.append(group, None)?;
         self.journal.sync()?;
         let mut txn = self.env.write_txn().map_err(lmdb)?;
         let mut counts = self.committed_counts.lock().clone();
@@ -657,9 +685,10 @@ impl Inner {
     /// Deletes the segments up to `applied` that LMDB, as it is on disk,
     /// does not point into; the next commit forgets their counts.
     pub(super) fn remove_dead_segments(&self, applied: u64) {
+        let past = self.past_retention(applied);
         let mut counts = self.committed_counts.lock();
-        for (segment, _) in self.journal.older_segments() {
-            if segment > applied || counts.log.of(segment) != 0 {
+        for segment in past {
+            if counts.log.of(segment) != 0 {
                 continue;
             }
             match self.journal.remove(segment) {
@@ -670,6 +699,20 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// The applied segments (up to `applied`) that the log's retention lets
+    /// go, oldest first. While the disk is full, history gives way to
+    /// writes: every applied segment.
+    fn past_retention(&self, applied: u64) -> Vec<u64> {
+        let retention = if self.out_of_space.load(Ordering::Acquire) {
+            LogRetention::NOTHING
+        } else {
+            self.config.log_retention
+        };
+        let mut segments = self.journal.older_segments();
+        segments.retain(|segment| segment.number <= applied);
+        retention.past(&segments, SystemTime::now())
     }
 
     /// One LMDB transaction: what was journalled since the last one, with
@@ -713,23 +756,25 @@ impl Inner {
                 self.poisoned.store(true, Ordering::Release);
             }
             retired.release_unused();
-            (batch, flush, retired.number)
+            (batch, flush, retired.number, retired.last_lsn)
         });
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let crawl = self.signals.crawl.lock().take();
         let mut round = retry.take();
-        if let Some((batch, flush, segment)) = taken {
+        if let Some((batch, flush, segment, lsn)) = taken {
             let round = round.get_or_insert_with(|| ApplyRound {
                 batches: Vec::new(),
                 flush: None,
                 segment,
+                lsn,
                 retried: false,
             });
             round.batches.push(batch);
             round.flush = round.flush.max(flush);
             round.segment = segment;
+            round.lsn = lsn;
         }
         let marks = self
             .marks
@@ -903,7 +948,11 @@ impl Inner {
         if let Some(classes) = crawl {
             self.crawl_expired(&mut txn, &mut counts, classes)?;
         }
-        self.put_meta(&mut txn, &mut counts, round.map(|round| round.segment))?;
+        self.put_meta(
+            &mut txn,
+            &mut counts,
+            round.map(|round| (round.segment, round.lsn)),
+        )?;
         txn.commit()?;
         if let Some(round) = round {
             self.applied_segment
@@ -1041,7 +1090,7 @@ impl Inner {
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
-        segment: Option<u64>,
+        applied: Option<(u64, u64)>,
     ) -> heed::Result<()> {
         let cas = self.last_cas.load(Ordering::Acquire);
         self.meta.put(txn, b"cas", &cas.to_le_bytes())?;
@@ -1055,9 +1104,10 @@ impl Inner {
                 }
             }
         }
-        if let Some(segment) = segment {
+        if let Some((segment, lsn)) = applied {
             self.meta
                 .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
+            self.meta.put(txn, super::APPLIED_LSN, &lsn.to_le_bytes())?;
         }
         Ok(())
     }
@@ -1474,6 +1524,8 @@ impl Inner {
                 "disk_applied_writes",
                 load(&counters.applied_writes).to_string(),
             ),
+            ("log_server_id", self.server_id.to_string()),
+            ("log_last_lsn", self.journal.last_lsn().to_string()),
             ("disk_journal_bytes", self.journal.bytes().to_string()),
             (
                 "disk_journal_live_bytes",
