@@ -1,6 +1,8 @@
 //! `kura`: one binary, several tools. `kura serve` runs the server.
 
+mod backup;
 mod engine_bench;
+mod log;
 mod serve;
 
 use std::process::ExitCode;
@@ -23,6 +25,12 @@ enum Command {
     Bench(Box<kura_tools::bench::BenchArgs>),
     /// Time the disk engine without the network, as Tokyo Cabinet's tchtest does.
     BenchEngine(engine_bench::EngineBenchArgs),
+    /// Read the update log of a data directory or a backup (dump, stats).
+    Log(log::LogArgs),
+    /// Take a hot backup of a running server (full or incremental), or verify one.
+    Backup(Box<backup::BackupArgs>),
+    /// Make a data directory from a backup, at a point in time or an LSN.
+    Restore(backup::RestoreArgs),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -36,6 +44,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::BenchEngine(args) => engine_bench::run(args),
+        Command::Log(args) => log::run(args),
+        Command::Backup(args) => backup::run_backup(*args),
+        Command::Restore(args) => backup::run_restore(args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),

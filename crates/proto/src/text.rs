@@ -67,6 +67,13 @@ pub enum Request<'a> {
     RefreshCerts {
         noreply: bool,
     },
+    /// `backup <dir> [since <dir>]` (kura's own): a hot backup of the disk
+    /// engine into a directory on the server's machine, full or
+    /// incremental, as Tokyo Tyrant's `copy` writes one on its host.
+    Backup {
+        to: &'a [u8],
+        since: Option<&'a [u8]>,
+    },
     /// `stats` and its arguments (`settings`, `items`, `slabs`, …), raw.
     Stats {
         args: Keys<'a>,
@@ -539,6 +546,16 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             kinds: Keys(tokens.rest()),
         },
         (b"refresh_certs", _) => Request::RefreshCerts { noreply },
+        (b"backup", 1 | 3) => {
+            let to = tokens.next().unwrap_or_default();
+            let since = match (tokens.next(), tokens.next()) {
+                (None, _) => None,
+                (Some(b"since"), Some(dir)) => Some(dir),
+                _ => return reject(ErrorReply::BadCommandLine, line_len),
+            };
+            Request::Backup { to, since }
+        }
+        (b"backup", _) => return reject(ErrorReply::BadCommandLine, line_len),
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),
         },
@@ -929,6 +946,31 @@ mod tests {
             parse_ok(b"refresh_certs noreply\r\n").0,
             Request::RefreshCerts { noreply: true }
         );
+    }
+
+    #[test]
+    fn backup_names_its_directory_and_maybe_the_one_it_continues() {
+        assert_eq!(
+            parse_ok(b"backup /b/full\r\n").0,
+            Request::Backup {
+                to: b"/b/full",
+                since: None
+            }
+        );
+        assert_eq!(
+            parse_ok(b"backup /b/inc since /b/full\r\n").0,
+            Request::Backup {
+                to: b"/b/inc",
+                since: Some(b"/b/full")
+            }
+        );
+        for bad in [
+            &b"backup\r\n"[..],
+            b"backup /a /b\r\n",
+            b"backup /a after /b\r\n",
+        ] {
+            assert_eq!(rejected(bad).0, ErrorReply::BadCommandLine, "{bad:?}");
+        }
     }
 
     #[test]

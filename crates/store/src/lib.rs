@@ -72,6 +72,17 @@ pub trait Store: Send + Sync {
         Vec::new()
     }
 
+    /// Writes a hot backup into the directory `to` (`since`: an earlier
+    /// backup, to copy only the update log after it); returns its manifest
+    /// as one line of JSON, or why not.
+    fn backup(
+        &self,
+        _to: &std::path::Path,
+        _since: Option<&std::path::Path>,
+    ) -> Result<String, String> {
+        Err("the memory engine keeps no data to back up (the disk engine does)".to_string())
+    }
+
     // Acknowledgement. An engine that applies a write at once but makes it
     // durable later (the disk engine's group commits) hands the calling
     // thread a ticket; the server holds the replies of that batch of

@@ -35,7 +35,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -274,7 +274,7 @@ pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
     Some((record, FRAME + len))
 }
 
-fn segment_path(dir: &Path, number: u64) -> PathBuf {
+pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("journal-{number:016x}.log"))
 }
 
@@ -388,11 +388,49 @@ pub fn replay(
 /// A segment created and not yet appended to.
 pub struct NextSegment(Segment);
 
+/// An entry's place in the update log's order: its LSN and its group's
+/// time.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LogPosition {
+    pub lsn: u64,
+    /// µs since the Unix epoch.
+    pub micros: u64,
+}
+
+impl LogPosition {
+    pub const LEN: usize = 16;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0; Self::LEN];
+        out[..8].copy_from_slice(&self.lsn.to_le_bytes());
+        out[8..].copy_from_slice(&self.micros.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<LogPosition> {
+        Some(LogPosition {
+            lsn: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+            micros: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
+        })
+    }
+}
+
 /// A segment no longer appended to.
 pub struct Retired {
     pub number: u64,
     /// The newest entry appended up to the end of this segment.
-    pub last_lsn: u64,
+    pub last: LogPosition,
     file: Arc<File>,
     len: u64,
     reserved: u64,
@@ -422,7 +460,7 @@ impl Retired {
 struct Segment {
     number: u64,
     /// The newest entry appended up to the end of this segment.
-    last_lsn: u64,
+    last: LogPosition,
     file: Arc<File>,
     len: u64,
     /// Bytes reserved for it on the file system.
@@ -441,8 +479,20 @@ pub struct Journal {
     open: Mutex<HashMap<u64, Arc<File>>>,
     /// Dead segment files kept for reuse, by path, with their sizes.
     spares: Mutex<Vec<(PathBuf, u64)>>,
-    /// The newest entry appended (entries are numbered without gaps).
+    /// The newest entry appended (entries are numbered without gaps): the
+    /// writer reads it without the segment's lock.
     last_lsn: AtomicU64,
+    /// Readers of the history (backups) at work: no segment goes meanwhile.
+    holds: AtomicUsize,
+}
+
+/// While it lives, no segment of the journal is removed.
+pub struct HistoryHold<'j>(&'j Journal);
+
+impl Drop for HistoryHold<'_> {
+    fn drop(&mut self) {
+        self.0.holds.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Journal {
@@ -485,6 +535,7 @@ impl Journal {
             open: Mutex::new(HashMap::new()),
             spares: Mutex::new(spares),
             last_lsn: AtomicU64::new(0),
+            holds: AtomicUsize::new(0),
         })
     }
 
@@ -493,18 +544,36 @@ impl Journal {
         self.last_lsn.load(Ordering::Acquire)
     }
 
-    /// Numbers entries on from `lsn` (at open, after the replay found it).
-    pub fn resume_after(&self, lsn: u64) {
-        self.last_lsn.fetch_max(lsn, Ordering::AcqRel);
+    /// Numbers entries on after `last` (at open, after the replay found it).
+    pub fn resume_after(&self, last: LogPosition) {
         let mut current = self.current.lock();
-        current.last_lsn = current.last_lsn.max(lsn);
+        current.last = current.last.max(last);
+        self.last_lsn.store(current.last.lsn, Ordering::Release);
     }
 
-    /// Appends one group's records, whose last entry is `last_lsn` (none
-    /// for the compactor's moves); returns where the group starts. A
-    /// failed append leaves the segment as it was (a partial group is cut
-    /// off), or returns the error of the cut.
-    pub fn append(&self, group: &[u8], last_lsn: Option<u64>) -> io::Result<Location> {
+    /// Keeps every segment until the hold is dropped (a backup copies them).
+    pub fn hold_history(&self) -> HistoryHold<'_> {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+        HistoryHold(self)
+    }
+
+    /// Whether a [`HistoryHold`] is alive.
+    pub fn history_held(&self) -> bool {
+        self.holds.load(Ordering::Acquire) > 0
+    }
+
+    /// The segment being appended to, how far, and its newest entry: all
+    /// records below that length are whole.
+    pub fn current_end(&self) -> (u64, u64, LogPosition) {
+        let current = self.current.lock();
+        (current.number, current.len, current.last)
+    }
+
+    /// Appends one group's records, whose last entry is `last` (none for
+    /// the compactor's moves); returns where the group starts. A failed
+    /// append leaves the segment as it was (a partial group is cut off),
+    /// or returns the error of the cut.
+    pub fn append(&self, group: &[u8], last: Option<LogPosition>) -> io::Result<Location> {
         let mut segment = self.current.lock();
         let at = segment.len;
         let end = at + group.len() as u64;
@@ -517,9 +586,9 @@ impl Journal {
         }
         segment.len += group.len() as u64;
         self.bytes.fetch_add(group.len() as u64, Ordering::Relaxed);
-        if let Some(lsn) = last_lsn {
-            segment.last_lsn = lsn;
-            self.last_lsn.store(lsn, Ordering::Release);
+        if let Some(last) = last {
+            segment.last = last;
+            self.last_lsn.store(last.lsn, Ordering::Release);
         }
         Ok(Location {
             segment: segment.number,
@@ -565,7 +634,7 @@ impl Journal {
     /// Appends go to `next` from now on; returns the segment before it.
     pub fn switch(&self, mut next: NextSegment) -> Retired {
         let mut current = self.current.lock();
-        next.0.last_lsn = current.last_lsn;
+        next.0.last = current.last;
         let old = std::mem::replace(&mut *current, next.0);
         drop(current);
         self.older.lock().insert(
@@ -578,7 +647,7 @@ impl Journal {
         );
         Retired {
             number: old.number,
-            last_lsn: old.last_lsn,
+            last: old.last,
             file: old.file,
             len: old.len,
             reserved: old.reserved,
@@ -673,29 +742,7 @@ impl Journal {
         key: &[u8],
         value_len: usize,
     ) -> io::Result<Stored> {
-        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
-        if frame_len > MAX_FRAME {
-            return Err(corrupt());
-        }
-        let file = self.file(at.segment)?;
-        let mut frame = vec![0; frame_len];
-        file.read_exact_at(&mut frame, at.offset)?;
-        let (record, len) = decode(&frame, seed_of(at.segment)).ok_or_else(corrupt)?;
-        let record = match record {
-            Record::Put { key: found, record }
-            | Record::Move {
-                key: found, record, ..
-            } if len == frame_len && found == key => record,
-            _ => return Err(corrupt()),
-        };
-        if record.len() != super::record::HEADER_LEN + value_len {
-            return Err(corrupt());
-        }
-        let start = record.as_ptr() as usize - frame.as_ptr() as usize;
-        Ok(Stored {
-            range: start..start + record.len(),
-            frame,
-        })
+        read_stored(&*self.file(at.segment)?, at, frame_len, key, value_len)
     }
 
     fn file(&self, number: u64) -> io::Result<Arc<File>> {
@@ -730,6 +777,39 @@ impl Journal {
 }
 
 /// A stored record read from the value log.
+/// Reads `key`'s put or move of a `value_len`-byte value at `at` in
+/// segment `file` (`frame_len` bytes, framed), checking it is that.
+pub fn read_stored(
+    file: &File,
+    at: Location,
+    frame_len: usize,
+    key: &[u8],
+    value_len: usize,
+) -> io::Result<Stored> {
+    let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
+    if frame_len > MAX_FRAME {
+        return Err(corrupt());
+    }
+    let mut frame = vec![0; frame_len];
+    file.read_exact_at(&mut frame, at.offset)?;
+    let (record, len) = decode(&frame, seed_of(at.segment)).ok_or_else(corrupt)?;
+    let record = match record {
+        Record::Put { key: found, record }
+        | Record::Move {
+            key: found, record, ..
+        } if len == frame_len && found == key => record,
+        _ => return Err(corrupt()),
+    };
+    if record.len() != super::record::HEADER_LEN + value_len {
+        return Err(corrupt());
+    }
+    let start = record.as_ptr() as usize - frame.as_ptr() as usize;
+    Ok(Stored {
+        range: start..start + record.len(),
+        frame,
+    })
+}
+
 pub struct Stored {
     frame: Vec<u8>,
     range: std::ops::Range<usize>,
@@ -790,7 +870,7 @@ impl Segment {
         File::open(dir)?.sync_all()?;
         Ok(Segment {
             number,
-            last_lsn: 0,
+            last: LogPosition::default(),
             file: Arc::new(file),
             len: 0,
             reserved,
@@ -801,6 +881,11 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Entry `lsn` of a group appended at `lsn` µs.
+    fn lsn(lsn: u64) -> LogPosition {
+        LogPosition { lsn, micros: lsn }
+    }
 
     #[test]
     fn records_round_trip_and_a_torn_or_corrupt_one_ends_the_log() {
@@ -922,7 +1007,7 @@ mod tests {
         );
         let mut len = 0;
         while len <= PREALLOCATE {
-            journal.append(&group, Some(1)).unwrap();
+            journal.append(&group, Some(lsn(1))).unwrap();
             len += group.len() as u64;
         }
         assert!(allocated(1) >= len + PREALLOCATE - (1 << 20));
@@ -944,14 +1029,14 @@ mod tests {
         let journal = Journal::create(dir.path(), 7).unwrap();
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
-        journal.append(&group, Some(1)).unwrap();
+        journal.append(&group, Some(lsn(1))).unwrap();
         let next = journal.prepare().unwrap();
         let retired = journal.switch(next);
         retired.sync().unwrap();
-        assert_eq!((retired.number, retired.last_lsn), (7, 1));
+        assert_eq!((retired.number, retired.last), (7, lsn(1)));
         let mut second = Vec::new();
         encode(&mut second, Record::Flush(5), seed_of(8));
-        journal.append(&second, Some(2)).unwrap();
+        journal.append(&second, Some(lsn(2))).unwrap();
         let mut third = Vec::new();
         encode(&mut third, Record::Remove { key: b"a" }, seed_of(8));
         journal.append(&third, None).unwrap();
@@ -1009,7 +1094,7 @@ mod tests {
         );
         let mut fourth = Vec::new();
         encode(&mut fourth, Record::Flush(9), seed_of(9));
-        let at = journal.append(&fourth, Some(3)).unwrap();
+        let at = journal.append(&fourth, Some(lsn(3))).unwrap();
         assert_eq!(
             at,
             Location {
@@ -1048,7 +1133,7 @@ mod tests {
             },
             seed_of(1),
         );
-        let start = journal.append(&group, Some(2)).unwrap();
+        let start = journal.append(&group, Some(lsn(2))).unwrap();
         assert_eq!(
             start,
             Location {

@@ -25,7 +25,9 @@
 //! unacknowledged.
 
 mod ack;
+pub mod backup;
 mod dir_lock;
+pub mod history;
 mod identity;
 mod journal;
 mod marks;
@@ -33,6 +35,7 @@ mod pending;
 mod policy;
 mod record;
 mod resident;
+pub mod restore;
 mod retention;
 mod writer;
 
@@ -55,6 +58,7 @@ use crate::{
     StoreStats,
 };
 
+pub use journal::LogPosition;
 use pending::{Change, Pending, PendingWrites, Shard, MAX_CACHED_RECORD};
 pub use policy::SyncPolicy;
 use record::{
@@ -70,7 +74,7 @@ const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
 pub const MIN_LOGGED_VALUE: usize = 64;
 /// `meta` key: the newest journal segment whose writes LMDB holds.
 const JOURNAL_APPLIED: &[u8] = b"journal";
-/// `meta` key: the newest update-log entry LMDB holds (u64 LE).
+/// `meta` key: the newest update-log entry LMDB holds ([`LogPosition`]).
 const APPLIED_LSN: &[u8] = b"lsn";
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
@@ -106,6 +110,8 @@ pub struct DiskConfig {
     pub server_id: Option<u32>,
     /// How long and how much of the update log is kept once applied.
     pub log_retention: LogRetention,
+    /// A restore's replay: the entries after this LSN are not applied.
+    pub replay_until: Option<u64>,
 }
 
 impl DiskConfig {
@@ -122,6 +128,7 @@ impl DiskConfig {
             background_expiry: true,
             server_id: None,
             log_retention: LogRetention::default(),
+            replay_until: None,
         }
     }
 
@@ -378,9 +385,8 @@ impl DiskStore {
             .unwrap_or(0);
         let applied_lsn = meta
             .get(&txn, APPLIED_LSN)?
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
+            .and_then(LogPosition::decode)
+            .unwrap_or_default();
         txn.commit()?;
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
@@ -591,13 +597,19 @@ impl Inner {
             let mut txn = self.env.write_txn()?;
             let mut failed = None;
             let mut numbering = journal::Numbering::default();
-            let mut last_lsn = self.journal.last_lsn();
+            let mut last = self.journal.current_end().2;
             let records = journal::replay(path, *number, |record, offset| {
                 if failed.is_some() {
                     return;
                 }
-                if let Some((lsn, _)) = numbering.number(&record) {
-                    last_lsn = lsn;
+                if let Some((lsn, head)) = numbering.number(&record) {
+                    if self.config.replay_until.is_some_and(|until| lsn > until) {
+                        return;
+                    }
+                    last = LogPosition {
+                        lsn,
+                        micros: head.micros,
+                    };
                 }
                 let flushed_through = self.flushed_through.load(Ordering::Acquire);
                 let here = journal::Location {
@@ -647,9 +659,9 @@ impl Inner {
             File::open(path)
                 .and_then(|file| file.sync_data())
                 .map_err(OpenError::Journal)?;
-            self.put_meta(&mut txn, &mut counts, Some((*number, last_lsn)))?;
+            self.put_meta(&mut txn, &mut counts, Some((*number, last)))?;
             txn.commit()?;
-            self.journal.resume_after(last_lsn);
+            self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);
@@ -1337,6 +1349,11 @@ impl Store for DiskStore {
 
     fn engine_stats(&self) -> Vec<(&'static str, String)> {
         self.inner.engine_stats()
+    }
+
+    fn backup(&self, to: &Path, since: Option<&Path>) -> Result<String, String> {
+        let manifest = self.inner.backup(to, since).map_err(|e| e.to_string())?;
+        Ok(serde_json::to_string(&manifest).expect("a manifest serializes"))
     }
 
     fn take_ack_ticket(&self) -> Option<AckTicket> {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use heed::RwTxn;
 
-use super::journal::{self, GroupHead, Location, Record};
+use super::journal::{self, GroupHead, Location, LogPosition, Record};
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, FETCHED};
 use super::{Inner, LogRetention, SyncPolicy};
@@ -143,7 +143,7 @@ struct ApplyRound {
     /// The newest journal segment these writes came from.
     segment: u64,
     /// The newest entry in it.
-    lsn: u64,
+    last: LogPosition,
     /// A commit of it failed before.
     retried: bool,
 }
@@ -262,16 +262,37 @@ fn encode_group(
     group.clear();
     offsets.clear();
     journal::encode(group, Record::Group(head), seed);
-    if let Some(boundary) = flush {
-        journal::encode(group, Record::Flush(boundary), seed);
-    }
-    for (key, change) in batch.writes() {
-        let record = match change {
-            Pending::Put(record) => Record::Put { key, record },
-            Pending::Remove => Record::Remove { key },
-        };
-        offsets.push(group.len() as u64);
-        journal::encode(group, record, seed);
+    // In log order: the writes the flush covers (made before it), the
+    // flush, then the rest; `offsets` stays in the batch's order.
+    let covered = |change: &Pending<'_>| match (flush, change) {
+        (Some(boundary), Pending::Put(record)) => {
+            Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
+        }
+        _ => false,
+    };
+    offsets.resize(batch.writes().count(), 0);
+    let passes: &[bool] = if flush.is_some() {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    for &pass in passes {
+        if !pass {
+            if let Some(boundary) = flush {
+                journal::encode(group, Record::Flush(boundary), seed);
+            }
+        }
+        for (k, (key, change)) in batch.writes().enumerate() {
+            if covered(&change) != pass {
+                continue;
+            }
+            let record = match change {
+                Pending::Put(record) => Record::Put { key, record },
+                Pending::Remove => Record::Remove { key },
+            };
+            offsets[k] = group.len() as u64;
+            journal::encode(group, record, seed);
+        }
     }
 }
 
@@ -345,7 +366,10 @@ impl Inner {
             micros: unix_micros(),
             origin: self.server_id,
         };
-        let last_lsn = head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1;
+        let last = LogPosition {
+            lsn: head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1,
+            micros: head.micros,
+        };
         encode_group(group, &mut offsets, head, flush, &batch, segment);
         let mut logged = self.logged.lock();
         let current = self.journal.current_number();
@@ -356,7 +380,7 @@ impl Inner {
         let result = if self.poisoned.load(Ordering::Acquire) {
             Err(None)
         } else {
-            self.append(group, last_lsn).map_err(Some)
+            self.append(group, last).map_err(Some)
         };
         logged.through = through;
         match result {
@@ -420,8 +444,8 @@ impl Inner {
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
     /// Returns where the group starts.
-    fn append(&self, group: &[u8], last_lsn: u64) -> io::Result<Location> {
-        let start = self.journal.append(group, Some(last_lsn))?;
+    fn append(&self, group: &[u8], last: LogPosition) -> io::Result<Location> {
+        let start = self.journal.append(group, Some(last))?;
         if self.config.sync == SyncPolicy::Always {
             let started = Instant::now();
             self.journal.sync()?;
@@ -702,9 +726,12 @@ impl Inner {
     }
 
     /// The applied segments (up to `applied`) that the log's retention lets
-    /// go, oldest first. While the disk is full, history gives way to
-    /// writes: every applied segment.
+    /// go, oldest first: none while a backup holds the history. While the
+    /// disk is full, history gives way to writes: every applied segment.
     fn past_retention(&self, applied: u64) -> Vec<u64> {
+        if self.journal.history_held() {
+            return Vec::new();
+        }
         let retention = if self.out_of_space.load(Ordering::Acquire) {
             LogRetention::NOTHING
         } else {
@@ -756,25 +783,25 @@ impl Inner {
                 self.poisoned.store(true, Ordering::Release);
             }
             retired.release_unused();
-            (batch, flush, retired.number, retired.last_lsn)
+            (batch, flush, retired.number, retired.last)
         });
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let crawl = self.signals.crawl.lock().take();
         let mut round = retry.take();
-        if let Some((batch, flush, segment, lsn)) = taken {
+        if let Some((batch, flush, segment, last)) = taken {
             let round = round.get_or_insert_with(|| ApplyRound {
                 batches: Vec::new(),
                 flush: None,
                 segment,
-                lsn,
+                last,
                 retried: false,
             });
             round.batches.push(batch);
             round.flush = round.flush.max(flush);
             round.segment = segment;
-            round.lsn = lsn;
+            round.last = last;
         }
         let marks = self
             .marks
@@ -951,7 +978,7 @@ impl Inner {
         self.put_meta(
             &mut txn,
             &mut counts,
-            round.map(|round| (round.segment, round.lsn)),
+            round.map(|round| (round.segment, round.last)),
         )?;
         txn.commit()?;
         if let Some(round) = round {
@@ -1090,7 +1117,7 @@ impl Inner {
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
-        applied: Option<(u64, u64)>,
+        applied: Option<(u64, LogPosition)>,
     ) -> heed::Result<()> {
         let cas = self.last_cas.load(Ordering::Acquire);
         self.meta.put(txn, b"cas", &cas.to_le_bytes())?;
@@ -1104,10 +1131,10 @@ impl Inner {
                 }
             }
         }
-        if let Some((segment, lsn)) = applied {
+        if let Some((segment, last)) = applied {
             self.meta
                 .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
-            self.meta.put(txn, super::APPLIED_LSN, &lsn.to_le_bytes())?;
+            self.meta.put(txn, super::APPLIED_LSN, &last.encode())?;
         }
         Ok(())
     }

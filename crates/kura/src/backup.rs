@@ -1,0 +1,209 @@
+//! `kura backup` (hot backups of a running server, and their checks) and
+//! `kura restore` (a backup, or a chain of them, to a point in time).
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use kura_store::disk::backup::{self, BackupKind, Manifest};
+use kura_store::disk::history::LogPoint;
+use kura_store::disk::restore;
+
+use crate::log::{format_micros, parse_rfc3339, parse_unix_seconds};
+use crate::Failure;
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BackupArgs {
+    #[command(subcommand)]
+    command: Option<BackupCommand>,
+    #[command(flatten)]
+    take: TakeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum BackupCommand {
+    /// Check a backup, or the chain an incremental one ends: files and
+    /// checksums, one server, no entry missing from the snapshot on.
+    Verify {
+        /// The backup (the last of a chain).
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct TakeArgs {
+    /// The running server (its memcached port).
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    server: String,
+    /// Directory to write the backup into, on the server's machine (absent
+    /// or empty).
+    #[arg(long)]
+    to: Option<PathBuf>,
+    /// Copy only the update log written since the backup `--since` names.
+    #[arg(long, requires = "since")]
+    incremental: bool,
+    /// The backup an incremental one continues.
+    #[arg(long, requires = "incremental")]
+    since: Option<PathBuf>,
+}
+
+pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
+    if let Some(BackupCommand::Verify { dir }) = args.command {
+        return verify(&dir);
+    }
+    let take = args.take;
+    let Some(to) = take.to else {
+        return Err(Failure::Usage(
+            "backup: --to DIR is required (or `kura backup verify DIR`)".to_string(),
+        ));
+    };
+    let absolute = |path: &Path| {
+        std::path::absolute(path)
+            .with_context(|| format!("resolving {}", path.display()))
+            .map_err(Failure::Runtime)
+    };
+    let to = absolute(&to)?;
+    let since = take.since.as_deref().map(absolute).transpose()?;
+    for path in std::iter::once(&to).chain(&since) {
+        if path
+            .to_str()
+            .is_none_or(|text| text.contains(char::is_whitespace))
+        {
+            return Err(Failure::Usage(format!(
+                "backup: {} must be UTF-8 without spaces (it travels in a memcached command)",
+                path.display()
+            )));
+        }
+    }
+    let mut command = format!("backup {}", to.display());
+    if let Some(since) = &since {
+        command.push_str(&format!(" since {}", since.display()));
+    }
+    let reply = ask(&take.server, &command)?;
+    let manifest = match reply.strip_prefix("OK ") {
+        Some(json) => serde_json::from_str::<Manifest>(json)
+            .context("reading the server's manifest")
+            .map_err(Failure::Runtime)?,
+        None => {
+            return Err(Failure::Runtime(anyhow::anyhow!(
+                "the server refused the backup: {reply}"
+            )))
+        }
+    };
+    print_manifest(&to, &manifest);
+    Ok(())
+}
+
+/// Sends one command line and reads one reply line.
+fn ask(server: &str, command: &str) -> Result<String, Failure> {
+    let mut stream = TcpStream::connect(server)
+        .with_context(|| format!("connecting to {server}"))
+        .map_err(Failure::Runtime)?;
+    stream
+        .write_all(format!("{command}\r\n").as_bytes())
+        .with_context(|| format!("sending to {server}"))?;
+    let mut reply = String::new();
+    BufReader::new(stream)
+        .read_line(&mut reply)
+        .with_context(|| format!("reading the reply of {server}"))?;
+    if reply.is_empty() {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "{server} closed the connection without a reply"
+        )));
+    }
+    Ok(reply.trim_end().to_string())
+}
+
+fn print_manifest(dir: &Path, manifest: &Manifest) {
+    let bytes: u64 = manifest.files.iter().map(|f| f.bytes).sum();
+    let kind = match manifest.kind {
+        BackupKind::Full => "full",
+        BackupKind::Incremental => "incremental",
+    };
+    println!(
+        "{kind} backup of server {} in {}: entries {} to {} (last at {}), {} files, {bytes} bytes",
+        manifest.server_id,
+        dir.display(),
+        manifest.first_lsn,
+        manifest.last.lsn,
+        format_micros(manifest.last.micros),
+        manifest.files.len()
+    );
+    if let Some(snapshot) = manifest.snapshot {
+        println!(
+            "snapshot at LSN {} ({})",
+            snapshot.lsn,
+            format_micros(snapshot.micros)
+        );
+    }
+    if let Some(since) = &manifest.since {
+        println!("continues {}", since.display());
+    }
+}
+
+fn verify(dir: &Path) -> Result<(), Failure> {
+    let chain = backup::verify(dir).map_err(|e| Failure::Runtime(e.into()))?;
+    for (dir, manifest) in &chain.backups {
+        println!("ok\t{}", dir.display());
+        print_manifest(dir, manifest);
+    }
+    let (snapshot, last) = (chain.snapshot(), chain.last());
+    println!(
+        "restorable from LSN {} ({}) to LSN {} ({})",
+        snapshot.lsn,
+        format_micros(snapshot.micros),
+        last.lsn,
+        format_micros(last.micros)
+    );
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// A full backup, or the last incremental backup of a chain.
+    #[arg(long)]
+    from: PathBuf,
+    /// Restore the state at this instant: RFC 3339 (fractions allowed) or
+    /// Unix seconds.
+    #[arg(long, conflicts_with = "lsn")]
+    until: Option<String>,
+    /// Restore the state after this log entry.
+    #[arg(long)]
+    lsn: Option<u64>,
+    /// The data directory to create (absent or empty).
+    #[arg(long)]
+    to: PathBuf,
+}
+
+pub fn run_restore(args: RestoreArgs) -> Result<(), Failure> {
+    let until = match (&args.until, args.lsn) {
+        (Some(text), _) => Some(LogPoint::Micros(
+            parse_unix_seconds(text)
+                .or_else(|| parse_rfc3339(text))
+                .ok_or_else(|| {
+                    Failure::Usage(format!(
+                        "--until: {text:?} is neither an RFC 3339 time nor Unix seconds"
+                    ))
+                })?,
+        )),
+        (None, Some(lsn)) => Some(LogPoint::Lsn(lsn)),
+        (None, None) => None,
+    };
+    let report = restore::restore(&args.from, until, &args.to)
+        .map_err(|e| Failure::Runtime(anyhow::anyhow!("restore: {e}")))?;
+    println!(
+        "restored {} to LSN {} ({}); the backups hold LSN {} to {} ({})",
+        args.to.display(),
+        report.restored.lsn,
+        format_micros(report.restored.micros),
+        report.snapshot.lsn,
+        report.available.lsn,
+        format_micros(report.available.micros)
+    );
+    println!("serve it with: kura serve --dir {}", args.to.display());
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! `kura log`: the update log of a data directory or a backup, read from
+//! its files (the server may be running or not).
+
+use std::io::Write as _;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+
+use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
+
+use crate::Failure;
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    #[command(subcommand)]
+    command: LogCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum LogCommand {
+    /// Print entries one per line: LSN, time, origin, operation, key and
+    /// the rest, tab-separated (or JSON objects with --json).
+    Dump(DumpArgs),
+    /// The first and last entry (LSN and time), entries, bytes, segments.
+    Stats(StatsArgs),
+}
+
+#[derive(Args, Debug)]
+struct DumpArgs {
+    /// Data directory (or backup) whose log to read.
+    #[arg(long, default_value = "kura-data")]
+    dir: PathBuf,
+    /// First entry: an LSN, or a time (RFC 3339, or @ and Unix seconds).
+    #[arg(long)]
+    from: Option<String>,
+    /// Last entry: an LSN, or a time (RFC 3339, or @ and Unix seconds).
+    #[arg(long)]
+    until: Option<String>,
+    /// One JSON object per line; keys and values as text where they are
+    /// UTF-8, else in base64 under `key_base64` / `value_base64`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatsArgs {
+    /// Data directory (or backup) whose log to read.
+    #[arg(long, default_value = "kura-data")]
+    dir: PathBuf,
+    /// As one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: LogArgs) -> Result<(), Failure> {
+    match args.command {
+        LogCommand::Dump(args) => dump(args),
+        LogCommand::Stats(args) => stats(args),
+    }
+}
+
+/// `1234` is an LSN; `@1700000000.25` and `2026-11-25T06:00:00.5Z` are times.
+pub fn parse_point(text: &str, flag: &str) -> Result<LogPoint, Failure> {
+    if let Ok(lsn) = text.parse::<u64>() {
+        return Ok(LogPoint::Lsn(lsn));
+    }
+    let micros = match text.strip_prefix('@') {
+        Some(seconds) => parse_unix_seconds(seconds),
+        None => parse_rfc3339(text),
+    };
+    micros.map(LogPoint::Micros).ok_or_else(|| {
+        Failure::Usage(format!(
+            "{flag}: {text:?} is neither an LSN, an RFC 3339 time nor @<Unix seconds>"
+        ))
+    })
+}
+
+/// Unix seconds, with a fraction if any, as µs.
+pub fn parse_unix_seconds(text: &str) -> Option<u64> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let whole: u64 = whole.parse().ok()?;
+    if !fraction.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let digits: String = fraction
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(6)
+        .collect();
+    let micros: u64 = digits.parse().ok()?;
+    whole.checked_mul(1_000_000)?.checked_add(micros)
+}
+
+/// An RFC 3339 time (fractions of a second allowed) as µs since the epoch.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let time =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(time.unix_timestamp_nanos() / 1000).ok()
+}
+
+/// µs since the epoch as RFC 3339 in UTC, to the microsecond.
+pub fn format_micros(micros: u64) -> String {
+    let nanos = i128::from(micros) * 1000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|time| {
+            time.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("@{micros}µs"))
+}
+
+fn dump(args: DumpArgs) -> Result<(), Failure> {
+    let from = args
+        .from
+        .as_deref()
+        .map(|text| parse_point(text, "--from"))
+        .transpose()?;
+    let until = args
+        .until
+        .as_deref()
+        .map(|text| parse_point(text, "--until"))
+        .transpose()?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut broken = None;
+    let read = history::read(&args.dir, Values::Read, |entry| {
+        if from.is_some_and(|point| !point.starts_by(entry.lsn, entry.micros)) {
+            return ControlFlow::Continue(());
+        }
+        if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
+            return ControlFlow::Break(());
+        }
+        let line = match args.json {
+            true => json_line(entry),
+            false => text_line(entry),
+        };
+        match writeln!(out, "{line}") {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(error) => {
+                broken = Some(error);
+                ControlFlow::Break(())
+            }
+        }
+    });
+    read.with_context(|| format!("reading the log in {}", args.dir.display()))?;
+    match broken.map_or_else(|| out.flush(), Err) {
+        // `kura log dump | head` is fine.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other.context("writing the dump")?),
+    }
+}
+
+fn text_line(entry: &Entry) -> String {
+    let head = format!(
+        "{}\t{}\t{}",
+        entry.lsn,
+        format_micros(entry.micros),
+        entry.origin
+    );
+    match &entry.change {
+        Change::Set {
+            key,
+            flags,
+            expiry_unix,
+            cas,
+            value,
+        } => format!(
+            "{head}\tset\t{}\t{flags}\t{expiry_unix}\t{cas}\t{}",
+            escape(key),
+            value.as_deref().map_or("<not kept>".to_string(), escape)
+        ),
+        Change::Remove { key } => format!("{head}\tdelete\t{}", escape(key)),
+        Change::Flush { through_cas } => format!("{head}\tflush_all\t{through_cas}"),
+    }
+}
+
+/// Printable ASCII as it is; `\t`, `\n`, `\r`, `\\` and any other byte
+/// as an escape, so each entry stays on one greppable line.
+fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &byte in bytes {
+        match byte {
+            b'\\' => out.push_str("\\\\"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            0x20..=0x7e => out.push(byte as char),
+            _ => out.push_str(&format!("\\x{byte:02x}")),
+        }
+    }
+    out
+}
+
+fn json_line(entry: &Entry) -> String {
+    let mut object = serde_json::Map::new();
+    object.insert("lsn".into(), entry.lsn.into());
+    object.insert("time".into(), format_micros(entry.micros).into());
+    object.insert("micros".into(), entry.micros.into());
+    object.insert("origin".into(), entry.origin.into());
+    let mut bytes = |name: &str, bytes: &[u8]| match std::str::from_utf8(bytes) {
+        Ok(text) => {
+            object.insert(name.into(), text.into());
+        }
+        Err(_) => {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+            object.insert(format!("{name}_base64"), encoded.into());
+        }
+    };
+    match &entry.change {
+        Change::Set {
+            key,
+            flags,
+            expiry_unix,
+            cas,
+            value,
+        } => {
+            bytes("key", key);
+            match value {
+                Some(value) => bytes("value", value),
+                None => {
+                    object.insert("value".into(), serde_json::Value::Null);
+                }
+            }
+            object.insert("op".into(), "set".into());
+            object.insert("flags".into(), (*flags).into());
+            object.insert("expiry".into(), (*expiry_unix).into());
+            object.insert("cas".into(), (*cas).into());
+        }
+        Change::Remove { key } => {
+            bytes("key", key);
+            object.insert("op".into(), "delete".into());
+        }
+        Change::Flush { through_cas } => {
+            object.insert("op".into(), "flush_all".into());
+            object.insert("through_cas".into(), (*through_cas).into());
+        }
+    }
+    serde_json::Value::Object(object).to_string()
+}
+
+fn stats(args: StatsArgs) -> Result<(), Failure> {
+    let summary = history::read(&args.dir, Values::Skip, |_| ControlFlow::Continue(()))
+        .with_context(|| format!("reading the log in {}", args.dir.display()))?;
+    let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));
+    if args.json {
+        let json = serde_json::json!({
+            "segments": summary.segments,
+            "bytes": summary.bytes,
+            "entries": summary.entries,
+            "first_lsn": summary.first.map(|(lsn, _)| lsn),
+            "first_time": point(summary.first).map(|(_, time)| time),
+            "last_lsn": summary.last.map(|(lsn, _)| lsn),
+            "last_time": point(summary.last).map(|(_, time)| time),
+            "gaps": summary.gaps,
+        });
+        println!("{json}");
+        return Ok(());
+    }
+    println!("segments\t{}", summary.segments);
+    println!("bytes\t{}", summary.bytes);
+    println!("entries\t{}", summary.entries);
+    match (point(summary.first), point(summary.last)) {
+        (Some((first, first_time)), Some((last, last_time))) => {
+            println!("first\t{first}\t{first_time}");
+            println!("last\t{last}\t{last_time}");
+        }
+        _ => println!("first\t-\nlast\t-"),
+    }
+    if !summary.gaps.is_empty() {
+        println!("gaps\t{}", history::describe_ranges(&summary.gaps));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_read_as_lsns_unix_seconds_or_rfc3339() {
+        assert!(matches!(parse_point("42", "-"), Ok(LogPoint::Lsn(42))));
+        assert!(matches!(
+            parse_point("@1700000000.25", "-"),
+            Ok(LogPoint::Micros(1_700_000_000_250_000))
+        ));
+        assert!(matches!(
+            parse_point("2023-11-14T22:13:20.000001Z", "-"),
+            Ok(LogPoint::Micros(1_700_000_000_000_001))
+        ));
+        assert!(matches!(
+            parse_point("2023-11-15T07:13:20+09:00", "-"),
+            Ok(LogPoint::Micros(1_700_000_000_000_000))
+        ));
+        assert!(parse_point("yesterday", "-").is_err());
+        assert!(parse_point("@12x", "-").is_err());
+    }
+
+    #[test]
+    fn times_print_as_rfc3339_to_the_microsecond() {
+        assert_eq!(
+            format_micros(1_700_000_000_000_001),
+            "2023-11-14T22:13:20.000001Z"
+        );
+        assert_eq!(parse_rfc3339(&format_micros(1_234_567)), Some(1_234_567));
+    }
+
+    #[test]
+    fn escapes_keep_an_entry_on_one_line() {
+        assert_eq!(escape(b"a\tb\nc\\d\x01"), "a\\tb\\nc\\\\d\\x01");
+    }
+}

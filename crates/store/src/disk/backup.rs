@@ -1,0 +1,465 @@
+//! Hot backups, taken while the server serves. A backup is a directory:
+//!
+//! ```text
+//!  data.mdb           LMDB's compacting copy, at one LSN (full backups only)
+//!  journal-<n>.log    update-log segments, byte for byte as the server has
+//!                     them: the entries after that LSN, and the segments the
+//!                     copy's large values live in
+//!  manifest.json      written last: what the backup holds, with checksums
+//! ```
+//!
+//! An incremental backup holds only the segments with entries after the
+//! backup it continues (`since`), whose manifest it names. Segments are
+//! copied whole, not re-framed, so the log pointers of LMDB and of later
+//! entries stay valid; a segment copied again by a later backup has only
+//! grown. While a backup copies, no segment is removed ([`HistoryHold`]).
+//!
+//! [`HistoryHold`]: super::journal::HistoryHold
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use heed::types::Bytes;
+use heed::{CompactionOption, Database, EnvOpenOptions};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::history;
+use super::journal::{self, LogPosition, Numbering, Record};
+use super::record;
+use super::Inner;
+
+pub const MANIFEST: &str = "manifest.json";
+pub const DATA_FILE: &str = "data.mdb";
+/// The manifest's own format.
+const MANIFEST_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupKind {
+    Full,
+    Incremental,
+}
+
+/// What a backup holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub kind: BackupKind,
+    /// The server it was taken from.
+    pub server_id: u32,
+    /// When it was taken, µs since the Unix epoch.
+    pub created_micros: u64,
+    /// Full backups: the newest entry in the copy of LMDB.
+    pub snapshot: Option<LogPosition>,
+    /// Incremental backups: the backup this one continues.
+    pub since: Option<PathBuf>,
+    /// The first entry this backup adds (entries before it are in the
+    /// snapshot or in `since`).
+    pub first_lsn: u64,
+    /// The newest entry it holds: a restore without `--until` reaches it.
+    pub last: LogPosition,
+    pub files: Vec<FileSum>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileSum {
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("copying LMDB: {0}")]
+    Lmdb(#[from] heed::Error),
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> BackupError {
+    let context = context.into();
+    move |source| BackupError::Io { context, source }
+}
+
+/// Makes `to` an empty directory (refusing one that holds anything).
+pub fn empty_dir(to: &Path) -> Result<(), BackupError> {
+    match fs::read_dir(to) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(BackupError::Refused(format!(
+                    "{} is not empty",
+                    to.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(to).map_err(io_error(format!("creating {}", to.display())))
+        }
+        Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
+    }
+}
+
+impl Inner {
+    /// Writes a backup of this engine to `to` (a full one, or the log since
+    /// the backup in `since`), while writes go on.
+    pub(super) fn backup(&self, to: &Path, since: Option<&Path>) -> Result<Manifest, BackupError> {
+        let since = since.map(|dir| load(dir).map(|manifest| (dir, manifest)));
+        let since = since.transpose()?;
+        if let Some((dir, manifest)) = &since {
+            if manifest.server_id != self.server_id {
+                return Err(BackupError::Refused(format!(
+                    "{} is a backup of server {}, this is server {}",
+                    dir.display(),
+                    manifest.server_id,
+                    self.server_id
+                )));
+            }
+        }
+        empty_dir(to)?;
+        let _hold = self.journal.hold_history();
+        let created_micros = crate::clock::unix_micros();
+        let mut files = Vec::new();
+        // The snapshot first: the log copied after it covers every entry
+        // after the snapshot's LSN.
+        let (snapshot, wanted) = match &since {
+            None => {
+                let (snapshot, wanted) = self.copy_lmdb(to)?;
+                files.push(DATA_FILE.to_string());
+                (Some(snapshot), Wanted::Full(wanted))
+            }
+            Some((_, manifest)) => (None, Wanted::After(manifest.last.lsn)),
+        };
+        let (current, current_len, last) = self.journal.current_end();
+        let segments = journal::segments(&self.config.dir)
+            .map_err(io_error("listing the journal"))?
+            .into_iter()
+            .filter(|(number, _)| *number <= current);
+        let segments: Vec<(u64, PathBuf)> = segments.collect();
+        let first_lsn = match (&since, snapshot) {
+            (Some((_, manifest)), _) => manifest.last.lsn + 1,
+            (None, Some(snapshot)) => snapshot.lsn + 1,
+            (None, None) => unreachable!("a full backup has a snapshot"),
+        };
+        let chosen = match &wanted {
+            Wanted::Full((applied, pointed)) => segments
+                .iter()
+                .filter(|(number, _)| *number > *applied || pointed.contains(number))
+                .cloned()
+                .collect(),
+            Wanted::After(lsn) => segments_after(&segments, *lsn)?,
+        };
+        for (number, path) in &chosen {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let limit = (*number == current).then_some(current_len);
+            copy_file(path, &to.join(&name), limit)?;
+            files.push(name);
+        }
+        let missing = history::missing(to, first_lsn, last.lsn)
+            .map_err(io_error("reading the copied log"))?;
+        if !missing.is_empty() {
+            return Err(BackupError::Refused(format!(
+                "the log no longer holds entries {} (retention let them go); take a full backup",
+                history::describe_ranges(&missing)
+            )));
+        }
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            kind: match since {
+                None => BackupKind::Full,
+                Some(_) => BackupKind::Incremental,
+            },
+            server_id: self.server_id,
+            created_micros,
+            snapshot,
+            since: since
+                .map(|(dir, _)| fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())),
+            first_lsn,
+            last: last.max(snapshot.unwrap_or_default()),
+            files: files
+                .iter()
+                .map(|name| sum_file(&to.join(name), name))
+                .collect::<Result<_, _>>()?,
+        };
+        write_manifest(to, &manifest)?;
+        tracing::info!(to = %to.display(), kind = ?manifest.kind, last_lsn = manifest.last.lsn, "backup written");
+        Ok(manifest)
+    }
+
+    /// Copies LMDB into `to` (compacting); returns the copy's newest entry,
+    /// and the segments it needs: the applied one and those it points into.
+    fn copy_lmdb(&self, to: &Path) -> Result<(LogPosition, (u64, Vec<u64>)), BackupError> {
+        let path = to.join(DATA_FILE);
+        let mut file = File::create(&path).map_err(io_error("creating the copy of LMDB"))?;
+        self.env
+            .copy_to_file(&mut file, CompactionOption::Enabled)?;
+        file.sync_all()
+            .map_err(io_error("syncing the copy of LMDB"))?;
+        drop(file);
+        // What the copy holds is in its own meta table.
+        let meta = read_meta(to)?;
+        Ok((meta.applied, (meta.applied_segment, meta.pointed)))
+    }
+}
+
+enum Wanted {
+    /// The applied segment and those the snapshot points into.
+    Full((u64, Vec<u64>)),
+    /// The segments with entries after this LSN.
+    After(u64),
+}
+
+/// What a copy of LMDB's meta table says of the log.
+struct CopiedMeta {
+    applied: LogPosition,
+    applied_segment: u64,
+    pointed: Vec<u64>,
+}
+
+/// Reads the meta table of the LMDB file in `dir` (a backup's copy),
+/// leaving no lock file behind.
+fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
+    let mut options = EnvOpenOptions::new();
+    options.max_dbs(4);
+    // SAFETY: a copy no other environment has open, read and closed here.
+    #[allow(unsafe_code)]
+    let env = unsafe { options.open(dir)? };
+    let txn = env.read_txn()?;
+    let meta: Option<Database<Bytes, Bytes>> = env.open_database(&txn, Some("meta"))?;
+    let mut found = CopiedMeta {
+        applied: LogPosition::default(),
+        applied_segment: 0,
+        pointed: Vec::new(),
+    };
+    if let Some(meta) = meta {
+        if let Some(bytes) = meta.get(&txn, super::APPLIED_LSN)? {
+            found.applied = LogPosition::decode(bytes).unwrap_or_default();
+        }
+        if let Some(bytes) = meta.get(&txn, super::JOURNAL_APPLIED)? {
+            found.applied_segment = bytes.try_into().map(u64::from_le_bytes).unwrap_or(0);
+        }
+        for entry in meta.prefix_iter(&txn, b"log")? {
+            let (key, live) = entry?;
+            let live = live.try_into().map(u64::from_le_bytes).unwrap_or(0);
+            if let Some(segment) = record::log_live_segment(key).filter(|_| live > 0) {
+                found.pointed.push(segment);
+            }
+        }
+    }
+    drop(txn);
+    env.prepare_for_closing().wait();
+    let _ = fs::remove_file(dir.join("lock.mdb"));
+    Ok(found)
+}
+
+/// The segments from the one that holds entry `lsn + 1` on: an entry's
+/// group head says where its segment's numbering starts.
+fn segments_after(
+    segments: &[(u64, PathBuf)],
+    lsn: u64,
+) -> Result<Vec<(u64, PathBuf)>, BackupError> {
+    let mut start = None;
+    let mut oldest_first = None;
+    for (k, (number, path)) in segments.iter().enumerate() {
+        let Some(first) = first_lsn(path, *number).map_err(io_error("reading the journal"))? else {
+            continue;
+        };
+        oldest_first.get_or_insert(first);
+        if first <= lsn + 1 {
+            start = Some(k);
+        }
+    }
+    match (start, oldest_first) {
+        (Some(mut k), _) => {
+            // Segments of moves only, just before: later entries may point
+            // into them.
+            while k > 0
+                && first_lsn(&segments[k - 1].1, segments[k - 1].0)
+                    .map_err(io_error("reading the journal"))?
+                    .is_none()
+            {
+                k -= 1;
+            }
+            Ok(segments[k..].to_vec())
+        }
+        (None, Some(first)) => Err(BackupError::Refused(format!(
+            "the log no longer holds entries {}-{} (retention let them go); take a full backup",
+            lsn + 1,
+            first - 1
+        ))),
+        // No entry since: only segments without entries, if any.
+        (None, None) => Ok(segments.to_vec()),
+    }
+}
+
+/// The LSN of the first entry in segment `number`, if it has any.
+fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
+    let mut numbering = Numbering::default();
+    let mut first = None;
+    journal::replay(path, number, |record, _| {
+        if first.is_none() && !matches!(record, Record::Move { .. }) {
+            first = numbering.number(&record).map(|(lsn, _)| lsn);
+        }
+    })?;
+    Ok(first)
+}
+
+/// Copies `from` to `to` (up to `limit` bytes), durably.
+fn copy_file(from: &Path, to: &Path, limit: Option<u64>) -> Result<(), BackupError> {
+    let context = || format!("copying {} to {}", from.display(), to.display());
+    let source = File::open(from).map_err(io_error(context()))?;
+    let mut out = File::create(to).map_err(io_error(context()))?;
+    let mut source = source.take(limit.unwrap_or(u64::MAX));
+    io::copy(&mut source, &mut out).map_err(io_error(context()))?;
+    out.sync_all().map_err(io_error(context()))
+}
+
+fn sum_file(path: &Path, name: &str) -> Result<FileSum, BackupError> {
+    let mut file = File::open(path).map_err(io_error(format!("reading {}", path.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0; 1 << 20];
+    let mut bytes = 0;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(io_error(format!("reading {}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    let sha256 = hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    Ok(FileSum {
+        name: name.to_string(),
+        bytes,
+        sha256,
+    })
+}
+
+fn write_manifest(to: &Path, manifest: &Manifest) -> Result<(), BackupError> {
+    let text = serde_json::to_string_pretty(manifest).expect("a manifest serializes");
+    let path = to.join(MANIFEST);
+    let mut file = File::create(&path).map_err(io_error("writing the manifest"))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .and_then(|()| file.sync_all())
+        .and_then(|()| File::open(to)?.sync_all())
+        .map_err(io_error("writing the manifest"))
+}
+
+/// Reads the manifest of the backup in `dir`.
+pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
+    let path = dir.join(MANIFEST);
+    let text = fs::read_to_string(&path).map_err(|error| {
+        BackupError::Refused(format!(
+            "{} is not a complete backup: cannot read {}: {error}",
+            dir.display(),
+            path.display()
+        ))
+    })?;
+    let manifest: Manifest = serde_json::from_str(&text)
+        .map_err(|error| BackupError::Refused(format!("{}: {error}", path.display())))?;
+    if manifest.format != MANIFEST_FORMAT {
+        return Err(BackupError::Refused(format!(
+            "{}: manifest format {}, this kura reads format {MANIFEST_FORMAT}",
+            path.display(),
+            manifest.format
+        )));
+    }
+    Ok(manifest)
+}
+
+/// A backup and the ones it continues, full backup first.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    pub backups: Vec<(PathBuf, Manifest)>,
+}
+
+impl Chain {
+    /// The full backup's snapshot.
+    pub fn snapshot(&self) -> LogPosition {
+        self.backups[0].1.snapshot.unwrap_or_default()
+    }
+
+    /// The newest entry the chain holds.
+    pub fn last(&self) -> LogPosition {
+        self.backups.last().map(|(_, m)| m.last).unwrap_or_default()
+    }
+}
+
+/// Checks the backup in `dir` and every backup it continues: files and
+/// checksums, one server, the log contiguous from the snapshot on.
+pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
+    let mut backups = Vec::new();
+    let mut next = Some(dir.to_path_buf());
+    while let Some(dir) = next.take() {
+        if backups.len() > 10_000 || backups.iter().any(|(seen, _)| *seen == dir) {
+            return Err(BackupError::Refused(format!(
+                "{}: the chain of backups loops",
+                dir.display()
+            )));
+        }
+        let manifest = load(&dir)?;
+        for file in &manifest.files {
+            let found = sum_file(&dir.join(&file.name), &file.name)?;
+            if found != *file {
+                return Err(BackupError::Refused(format!(
+                    "{}: {} does not match its checksum",
+                    dir.display(),
+                    file.name
+                )));
+            }
+        }
+        let missing = history::missing(&dir, manifest.first_lsn, manifest.last.lsn)
+            .map_err(io_error(format!("reading the log in {}", dir.display())))?;
+        if !missing.is_empty() {
+            return Err(BackupError::Refused(format!(
+                "{}: the log lacks entries {}",
+                dir.display(),
+                history::describe_ranges(&missing)
+            )));
+        }
+        match (&manifest.kind, &manifest.since) {
+            (BackupKind::Full, _) if !manifest.files.iter().any(|f| f.name == DATA_FILE) => {
+                return Err(BackupError::Refused(format!(
+                    "{}: a full backup without {DATA_FILE}",
+                    dir.display()
+                )));
+            }
+            (BackupKind::Incremental, Some(since)) => next = Some(since.clone()),
+            (BackupKind::Incremental, None) => {
+                return Err(BackupError::Refused(format!(
+                    "{}: an incremental backup that names no earlier one",
+                    dir.display()
+                )));
+            }
+            (BackupKind::Full, _) => {}
+        }
+        backups.push((dir, manifest));
+    }
+    backups.reverse();
+    for pair in backups.windows(2) {
+        let ((older_dir, older), (newer_dir, newer)) = (&pair[0], &pair[1]);
+        if older.server_id != newer.server_id || newer.first_lsn != older.last.lsn + 1 {
+            return Err(BackupError::Refused(format!(
+                "{} does not continue {}: it starts at LSN {} of server {}, which ends at LSN {} of server {}",
+                newer_dir.display(),
+                older_dir.display(),
+                newer.first_lsn,
+                newer.server_id,
+                older.last.lsn,
+                older.server_id
+            )));
+        }
+    }
+    Ok(Chain { backups })
+}

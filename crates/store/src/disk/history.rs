@@ -1,0 +1,252 @@
+//! The update log read back: the entries a data directory or a backup
+//! holds, in LSN order, each with its time, origin and full value — what
+//! `kura log`, backups and restores read. It reads files only, so it works
+//! on a stopped server's directory, a backup, or a live one (the segment
+//! being appended ends at its last whole record).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use super::journal::{self, Numbering, Record};
+use super::record::{Header, LogPointer};
+
+/// One change kura acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub lsn: u64,
+    /// When its group was appended, in µs since the Unix epoch.
+    pub micros: u64,
+    /// The id of the server that took the write.
+    pub origin: u32,
+    pub change: Change,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The key's item as it is from here on (a set, add, append, incr,
+    /// touch… all leave the whole item).
+    Set {
+        key: Vec<u8>,
+        flags: u32,
+        /// Unix seconds; 0 never expires.
+        expiry_unix: u32,
+        cas: u64,
+        /// `None` when the value lives in a segment no longer kept.
+        value: Option<Vec<u8>>,
+    },
+    Remove {
+        key: Vec<u8>,
+    },
+    /// `flush_all`: every item with a CAS up to this is gone.
+    Flush {
+        through_cas: u64,
+    },
+}
+
+/// A point in the log: an LSN, or an instant (the entries of groups
+/// appended at or before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogPoint {
+    Lsn(u64),
+    /// µs since the Unix epoch.
+    Micros(u64),
+}
+
+impl LogPoint {
+    /// Whether the entry `lsn` of a group appended at `micros` is at or
+    /// before this point.
+    pub fn covers(&self, lsn: u64, micros: u64) -> bool {
+        match *self {
+            LogPoint::Lsn(last) => lsn <= last,
+            LogPoint::Micros(until) => micros <= until,
+        }
+    }
+
+    /// Whether the entry is at or after this point taken as a start.
+    pub fn starts_by(&self, lsn: u64, micros: u64) -> bool {
+        match *self {
+            LogPoint::Lsn(first) => lsn >= first,
+            LogPoint::Micros(from) => micros >= from,
+        }
+    }
+}
+
+/// What a read of the log found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub segments: usize,
+    pub bytes: u64,
+    pub entries: u64,
+    /// The first and last entry's LSN and time (µs).
+    pub first: Option<(u64, u64)>,
+    pub last: Option<(u64, u64)>,
+    /// LSN ranges between `first` and `last` that no segment holds.
+    pub gaps: Vec<(u64, u64)>,
+}
+
+/// Whether a read of the log reads the values of its sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    Read,
+    /// Every set's value is `None`: for counting and checking.
+    Skip,
+}
+
+/// Reads the entries of the segments in `dir`, oldest first, passing each
+/// to `visit` until it breaks. Values kept elsewhere in the log (an item
+/// touched, a value moved by compaction) are read from there.
+pub fn read(
+    dir: &Path,
+    values: Values,
+    mut visit: impl FnMut(&Entry) -> ControlFlow<()>,
+) -> io::Result<Summary> {
+    let segments = journal::segments(dir)?;
+    let mut summary = Summary {
+        segments: segments.len(),
+        ..Summary::default()
+    };
+    let mut reader = ValueReader::new(dir);
+    let mut stopped = false;
+    for (number, path) in &segments {
+        summary.bytes += std::fs::metadata(path)?.len();
+        if stopped {
+            continue;
+        }
+        let mut numbering = Numbering::default();
+        let mut failed = None;
+        journal::replay(path, *number, |record, _| {
+            if stopped || failed.is_some() {
+                return;
+            }
+            let Some((lsn, head)) = numbering.number(&record) else {
+                return;
+            };
+            let change = match record {
+                Record::Put { key, record } => match reader.change_of(key, record, values) {
+                    Ok(change) => change,
+                    Err(error) => {
+                        failed = Some(error);
+                        return;
+                    }
+                },
+                Record::Remove { key } => Change::Remove { key: key.to_vec() },
+                Record::Flush(through_cas) => Change::Flush { through_cas },
+                Record::Group(_) | Record::Move { .. } => return,
+            };
+            match summary.last {
+                Some((last, _)) if lsn != last + 1 => summary.gaps.push((last + 1, lsn - 1)),
+                _ => {}
+            }
+            summary.first.get_or_insert((lsn, head.micros));
+            summary.last = Some((lsn, head.micros));
+            summary.entries += 1;
+            let entry = Entry {
+                lsn,
+                micros: head.micros,
+                origin: head.origin,
+                change,
+            };
+            stopped = visit(&entry).is_break();
+        })?;
+        if let Some(error) = failed {
+            return Err(error);
+        }
+    }
+    Ok(summary)
+}
+
+/// Reads values where log pointers lead, keeping the segments open.
+struct ValueReader<'d> {
+    dir: &'d Path,
+    open: HashMap<u64, Option<File>>,
+}
+
+impl<'d> ValueReader<'d> {
+    fn new(dir: &'d Path) -> Self {
+        ValueReader {
+            dir,
+            open: HashMap::new(),
+        }
+    }
+
+    /// The change a journalled put of `record` under `key` makes.
+    fn change_of(&mut self, key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
+        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "a put without a header");
+        let (header, value) = Header::decode(record).ok_or_else(corrupt)?;
+        let value = match (values, LogPointer::of_stored(&header, value)) {
+            (Values::Skip, _) => None,
+            (Values::Read, None) => Some(value.to_vec()),
+            (Values::Read, Some(pointer)) => self.pointed(key, &pointer)?,
+        };
+        Ok(Change::Set {
+            key: key.to_vec(),
+            flags: header.flags,
+            expiry_unix: header.expiry_unix,
+            cas: header.cas,
+            value,
+        })
+    }
+
+    /// The value at `pointer`; `None` if its segment is gone.
+    fn pointed(&mut self, key: &[u8], pointer: &LogPointer) -> io::Result<Option<Vec<u8>>> {
+        let segment = pointer.at.segment;
+        let file = match self.open.entry(segment) {
+            std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let path = journal::segment_path(self.dir, segment);
+                slot.insert(match File::open(path) {
+                    Ok(file) => Some(file),
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+                    Err(error) => return Err(error),
+                })
+            }
+        };
+        let Some(file) = file else {
+            return Ok(None);
+        };
+        let stored = journal::read_stored(
+            file,
+            pointer.at,
+            pointer.frame_len as usize,
+            key,
+            pointer.value_len as usize,
+        )?;
+        Ok(Some(stored.value().to_vec()))
+    }
+}
+
+/// The LSNs from `first` through `last` that no segment in `dir` holds, as
+/// ranges (entries before `first` are older history and do not count).
+pub fn missing(dir: &Path, first: u64, last: u64) -> io::Result<Vec<(u64, u64)>> {
+    let mut expected = first;
+    let mut gaps = Vec::new();
+    read(dir, Values::Skip, |entry| {
+        if entry.lsn > last {
+            return ControlFlow::Break(());
+        }
+        if entry.lsn > expected {
+            gaps.push((expected, entry.lsn - 1));
+        }
+        expected = expected.max(entry.lsn + 1);
+        ControlFlow::Continue(())
+    })?;
+    if expected <= last {
+        gaps.push((expected, last));
+    }
+    Ok(gaps)
+}
+
+/// `12-15, 20`: LSN ranges for a message.
+pub fn describe_ranges(ranges: &[(u64, u64)]) -> String {
+    ranges
+        .iter()
+        .map(|&(first, last)| match first == last {
+            true => first.to_string(),
+            false => format!("{first}-{last}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,225 @@
+//! Point-in-time restore: a chain of backups becomes a new data directory
+//! holding the state at one point of the log.
+//!
+//! The full backup's copy of LMDB and every segment of the chain are
+//! copied in; the engine's own replay then applies the entries after the
+//! snapshot up to the point and no further ([`DiskConfig::replay_until`]).
+//! Last, the restored directory lets go of the log: values kept in it are
+//! put into LMDB and the segments deleted, so the restored server's log
+//! starts after the point, with no entries of the timeline it left.
+//!
+//! [`DiskConfig::replay_until`]: super::DiskConfig::replay_until
+
+use std::fs::{self, File};
+use std::io;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use heed::types::Bytes;
+use heed::{Database, EnvOpenOptions};
+
+use super::backup::{self, BackupError, DATA_FILE};
+use super::history::{self, LogPoint, Values};
+use super::journal::{self, LogPosition};
+use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
+use super::{DiskConfig, DiskStore};
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// The full backup's snapshot.
+    pub snapshot: LogPosition,
+    /// The newest entry the restored directory holds.
+    pub restored: LogPosition,
+    /// The newest entry the backups held.
+    pub available: LogPosition,
+}
+
+/// Restores the backup in `from` (a full one, or the last of a chain) into
+/// the empty or absent directory `to`, up to `until` (all of it if `None`).
+pub fn restore(
+    from: &Path,
+    until: Option<LogPoint>,
+    to: &Path,
+) -> Result<RestoreReport, BackupError> {
+    let chain = backup::verify(from)?;
+    let snapshot = chain.snapshot();
+    let available = chain.last();
+    let refuse = |message: String| Err(BackupError::Refused(message));
+    match until {
+        Some(LogPoint::Lsn(lsn)) if lsn < snapshot.lsn => {
+            return refuse(format!(
+                "LSN {lsn} is before the full backup's snapshot (LSN {}); restore from an earlier full backup",
+                snapshot.lsn
+            ));
+        }
+        Some(LogPoint::Lsn(lsn)) if lsn > available.lsn => {
+            return refuse(format!(
+                "the backups hold entries up to LSN {}; entries {} are missing",
+                available.lsn,
+                history::describe_ranges(&[(available.lsn + 1, lsn)])
+            ));
+        }
+        Some(LogPoint::Micros(micros)) if micros < snapshot.micros => {
+            return refuse(format!(
+                "that instant is before the full backup's snapshot (LSN {} at {} µs); restore from an earlier full backup",
+                snapshot.lsn, snapshot.micros
+            ));
+        }
+        _ => {}
+    }
+    backup::empty_dir(to)?;
+    let result = restore_into(&chain, snapshot, until, to);
+    if result.is_err() {
+        // Leave nothing a server could start on by mistake.
+        let _ = fs::remove_dir_all(to);
+    }
+    result.map(|restored| RestoreReport {
+        snapshot,
+        restored,
+        available,
+    })
+}
+
+fn restore_into(
+    chain: &backup::Chain,
+    snapshot: LogPosition,
+    until: Option<LogPoint>,
+    to: &Path,
+) -> Result<LogPosition, BackupError> {
+    let io_error = |context: String| move |source| BackupError::Io { context, source };
+    let (full, _) = &chain.backups[0];
+    fs::copy(full.join(DATA_FILE), to.join(DATA_FILE)).map_err(io_error(format!(
+        "copying {}",
+        full.join(DATA_FILE).display()
+    )))?;
+    // Oldest backup first: a segment copied again later has only grown.
+    for (dir, manifest) in &chain.backups {
+        for file in manifest.files.iter().filter(|f| f.name != DATA_FILE) {
+            fs::copy(dir.join(&file.name), to.join(&file.name)).map_err(io_error(format!(
+                "copying {}",
+                dir.join(&file.name).display()
+            )))?;
+        }
+    }
+    let target =
+        target_of(to, snapshot, until).map_err(io_error("reading the restored log".to_string()))?;
+    let missing = history::missing(to, snapshot.lsn + 1, target.lsn)
+        .map_err(io_error("reading the restored log".to_string()))?;
+    if !missing.is_empty() {
+        return Err(BackupError::Refused(format!(
+            "the backups lack entries {}",
+            history::describe_ranges(&missing)
+        )));
+    }
+    let store = DiskStore::open(DiskConfig {
+        replay_until: Some(target.lsn),
+        background_expiry: false,
+        ..DiskConfig::new(to)
+    })
+    .map_err(|error| BackupError::Refused(format!("replaying the log: {error}")))?;
+    drop(store);
+    forget_log(to)?;
+    Ok(target)
+}
+
+/// The newest entry at or before `until` (from the snapshot on, the
+/// longest prefix of the log whose groups are all at or before it).
+fn target_of(
+    dir: &Path,
+    snapshot: LogPosition,
+    until: Option<LogPoint>,
+) -> io::Result<LogPosition> {
+    let mut target = snapshot;
+    history::read(dir, Values::Skip, |entry| {
+        if entry.lsn <= snapshot.lsn {
+            return ControlFlow::Continue(());
+        }
+        if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
+            return ControlFlow::Break(());
+        }
+        target = LogPosition {
+            lsn: entry.lsn,
+            micros: entry.micros,
+        };
+        ControlFlow::Continue(())
+    })?;
+    Ok(target)
+}
+
+/// Puts every value LMDB keeps in the log into LMDB itself, then deletes
+/// the log's segments: the restored directory starts a new history.
+fn forget_log(dir: &Path) -> Result<(), BackupError> {
+    let io_error = |source| BackupError::Io {
+        context: "reading a value from the restored log".to_string(),
+        source,
+    };
+    let mut options = EnvOpenOptions::new();
+    options.max_dbs(4).map_size(DiskConfig::new(dir).map_size);
+    // SAFETY: the restored directory; the engine that replayed it is closed.
+    #[allow(unsafe_code)]
+    let env = unsafe { options.open(dir)? };
+    let mut txn = env.write_txn()?;
+    let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
+    let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
+    let mut pointed = Vec::new();
+    for entry in items.iter(&txn)? {
+        let (key, stored) = entry?;
+        if let Some((header, value)) = Header::decode(stored) {
+            if let Some(pointer) = LogPointer::of_stored(&header, value) {
+                pointed.push((key.to_vec(), header, pointer));
+            }
+        }
+    }
+    let mut open: Option<(u64, File)> = None;
+    for (key, header, pointer) in pointed {
+        let segment = pointer.at.segment;
+        if open.as_ref().is_none_or(|(number, _)| *number != segment) {
+            let file = File::open(journal::segment_path(dir, segment)).map_err(io_error)?;
+            open = Some((segment, file));
+        }
+        let (_, file) = open.as_ref().expect("opened above");
+        let value = journal::read_stored(
+            file,
+            pointer.at,
+            pointer.frame_len as usize,
+            &key,
+            pointer.value_len as usize,
+        )
+        .map_err(io_error)?;
+        let inline = Header {
+            bits: header.bits & !IN_LOG,
+            ..header
+        };
+        let keyed = Keyed::encode(&key, &inline, &[value.value()]);
+        items.put(&mut txn, &key, keyed.record())?;
+    }
+    let log_keys: Vec<Vec<u8>> = meta
+        .prefix_iter(&txn, b"log")?
+        .filter_map(|entry| entry.ok())
+        .filter(|(key, _)| record::log_live_segment(key).is_some())
+        .map(|(key, _)| key.to_vec())
+        .collect();
+    for key in log_keys {
+        meta.delete(&mut txn, &key)?;
+    }
+    txn.commit()?;
+    env.force_sync()?;
+    env.prepare_for_closing().wait();
+    let segments = journal::segments(dir).map_err(|source| BackupError::Io {
+        context: "listing the restored log".to_string(),
+        source,
+    })?;
+    for (_, path) in segments {
+        fs::remove_file(&path).map_err(|source| BackupError::Io {
+            context: format!("removing {}", path.display()),
+            source,
+        })?;
+    }
+    for spare in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if spare.file_name().to_string_lossy().starts_with("spare-") {
+            let _ = fs::remove_file(spare.path());
+        }
+    }
+    Ok(())
+}

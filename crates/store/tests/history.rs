@@ -1,0 +1,286 @@
+//! The disk engine's update log read back, backed up and restored, in
+//! process (the end-to-end test with a real server is `kura`'s
+//! `tests/restore.rs`).
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use kura_store::disk::backup;
+use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
+use kura_store::disk::restore;
+use kura_store::{
+    DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, SyncPolicy,
+};
+
+fn open(dir: &Path) -> DiskStore {
+    DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::Batch,
+        reserve_bytes: 0,
+        ..DiskConfig::new(dir)
+    })
+    .expect("opens")
+}
+
+fn store(store: &DiskStore, mode: StoreMode, key: &[u8], value: &[u8], flags: u32) {
+    store.store(&StoreCommand {
+        mode,
+        key,
+        value,
+        flags,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    });
+    // One group per change: each is an entry of its own.
+    store.wait_for_commit();
+}
+
+fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
+    let mut found = None;
+    store.get(key, &GetOptions::default(), &mut |item| {
+        found = Some((item.value.to_vec(), item.flags))
+    });
+    found
+}
+
+fn entries(dir: &Path) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    history::read(dir, Values::Read, |entry| {
+        entries.push(entry.clone());
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    entries
+}
+
+fn set_value(entry: &Entry) -> Option<(&[u8], &[u8], u32)> {
+    match &entry.change {
+        Change::Set {
+            key, value, flags, ..
+        } => Some((key, value.as_deref()?, *flags)),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_change_is_an_entry_numbered_without_gaps_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let large = vec![b'L'; 4096];
+    {
+        let engine = open(dir.path());
+        store(&engine, StoreMode::Set, b"small", b"v1", 1);
+        store(&engine, StoreMode::Set, b"large", &large, 2);
+        let expiry = engine.clock().from_unix(2_000_000_000);
+        assert!(engine.touch(b"large", expiry));
+        engine.wait_for_commit();
+        store(&engine, StoreMode::Append, b"small", b"+a", 0);
+    }
+    {
+        let engine = open(dir.path());
+        engine.delete(b"small", &DeleteCommand::default());
+        engine.wait_for_commit();
+        engine.flush_all(0);
+        engine.wait_for_commit();
+        store(&engine, StoreMode::Set, b"after", b"x", 3);
+    }
+    let server_id: u32 = std::fs::read_to_string(dir.path().join("server-id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let entries = entries(dir.path());
+    let lsns: Vec<u64> = entries.iter().map(|e| e.lsn).collect();
+    assert_eq!(lsns, (1..=7).collect::<Vec<_>>(), "{entries:#?}");
+    assert!(entries.iter().all(|e| e.origin == server_id));
+    assert!(entries.windows(2).all(|w| w[0].micros <= w[1].micros));
+    assert_eq!(set_value(&entries[0]), Some((&b"small"[..], &b"v1"[..], 1)));
+    assert_eq!(set_value(&entries[1]), Some((&b"large"[..], &large[..], 2)));
+    // The touch logs the whole item, its value read where the log keeps it.
+    assert_eq!(set_value(&entries[2]), Some((&b"large"[..], &large[..], 2)));
+    assert!(matches!(
+        entries[2].change,
+        Change::Set {
+            expiry_unix: 2_000_000_000,
+            ..
+        }
+    ));
+    assert_eq!(
+        set_value(&entries[3]),
+        Some((&b"small"[..], &b"v1+a"[..], 1))
+    );
+    assert_eq!(
+        entries[4].change,
+        Change::Remove {
+            key: b"small".to_vec()
+        }
+    );
+    assert!(matches!(entries[5].change, Change::Flush { .. }));
+    assert_eq!(set_value(&entries[6]), Some((&b"after"[..], &b"x"[..], 3)));
+}
+
+/// Backs `engine` up into `to`, incrementally when `since` is given.
+fn backup(engine: &DiskStore, to: &Path, since: Option<&Path>) -> backup::Manifest {
+    let json = engine.backup(to, since).expect("backup");
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn restores_reach_exactly_the_entry_asked_and_a_chain_equals_a_full_backup() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = open(&data);
+    let large = vec![b'Z'; 3000];
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    store(&engine, StoreMode::Set, b"big", &large, 0);
+    let full = work.path().join("full");
+    let manifest = backup(&engine, &full, None);
+    assert_eq!(
+        manifest.snapshot.map(|s| s.lsn).unwrap() + 1,
+        manifest.first_lsn
+    );
+    store(&engine, StoreMode::Set, b"a", b"2", 0); // 3
+    engine.delete(b"big", &DeleteCommand::default()); // 4
+    engine.wait_for_commit();
+    store(&engine, StoreMode::Set, b"a", b"3", 0); // 5
+    let incremental = work.path().join("incremental");
+    let manifest = backup(&engine, &incremental, Some(&full));
+    assert_eq!((manifest.first_lsn, manifest.last.lsn), (3, 5));
+    let whole = work.path().join("whole");
+    backup(&engine, &whole, None);
+    drop(engine);
+
+    let expect = [
+        (2, Some(&b"1"[..]), true),
+        (3, Some(&b"2"[..]), true),
+        (4, Some(&b"2"[..]), false),
+        (5, Some(&b"3"[..]), false),
+    ];
+    for (lsn, a, big) in expect {
+        let to = work.path().join(format!("at-{lsn}"));
+        let report = restore::restore(&incremental, Some(LogPoint::Lsn(lsn)), &to).unwrap();
+        assert_eq!(report.restored.lsn, lsn);
+        let restored = open(&to);
+        assert_eq!(
+            get(&restored, b"a").map(|f| f.0),
+            a.map(<[u8]>::to_vec),
+            "at {lsn}"
+        );
+        assert_eq!(get(&restored, b"big").is_some(), big, "at {lsn}");
+        drop(restored);
+        assert!(
+            entries(&to).is_empty(),
+            "a restored directory starts a new history"
+        );
+    }
+    let chained = work.path().join("chained");
+    restore::restore(&incremental, None, &chained).unwrap();
+    let single = work.path().join("single");
+    restore::restore(&whole, None, &single).unwrap();
+    let (chained, single) = (open(&chained), open(&single));
+    for key in [&b"a"[..], b"big"] {
+        assert_eq!(get(&chained, key), get(&single, key));
+    }
+    // A restored server numbers its own entries on from the point.
+    store(&chained, StoreMode::Set, b"new", b"n", 0);
+    drop(chained);
+    let dir = work.path().join("chained");
+    assert_eq!(
+        entries(&dir).iter().map(|e| e.lsn).collect::<Vec<_>>(),
+        vec![6]
+    );
+}
+
+#[test]
+fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = open(&data);
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.path().join("full");
+    let manifest = backup(&engine, &full, None);
+    let snapshot = manifest.snapshot.unwrap().lsn;
+    for n in 0..3 {
+        store(&engine, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
+    }
+    let incremental = work.path().join("incremental");
+    let manifest = backup(&engine, &incremental, Some(&full));
+    drop(engine);
+
+    // Past the end of the chain.
+    let beyond = manifest.last.lsn + 2;
+    let error = restore::restore(
+        &incremental,
+        Some(LogPoint::Lsn(beyond)),
+        &work.path().join("r1"),
+    )
+    .unwrap_err()
+    .to_string();
+    let wanted = format!("entries {}-{beyond} are missing", manifest.last.lsn + 1);
+    assert!(error.contains(&wanted), "{error}");
+    assert!(!work.path().join("r1").exists());
+
+    // A segment lost from the incremental backup (its manifest agreeing).
+    let lost = manifest
+        .files
+        .iter()
+        .find(|f| f.name.starts_with("journal-"))
+        .unwrap()
+        .name
+        .clone();
+    std::fs::remove_file(incremental.join(&lost)).unwrap();
+    let mut edited = manifest.clone();
+    edited.files.retain(|f| f.name != lost);
+    std::fs::write(
+        incremental.join(backup::MANIFEST),
+        serde_json::to_string(&edited).unwrap(),
+    )
+    .unwrap();
+    let error = restore::restore(&incremental, None, &work.path().join("r2"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("lacks entries"), "{error}");
+    assert!(error.contains(&format!("{}", snapshot + 1)), "{error}");
+}
+
+#[test]
+fn a_damaged_backup_fails_verification() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.path().join("full");
+    backup(&engine, &full, None);
+    drop(engine);
+    backup::verify(&full).unwrap();
+    let data = full.join(backup::DATA_FILE);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&data, bytes).unwrap();
+    let error = backup::verify(&full).unwrap_err().to_string();
+    assert!(error.contains("does not match its checksum"), "{error}");
+}
+
+#[test]
+fn a_data_directory_of_an_unknown_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    {
+        let mut options = heed::EnvOpenOptions::new();
+        options.max_dbs(4).map_size(64 << 20);
+        // SAFETY: the engine that had it open is closed.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.open(dir.path()).unwrap() };
+        let mut txn = env.write_txn().unwrap();
+        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
+            env.create_database(&mut txn, Some("meta")).unwrap();
+        meta.put(&mut txn, b"format", &99u32.to_le_bytes()).unwrap();
+        txn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let error = DiskStore::open(DiskConfig::new(dir.path()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(error.contains("format 99"), "{error}");
+    assert_eq!(error.lines().count(), 1);
+}
