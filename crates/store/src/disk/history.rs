@@ -137,7 +137,14 @@ pub fn read(
                 Record::Group(_) | Record::Move { .. } => return,
             };
             match summary.last {
-                Some((last, _)) if lsn != last + 1 => summary.gaps.push((last + 1, lsn - 1)),
+                Some((last, _)) if lsn <= last => {
+                    failed = Some(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("entry {lsn} follows entry {last} in segment {number}: the log is damaged"),
+                    ));
+                    return;
+                }
+                Some((last, _)) if lsn > last + 1 => summary.gaps.push((last + 1, lsn - 1)),
                 _ => {}
             }
             summary.first.get_or_insert((lsn, head.micros));
@@ -207,6 +214,18 @@ impl<'d> ValueReader<'d> {
         let Some(file) = file else {
             return Ok(None);
         };
+        // The log may be damaged: a pointer must not make the read
+        // allocate past the file it names.
+        let end = pointer
+            .at
+            .offset
+            .saturating_add(u64::from(pointer.frame_len));
+        if end > file.metadata()?.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a log pointer past the end of segment {segment}"),
+            ));
+        }
         let stored = journal::read_stored(
             file,
             pointer.at,
@@ -230,7 +249,7 @@ pub fn missing(dir: &Path, first: u64, last: u64) -> io::Result<Vec<(u64, u64)>>
         if entry.lsn > expected {
             gaps.push((expected, entry.lsn - 1));
         }
-        expected = expected.max(entry.lsn + 1);
+        expected = expected.max(entry.lsn.saturating_add(1));
         ControlFlow::Continue(())
     })?;
     if expected <= last {

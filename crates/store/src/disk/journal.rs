@@ -180,8 +180,9 @@ impl Numbering {
             return None;
         }
         let head = self.head.filter(|_| record.is_entry())?;
-        self.next += 1;
-        Some((self.next - 1, head))
+        let lsn = self.next;
+        self.next = lsn.saturating_add(1);
+        Some((lsn, head))
     }
 }
 

@@ -34,6 +34,8 @@ mod marks;
 mod pending;
 mod policy;
 mod record;
+#[cfg(test)]
+mod replay_fuzz;
 mod resident;
 pub mod restore;
 mod retention;
