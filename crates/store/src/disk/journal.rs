@@ -30,7 +30,7 @@
 //!
 //! [`record::LogPointer`]: super::record::LogPointer
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -485,6 +485,8 @@ pub struct Journal {
     last_lsn: AtomicU64,
     /// Readers of the history (backups) at work: no segment goes meanwhile.
     holds: AtomicUsize,
+    /// Segments whose pages were given back to the page cache.
+    uncached: Mutex<BTreeSet<u64>>,
 }
 
 /// While it lives, no segment of the journal is removed.
@@ -537,6 +539,7 @@ impl Journal {
             spares: Mutex::new(spares),
             last_lsn: AtomicU64::new(0),
             holds: AtomicUsize::new(0),
+            uncached: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -550,6 +553,24 @@ impl Journal {
         let mut current = self.current.lock();
         current.last = current.last.max(last);
         self.last_lsn.store(current.last.lsn, Ordering::Release);
+    }
+
+    /// Gives the page cache back the pages of segment `number`, once: it is
+    /// history nothing points into, read from disk if at all, and its pages
+    /// serve new appends instead of memory never touched before. The
+    /// segment must be on disk (a dirty page is not dropped).
+    pub fn uncache(&self, number: u64) {
+        if !self.uncached.lock().insert(number) {
+            return;
+        }
+        if let Ok(file) = File::open(segment_path(&self.dir, number)) {
+            let _ = nix::fcntl::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            );
+        }
     }
 
     /// Keeps every segment until the hold is dropped (a backup copies them).
@@ -665,6 +686,7 @@ impl Journal {
         // Under the lock that opens files, so no reader caches it after.
         let mut open = self.open.lock();
         open.remove(&number);
+        self.uncached.lock().remove(&number);
         let path = segment_path(&self.dir, number);
         if !self.keep_as_spare(&path) {
             fs::remove_file(&path)?;

@@ -706,12 +706,13 @@ impl Inner {
         Ok(group.len() as u64)
     }
 
-    /// Deletes the segments up to `applied` that LMDB, as it is on disk,
-    /// does not point into; the next commit forgets their counts.
+    /// Deletes the segments up to `applied` past retention that LMDB, as it
+    /// is on disk, does not point into (the next commit forgets their
+    /// counts); those retention keeps leave the page cache.
     pub(super) fn remove_dead_segments(&self, applied: u64) {
         let past = self.past_retention(applied);
         let mut counts = self.committed_counts.lock();
-        for segment in past {
+        for &segment in &past {
             if counts.log.of(segment) != 0 {
                 continue;
             }
@@ -721,6 +722,12 @@ impl Inner {
                     tracing::warn!(%error, segment, "cannot remove a journal segment");
                     return;
                 }
+            }
+        }
+        for segment in self.journal.older_segments() {
+            let kept = segment.number <= applied && !past.contains(&segment.number);
+            if kept && counts.log.of(segment.number) == 0 {
+                self.journal.uncache(segment.number);
             }
         }
     }
