@@ -1598,7 +1598,7 @@ impl Inner {
                 u8::from(self.out_of_space.load(Ordering::Relaxed)).to_string(),
             ),
             (
-                "disk_write_refused",
+                "disk_poisoned",
                 u8::from(self.poisoned.load(Ordering::Relaxed)).to_string(),
             ),
             (
