@@ -7,6 +7,7 @@ pub mod clock;
 pub mod counter;
 pub mod disk;
 pub mod memory;
+pub mod semantics;
 mod sweep;
 pub mod warm;
 

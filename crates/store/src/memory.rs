@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 
 use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
+use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
 use crate::sweep::SweepPace;
 use crate::{
     ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
@@ -255,6 +256,17 @@ impl Slot {
 
     fn has(&self, bit: u8) -> bool {
         self.bits & bit != 0
+    }
+
+    /// What memcached's decisions read of the item.
+    fn current(&self) -> Current<'_> {
+        Current {
+            value: self.value(),
+            flags: self.flags,
+            cas: self.cas,
+            stale: self.has(STALE),
+            win_sent: self.has(WIN_SENT),
+        }
     }
 }
 
@@ -803,7 +815,8 @@ impl MemoryStore {
         }
     }
 
-    fn view<'a>(&self, slot: &'a Slot, now: u32) -> ItemView<'a> {
+    /// What a read sees of `slot`; `won`: this read took its recache token.
+    fn view<'a>(&self, slot: &'a Slot, now: u32, won: bool) -> ItemView<'a> {
         ItemView {
             key: slot.key(),
             value: slot.value(),
@@ -813,9 +826,32 @@ impl MemoryStore {
             fetched_before: slot.has(FETCHED),
             idle_seconds: now.saturating_sub(slot.last_access),
             stale: slot.has(STALE),
-            won: false,
-            win_taken: slot.has(WIN_SENT),
+            won,
+            win_taken: slot.has(WIN_SENT) && !won,
         }
+    }
+
+    /// The slot a plan writes, in place of `old` (whose expiry `Keep` keeps).
+    fn slot_for(
+        &self,
+        hash: u64,
+        key: &[u8],
+        write: &Write<'_>,
+        old: Option<&Slot>,
+        now: u32,
+    ) -> Slot {
+        let expiry = match write.expiry {
+            Expiry::At(expiry) => expiry,
+            Expiry::Keep => old.map_or(0, |old| old.expiry),
+        };
+        let mut slot = self.new_slot(hash, key, &write.parts, write.flags, expiry, now);
+        if write.stale {
+            slot.bits |= STALE;
+        }
+        if write.win_sent {
+            slot.bits |= WIN_SENT;
+        }
+        slot
     }
 }
 
@@ -840,15 +876,11 @@ impl Store for MemoryStore {
             let Some(expiry) = options.vivify else {
                 return false;
             };
-            let mut slot = self.new_slot(hash, key, &[], 0, expiry, now);
-            slot.bits |= WIN_SENT;
+            let slot = self.slot_for(hash, key, &semantics::vivified(expiry), None, now);
             if !self.admit(&mut shard, slot.charge(), slot.charge()) {
                 return false;
             }
-            let mut view = self.view(&slot, now);
-            view.won = true;
-            view.win_taken = false;
-            visit(&view);
+            visit(&self.view(&slot, now, true));
             let cas = self.put(&mut shard, None, slot);
             drop(shard);
             self.enforce_limit(Some(cas));
@@ -859,23 +891,12 @@ impl Store for MemoryStore {
             slot.expiry = expiry;
             self.sweep_pace.note(expiry);
         }
-        let mut view_won = false;
-        if !slot.has(WIN_SENT) {
-            let ttl = crate::clock::ttl_at(slot.expiry, now);
-            let recache = options
-                .recache_below
-                .is_some_and(|below| ttl != -1 && ttl < below);
-            if slot.has(STALE) || recache {
-                slot.bits |= WIN_SENT;
-                view_won = true;
-            }
+        let ttl = crate::clock::ttl_at(slot.expiry, now);
+        let won = semantics::wins_recache(&slot.current(), ttl, options.recache_below);
+        if won {
+            slot.bits |= WIN_SENT;
         }
-        let mut view = self.view(slot, now);
-        if view_won {
-            view.won = true;
-            view.win_taken = false;
-        }
-        visit(&view);
+        visit(&self.view(slot, now, won));
         match (options.no_bump, self.strict_lru) {
             (true, _) => {}
             (false, true) => shard.note_read_strictly(i, now),
@@ -891,46 +912,19 @@ impl Store for MemoryStore {
         let found = self.lookup(&mut shard, hash, command.key, now);
         let reuses_expired = matches!(found, Lookup::Dead(_));
         let existing = found.live();
-        let mut stale = false;
-        if let (Some(i), Some(cas)) = (existing, command.compare_cas) {
-            let current = shard.slots[i as usize].cas;
-            if cas != current {
-                if command.stale_if_older && cas < current {
-                    stale = true;
-                } else {
-                    return StoreOutcome::Exists;
+        let current = existing.map(|i| shard.slots[i as usize].current());
+        let slot = match semantics::plan_store(command, current) {
+            StorePlan::Refuse(outcome) => {
+                if let (StoreMode::Add, Some(i)) = (command.mode, existing) {
+                    // memcached bumps the item a failed add found.
+                    shard.bump(i);
                 }
+                return outcome;
             }
-        }
-        let slot = match (command.mode, existing) {
-            (StoreMode::Add, Some(i)) => {
-                shard.bump(i);
-                return StoreOutcome::NotStored;
+            StorePlan::Write(write) => {
+                let old = existing.map(|i| &shard.slots[i as usize]);
+                self.slot_for(hash, command.key, &write, old, now)
             }
-            (StoreMode::Set, None) if command.compare_cas.is_some() => {
-                return StoreOutcome::NotFound
-            }
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                return StoreOutcome::NotStored
-            }
-            (StoreMode::Append | StoreMode::Prepend, Some(i)) => {
-                let old = &shard.slots[i as usize];
-                let parts: [&[u8]; 2] = if command.mode == StoreMode::Append {
-                    [old.value(), command.value]
-                } else {
-                    [command.value, old.value()]
-                };
-                let (flags, expiry) = (old.flags, old.expiry);
-                self.new_slot(hash, command.key, &parts, flags, expiry, now)
-            }
-            _ => self.new_slot(
-                hash,
-                command.key,
-                &[command.value],
-                command.flags,
-                command.expiry,
-                now,
-            ),
         };
         let freed = existing.map_or(0, |i| shard.slots[i as usize].charge());
         if !self.admit(
@@ -939,15 +933,6 @@ impl Store for MemoryStore {
             slot.charge().saturating_sub(freed),
         ) {
             return StoreOutcome::OutOfMemory;
-        }
-        let mut slot = slot;
-        if stale {
-            // A value older than the item's replaces it but keeps its expiry
-            // and whether its recache token was handed out (memcached's
-            // CAS_STALE): it is still stale, and nobody else may win.
-            let old = &shard.slots[existing.expect("a stale store replaces an item") as usize];
-            slot.expiry = old.expiry;
-            slot.bits |= STALE | (old.bits & WIN_SENT);
         }
         let class = usize::from(slot.class);
         let cas = self.put(&mut shard, existing, slot);
@@ -964,30 +949,25 @@ impl Store for MemoryStore {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
-        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
-            return DeleteOutcome::NotFound;
-        };
-        if command
-            .compare_cas
-            .is_some_and(|cas| cas != shard.slots[i as usize].cas)
-        {
-            return DeleteOutcome::Exists;
-        }
-        match command.invalidate {
-            Some(new_expiry) => {
+        let found = self.find_live(&mut shard, hash, key, now);
+        let current = found.map(|i| shard.slots[i as usize].current());
+        match (semantics::plan_delete(command, current), found) {
+            (DeletePlan::Refuse(outcome), _) => return outcome,
+            (DeletePlan::Invalidate(expiry), Some(i)) => {
                 let cas = self.next_cas();
                 let slot = &mut shard.slots[i as usize];
                 slot.cas = cas;
                 slot.bits = (slot.bits | STALE) & !WIN_SENT;
-                if let Some(expiry) = new_expiry {
+                if let Expiry::At(expiry) = expiry {
                     slot.expiry = expiry;
                     self.sweep_pace.note(expiry);
                 }
             }
-            None => {
+            (DeletePlan::Remove, Some(i)) => {
                 let charge = shard.remove(i, Removal::Deleted);
                 self.used.fetch_sub(charge, Ordering::Relaxed);
             }
+            (_, None) => unreachable!("a plan for a missing item refuses"),
         }
         DeleteOutcome::Deleted
     }
@@ -996,48 +976,44 @@ impl Store for MemoryStore {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
-        let Some(i) = self.find_live(&mut shard, hash, key, now) else {
-            let Some((initial, expiry)) = command.vivify else {
-                return ArithOutcome::NotFound;
-            };
-            let mut digits = Vec::with_capacity(20);
-            crate::counter::push(&mut digits, initial);
-            let slot = self.new_slot(hash, key, &[&digits], 0, expiry, now);
-            if !self.admit(&mut shard, slot.charge(), slot.charge()) {
-                return ArithOutcome::OutOfMemory;
+        let found = self.find_live(&mut shard, hash, key, now);
+        let current = found.map(|i| shard.slots[i as usize].current());
+        let (value, digits, expiry) = match semantics::plan_arith(command, current) {
+            ArithPlan::Refuse(outcome) => return outcome,
+            ArithPlan::Create {
+                value,
+                digits,
+                expiry,
+            } => {
+                let slot = self.new_slot(hash, key, &[&digits], 0, expiry, now);
+                if !self.admit(&mut shard, slot.charge(), slot.charge()) {
+                    return ArithOutcome::OutOfMemory;
+                }
+                let cas = self.put(&mut shard, None, slot);
+                drop(shard);
+                self.enforce_limit(Some(cas));
+                return ArithOutcome::Value {
+                    value,
+                    cas,
+                    ttl: crate::clock::ttl_at(expiry, now),
+                    created: true,
+                };
             }
-            let ttl = crate::clock::ttl_at(expiry, now);
-            let cas = self.put(&mut shard, None, slot);
-            drop(shard);
-            self.enforce_limit(Some(cas));
-            return ArithOutcome::Value {
-                value: initial,
-                cas,
-                ttl,
-                created: true,
-            };
+            ArithPlan::Update {
+                value,
+                digits,
+                expiry,
+            } => (value, digits, expiry),
         };
+        let i = found.expect("an update has an item");
         let old = &shard.slots[i as usize];
-        if command.compare_cas.is_some_and(|cas| cas != old.cas) {
-            return ArithOutcome::Exists;
-        }
-        let Some(current) = crate::counter::parse(old.value()) else {
-            return ArithOutcome::NonNumeric;
+        let expiry = match expiry {
+            Expiry::Keep => old.expiry,
+            Expiry::At(expiry) => expiry,
         };
-        let value = if command.decrement {
-            current.saturating_sub(command.delta)
-        } else {
-            current.wrapping_add(command.delta)
-        };
-        let mut digits = Vec::with_capacity(20);
-        crate::counter::push(&mut digits, value);
         let cas = self.next_cas();
-        let old_len = old.value().len();
-        let expiry = command.touch.unwrap_or(old.expiry);
-        if digits.len() <= old_len {
-            // memcached rewrites in place and pads a shorter number with
-            // spaces, keeping the item's length.
-            digits.resize(old_len, b' ');
+        if digits.len() == old.value().len() {
+            // memcached rewrites a counter of the same length in place.
             let slot = &mut shard.slots[i as usize];
             let key_len = usize::from(slot.key_len);
             slot.data[key_len..].copy_from_slice(&digits);
@@ -1048,10 +1024,10 @@ impl Store for MemoryStore {
             slot.bits |= FETCHED;
             shard.bump(i);
         } else {
-            let flags = old.flags;
+            let (flags, bits) = (old.flags, old.bits);
             let mut slot = self.new_slot(hash, key, &[&digits], flags, expiry, now);
             slot.cas = cas;
-            slot.bits |= FETCHED;
+            slot.bits |= FETCHED | (bits & (STALE | WIN_SENT));
             let grown = slot.charge() - shard.slots[i as usize].charge();
             if !self.admit(&mut shard, slot.charge(), grown) {
                 return ArithOutcome::OutOfMemory;

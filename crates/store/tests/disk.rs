@@ -108,20 +108,6 @@ fn an_item_stored_already_expired_is_found_expired() {
 }
 
 #[test]
-fn flush_now_and_later() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path(), SyncPolicy::Batch);
-    set(&store, b"a", b"1", 0);
-    store.flush_all(0);
-    assert!(get(&store, b"a").is_none());
-    set(&store, b"b", b"1", 0);
-    store.flush_all(5);
-    assert!(get(&store, b"b").is_some());
-    store.clock().advance(6);
-    assert!(get(&store, b"b").is_none());
-}
-
-#[test]
 fn a_crawl_removes_the_expired_items_of_the_classes_asked() {
     let dir = tempfile::tempdir().unwrap();
     let store = DiskStore::open(DiskConfig {

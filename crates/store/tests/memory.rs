@@ -1,9 +1,10 @@
-//! The memory engine through the `Store` trait, without sockets.
+//! What only the memory engine does: eviction, LRU, the sweep, memory
+//! limits. memcached's semantics, shared with the disk engine, are tested in
+//! `semantics.rs`.
 
 use kura_store::memory::ITEM_OVERHEAD;
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, MemoryConfig,
-    MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
+    GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
 };
 
 fn store_with_limit(limit_bytes: usize) -> MemoryStore {
@@ -41,96 +42,6 @@ fn get(store: &dyn Store, key: &[u8]) -> Option<Vec<u8>> {
         value = Some(item.value.to_vec())
     });
     value
-}
-
-fn cas_of(store: &dyn Store, key: &[u8]) -> u64 {
-    let mut cas = 0;
-    store.get(key, &GetOptions::default(), &mut |item| cas = item.cas);
-    cas
-}
-
-#[test]
-fn set_get_replace_delete() {
-    let store = store_with_limit(1 << 20);
-    assert!(matches!(
-        set(&store, b"k", b"one"),
-        StoreOutcome::Stored { .. }
-    ));
-    assert_eq!(get(&store, b"k").as_deref(), Some(&b"one"[..]));
-    set(&store, b"k", b"two");
-    assert_eq!(get(&store, b"k").as_deref(), Some(&b"two"[..]));
-    assert_eq!(
-        store.delete(b"k", &DeleteCommand::default()),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        store.delete(b"k", &DeleteCommand::default()),
-        DeleteOutcome::NotFound
-    );
-    assert_eq!(get(&store, b"k"), None);
-    assert_eq!(store.stats().curr_items, 0);
-}
-
-#[test]
-fn cas_values_are_unique_and_checked() {
-    let store = store_with_limit(1 << 20);
-    set(&store, b"a", b"1");
-    set(&store, b"b", b"1");
-    let (a, b) = (cas_of(&store, b"a"), cas_of(&store, b"b"));
-    assert_ne!(a, b);
-    let with_cas = |cas| StoreCommand {
-        mode: StoreMode::Set,
-        key: b"a",
-        value: b"2",
-        flags: 0,
-        expiry: 0,
-        compare_cas: Some(cas),
-        stale_if_older: false,
-    };
-    assert_eq!(store.store(&with_cas(a + 100)), StoreOutcome::Exists);
-    assert!(matches!(store.store(&with_cas(a)), StoreOutcome::Stored { cas } if cas > b));
-    assert_eq!(store.store(&with_cas(a)), StoreOutcome::Exists);
-    let missing = StoreCommand {
-        key: b"zz",
-        ..with_cas(1)
-    };
-    assert_eq!(store.store(&missing), StoreOutcome::NotFound);
-}
-
-#[test]
-fn add_replace_append_prepend() {
-    let store = store_with_limit(1 << 20);
-    let command = |mode, value: &'static [u8]| StoreCommand {
-        mode,
-        key: b"k",
-        value,
-        flags: 7,
-        expiry: 0,
-        compare_cas: None,
-        stale_if_older: false,
-    };
-    assert_eq!(
-        store.store(&command(StoreMode::Replace, b"x")),
-        StoreOutcome::NotStored
-    );
-    assert_eq!(
-        store.store(&command(StoreMode::Append, b"x")),
-        StoreOutcome::NotStored
-    );
-    assert!(matches!(
-        store.store(&command(StoreMode::Add, b"mid")),
-        StoreOutcome::Stored { .. }
-    ));
-    assert_eq!(
-        store.store(&command(StoreMode::Add, b"x")),
-        StoreOutcome::NotStored
-    );
-    store.store(&command(StoreMode::Append, b">"));
-    store.store(&command(StoreMode::Prepend, b"<"));
-    assert_eq!(get(&store, b"k").as_deref(), Some(&b"<mid>"[..]));
-    let mut flags = 0;
-    store.get(b"k", &GetOptions::default(), &mut |item| flags = item.flags);
-    assert_eq!(flags, 7);
 }
 
 #[test]
@@ -412,28 +323,6 @@ fn the_sweep_runs_only_once_something_can_have_expired() {
 }
 
 #[test]
-fn flush_now_and_later() {
-    let store = store_with_limit(1 << 20);
-    set(&store, b"a", b"1");
-    store.flush_all(0);
-    assert!(get(&store, b"a").is_none());
-    set(&store, b"b", b"1");
-    assert!(
-        get(&store, b"b").is_some(),
-        "items stored after a flush live"
-    );
-    store.flush_all(5);
-    assert!(get(&store, b"b").is_some(), "a delayed flush waits");
-    store.clock().advance(6);
-    assert!(get(&store, b"b").is_none());
-    set(&store, b"c", b"1");
-    assert!(get(&store, b"c").is_some());
-    let stats = store.stats();
-    assert_eq!(stats.get_flushed, 2, "reads of a and b found them flushed");
-    assert_eq!(stats.get_expired, 0);
-}
-
-#[test]
 fn hash_power_level_grows_as_memcached_grows_its_table_and_never_shrinks() {
     let store = store_with_limit(64 << 20);
     assert_eq!(store.stats().hash_power_level, 16);
@@ -448,112 +337,6 @@ fn hash_power_level_grows_as_memcached_grows_its_table_and_never_shrinks() {
     store.flush_all(0);
     store.maintain();
     assert_eq!(store.stats().hash_power_level, 17);
-}
-
-#[test]
-fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
-    let store = store_with_limit(1 << 20);
-    let arith = |decrement, delta| ArithCommand {
-        decrement,
-        delta,
-        ..ArithCommand::default()
-    };
-    assert_eq!(store.arith(b"n", &arith(false, 1)), ArithOutcome::NotFound);
-    set(&store, b"n", b"100");
-    assert!(matches!(
-        store.arith(b"n", &arith(true, 1)),
-        ArithOutcome::Value { value: 99, .. }
-    ));
-    assert_eq!(get(&store, b"n").as_deref(), Some(&b"99 "[..]));
-    assert!(matches!(
-        store.arith(b"n", &arith(true, 1000)),
-        ArithOutcome::Value { value: 0, .. }
-    ));
-    set(&store, b"n", b"18446744073709551615");
-    assert!(matches!(
-        store.arith(b"n", &arith(false, 2)),
-        ArithOutcome::Value { value: 1, .. }
-    ));
-    set(&store, b"n", b"9");
-    assert!(matches!(
-        store.arith(b"n", &arith(false, 1)),
-        ArithOutcome::Value { value: 10, .. }
-    ));
-    assert_eq!(get(&store, b"n").as_deref(), Some(&b"10"[..]));
-    set(&store, b"s", b"abc");
-    assert_eq!(
-        store.arith(b"s", &arith(false, 1)),
-        ArithOutcome::NonNumeric
-    );
-    let vivify = ArithCommand {
-        vivify: Some((10, 0)),
-        ..arith(false, 1)
-    };
-    assert!(matches!(
-        store.arith(b"new", &vivify),
-        ArithOutcome::Value { value: 10, .. }
-    ));
-}
-
-#[test]
-fn vivify_on_miss_and_recache_wins_once() {
-    let store = store_with_limit(1 << 20);
-    let vivify = GetOptions {
-        vivify: Some(store.clock().expiry(30)),
-        ..GetOptions::default()
-    };
-    let mut seen = Vec::new();
-    store.get(b"k", &vivify, &mut |item| {
-        seen.push((item.won, item.win_taken, item.value.len()))
-    });
-    store.get(b"k", &vivify, &mut |item| {
-        seen.push((item.won, item.win_taken, item.value.len()))
-    });
-    assert_eq!(seen, [(true, false, 0), (false, true, 0)]);
-
-    store.store(&StoreCommand {
-        mode: StoreMode::Set,
-        key: b"r",
-        value: b"hi",
-        flags: 0,
-        expiry: store.clock().expiry(20),
-        compare_cas: None,
-        stale_if_older: false,
-    });
-    let recache = GetOptions {
-        recache_below: Some(30),
-        ..GetOptions::default()
-    };
-    let mut wins = Vec::new();
-    for _ in 0..2 {
-        store.get(b"r", &recache, &mut |item| {
-            wins.push((item.won, item.win_taken))
-        });
-    }
-    assert_eq!(wins, [(true, false), (false, true)]);
-}
-
-#[test]
-fn invalidated_items_are_stale_until_replaced() {
-    let store = store_with_limit(1 << 20);
-    set(&store, b"k", b"hi");
-    let before = cas_of(&store, b"k");
-    let invalidate = DeleteCommand {
-        invalidate: Some(None),
-        ..DeleteCommand::default()
-    };
-    assert_eq!(store.delete(b"k", &invalidate), DeleteOutcome::Deleted);
-    let mut seen = Vec::new();
-    for _ in 0..2 {
-        store.get(b"k", &GetOptions::default(), &mut |item| {
-            seen.push((item.stale, item.won, item.win_taken, item.cas > before))
-        });
-    }
-    assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
-    set(&store, b"k", b"fresh");
-    store.get(b"k", &GetOptions::default(), &mut |item| {
-        assert!(!item.stale)
-    });
 }
 
 #[test]

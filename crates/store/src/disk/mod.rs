@@ -54,6 +54,7 @@ use parking_lot::Mutex;
 
 use crate::classes::SizeClasses;
 use crate::clock::{Clock, ExpiryTime};
+use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
 use crate::{
     AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand,
     DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
@@ -931,12 +932,8 @@ impl Inner {
                 let Some(expiry) = options.vivify else {
                     return (Decision::Keep, false);
                 };
-                let header = Header {
-                    flags: 0,
-                    expiry_unix: self.to_unix(expiry),
-                    cas: self.next_cas(),
-                    bits: WIN_SENT,
-                };
+                let write = semantics::vivified(expiry);
+                let header = self.header_for(&write, None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                 visit(&self.view(key, &header, &[], true));
                 return (Decision::Put(Keyed::encode(key, &header, &[])), true);
@@ -945,16 +942,10 @@ impl Inner {
             if let Some(expiry) = options.touch {
                 header.expiry_unix = self.to_unix(expiry);
             }
-            let mut won = false;
-            if !header.has(WIN_SENT) {
-                let ttl = self.ttl(header.expiry_unix);
-                let recache = options
-                    .recache_below
-                    .is_some_and(|below| ttl != -1 && ttl < below);
-                if header.has(STALE) || recache {
-                    header.bits |= WIN_SENT;
-                    won = true;
-                }
+            let ttl = self.ttl(header.expiry_unix);
+            let won = semantics::wins_recache(&current(&old, value), ttl, options.recache_below);
+            if won {
+                header.bits |= WIN_SENT;
             }
             // The reader sees the old state with the new expiry.
             let seen = Header {
@@ -974,66 +965,44 @@ impl Inner {
             return Ok(self.set_blind(command));
         }
         self.modify(command.key, |existing, reused| {
-            let mut stale = false;
-            if let (Some((old, _)), Some(cas)) = (&existing, command.compare_cas) {
-                if cas != old.cas {
-                    if command.stale_if_older && cas < old.cas {
-                        stale = true;
-                    } else {
-                        return (Decision::Keep, StoreOutcome::Exists);
-                    }
-                }
-            }
-            let refused = match (command.mode, &existing) {
-                (StoreMode::Add, Some(_)) => Some(StoreOutcome::NotStored),
-                (StoreMode::Set, None) if command.compare_cas.is_some() => {
-                    Some(StoreOutcome::NotFound)
-                }
-                (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                    Some(StoreOutcome::NotStored)
-                }
-                _ => None,
+            let current = existing.map(|(old, value)| current(&old, value));
+            let write = match semantics::plan_store(command, current) {
+                StorePlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                StorePlan::Write(write) => write,
             };
-            if let Some(outcome) = refused {
-                return (Decision::Keep, outcome);
-            }
-            let cas = self.next_cas();
-            // A value older than the item's replaces it but keeps its expiry
-            // and whether its recache token was handed out (memcached's
-            // CAS_STALE): it is still stale, and nobody else may win.
-            let (bits, kept_expiry) = match (&existing, stale) {
-                (Some((old, _)), true) => (STALE | (old.bits & WIN_SENT), Some(old.expiry_unix)),
-                _ => (0, None),
-            };
-            let decision = match (command.mode, existing) {
-                (StoreMode::Append | StoreMode::Prepend, Some((old, value))) => {
-                    let parts: [&[u8]; 2] = if command.mode == StoreMode::Append {
-                        [value, command.value]
-                    } else {
-                        [command.value, value]
-                    };
-                    let header = Header { cas, bits, ..old };
-                    Decision::Put(Keyed::encode(command.key, &header, &parts))
-                }
-                // An item stored already expired (a negative or past
-                // exptime) is kept as memcached keeps it: reads find it
-                // expired (get_expired) and the sweep removes it.
-                (_, _) => {
-                    let header = Header {
-                        flags: command.flags,
-                        expiry_unix: kept_expiry.unwrap_or_else(|| self.to_unix(command.expiry)),
-                        cas,
-                        bits,
-                    };
-                    Decision::Put(Keyed::encode(command.key, &header, &[command.value]))
-                }
-            };
+            // An item stored already expired (a negative or past exptime)
+            // is kept as memcached keeps it: reads find it expired
+            // (get_expired) and the sweep removes it.
+            let header = self.header_for(&write, existing.map(|(old, _)| old));
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
             if reused {
-                self.note_reclaimed(self.class_of(command.key, command.value.len()), 1);
+                self.note_reclaimed(self.class_of(command.key, write.value_len()), 1);
             }
-            (decision, StoreOutcome::Stored { cas })
+            let decision = Decision::Put(Keyed::encode(command.key, &header, &write.parts));
+            (decision, StoreOutcome::Stored { cas: header.cas })
         })
+    }
+
+    /// The header of the item a plan writes in place of `old`, with a new
+    /// CAS.
+    fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
+        let expiry_unix = match write.expiry {
+            Expiry::At(expiry) => self.to_unix(expiry),
+            Expiry::Keep => old.map_or(0, |old| old.expiry_unix),
+        };
+        let mut bits = 0;
+        if write.stale {
+            bits |= STALE;
+        }
+        if write.win_sent {
+            bits |= WIN_SENT;
+        }
+        Header {
+            flags: write.flags,
+            expiry_unix,
+            cas: self.next_cas(),
+            bits,
+        }
     }
 
     /// A plain `set` replaces whatever is there, so it skips reading the
@@ -1058,23 +1027,25 @@ impl Inner {
 
     fn delete(&self, key: &[u8], command: &DeleteCommand) -> Result<DeleteOutcome, WriteFailed> {
         self.modify(key, |existing, _| {
-            let Some((old, value)) = existing else {
-                return (Decision::Keep, DeleteOutcome::NotFound);
-            };
-            if command.compare_cas.is_some_and(|cas| cas != old.cas) {
-                return (Decision::Keep, DeleteOutcome::Exists);
-            }
-            let decision = match command.invalidate {
-                Some(new_expiry) => {
+            let current = existing.map(|(old, value)| current(&old, value));
+            let decision = match (semantics::plan_delete(command, current), existing) {
+                (DeletePlan::Refuse(outcome), _) => return (Decision::Keep, outcome),
+                (DeletePlan::Remove, _) => Decision::Remove,
+                (DeletePlan::Invalidate(expiry), Some((old, value))) => {
                     let header = Header {
                         cas: self.next_cas(),
                         bits: (old.bits | STALE) & !WIN_SENT,
-                        expiry_unix: new_expiry.map_or(old.expiry_unix, |e| self.to_unix(e)),
+                        expiry_unix: match expiry {
+                            Expiry::Keep => old.expiry_unix,
+                            Expiry::At(expiry) => self.to_unix(expiry),
+                        },
                         ..old
                     };
                     Decision::Put(Keyed::encode(key, &header, &[value]))
                 }
-                None => Decision::Remove,
+                (DeletePlan::Invalidate(_), None) => {
+                    unreachable!("a plan for a missing item refuses")
+                }
             };
             (decision, DeleteOutcome::Deleted)
         })
@@ -1082,64 +1053,63 @@ impl Inner {
 
     fn arith(&self, key: &[u8], command: &ArithCommand) -> Result<ArithOutcome, WriteFailed> {
         self.modify(key, |existing, _| {
-            let Some((old, value)) = existing else {
-                let Some((initial, expiry)) = command.vivify else {
-                    return (Decision::Keep, ArithOutcome::NotFound);
-                };
-                let mut digits = Vec::with_capacity(20);
-                crate::counter::push(&mut digits, initial);
-                let header = Header {
-                    flags: 0,
-                    expiry_unix: self.to_unix(expiry),
-                    cas: self.next_cas(),
-                    bits: 0,
-                };
-                self.counters.total_items.fetch_add(1, Ordering::Relaxed);
-                let outcome = ArithOutcome::Value {
-                    value: initial,
-                    cas: header.cas,
-                    ttl: self.ttl(header.expiry_unix),
-                    created: true,
-                };
-                return (
-                    Decision::Put(Keyed::encode(key, &header, &[&digits])),
-                    outcome,
-                );
-            };
-            if command.compare_cas.is_some_and(|cas| cas != old.cas) {
-                return (Decision::Keep, ArithOutcome::Exists);
-            }
-            let Some(current) = crate::counter::parse(value) else {
-                return (Decision::Keep, ArithOutcome::NonNumeric);
-            };
-            let number = if command.decrement {
-                current.saturating_sub(command.delta)
-            } else {
-                current.wrapping_add(command.delta)
-            };
-            let mut digits = Vec::with_capacity(20);
-            crate::counter::push(&mut digits, number);
-            if digits.len() < value.len() {
-                // memcached pads a shorter number with spaces, keeping the length.
-                digits.resize(value.len(), b' ');
-            }
-            let header = Header {
-                cas: self.next_cas(),
-                bits: old.bits | FETCHED,
-                expiry_unix: command.touch.map_or(old.expiry_unix, |e| self.to_unix(e)),
-                ..old
+            let current = existing.map(|(old, value)| current(&old, value));
+            let (header, digits, value, created) = match semantics::plan_arith(command, current) {
+                ArithPlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                ArithPlan::Create {
+                    value,
+                    digits,
+                    expiry,
+                } => {
+                    let header = Header {
+                        flags: 0,
+                        expiry_unix: self.to_unix(expiry),
+                        cas: self.next_cas(),
+                        bits: 0,
+                    };
+                    self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                    (header, digits, value, true)
+                }
+                ArithPlan::Update {
+                    value,
+                    digits,
+                    expiry,
+                } => {
+                    let old = existing.expect("an update has an item").0;
+                    let header = Header {
+                        cas: self.next_cas(),
+                        bits: old.bits | FETCHED,
+                        expiry_unix: match expiry {
+                            Expiry::Keep => old.expiry_unix,
+                            Expiry::At(expiry) => self.to_unix(expiry),
+                        },
+                        ..old
+                    };
+                    (header, digits, value, false)
+                }
             };
             let outcome = ArithOutcome::Value {
-                value: number,
+                value,
                 cas: header.cas,
                 ttl: self.ttl(header.expiry_unix),
-                created: false,
+                created,
             };
             (
                 Decision::Put(Keyed::encode(key, &header, &[&digits])),
                 outcome,
             )
         })
+    }
+}
+
+/// What memcached's decisions read of a record.
+fn current<'v>(header: &Header, value: &'v [u8]) -> Current<'v> {
+    Current {
+        value,
+        flags: header.flags,
+        cas: header.cas,
+        stale: header.has(STALE),
+        win_sent: header.has(WIN_SENT),
     }
 }
 

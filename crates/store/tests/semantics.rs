@@ -1,0 +1,508 @@
+//! memcached's semantics, one suite run against both engines: store modes,
+//! CAS, append/prepend, incr/decr, touch, flush, vivify, recache and stale
+//! items. Whatever an engine adds (eviction, persistence) is tested in its
+//! own file; here both must answer alike.
+
+use kura_store::{
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions,
+    MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
+};
+
+/// Runs `test` against a fresh memory engine and a fresh disk engine.
+fn on_each_engine(test: impl Fn(&dyn Store)) {
+    let memory = MemoryStore::new(MemoryConfig {
+        limit_bytes: 1 << 20,
+        ..MemoryConfig::default()
+    });
+    test(&memory);
+    let dir = tempfile::tempdir().unwrap();
+    let disk = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::None,
+        reserve_bytes: 0,
+        ..DiskConfig::new(dir.path())
+    })
+    .expect("opens");
+    test(&disk);
+}
+
+fn command<'a>(mode: StoreMode, key: &'a [u8], value: &'a [u8]) -> StoreCommand<'a> {
+    StoreCommand {
+        mode,
+        key,
+        value,
+        flags: 0,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    }
+}
+
+fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
+    store.store(&command(StoreMode::Set, key, value))
+}
+
+/// What a plain read sees: value, flags, CAS and seconds left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    value: Vec<u8>,
+    flags: u32,
+    cas: u64,
+    ttl: i64,
+}
+
+fn read(store: &dyn Store, key: &[u8], options: &GetOptions) -> Option<Seen> {
+    let mut seen = None;
+    store.get(key, options, &mut |item| {
+        seen = Some(Seen {
+            value: item.value.to_vec(),
+            flags: item.flags,
+            cas: item.cas,
+            ttl: item.ttl,
+        })
+    });
+    seen
+}
+
+fn get(store: &dyn Store, key: &[u8]) -> Option<Seen> {
+    read(store, key, &GetOptions::default())
+}
+
+fn value(store: &dyn Store, key: &[u8]) -> Option<Vec<u8>> {
+    get(store, key).map(|seen| seen.value)
+}
+
+fn arith(decrement: bool, delta: u64) -> ArithCommand {
+    ArithCommand {
+        decrement,
+        delta,
+        ..ArithCommand::default()
+    }
+}
+
+#[test]
+fn set_get_replace_delete() {
+    on_each_engine(|store| {
+        assert!(matches!(
+            set(store, b"k", b"one"),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"one"[..]));
+        set(store, b"k", b"two");
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"two"[..]));
+        assert_eq!(
+            store.delete(b"k", &DeleteCommand::default()),
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(
+            store.delete(b"k", &DeleteCommand::default()),
+            DeleteOutcome::NotFound
+        );
+        assert_eq!(value(store, b"k"), None);
+        assert_eq!(store.stats().curr_items, 0);
+    });
+}
+
+#[test]
+fn cas_values_are_unique_and_checked() {
+    on_each_engine(|store| {
+        let StoreOutcome::Stored { cas: a } = set(store, b"a", b"1") else {
+            panic!("stored")
+        };
+        let StoreOutcome::Stored { cas: b } = set(store, b"b", b"1") else {
+            panic!("stored")
+        };
+        assert_ne!(a, b);
+        assert_eq!(
+            get(store, b"a").unwrap().cas,
+            a,
+            "a read sees the CAS the store returned"
+        );
+        let with_cas = |cas| StoreCommand {
+            compare_cas: Some(cas),
+            ..command(StoreMode::Set, b"a", b"2")
+        };
+        assert_eq!(store.store(&with_cas(a + 100)), StoreOutcome::Exists);
+        assert!(matches!(store.store(&with_cas(a)), StoreOutcome::Stored { cas } if cas > b));
+        assert_eq!(store.store(&with_cas(a)), StoreOutcome::Exists);
+        assert_eq!(value(store, b"a").as_deref(), Some(&b"2"[..]));
+        let missing = StoreCommand {
+            key: b"zz",
+            ..with_cas(1)
+        };
+        assert_eq!(store.store(&missing), StoreOutcome::NotFound);
+        assert_eq!(value(store, b"zz"), None);
+    });
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    on_each_engine(|store| {
+        let with_flags = |mode, value: &'static [u8]| StoreCommand {
+            flags: 7,
+            ..command(mode, b"k", value)
+        };
+        assert_eq!(
+            store.store(&with_flags(StoreMode::Replace, b"x")),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            store.store(&with_flags(StoreMode::Append, b"x")),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            store.store(&with_flags(StoreMode::Prepend, b"x")),
+            StoreOutcome::NotStored
+        );
+        assert!(matches!(
+            store.store(&with_flags(StoreMode::Add, b"mid")),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(
+            store.store(&with_flags(StoreMode::Add, b"x")),
+            StoreOutcome::NotStored
+        );
+        // Append and prepend keep the item's flags and expiry, whatever
+        // theirs are.
+        let other_flags = |mode, value| StoreCommand {
+            flags: 99,
+            expiry: store.clock().expiry(100),
+            ..command(mode, b"k", value)
+        };
+        store.store(&other_flags(StoreMode::Append, b">"));
+        store.store(&other_flags(StoreMode::Prepend, b"<"));
+        let seen = get(store, b"k").unwrap();
+        assert_eq!(seen.value, b"<mid>");
+        assert_eq!((seen.flags, seen.ttl), (7, -1));
+        assert!(matches!(
+            store.store(&with_flags(StoreMode::Replace, b"new")),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"new"[..]));
+    });
+}
+
+#[test]
+fn append_with_a_stale_cas_is_refused() {
+    on_each_engine(|store| {
+        let StoreOutcome::Stored { cas } = set(store, b"k", b"a") else {
+            panic!("stored")
+        };
+        let append = |compare| StoreCommand {
+            compare_cas: Some(compare),
+            ..command(StoreMode::Append, b"k", b"b")
+        };
+        assert_eq!(store.store(&append(cas + 1)), StoreOutcome::Exists);
+        assert!(matches!(
+            store.store(&append(cas)),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"ab"[..]));
+    });
+}
+
+#[test]
+fn expiry_ttl_touch_and_an_item_stored_already_expired() {
+    on_each_engine(|store| {
+        let clock = store.clock();
+        store.store(&StoreCommand {
+            expiry: clock.expiry(100),
+            ..command(StoreMode::Set, b"k", b"v")
+        });
+        assert_eq!(get(store, b"k").unwrap().ttl, 100);
+        assert!(store.touch(b"k", clock.expiry(10)));
+        assert_eq!(get(store, b"k").unwrap().ttl, 10);
+        assert!(!store.touch(b"missing", clock.expiry(10)));
+        // get-and-touch: the read sees the new expiry.
+        let gat = GetOptions {
+            touch: Some(clock.expiry(50)),
+            ..GetOptions::default()
+        };
+        assert_eq!(read(store, b"k", &gat).unwrap().ttl, 50);
+        clock.advance(51);
+        assert_eq!(get(store, b"k"), None);
+        assert!(!store.touch(b"k", 0), "an expired item cannot be touched");
+        // A negative exptime stores an item that is already gone.
+        store.store(&StoreCommand {
+            expiry: clock.expiry(-1),
+            ..command(StoreMode::Set, b"gone", b"v")
+        });
+        assert_eq!(get(store, b"gone"), None);
+        assert_eq!(
+            store.store(&command(StoreMode::Append, b"gone", b"x")),
+            StoreOutcome::NotStored,
+            "an expired item is not there to append to"
+        );
+        assert!(matches!(
+            store.store(&command(StoreMode::Add, b"gone", b"x")),
+            StoreOutcome::Stored { .. }
+        ));
+        let stats = store.stats();
+        assert!(stats.get_expired >= 2, "{stats:?}");
+        assert_eq!(stats.get_flushed, 0);
+    });
+}
+
+#[test]
+fn flush_now_and_later() {
+    on_each_engine(|store| {
+        set(store, b"a", b"1");
+        store.flush_all(0);
+        assert!(get(store, b"a").is_none());
+        set(store, b"b", b"1");
+        assert!(
+            get(store, b"b").is_some(),
+            "items stored after a flush live"
+        );
+        store.flush_all(5);
+        assert!(get(store, b"b").is_some(), "a delayed flush waits");
+        store.clock().advance(6);
+        assert!(get(store, b"b").is_none());
+        set(store, b"c", b"1");
+        assert!(get(store, b"c").is_some());
+        let stats = store.stats();
+        assert_eq!(stats.get_flushed, 2, "reads of a and b found them flushed");
+        assert_eq!(stats.get_expired, 0);
+    });
+}
+
+#[test]
+fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
+    on_each_engine(|store| {
+        assert_eq!(store.arith(b"n", &arith(false, 1)), ArithOutcome::NotFound);
+        store.store(&StoreCommand {
+            flags: 5,
+            ..command(StoreMode::Set, b"n", b"100")
+        });
+        assert!(matches!(
+            store.arith(b"n", &arith(true, 1)),
+            ArithOutcome::Value {
+                value: 99,
+                created: false,
+                ..
+            }
+        ));
+        let seen = get(store, b"n").unwrap();
+        assert_eq!((seen.value.as_slice(), seen.flags), (&b"99 "[..], 5));
+        assert!(matches!(
+            store.arith(b"n", &arith(true, 1000)),
+            ArithOutcome::Value { value: 0, .. }
+        ));
+        set(store, b"n", b"18446744073709551615");
+        assert!(matches!(
+            store.arith(b"n", &arith(false, 2)),
+            ArithOutcome::Value { value: 1, .. }
+        ));
+        set(store, b"n", b"9");
+        assert!(matches!(
+            store.arith(b"n", &arith(false, 1)),
+            ArithOutcome::Value { value: 10, .. }
+        ));
+        assert_eq!(value(store, b"n").as_deref(), Some(&b"10"[..]));
+        set(store, b"s", b"abc");
+        assert_eq!(
+            store.arith(b"s", &arith(false, 1)),
+            ArithOutcome::NonNumeric
+        );
+        assert_eq!(value(store, b"s").as_deref(), Some(&b"abc"[..]));
+    });
+}
+
+#[test]
+fn arith_checks_cas_vivifies_and_touches() {
+    on_each_engine(|store| {
+        let clock = store.clock();
+        let vivify = ArithCommand {
+            vivify: Some((10, clock.expiry(30))),
+            ..arith(false, 1)
+        };
+        let ArithOutcome::Value {
+            value: 10,
+            cas,
+            ttl: 30,
+            created: true,
+        } = store.arith(b"new", &vivify)
+        else {
+            panic!("vivified")
+        };
+        assert_eq!(get(store, b"new").unwrap().cas, cas);
+        let with_cas = |compare| ArithCommand {
+            compare_cas: Some(compare),
+            touch: Some(clock.expiry(90)),
+            ..arith(false, 5)
+        };
+        assert_eq!(
+            store.arith(b"new", &with_cas(cas + 1)),
+            ArithOutcome::Exists
+        );
+        let ArithOutcome::Value {
+            value: 15,
+            cas: after,
+            ttl: 90,
+            created: false,
+        } = store.arith(b"new", &with_cas(cas))
+        else {
+            panic!("incremented")
+        };
+        assert!(after > cas);
+        let seen = get(store, b"new").unwrap();
+        assert_eq!(
+            (seen.value.as_slice(), seen.cas, seen.ttl),
+            (&b"15"[..], after, 90)
+        );
+    });
+}
+
+#[test]
+fn delete_checks_cas() {
+    on_each_engine(|store| {
+        let StoreOutcome::Stored { cas } = set(store, b"k", b"v") else {
+            panic!("stored")
+        };
+        let with_cas = |compare| DeleteCommand {
+            compare_cas: Some(compare),
+            ..DeleteCommand::default()
+        };
+        assert_eq!(
+            store.delete(b"k", &with_cas(cas + 1)),
+            DeleteOutcome::Exists
+        );
+        assert!(get(store, b"k").is_some());
+        assert_eq!(store.delete(b"k", &with_cas(cas)), DeleteOutcome::Deleted);
+        assert!(get(store, b"k").is_none());
+    });
+}
+
+#[test]
+fn vivify_on_miss_and_recache_wins_once() {
+    on_each_engine(|store| {
+        let vivify = GetOptions {
+            vivify: Some(store.clock().expiry(30)),
+            ..GetOptions::default()
+        };
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            store.get(b"k", &vivify, &mut |item| {
+                seen.push((item.won, item.win_taken, item.value.len(), item.ttl))
+            });
+        }
+        assert_eq!(seen, [(true, false, 0, 30), (false, true, 0, 30)]);
+
+        store.store(&StoreCommand {
+            expiry: store.clock().expiry(20),
+            ..command(StoreMode::Set, b"r", b"hi")
+        });
+        let recache = GetOptions {
+            recache_below: Some(30),
+            ..GetOptions::default()
+        };
+        let mut wins = Vec::new();
+        for _ in 0..2 {
+            store.get(b"r", &recache, &mut |item| {
+                wins.push((item.won, item.win_taken))
+            });
+        }
+        assert_eq!(wins, [(true, false), (false, true)]);
+        // Far from expiring: nobody wins.
+        set(store, b"far", b"hi");
+        store.get(b"far", &recache, &mut |item| {
+            assert!(!item.won && !item.win_taken)
+        });
+    });
+}
+
+#[test]
+fn invalidated_items_are_stale_until_replaced() {
+    on_each_engine(|store| {
+        set(store, b"k", b"hi");
+        let before = get(store, b"k").unwrap().cas;
+        let invalidate = DeleteCommand {
+            invalidate: Some(None),
+            ..DeleteCommand::default()
+        };
+        assert_eq!(store.delete(b"k", &invalidate), DeleteOutcome::Deleted);
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            store.get(b"k", &GetOptions::default(), &mut |item| {
+                seen.push((item.stale, item.won, item.win_taken, item.cas > before))
+            });
+        }
+        assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
+        set(store, b"k", b"fresh");
+        store.get(b"k", &GetOptions::default(), &mut |item| {
+            assert!(!item.stale && !item.win_taken)
+        });
+    });
+}
+
+#[test]
+fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
+    on_each_engine(|store| {
+        let clock = store.clock();
+        store.store(&StoreCommand {
+            expiry: clock.expiry(60),
+            ..command(StoreMode::Set, b"k", b"v1")
+        });
+        let old = get(store, b"k").unwrap().cas;
+        let invalidate = DeleteCommand {
+            invalidate: Some(None),
+            ..DeleteCommand::default()
+        };
+        store.delete(b"k", &invalidate);
+        // The first reader wins the recache and hands the token out.
+        store.get(b"k", &GetOptions::default(), &mut |item| assert!(item.won));
+        // A write with the CAS it read before the invalidation: stored, but
+        // still stale, its expiry kept and the token still taken.
+        let stale_write = StoreCommand {
+            compare_cas: Some(old),
+            stale_if_older: true,
+            expiry: clock.expiry(500),
+            ..command(StoreMode::Set, b"k", b"v2")
+        };
+        assert!(matches!(
+            store.store(&stale_write),
+            StoreOutcome::Stored { .. }
+        ));
+        let mut seen = None;
+        store.get(b"k", &GetOptions::default(), &mut |item| {
+            seen = Some((
+                item.value.to_vec(),
+                item.stale,
+                item.won,
+                item.win_taken,
+                item.ttl,
+            ))
+        });
+        assert_eq!(seen, Some((b"v2".to_vec(), true, false, true, 60)));
+        // Without stale_if_older the same CAS is refused.
+        let refused = StoreCommand {
+            stale_if_older: false,
+            ..stale_write
+        };
+        assert_eq!(store.store(&refused), StoreOutcome::Exists);
+    });
+}
+
+#[test]
+fn first_reads_are_told_apart_and_no_bump_leaves_them_alone() {
+    on_each_engine(|store| {
+        set(store, b"k", b"v");
+        let fetched = |options: &GetOptions| {
+            let mut seen = None;
+            store.get(b"k", options, &mut |item| seen = Some(item.fetched_before));
+            seen.unwrap()
+        };
+        let no_bump = GetOptions {
+            no_bump: true,
+            ..GetOptions::default()
+        };
+        assert!(!fetched(&no_bump));
+        assert!(
+            !fetched(&GetOptions::default()),
+            "no_bump did not count as a read"
+        );
+        assert!(fetched(&GetOptions::default()));
+        set(store, b"k", b"w");
+        assert!(!fetched(&GetOptions::default()), "a new value is unread");
+    });
+}
