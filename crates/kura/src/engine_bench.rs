@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use kura_store::{AckState, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode};
+use kura_store::{
+    AckFence, AckState, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode,
+};
 
 use crate::Failure;
 
@@ -48,15 +50,18 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
         decimal8(i, &mut key);
         match args.phase {
             Phase::Write => {
-                let outcome = store.store(&StoreCommand {
-                    mode: StoreMode::Set,
-                    key: &key,
-                    value: &key,
-                    flags: 0,
-                    expiry: 0,
-                    compare_cas: None,
-                    stale_if_older: false,
-                });
+                let outcome = store.store(
+                    &StoreCommand {
+                        mode: StoreMode::Set,
+                        key: &key,
+                        value: &key,
+                        flags: 0,
+                        expiry: 0,
+                        compare_cas: None,
+                        stale_if_older: false,
+                    },
+                    &AckFence::default(),
+                );
                 problems +=
                     usize::from(!matches!(outcome, kura_store::StoreOutcome::Stored { .. }));
             }
@@ -66,7 +71,9 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
                     no_bump: true,
                     ..GetOptions::default()
                 };
-                store.get(&key, &options, &mut |item| matched = item.value == key);
+                store.get(&key, &options, &AckFence::default(), &mut |item| {
+                    matched = item.value == key
+                });
                 problems += usize::from(!matched);
             }
         }

@@ -19,7 +19,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use kura_store::AckState;
+use kura_store::{AckFence, AckState};
 
 use crate::exec::Context;
 use crate::session::{Session, Stop};
@@ -96,6 +96,7 @@ pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
         shared,
         counters,
         conn_id: 0,
+        fence: AckFence::default(),
     };
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::new();
@@ -128,7 +129,7 @@ pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
             counters.bytes_read.add(len as u64);
             reply.clear();
             let stop = serve_request(&datagram[FRAME_HEADER_LEN..len], &mut reply, &ctx);
-            if !reply.is_empty() && acknowledged(shared) {
+            if !reply.is_empty() && acknowledged(&ctx) {
                 for framed in frame_reply(header.request_id, &reply) {
                     if socket.send_to(&framed, peer).is_ok() {
                         counters.bytes_written.add(framed.len() as u64);
@@ -151,8 +152,9 @@ fn serve_request(payload: &[u8], reply: &mut Vec<u8>, ctx: &Context<'_>) -> Stop
 
 /// Waits until the writes of this datagram are journalled; false if they
 /// failed (no reply: the client's retry decides).
-fn acknowledged(shared: &Shared) -> bool {
-    let Some(ticket) = shared.store.take_ack_ticket() else {
+fn acknowledged(ctx: &Context<'_>) -> bool {
+    let shared = ctx.shared;
+    let Some(ticket) = ctx.fence.take() else {
         return true;
     };
     shared.store.request_commit();

@@ -19,7 +19,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use kura_proto::Protocol;
-use kura_store::{AckState, AckTicket};
+use kura_store::{AckFence, AckState, AckTicket};
 
 use crate::exec::Context;
 use crate::session::{Session, Stop};
@@ -359,6 +359,7 @@ impl Worker {
             shared: &self.shared,
             counters: &self.shared.counters[self.id],
             conn_id: connection.info.id,
+            fence: AckFence::default(),
         };
         connection
             .info
@@ -620,7 +621,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             let short = read < room && connection.stream.short_read_drains();
             (stop, short && !connection.peer_closed)
         };
-        if let Some(ticket) = ctx.shared.store.take_ack_ticket() {
+        if let Some(ticket) = ctx.fence.take() {
             connection.fence = connection.fence.max(ticket);
             scratch.wrote = true;
         }

@@ -23,19 +23,28 @@ pub use memory::{MemoryConfig, MemoryStore};
 pub trait Store: Send + Sync {
     /// Looks a key up; calls `visit` once with the item on a hit (or with the
     /// stub created by `vivify` on a miss). Returns whether `visit` was called.
-    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool;
+    ///
+    /// Every call that may write (a read may: touch, vivify, recache) raises
+    /// `fence` to the write's ticket when its reply must wait for a commit.
+    fn get(
+        &self,
+        key: &[u8],
+        options: &GetOptions,
+        fence: &AckFence,
+        visit: &mut dyn FnMut(&ItemView<'_>),
+    ) -> bool;
 
-    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome;
+    fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome;
 
-    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome;
+    fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome;
 
-    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome;
+    fn arith(&self, key: &[u8], command: &ArithCommand, fence: &AckFence) -> ArithOutcome;
 
     /// Sets a new expiry on a live item; false if there is none.
-    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool;
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> bool;
 
     /// Invalidates every item now (`delay` ≤ 0) or at a later time.
-    fn flush_all(&self, delay: i64);
+    fn flush_all(&self, delay: i64, fence: &AckFence);
 
     /// Item metadata for `me`, without touching the item.
     fn debug(&self, key: &[u8]) -> Option<DebugView>;
@@ -85,15 +94,10 @@ pub trait Store: Send + Sync {
     }
 
     // Acknowledgement. An engine that applies a write at once but makes it
-    // durable later (the disk engine's group commits) hands the calling
-    // thread a ticket; the server holds the replies of that batch of
-    // requests until the ticket is decided. The memory engine never does.
-
-    /// The ticket for the writes this thread made since its last call, if
-    /// their replies must wait.
-    fn take_ack_ticket(&self) -> Option<AckTicket> {
-        None
-    }
+    // durable later (the disk engine's group commits) raises the caller's
+    // fence to the write's ticket; the server holds the replies of that
+    // batch of requests until the ticket is decided. The memory engine
+    // never does.
 
     fn ack_state(&self, _ticket: AckTicket) -> AckState {
         AckState::Ready
@@ -118,6 +122,25 @@ pub trait EvictionWatcher: Send + Sync {
 
 /// Orders writes for acknowledgement; larger tickets are decided later.
 pub type AckTicket = u64;
+
+/// The newest ticket among the writes a caller made whose replies must wait
+/// for their commit. The caller owns it (a worker, for one batch of
+/// requests), passes it to every engine call, and takes it when the batch is
+/// served.
+#[derive(Debug, Default)]
+pub struct AckFence(std::cell::Cell<AckTicket>);
+
+impl AckFence {
+    /// Replies now wait for `ticket` too.
+    pub fn raise(&self, ticket: AckTicket) {
+        self.0.set(self.0.get().max(ticket));
+    }
+
+    /// The ticket to wait for, if any; the fence is down again.
+    pub fn take(&self) -> Option<AckTicket> {
+        Some(self.0.replace(0)).filter(|&ticket| ticket != 0)
+    }
+}
 
 /// Whether the replies of writes may go out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,7 +33,7 @@ use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
 use crate::sweep::SweepPace;
 use crate::{
-    ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
+    AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
     EvictionWatcher, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
     StoreStats,
 };
@@ -856,7 +856,13 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool {
+    fn get(
+        &self,
+        key: &[u8],
+        options: &GetOptions,
+        _fence: &AckFence,
+        visit: &mut dyn FnMut(&ItemView<'_>),
+    ) -> bool {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -905,7 +911,7 @@ impl Store for MemoryStore {
         true
     }
 
-    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome {
+    fn store(&self, command: &StoreCommand<'_>, _fence: &AckFence) -> StoreOutcome {
         let hash = self.hash(command.key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -945,7 +951,7 @@ impl Store for MemoryStore {
         StoreOutcome::Stored { cas }
     }
 
-    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome {
+    fn delete(&self, key: &[u8], command: &DeleteCommand, _fence: &AckFence) -> DeleteOutcome {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -972,7 +978,7 @@ impl Store for MemoryStore {
         DeleteOutcome::Deleted
     }
 
-    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome {
+    fn arith(&self, key: &[u8], command: &ArithCommand, _fence: &AckFence) -> ArithOutcome {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -1044,7 +1050,7 @@ impl Store for MemoryStore {
         }
     }
 
-    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool {
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, _fence: &AckFence) -> bool {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -1059,7 +1065,7 @@ impl Store for MemoryStore {
         true
     }
 
-    fn flush_all(&self, delay: i64) {
+    fn flush_all(&self, delay: i64, _fence: &AckFence) {
         if self.flush_whole_second {
             let second = if delay <= 0 {
                 self.clock.now()

@@ -394,7 +394,7 @@ impl<W: Write> Write for Checksummed<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{GetOptions, MemoryConfig, StoreCommand, StoreMode};
+    use crate::{AckFence, GetOptions, MemoryConfig, StoreCommand, StoreMode};
 
     /// Magic, version, saved_at, last_cas.
     const HEADER_LEN: usize = 8 + 4 + 8 + 8;
@@ -404,15 +404,18 @@ mod tests {
     }
 
     fn set(store: &MemoryStore, key: &str, value: &str, flags: u32, exptime: i64) -> u64 {
-        let outcome = store.store(&StoreCommand {
-            key: key.as_bytes(),
-            value: value.as_bytes(),
-            flags,
-            expiry: store.clock().expiry(exptime),
-            mode: StoreMode::Set,
-            compare_cas: None,
-            stale_if_older: false,
-        });
+        let outcome = store.store(
+            &StoreCommand {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                flags,
+                expiry: store.clock().expiry(exptime),
+                mode: StoreMode::Set,
+                compare_cas: None,
+                stale_if_older: false,
+            },
+            &AckFence::default(),
+        );
         match outcome {
             crate::StoreOutcome::Stored { cas } => cas,
             other => panic!("not stored: {other:?}"),
@@ -422,9 +425,14 @@ mod tests {
     /// (value, flags, cas, ttl) of a key, if present.
     fn get(store: &MemoryStore, key: &str) -> Option<(Vec<u8>, u32, u64, i64)> {
         let mut found = None;
-        store.get(key.as_bytes(), &GetOptions::default(), &mut |item| {
-            found = Some((item.value.to_vec(), item.flags, item.cas, item.ttl));
-        });
+        store.get(
+            key.as_bytes(),
+            &GetOptions::default(),
+            &AckFence::default(),
+            &mut |item| {
+                found = Some((item.value.to_vec(), item.flags, item.cas, item.ttl));
+            },
+        );
         found
     }
 
@@ -451,7 +459,11 @@ mod tests {
         let cas_a = set(&from, "a", "apple", 7, 0);
         let cas_b = set(&from, "b", "banana", 3, 100);
         set(&from, "gone", "x", 0, 0);
-        from.delete(b"gone", &crate::DeleteCommand::default());
+        from.delete(
+            b"gone",
+            &crate::DeleteCommand::default(),
+            &AckFence::default(),
+        );
         set(&from, "short", "x", 0, 2);
         let big = "v".repeat(300_000);
         set(&from, "big", &big, 1, 0);
@@ -490,14 +502,18 @@ mod tests {
                 invalidate: Some(None),
                 ..crate::DeleteCommand::default()
             },
+            &AckFence::default(),
         );
         save(&path, &from).unwrap();
         let to = store();
         load(&path, &to).unwrap().unwrap();
         let mut stale = None;
-        to.get(b"k", &GetOptions::default(), &mut |item| {
-            stale = Some(item.stale)
-        });
+        to.get(
+            b"k",
+            &GetOptions::default(),
+            &AckFence::default(),
+            &mut |item| stale = Some(item.stale),
+        );
         assert_eq!(stale, Some(true));
     }
 

@@ -1,7 +1,7 @@
 //! The disk engine through the `Store` trait: persistence, expiry, flush.
 
 use kura_store::{
-    DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, LogRetention, Store,
+    AckFence, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, LogRetention, Store,
     StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
 };
 
@@ -16,31 +16,40 @@ fn open(dir: &std::path::Path, sync: SyncPolicy) -> DiskStore {
 }
 
 fn set(store: &dyn Store, key: &[u8], value: &[u8], expiry: u32) -> StoreOutcome {
-    store.store(&StoreCommand {
-        mode: StoreMode::Set,
-        key,
-        value,
-        flags: 9,
-        expiry,
-        compare_cas: None,
-        stale_if_older: false,
-    })
+    store.store(
+        &StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value,
+            flags: 9,
+            expiry,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    )
 }
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
     let mut found = None;
-    store.get(key, &GetOptions::default(), &mut |item| {
-        found = Some((item.value.to_vec(), item.flags, item.cas))
-    });
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| found = Some((item.value.to_vec(), item.flags, item.cas)),
+    );
     found
 }
 
 /// Whether a plain get (which counts as a read) finds the item read before.
 fn fetched_before(store: &dyn Store, key: &[u8]) -> Option<bool> {
     let mut seen = None;
-    store.get(key, &GetOptions::default(), &mut |item| {
-        seen = Some(item.fetched_before)
-    });
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| seen = Some(item.fetched_before),
+    );
     seen
 }
 
@@ -52,7 +61,7 @@ fn items_survive_reopening() {
         set(&store, b"a", b"one", 0);
         set(&store, b"b", b"two", 0);
         assert_eq!(
-            store.delete(b"b", &DeleteCommand::default()),
+            store.delete(b"b", &DeleteCommand::default(), &AckFence::default()),
             DeleteOutcome::Deleted
         );
         get(&store, b"a").unwrap().2
@@ -146,7 +155,7 @@ fn a_flush_gives_back_the_space_of_the_items_it_covers() {
     }
     assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
     assert_eq!(store.stats().reclaimed, 0);
-    store.flush_all(0);
+    store.flush_all(0, &AckFence::default());
     set(&store, b"a", b"2", 0);
     let stats = store.stats();
     assert_eq!(
@@ -202,7 +211,9 @@ fn first_reads_are_noted_and_kept_across_reopening() {
     };
     for (key, expected) in [(&b"read"[..], true), (b"unread", false)] {
         let mut seen = None;
-        store.get(key, &no_bump, &mut |item| seen = Some(item.fetched_before));
+        store.get(key, &no_bump, &AckFence::default(), &mut |item| {
+            seen = Some(item.fetched_before)
+        });
         assert_eq!(seen, Some(expected), "{}", String::from_utf8_lossy(key));
     }
 }
@@ -282,6 +293,7 @@ fn cached_reads_never_go_back_while_writes_commit() {
                             vivify: None,
                             touch: None,
                         },
+                        &AckFence::default(),
                     );
                     assert!(matches!(outcome, kura_store::ArithOutcome::Value { .. }));
                 }
@@ -443,7 +455,7 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
     assert_eq!(engine_stat(&store, "disk_journal_live_bytes"), live);
     assert_eq!(store.stats().curr_items, KEYS as u64 + 1);
     assert_eq!(
-        store.delete(b"k0", &DeleteCommand::default()),
+        store.delete(b"k0", &DeleteCommand::default(), &AckFence::default()),
         DeleteOutcome::Deleted
     );
     assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);

@@ -9,7 +9,8 @@ use kura_store::disk::backup;
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
 use kura_store::disk::restore;
 use kura_store::{
-    DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, SyncPolicy,
+    AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode,
+    SyncPolicy,
 };
 
 fn open(dir: &Path) -> DiskStore {
@@ -23,24 +24,30 @@ fn open(dir: &Path) -> DiskStore {
 }
 
 fn store(store: &DiskStore, mode: StoreMode, key: &[u8], value: &[u8], flags: u32) {
-    store.store(&StoreCommand {
-        mode,
-        key,
-        value,
-        flags,
-        expiry: 0,
-        compare_cas: None,
-        stale_if_older: false,
-    });
+    store.store(
+        &StoreCommand {
+            mode,
+            key,
+            value,
+            flags,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    );
     // One group per change: each is an entry of its own.
     store.wait_for_commit();
 }
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
     let mut found = None;
-    store.get(key, &GetOptions::default(), &mut |item| {
-        found = Some((item.value.to_vec(), item.flags))
-    });
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| found = Some((item.value.to_vec(), item.flags)),
+    );
     found
 }
 
@@ -72,15 +79,15 @@ fn every_change_is_an_entry_numbered_without_gaps_across_restarts() {
         store(&engine, StoreMode::Set, b"small", b"v1", 1);
         store(&engine, StoreMode::Set, b"large", &large, 2);
         let expiry = engine.clock().from_unix(2_000_000_000);
-        assert!(engine.touch(b"large", expiry));
+        assert!(engine.touch(b"large", expiry, &AckFence::default()));
         engine.wait_for_commit();
         store(&engine, StoreMode::Append, b"small", b"+a", 0);
     }
     {
         let engine = open(dir.path());
-        engine.delete(b"small", &DeleteCommand::default());
+        engine.delete(b"small", &DeleteCommand::default(), &AckFence::default());
         engine.wait_for_commit();
-        engine.flush_all(0);
+        engine.flush_all(0, &AckFence::default());
         engine.wait_for_commit();
         store(&engine, StoreMode::Set, b"after", b"x", 3);
     }
@@ -140,7 +147,7 @@ fn restores_reach_exactly_the_entry_asked_and_a_chain_equals_a_full_backup() {
         manifest.first_lsn
     );
     store(&engine, StoreMode::Set, b"a", b"2", 0); // 3
-    engine.delete(b"big", &DeleteCommand::default()); // 4
+    engine.delete(b"big", &DeleteCommand::default(), &AckFence::default()); // 4
     engine.wait_for_commit();
     store(&engine, StoreMode::Set, b"a", b"3", 0); // 5
     let incremental = work.path().join("incremental");

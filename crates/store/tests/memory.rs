@@ -4,7 +4,7 @@
 
 use kura_store::memory::ITEM_OVERHEAD;
 use kura_store::{
-    GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
+    AckFence, GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
 };
 
 fn store_with_limit(limit_bytes: usize) -> MemoryStore {
@@ -25,22 +25,28 @@ fn one_shard_store_for(items: usize) -> MemoryStore {
 }
 
 fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
-    store.store(&StoreCommand {
-        mode: StoreMode::Set,
-        key,
-        value,
-        flags: 0,
-        expiry: 0,
-        compare_cas: None,
-        stale_if_older: false,
-    })
+    store.store(
+        &StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value,
+            flags: 0,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    )
 }
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<Vec<u8>> {
     let mut value = None;
-    store.get(key, &GetOptions::default(), &mut |item| {
-        value = Some(item.value.to_vec())
-    });
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| value = Some(item.value.to_vec()),
+    );
     value
 }
 
@@ -147,15 +153,18 @@ fn the_legacy_lru_evicts_in_write_order_whatever_was_read_recently() {
 }
 
 fn set_with_ttl(store: &MemoryStore, key: &[u8], value: &[u8], seconds: i64) -> StoreOutcome {
-    store.store(&StoreCommand {
-        mode: StoreMode::Set,
-        key,
-        value,
-        flags: 0,
-        expiry: store.clock().expiry(seconds),
-        compare_cas: None,
-        stale_if_older: false,
-    })
+    store.store(
+        &StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value,
+            flags: 0,
+            expiry: store.clock().expiry(seconds),
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    )
 }
 
 #[test]
@@ -263,15 +272,18 @@ fn items_expire_and_are_reclaimed_in_the_background() {
     let store = store_with_limit(1 << 20);
     let expiry = store.clock().expiry(10);
     for i in 0..100u32 {
-        store.store(&StoreCommand {
-            mode: StoreMode::Set,
-            key: format!("t{i}").as_bytes(),
-            value: b"v",
-            flags: 0,
-            expiry,
-            compare_cas: None,
-            stale_if_older: false,
-        });
+        store.store(
+            &StoreCommand {
+                mode: StoreMode::Set,
+                key: format!("t{i}").as_bytes(),
+                value: b"v",
+                flags: 0,
+                expiry,
+                compare_cas: None,
+                stale_if_older: false,
+            },
+            &AckFence::default(),
+        );
     }
     set(&store, b"forever", b"v");
     assert!(get(&store, b"t1").is_some());
@@ -300,15 +312,18 @@ fn the_sweep_runs_only_once_something_can_have_expired() {
     store.maintain();
     assert_eq!(store.stats().crawler_items_checked, 0, "nothing expires");
     let expiry = store.clock().expiry(5);
-    store.store(&StoreCommand {
-        mode: StoreMode::Set,
-        key: b"short",
-        value: b"v",
-        flags: 0,
-        expiry,
-        compare_cas: None,
-        stale_if_older: false,
-    });
+    store.store(
+        &StoreCommand {
+            mode: StoreMode::Set,
+            key: b"short",
+            value: b"v",
+            flags: 0,
+            expiry,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    );
     store.maintain();
     assert_eq!(store.stats().crawler_items_checked, 0, "not expired yet");
     store.clock().advance(6);
@@ -334,7 +349,7 @@ fn hash_power_level_grows_as_memcached_grows_its_table_and_never_shrinks() {
     assert_eq!(store.stats().hash_power_level, 16);
     set(&store, b"one more", b"");
     assert_eq!(store.stats().hash_power_level, 17);
-    store.flush_all(0);
+    store.flush_all(0, &AckFence::default());
     store.maintain();
     assert_eq!(store.stats().hash_power_level, 17);
 }
@@ -360,7 +375,7 @@ fn maintenance_shrinks_tables_emptied_by_a_flush() {
         set(&store, format!("k{i}").as_bytes(), b"v");
     }
     let full = store.stats().hash_bytes;
-    store.flush_all(0);
+    store.flush_all(0, &AckFence::default());
     while store.maintain() > 0 {}
     let stats = store.stats();
     assert_eq!(stats.curr_items, 0);

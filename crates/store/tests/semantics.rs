@@ -4,8 +4,9 @@
 //! own file; here both must answer alike.
 
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions,
-    MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
+    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore,
+    GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
+    SyncPolicy,
 };
 
 /// Runs `test` against a fresh memory engine and a fresh disk engine.
@@ -39,7 +40,7 @@ fn command<'a>(mode: StoreMode, key: &'a [u8], value: &'a [u8]) -> StoreCommand<
 }
 
 fn set(store: &dyn Store, key: &[u8], value: &[u8]) -> StoreOutcome {
-    store.store(&command(StoreMode::Set, key, value))
+    store.store(&command(StoreMode::Set, key, value), &AckFence::default())
 }
 
 /// What a plain read sees: value, flags, CAS and seconds left.
@@ -53,7 +54,7 @@ struct Seen {
 
 fn read(store: &dyn Store, key: &[u8], options: &GetOptions) -> Option<Seen> {
     let mut seen = None;
-    store.get(key, options, &mut |item| {
+    store.get(key, options, &AckFence::default(), &mut |item| {
         seen = Some(Seen {
             value: item.value.to_vec(),
             flags: item.flags,
@@ -91,11 +92,11 @@ fn set_get_replace_delete() {
         set(store, b"k", b"two");
         assert_eq!(value(store, b"k").as_deref(), Some(&b"two"[..]));
         assert_eq!(
-            store.delete(b"k", &DeleteCommand::default()),
+            store.delete(b"k", &DeleteCommand::default(), &AckFence::default()),
             DeleteOutcome::Deleted
         );
         assert_eq!(
-            store.delete(b"k", &DeleteCommand::default()),
+            store.delete(b"k", &DeleteCommand::default(), &AckFence::default()),
             DeleteOutcome::NotFound
         );
         assert_eq!(value(store, b"k"), None);
@@ -122,15 +123,26 @@ fn cas_values_are_unique_and_checked() {
             compare_cas: Some(cas),
             ..command(StoreMode::Set, b"a", b"2")
         };
-        assert_eq!(store.store(&with_cas(a + 100)), StoreOutcome::Exists);
-        assert!(matches!(store.store(&with_cas(a)), StoreOutcome::Stored { cas } if cas > b));
-        assert_eq!(store.store(&with_cas(a)), StoreOutcome::Exists);
+        assert_eq!(
+            store.store(&with_cas(a + 100), &AckFence::default()),
+            StoreOutcome::Exists
+        );
+        assert!(
+            matches!(store.store(&with_cas(a), &AckFence::default()), StoreOutcome::Stored { cas } if cas > b)
+        );
+        assert_eq!(
+            store.store(&with_cas(a), &AckFence::default()),
+            StoreOutcome::Exists
+        );
         assert_eq!(value(store, b"a").as_deref(), Some(&b"2"[..]));
         let missing = StoreCommand {
             key: b"zz",
             ..with_cas(1)
         };
-        assert_eq!(store.store(&missing), StoreOutcome::NotFound);
+        assert_eq!(
+            store.store(&missing, &AckFence::default()),
+            StoreOutcome::NotFound
+        );
         assert_eq!(value(store, b"zz"), None);
     });
 }
@@ -143,23 +155,23 @@ fn add_replace_append_prepend() {
             ..command(mode, b"k", value)
         };
         assert_eq!(
-            store.store(&with_flags(StoreMode::Replace, b"x")),
+            store.store(&with_flags(StoreMode::Replace, b"x"), &AckFence::default()),
             StoreOutcome::NotStored
         );
         assert_eq!(
-            store.store(&with_flags(StoreMode::Append, b"x")),
+            store.store(&with_flags(StoreMode::Append, b"x"), &AckFence::default()),
             StoreOutcome::NotStored
         );
         assert_eq!(
-            store.store(&with_flags(StoreMode::Prepend, b"x")),
+            store.store(&with_flags(StoreMode::Prepend, b"x"), &AckFence::default()),
             StoreOutcome::NotStored
         );
         assert!(matches!(
-            store.store(&with_flags(StoreMode::Add, b"mid")),
+            store.store(&with_flags(StoreMode::Add, b"mid"), &AckFence::default()),
             StoreOutcome::Stored { .. }
         ));
         assert_eq!(
-            store.store(&with_flags(StoreMode::Add, b"x")),
+            store.store(&with_flags(StoreMode::Add, b"x"), &AckFence::default()),
             StoreOutcome::NotStored
         );
         // Append and prepend keep the item's flags and expiry, whatever
@@ -169,13 +181,16 @@ fn add_replace_append_prepend() {
             expiry: store.clock().expiry(100),
             ..command(mode, b"k", value)
         };
-        store.store(&other_flags(StoreMode::Append, b">"));
-        store.store(&other_flags(StoreMode::Prepend, b"<"));
+        store.store(&other_flags(StoreMode::Append, b">"), &AckFence::default());
+        store.store(&other_flags(StoreMode::Prepend, b"<"), &AckFence::default());
         let seen = get(store, b"k").unwrap();
         assert_eq!(seen.value, b"<mid>");
         assert_eq!((seen.flags, seen.ttl), (7, -1));
         assert!(matches!(
-            store.store(&with_flags(StoreMode::Replace, b"new")),
+            store.store(
+                &with_flags(StoreMode::Replace, b"new"),
+                &AckFence::default()
+            ),
             StoreOutcome::Stored { .. }
         ));
         assert_eq!(value(store, b"k").as_deref(), Some(&b"new"[..]));
@@ -192,9 +207,12 @@ fn append_with_a_stale_cas_is_refused() {
             compare_cas: Some(compare),
             ..command(StoreMode::Append, b"k", b"b")
         };
-        assert_eq!(store.store(&append(cas + 1)), StoreOutcome::Exists);
+        assert_eq!(
+            store.store(&append(cas + 1), &AckFence::default()),
+            StoreOutcome::Exists
+        );
         assert!(matches!(
-            store.store(&append(cas)),
+            store.store(&append(cas), &AckFence::default()),
             StoreOutcome::Stored { .. }
         ));
         assert_eq!(value(store, b"k").as_deref(), Some(&b"ab"[..]));
@@ -205,14 +223,17 @@ fn append_with_a_stale_cas_is_refused() {
 fn expiry_ttl_touch_and_an_item_stored_already_expired() {
     on_each_engine(|store| {
         let clock = store.clock();
-        store.store(&StoreCommand {
-            expiry: clock.expiry(100),
-            ..command(StoreMode::Set, b"k", b"v")
-        });
+        store.store(
+            &StoreCommand {
+                expiry: clock.expiry(100),
+                ..command(StoreMode::Set, b"k", b"v")
+            },
+            &AckFence::default(),
+        );
         assert_eq!(get(store, b"k").unwrap().ttl, 100);
-        assert!(store.touch(b"k", clock.expiry(10)));
+        assert!(store.touch(b"k", clock.expiry(10), &AckFence::default()));
         assert_eq!(get(store, b"k").unwrap().ttl, 10);
-        assert!(!store.touch(b"missing", clock.expiry(10)));
+        assert!(!store.touch(b"missing", clock.expiry(10), &AckFence::default()));
         // get-and-touch: the read sees the new expiry.
         let gat = GetOptions {
             touch: Some(clock.expiry(50)),
@@ -221,20 +242,32 @@ fn expiry_ttl_touch_and_an_item_stored_already_expired() {
         assert_eq!(read(store, b"k", &gat).unwrap().ttl, 50);
         clock.advance(51);
         assert_eq!(get(store, b"k"), None);
-        assert!(!store.touch(b"k", 0), "an expired item cannot be touched");
+        assert!(
+            !store.touch(b"k", 0, &AckFence::default()),
+            "an expired item cannot be touched"
+        );
         // A negative exptime stores an item that is already gone.
-        store.store(&StoreCommand {
-            expiry: clock.expiry(-1),
-            ..command(StoreMode::Set, b"gone", b"v")
-        });
+        store.store(
+            &StoreCommand {
+                expiry: clock.expiry(-1),
+                ..command(StoreMode::Set, b"gone", b"v")
+            },
+            &AckFence::default(),
+        );
         assert_eq!(get(store, b"gone"), None);
         assert_eq!(
-            store.store(&command(StoreMode::Append, b"gone", b"x")),
+            store.store(
+                &command(StoreMode::Append, b"gone", b"x"),
+                &AckFence::default()
+            ),
             StoreOutcome::NotStored,
             "an expired item is not there to append to"
         );
         assert!(matches!(
-            store.store(&command(StoreMode::Add, b"gone", b"x")),
+            store.store(
+                &command(StoreMode::Add, b"gone", b"x"),
+                &AckFence::default()
+            ),
             StoreOutcome::Stored { .. }
         ));
         let stats = store.stats();
@@ -247,14 +280,14 @@ fn expiry_ttl_touch_and_an_item_stored_already_expired() {
 fn flush_now_and_later() {
     on_each_engine(|store| {
         set(store, b"a", b"1");
-        store.flush_all(0);
+        store.flush_all(0, &AckFence::default());
         assert!(get(store, b"a").is_none());
         set(store, b"b", b"1");
         assert!(
             get(store, b"b").is_some(),
             "items stored after a flush live"
         );
-        store.flush_all(5);
+        store.flush_all(5, &AckFence::default());
         assert!(get(store, b"b").is_some(), "a delayed flush waits");
         store.clock().advance(6);
         assert!(get(store, b"b").is_none());
@@ -269,13 +302,19 @@ fn flush_now_and_later() {
 #[test]
 fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
     on_each_engine(|store| {
-        assert_eq!(store.arith(b"n", &arith(false, 1)), ArithOutcome::NotFound);
-        store.store(&StoreCommand {
-            flags: 5,
-            ..command(StoreMode::Set, b"n", b"100")
-        });
+        assert_eq!(
+            store.arith(b"n", &arith(false, 1), &AckFence::default()),
+            ArithOutcome::NotFound
+        );
+        store.store(
+            &StoreCommand {
+                flags: 5,
+                ..command(StoreMode::Set, b"n", b"100")
+            },
+            &AckFence::default(),
+        );
         assert!(matches!(
-            store.arith(b"n", &arith(true, 1)),
+            store.arith(b"n", &arith(true, 1), &AckFence::default()),
             ArithOutcome::Value {
                 value: 99,
                 created: false,
@@ -285,23 +324,23 @@ fn incr_wraps_decr_floors_and_shorter_numbers_are_padded() {
         let seen = get(store, b"n").unwrap();
         assert_eq!((seen.value.as_slice(), seen.flags), (&b"99 "[..], 5));
         assert!(matches!(
-            store.arith(b"n", &arith(true, 1000)),
+            store.arith(b"n", &arith(true, 1000), &AckFence::default()),
             ArithOutcome::Value { value: 0, .. }
         ));
         set(store, b"n", b"18446744073709551615");
         assert!(matches!(
-            store.arith(b"n", &arith(false, 2)),
+            store.arith(b"n", &arith(false, 2), &AckFence::default()),
             ArithOutcome::Value { value: 1, .. }
         ));
         set(store, b"n", b"9");
         assert!(matches!(
-            store.arith(b"n", &arith(false, 1)),
+            store.arith(b"n", &arith(false, 1), &AckFence::default()),
             ArithOutcome::Value { value: 10, .. }
         ));
         assert_eq!(value(store, b"n").as_deref(), Some(&b"10"[..]));
         set(store, b"s", b"abc");
         assert_eq!(
-            store.arith(b"s", &arith(false, 1)),
+            store.arith(b"s", &arith(false, 1), &AckFence::default()),
             ArithOutcome::NonNumeric
         );
         assert_eq!(value(store, b"s").as_deref(), Some(&b"abc"[..]));
@@ -321,7 +360,7 @@ fn arith_checks_cas_vivifies_and_touches() {
             cas,
             ttl: 30,
             created: true,
-        } = store.arith(b"new", &vivify)
+        } = store.arith(b"new", &vivify, &AckFence::default())
         else {
             panic!("vivified")
         };
@@ -332,7 +371,7 @@ fn arith_checks_cas_vivifies_and_touches() {
             ..arith(false, 5)
         };
         assert_eq!(
-            store.arith(b"new", &with_cas(cas + 1)),
+            store.arith(b"new", &with_cas(cas + 1), &AckFence::default()),
             ArithOutcome::Exists
         );
         let ArithOutcome::Value {
@@ -340,7 +379,7 @@ fn arith_checks_cas_vivifies_and_touches() {
             cas: after,
             ttl: 90,
             created: false,
-        } = store.arith(b"new", &with_cas(cas))
+        } = store.arith(b"new", &with_cas(cas), &AckFence::default())
         else {
             panic!("incremented")
         };
@@ -364,11 +403,14 @@ fn delete_checks_cas() {
             ..DeleteCommand::default()
         };
         assert_eq!(
-            store.delete(b"k", &with_cas(cas + 1)),
+            store.delete(b"k", &with_cas(cas + 1), &AckFence::default()),
             DeleteOutcome::Exists
         );
         assert!(get(store, b"k").is_some());
-        assert_eq!(store.delete(b"k", &with_cas(cas)), DeleteOutcome::Deleted);
+        assert_eq!(
+            store.delete(b"k", &with_cas(cas), &AckFence::default()),
+            DeleteOutcome::Deleted
+        );
         assert!(get(store, b"k").is_none());
     });
 }
@@ -382,30 +424,33 @@ fn vivify_on_miss_and_recache_wins_once() {
         };
         let mut seen = Vec::new();
         for _ in 0..2 {
-            store.get(b"k", &vivify, &mut |item| {
+            store.get(b"k", &vivify, &AckFence::default(), &mut |item| {
                 seen.push((item.won, item.win_taken, item.value.len(), item.ttl))
             });
         }
         assert_eq!(seen, [(true, false, 0, 30), (false, true, 0, 30)]);
 
-        store.store(&StoreCommand {
-            expiry: store.clock().expiry(20),
-            ..command(StoreMode::Set, b"r", b"hi")
-        });
+        store.store(
+            &StoreCommand {
+                expiry: store.clock().expiry(20),
+                ..command(StoreMode::Set, b"r", b"hi")
+            },
+            &AckFence::default(),
+        );
         let recache = GetOptions {
             recache_below: Some(30),
             ..GetOptions::default()
         };
         let mut wins = Vec::new();
         for _ in 0..2 {
-            store.get(b"r", &recache, &mut |item| {
+            store.get(b"r", &recache, &AckFence::default(), &mut |item| {
                 wins.push((item.won, item.win_taken))
             });
         }
         assert_eq!(wins, [(true, false), (false, true)]);
         // Far from expiring: nobody wins.
         set(store, b"far", b"hi");
-        store.get(b"far", &recache, &mut |item| {
+        store.get(b"far", &recache, &AckFence::default(), &mut |item| {
             assert!(!item.won && !item.win_taken)
         });
     });
@@ -420,18 +465,27 @@ fn invalidated_items_are_stale_until_replaced() {
             invalidate: Some(None),
             ..DeleteCommand::default()
         };
-        assert_eq!(store.delete(b"k", &invalidate), DeleteOutcome::Deleted);
+        assert_eq!(
+            store.delete(b"k", &invalidate, &AckFence::default()),
+            DeleteOutcome::Deleted
+        );
         let mut seen = Vec::new();
         for _ in 0..2 {
-            store.get(b"k", &GetOptions::default(), &mut |item| {
-                seen.push((item.stale, item.won, item.win_taken, item.cas > before))
-            });
+            store.get(
+                b"k",
+                &GetOptions::default(),
+                &AckFence::default(),
+                &mut |item| seen.push((item.stale, item.won, item.win_taken, item.cas > before)),
+            );
         }
         assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
         set(store, b"k", b"fresh");
-        store.get(b"k", &GetOptions::default(), &mut |item| {
-            assert!(!item.stale && !item.win_taken)
-        });
+        store.get(
+            b"k",
+            &GetOptions::default(),
+            &AckFence::default(),
+            &mut |item| assert!(!item.stale && !item.win_taken),
+        );
     });
 }
 
@@ -439,18 +493,26 @@ fn invalidated_items_are_stale_until_replaced() {
 fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
     on_each_engine(|store| {
         let clock = store.clock();
-        store.store(&StoreCommand {
-            expiry: clock.expiry(60),
-            ..command(StoreMode::Set, b"k", b"v1")
-        });
+        store.store(
+            &StoreCommand {
+                expiry: clock.expiry(60),
+                ..command(StoreMode::Set, b"k", b"v1")
+            },
+            &AckFence::default(),
+        );
         let old = get(store, b"k").unwrap().cas;
         let invalidate = DeleteCommand {
             invalidate: Some(None),
             ..DeleteCommand::default()
         };
-        store.delete(b"k", &invalidate);
+        store.delete(b"k", &invalidate, &AckFence::default());
         // The first reader wins the recache and hands the token out.
-        store.get(b"k", &GetOptions::default(), &mut |item| assert!(item.won));
+        store.get(
+            b"k",
+            &GetOptions::default(),
+            &AckFence::default(),
+            &mut |item| assert!(item.won),
+        );
         // A write with the CAS it read before the invalidation: stored, but
         // still stale, its expiry kept and the token still taken.
         let stale_write = StoreCommand {
@@ -460,26 +522,34 @@ fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
             ..command(StoreMode::Set, b"k", b"v2")
         };
         assert!(matches!(
-            store.store(&stale_write),
+            store.store(&stale_write, &AckFence::default()),
             StoreOutcome::Stored { .. }
         ));
         let mut seen = None;
-        store.get(b"k", &GetOptions::default(), &mut |item| {
-            seen = Some((
-                item.value.to_vec(),
-                item.stale,
-                item.won,
-                item.win_taken,
-                item.ttl,
-            ))
-        });
+        store.get(
+            b"k",
+            &GetOptions::default(),
+            &AckFence::default(),
+            &mut |item| {
+                seen = Some((
+                    item.value.to_vec(),
+                    item.stale,
+                    item.won,
+                    item.win_taken,
+                    item.ttl,
+                ))
+            },
+        );
         assert_eq!(seen, Some((b"v2".to_vec(), true, false, true, 60)));
         // Without stale_if_older the same CAS is refused.
         let refused = StoreCommand {
             stale_if_older: false,
             ..stale_write
         };
-        assert_eq!(store.store(&refused), StoreOutcome::Exists);
+        assert_eq!(
+            store.store(&refused, &AckFence::default()),
+            StoreOutcome::Exists
+        );
     });
 }
 
@@ -489,7 +559,9 @@ fn first_reads_are_told_apart_and_no_bump_leaves_them_alone() {
         set(store, b"k", b"v");
         let fetched = |options: &GetOptions| {
             let mut seen = None;
-            store.get(b"k", options, &mut |item| seen = Some(item.fetched_before));
+            store.get(b"k", options, &AckFence::default(), &mut |item| {
+                seen = Some(item.fetched_before)
+            });
             seen.unwrap()
         };
         let no_bump = GetOptions {

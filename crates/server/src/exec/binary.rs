@@ -131,20 +131,23 @@ fn get(
         ..GetOptions::default()
     };
     ctx.counters.cmd_get.incr();
-    let hit = ctx.shared.store.get(request.key, &options, &mut |item| {
-        let key: &[u8] = if with_key { request.key } else { &[] };
-        let value: &[u8] = if with_value { item.value } else { &[] };
-        compose(
-            out,
-            code,
-            Status::NoError,
-            request.header.opaque,
-            ctx.visible_cas(item.cas),
-            &item.flags.to_be_bytes(),
-            key,
-            value,
-        );
-    });
+    let hit = ctx
+        .shared
+        .store
+        .get(request.key, &options, &ctx.fence, &mut |item| {
+            let key: &[u8] = if with_key { request.key } else { &[] };
+            let value: &[u8] = if with_value { item.value } else { &[] };
+            compose(
+                out,
+                code,
+                Status::NoError,
+                request.header.opaque,
+                ctx.visible_cas(item.cas),
+                &item.flags.to_be_bytes(),
+                key,
+                value,
+            );
+        });
     ctx.detail(request.key, |counts| {
         counts.gets += 1;
         counts.hits += u64::from(hit);
@@ -217,15 +220,18 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         return Err(Status::ValueTooLarge);
     }
     let cas = request.header.cas;
-    let outcome = ctx.shared.store.store(&StoreCommand {
-        mode,
-        key: request.key,
-        value: request.value,
-        flags,
-        expiry: ctx.shared.store.clock().expiry(i64::from(exptime as i32)),
-        compare_cas: (cas != 0).then_some(cas),
-        stale_if_older: false,
-    });
+    let outcome = ctx.shared.store.store(
+        &StoreCommand {
+            mode,
+            key: request.key,
+            value: request.value,
+            flags,
+            expiry: ctx.shared.store.clock().expiry(i64::from(exptime as i32)),
+            compare_cas: (cas != 0).then_some(cas),
+            stale_if_older: false,
+        },
+        &ctx.fence,
+    );
     match outcome {
         StoreOutcome::Stored { cas: new_cas } => {
             if cas != 0 {
@@ -268,6 +274,7 @@ fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result
             compare_cas: (cas != 0).then_some(cas),
             invalidate: None,
         },
+        &ctx.fence,
     );
     match outcome {
         DeleteOutcome::Deleted => {
@@ -305,6 +312,7 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
                 .then(|| (initial, clock.expiry(i64::from(exptime as i32)))),
             touch: None,
         },
+        &ctx.fence,
     );
     let (hits, misses) = if decrement {
         (&ctx.counters.decr_hits, &ctx.counters.decr_misses)
@@ -350,7 +358,9 @@ fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         return Err(Status::InvalidArguments);
     }
     ctx.counters.cmd_flush.incr();
-    ctx.shared.store.flush_all(i64::from(delay as i32));
+    ctx.shared
+        .store
+        .flush_all(i64::from(delay as i32), &ctx.fence);
     success(request, 0, ctx, out);
     Ok(())
 }

@@ -39,7 +39,7 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     let hit = ctx
         .shared
         .store
-        .get(&command.key.bytes, &options, &mut |item| {
+        .get(&command.key.bytes, &options, &ctx.fence, &mut |item| {
             compose_hit(command, item, ctx, out);
         });
     if hit {
@@ -154,15 +154,18 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         SetMode::Append => StoreMode::Append,
         SetMode::Prepend => StoreMode::Prepend,
     };
-    let outcome = ctx.shared.store.store(&StoreCommand {
-        mode,
-        key: &command.key.bytes,
-        value: data,
-        flags: flags.client_flags.unwrap_or(0),
-        expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
-        compare_cas: flags.compare_cas,
-        stale_if_older: flags.invalidate,
-    });
+    let outcome = ctx.shared.store.store(
+        &StoreCommand {
+            mode,
+            key: &command.key.bytes,
+            value: data,
+            flags: flags.client_flags.unwrap_or(0),
+            expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
+            compare_cas: flags.compare_cas,
+            stale_if_older: flags.invalidate,
+        },
+        &ctx.fence,
+    );
     let with_cas = flags.compare_cas.is_some();
     match outcome {
         StoreOutcome::Stored { cas } => {
@@ -201,6 +204,7 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             compare_cas: flags.compare_cas,
             invalidate: flags.invalidate.then(|| flags.ttl.map(|t| clock.expiry(t))),
         },
+        &ctx.fence,
     );
     match outcome {
         DeleteOutcome::Deleted => {
@@ -232,6 +236,7 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
                 .map(|t| (flags.initial.unwrap_or(0), clock.expiry(t))),
             touch: flags.ttl.map(|t| clock.expiry(t)),
         },
+        &ctx.fence,
     );
     let (hits, misses) = if flags.decrement {
         (&ctx.counters.decr_hits, &ctx.counters.decr_misses)

@@ -7,6 +7,7 @@ pub mod stats;
 pub mod text;
 
 use kura_proto::text::Limits;
+use kura_store::AckFence;
 
 use crate::stats::{Counters, PrefixCounts};
 use crate::Shared;
@@ -39,6 +40,9 @@ pub struct Context<'a> {
     pub counters: &'a Counters,
     /// The connection's id (`cfd` in watcher lines; 0 for UDP).
     pub conn_id: u64,
+    /// Raised by the engine to the newest write whose reply must wait for
+    /// its commit; the worker takes it once the batch is served.
+    pub fence: AckFence,
 }
 
 impl Context<'_> {

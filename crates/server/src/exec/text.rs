@@ -30,17 +30,22 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         Request::Store(request) => store(&request, ctx, out),
         Request::Delete { key, noreply } => {
             ctx.detail(key, |counts| counts.deletes += 1);
-            let reply: &[u8] = match ctx.shared.store.delete(key, &DeleteCommand::default()) {
-                DeleteOutcome::Deleted => {
-                    ctx.counters.delete_hits.incr();
-                    b"DELETED\r\n"
-                }
-                DeleteOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
-                _ => {
-                    ctx.counters.delete_misses.incr();
-                    b"NOT_FOUND\r\n"
-                }
-            };
+            let reply: &[u8] =
+                match ctx
+                    .shared
+                    .store
+                    .delete(key, &DeleteCommand::default(), &ctx.fence)
+                {
+                    DeleteOutcome::Deleted => {
+                        ctx.counters.delete_hits.incr();
+                        b"DELETED\r\n"
+                    }
+                    DeleteOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
+                    _ => {
+                        ctx.counters.delete_misses.incr();
+                        b"NOT_FOUND\r\n"
+                    }
+                };
             reply_unless(noreply, reply, out);
         }
         Request::Arith {
@@ -56,7 +61,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         } => {
             ctx.counters.cmd_touch.incr();
             let expiry = ctx.shared.store.clock().expiry(exptime);
-            let reply: &[u8] = if ctx.shared.store.touch(key, expiry) {
+            let reply: &[u8] = if ctx.shared.store.touch(key, expiry, &ctx.fence) {
                 ctx.counters.touch_hits.incr();
                 b"TOUCHED\r\n"
             } else {
@@ -72,7 +77,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
                 error_unless(noreply, ErrorReply::FlushDisabled, out);
                 return Action::Continue;
             }
-            ctx.shared.store.flush_all(delay);
+            ctx.shared.store.flush_all(delay, &ctx.fence);
             reply_unless(noreply, b"OK\r\n", out);
         }
         Request::Version => {
@@ -145,7 +150,9 @@ fn too_large(request: &TooLarge<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
 
 /// Removes the item a failed write meant to replace.
 pub(super) fn remove_stale(key: &[u8], ctx: &Context<'_>) {
-    ctx.shared.store.delete(key, &DeleteCommand::default());
+    ctx.shared
+        .store
+        .delete(key, &DeleteCommand::default(), &ctx.fence);
 }
 
 /// `refresh_certs`: loads the certificate chain and key files again; new
@@ -233,21 +240,24 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
         ..GetOptions::default()
     };
     let with_cas = mode.returns_cas();
-    let hit = ctx.shared.store.get(key, &options, &mut |item| {
-        out.extend_from_slice(b"VALUE ");
-        out.extend_from_slice(key);
-        out.push(b' ');
-        push_u64(out, u64::from(item.flags));
-        out.push(b' ');
-        push_u64(out, item.value.len() as u64);
-        if with_cas {
+    let hit = ctx
+        .shared
+        .store
+        .get(key, &options, &ctx.fence, &mut |item| {
+            out.extend_from_slice(b"VALUE ");
+            out.extend_from_slice(key);
             out.push(b' ');
-            push_u64(out, ctx.visible_cas(item.cas));
-        }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(item.value);
-        out.extend_from_slice(b"\r\n");
-    });
+            push_u64(out, u64::from(item.flags));
+            out.push(b' ');
+            push_u64(out, item.value.len() as u64);
+            if with_cas {
+                out.push(b' ');
+                push_u64(out, ctx.visible_cas(item.cas));
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(item.value);
+            out.extend_from_slice(b"\r\n");
+        });
     if hit {
         ctx.counters.get_hits.incr();
     } else {
@@ -285,15 +295,18 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         // memcached looks the key up before it stores, and logs the lookup.
         log_fetch(request.key, ctx);
     }
-    let outcome = ctx.shared.store.store(&StoreCommand {
-        mode,
-        key: request.key,
-        value: request.data,
-        flags: request.flags,
-        expiry: ctx.shared.store.clock().expiry(request.exptime),
-        compare_cas: is_cas.then_some(request.cas_unique),
-        stale_if_older: false,
-    });
+    let outcome = ctx.shared.store.store(
+        &StoreCommand {
+            mode,
+            key: request.key,
+            value: request.data,
+            flags: request.flags,
+            expiry: ctx.shared.store.clock().expiry(request.exptime),
+            compare_cas: is_cas.then_some(request.cas_unique),
+            stale_if_older: false,
+        },
+        &ctx.fence,
+    );
     let reply: &[u8] = match outcome {
         StoreOutcome::Stored { .. } => {
             if is_cas {
@@ -335,7 +348,9 @@ fn log_fetch(key: &[u8], ctx: &Context<'_>) {
         no_bump: true,
         ..GetOptions::default()
     };
-    store.get(key, &no_bump, &mut |item| size = Some(item.value.len()));
+    store.get(key, &no_bump, &ctx.fence, &mut |item| {
+        size = Some(item.value.len())
+    });
     let class = match size {
         Some(_) => store.debug(key).map_or(0, |item| item.class),
         None => 0,
@@ -496,6 +511,7 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
             delta,
             ..ArithCommand::default()
         },
+        &ctx.fence,
     );
     let (hits, misses) = if incr {
         (&ctx.counters.incr_hits, &ctx.counters.incr_misses)

@@ -56,9 +56,9 @@ use crate::classes::SizeClasses;
 use crate::clock::{Clock, ExpiryTime};
 use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
 use crate::{
-    AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand,
-    DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
-    StoreStats,
+    AckFence, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
+    DeleteCommand, DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode,
+    StoreOutcome, StoreStats,
 };
 
 pub use journal::LogPosition;
@@ -329,11 +329,6 @@ enum Lookup {
     FirstHit(u64),
     /// The read changes the item (touch, recache win): redo it as a write.
     NeedsWrite,
-}
-
-thread_local! {
-    /// The newest write this thread made whose reply must wait.
-    static UNACKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl DiskStore {
@@ -678,20 +673,20 @@ impl Inner {
 
     /// Flushes everything written so far: reads skip it at once, the writer
     /// clears it from LMDB in its next commit.
-    fn flush(&self) {
+    fn flush(&self, fence: &AckFence) {
         let mut request = self.flush_request.lock();
         let boundary = self.last_cas.load(Ordering::Acquire);
         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
         *request = Some(boundary);
         let seq = self.pending.next_seq();
         drop(request);
-        note_unacked(seq);
+        fence.raise(seq);
         // Every cached record is dead now: give their memory back.
         self.pending.clear_cache();
     }
 
     /// Applies a delayed flush whose time has come.
-    fn apply_due_flush(&self) {
+    fn apply_due_flush(&self, fence: &AckFence) {
         let deadline = self.flush_deadline.load(Ordering::Relaxed);
         if deadline != 0
             && self.clock.now() >= deadline
@@ -700,7 +695,7 @@ impl Inner {
                 .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            self.flush();
+            self.flush(fence);
         }
     }
 
@@ -811,9 +806,10 @@ impl Inner {
     fn modify<R>(
         &self,
         key: &[u8],
+        fence: &AckFence,
         decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Decision, R),
     ) -> Result<R, WriteFailed> {
-        self.apply_due_flush();
+        self.apply_due_flush(fence);
         let mut shard = self.pending.lock(key);
         let (decision, result) = self.with_record(&mut shard, key, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
@@ -833,7 +829,7 @@ impl Inner {
             Decision::Remove => Some(Change::Remove),
         };
         if let Some(change) = change {
-            note_unacked(shard.put(key, change));
+            fence.raise(shard.put(key, change));
         }
         drop(shard);
         self.wait_for_pending_room();
@@ -880,9 +876,10 @@ impl Inner {
         &self,
         key: &[u8],
         options: &GetOptions,
+        fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
     ) -> Result<bool, WriteFailed> {
-        self.apply_due_flush();
+        self.apply_due_flush(fence);
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
         let lookup = self.with_record(&mut shard, key, |found| {
@@ -927,7 +924,7 @@ impl Inner {
         if !self.writable() {
             return Err(WriteFailed);
         }
-        self.modify(key, |found, _| {
+        self.modify(key, fence, |found, _| {
             let Some((old, value)) = found else {
                 let Some(expiry) = options.vivify else {
                     return (Decision::Keep, false);
@@ -960,11 +957,15 @@ impl Inner {
         })
     }
 
-    fn store(&self, command: &StoreCommand<'_>) -> Result<StoreOutcome, WriteFailed> {
+    fn store(
+        &self,
+        command: &StoreCommand<'_>,
+        fence: &AckFence,
+    ) -> Result<StoreOutcome, WriteFailed> {
         if command.mode == StoreMode::Set && command.compare_cas.is_none() {
-            return Ok(self.set_blind(command));
+            return Ok(self.set_blind(command, fence));
         }
-        self.modify(command.key, |existing, reused| {
+        self.modify(command.key, fence, |existing, reused| {
             let current = existing.map(|(old, value)| current(&old, value));
             let write = match semantics::plan_store(command, current) {
                 StorePlan::Refuse(outcome) => return (Decision::Keep, outcome),
@@ -1007,8 +1008,8 @@ impl Inner {
 
     /// A plain `set` replaces whatever is there, so it skips reading the
     /// current item (the writer fixes the expiry index and counts).
-    fn set_blind(&self, command: &StoreCommand<'_>) -> StoreOutcome {
-        self.apply_due_flush();
+    fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
+        self.apply_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
         let cas = self.next_cas();
         let header = Header {
@@ -1018,15 +1019,20 @@ impl Inner {
             bits: 0,
         };
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
-        note_unacked(shard.put(command.key, Change::Put(keyed)));
+        fence.raise(shard.put(command.key, Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();
         StoreOutcome::Stored { cas }
     }
 
-    fn delete(&self, key: &[u8], command: &DeleteCommand) -> Result<DeleteOutcome, WriteFailed> {
-        self.modify(key, |existing, _| {
+    fn delete(
+        &self,
+        key: &[u8],
+        command: &DeleteCommand,
+        fence: &AckFence,
+    ) -> Result<DeleteOutcome, WriteFailed> {
+        self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let decision = match (semantics::plan_delete(command, current), existing) {
                 (DeletePlan::Refuse(outcome), _) => return (Decision::Keep, outcome),
@@ -1051,8 +1057,13 @@ impl Inner {
         })
     }
 
-    fn arith(&self, key: &[u8], command: &ArithCommand) -> Result<ArithOutcome, WriteFailed> {
-        self.modify(key, |existing, _| {
+    fn arith(
+        &self,
+        key: &[u8],
+        command: &ArithCommand,
+        fence: &AckFence,
+    ) -> Result<ArithOutcome, WriteFailed> {
+        self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let (header, digits, value, created) = match semantics::plan_arith(command, current) {
                 ArithPlan::Refuse(outcome) => return (Decision::Keep, outcome),
@@ -1113,7 +1124,6 @@ fn current<'v>(header: &Header, value: &'v [u8]) -> Current<'v> {
     }
 }
 
-/// Remembers that this thread's replies must wait for write `seq`.
 /// The header (as if the value were in place) and the pointer of a record
 /// whose value is in the journal.
 fn in_log((header, value): (Header, &[u8])) -> Option<(Header, LogPointer)> {
@@ -1129,54 +1139,58 @@ fn log_read_failed(error: &std::io::Error, pointer: &LogPointer) {
     tracing::error!(%error, segment = pointer.at.segment, offset = pointer.at.offset, "cannot read a value from the journal");
 }
 
-fn note_unacked(seq: u64) {
-    UNACKED.with(|unacked| unacked.set(unacked.get().max(seq)));
-}
-
 impl Store for DiskStore {
-    fn get(&self, key: &[u8], options: &GetOptions, visit: &mut dyn FnMut(&ItemView<'_>)) -> bool {
-        self.inner.get(key, options, visit).unwrap_or(false)
+    fn get(
+        &self,
+        key: &[u8],
+        options: &GetOptions,
+        fence: &AckFence,
+        visit: &mut dyn FnMut(&ItemView<'_>),
+    ) -> bool {
+        self.inner.get(key, options, fence, visit).unwrap_or(false)
     }
 
-    fn store(&self, command: &StoreCommand<'_>) -> StoreOutcome {
+    fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
         if !self.inner.writable() {
             return StoreOutcome::Failed;
         }
-        self.inner.store(command).unwrap_or(StoreOutcome::Failed)
+        self.inner
+            .store(command, fence)
+            .unwrap_or(StoreOutcome::Failed)
     }
 
-    fn delete(&self, key: &[u8], command: &DeleteCommand) -> DeleteOutcome {
+    fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome {
         // Deletes free space, so they go on while the disk is full.
         if self.inner.poisoned.load(Ordering::Acquire) {
             return DeleteOutcome::Failed;
         }
         self.inner
-            .delete(key, command)
+            .delete(key, command, fence)
             .unwrap_or(DeleteOutcome::Failed)
     }
 
-    fn arith(&self, key: &[u8], command: &ArithCommand) -> ArithOutcome {
+    fn arith(&self, key: &[u8], command: &ArithCommand, fence: &AckFence) -> ArithOutcome {
         if !self.inner.writable() {
             return ArithOutcome::Failed;
         }
         self.inner
-            .arith(key, command)
+            .arith(key, command, fence)
             .unwrap_or(ArithOutcome::Failed)
     }
 
-    fn touch(&self, key: &[u8], expiry: ExpiryTime) -> bool {
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> bool {
         let options = GetOptions {
             touch: Some(expiry),
             no_bump: true,
             ..GetOptions::default()
         };
-        self.get(key, &options, &mut |_| {})
+        self.get(key, &options, fence, &mut |_| {})
     }
 
-    fn flush_all(&self, delay: i64) {
+    fn flush_all(&self, delay: i64, fence: &AckFence) {
         if delay <= 0 {
             self.inner.flush_deadline.store(0, Ordering::Relaxed);
-            self.inner.flush();
+            self.inner.flush(fence);
         } else {
             self.inner
                 .flush_deadline
@@ -1205,7 +1219,8 @@ impl Store for DiskStore {
 
     fn maintain(&self) -> usize {
         let inner = &self.inner;
-        inner.apply_due_flush();
+        // Nobody's reply waits for a delayed flush applied in the background.
+        inner.apply_due_flush(&AckFence::default());
         inner.check_space();
         // Live items, not the file: after a flush the file keeps its size.
         let live_bytes = inner.committed_counts.lock().classes.bytes();
@@ -1326,11 +1341,6 @@ impl Store for DiskStore {
     fn backup(&self, to: &Path, since: Option<&Path>) -> Result<String, String> {
         let manifest = self.inner.backup(to, since).map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&manifest).expect("a manifest serializes"))
-    }
-
-    fn take_ack_ticket(&self) -> Option<AckTicket> {
-        let seq = UNACKED.with(|unacked| unacked.replace(0));
-        (seq != 0).then_some(seq)
     }
 
     fn ack_state(&self, ticket: AckTicket) -> AckState {

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use super::history::{self, Values};
 use super::journal::{self, GroupHead, Location, Record};
 use super::{DiskConfig, DiskStore};
-use crate::{GetOptions, Store};
+use crate::{AckFence, GetOptions, Store};
 
 /// One record to encode with a valid checksum: its kind decides the shape.
 #[derive(Debug, Clone)]
@@ -100,7 +100,12 @@ fn read_every_way(dir: &Path, keys: &[Vec<u8>]) {
     let _ = history::missing(dir, 1, 100);
     if let Ok(store) = DiskStore::open(config(dir)) {
         for key in keys {
-            store.get(key, &GetOptions::default(), &mut |_| {});
+            store.get(
+                key,
+                &GetOptions::default(),
+                &AckFence::default(),
+                &mut |_| {},
+            );
         }
     }
 }
