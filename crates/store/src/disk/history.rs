@@ -10,6 +10,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use super::io::OsIo;
 use super::journal::{self, Numbering, Record};
 use super::record::{Header, LogPointer};
 
@@ -227,6 +228,7 @@ impl<'d> ValueReader<'d> {
             ));
         }
         let stored = journal::read_stored(
+            &OsIo,
             file,
             pointer.at,
             pointer.frame_len as usize,

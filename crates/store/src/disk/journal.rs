@@ -33,7 +33,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -41,6 +40,7 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
+use super::io::Io;
 use super::retention::SegmentAge;
 
 const PUT: u8 = 1;
@@ -430,6 +430,7 @@ impl LogPosition {
 /// A segment no longer appended to.
 pub struct Retired {
     pub number: u64,
+    io: Arc<dyn Io>,
     /// The newest entry appended up to the end of this segment.
     pub last: LogPosition,
     file: Arc<File>,
@@ -440,7 +441,7 @@ pub struct Retired {
 impl Retired {
     /// fsyncs it: it may hold acknowledged writes the syncer has not reached.
     pub fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+        self.io.sync_log(&self.file)
     }
 
     /// Gives back the reserved space it did not use (and a recycled file's
@@ -470,6 +471,7 @@ struct Segment {
 
 pub struct Journal {
     dir: PathBuf,
+    io: Arc<dyn Io>,
     current: Mutex<Segment>,
     /// Bytes in every segment file, the current one included.
     bytes: AtomicU64,
@@ -501,7 +503,7 @@ impl Drop for HistoryHold<'_> {
 impl Journal {
     /// Starts segment `number`, newer than any in `dir`, and takes over
     /// the segments already there.
-    pub fn create(dir: &Path, number: u64) -> io::Result<Journal> {
+    pub fn create(dir: &Path, number: u64, io: Arc<dyn Io>) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
         for (found, path) in segments(dir)? {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
@@ -532,6 +534,7 @@ impl Journal {
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
+            io,
             current: Mutex::new(segment),
             bytes: AtomicU64::new(older.values().map(|segment| segment.len).sum()),
             older: Mutex::new(older),
@@ -602,7 +605,7 @@ impl Journal {
         if end > segment.reserved {
             segment.reserved = reserve(&segment.file, &self.dir, segment.reserved, end);
         }
-        if let Err(error) = segment.file.write_all_at(group, at) {
+        if let Err(error) = self.io.write_log(&segment.file, group, at) {
             segment.file.set_len(at)?;
             return Err(error);
         }
@@ -621,7 +624,7 @@ impl Journal {
     /// fsyncs the segment being appended to.
     pub fn sync(&self) -> io::Result<()> {
         let file = self.current.lock().file.clone();
-        file.sync_data()
+        self.io.sync_log(&file)
     }
 
     /// Creates the segment that follows the current one, for
@@ -669,6 +672,7 @@ impl Journal {
         );
         Retired {
             number: old.number,
+            io: self.io.clone(),
             last: old.last,
             file: old.file,
             len: old.len,
@@ -765,7 +769,8 @@ impl Journal {
         key: &[u8],
         value_len: usize,
     ) -> io::Result<Stored> {
-        read_stored(&*self.file(at.segment)?, at, frame_len, key, value_len)
+        let file = self.file(at.segment)?;
+        read_stored(&*self.io, &file, at, frame_len, key, value_len)
     }
 
     fn file(&self, number: u64) -> io::Result<Arc<File>> {
@@ -803,6 +808,7 @@ impl Journal {
 /// Reads `key`'s put or move of a `value_len`-byte value at `at` in
 /// segment `file` (`frame_len` bytes, framed), checking it is that.
 pub fn read_stored(
+    io: &dyn Io,
     file: &File,
     at: Location,
     frame_len: usize,
@@ -814,7 +820,7 @@ pub fn read_stored(
         return Err(corrupt());
     }
     let mut frame = vec![0; frame_len];
-    file.read_exact_at(&mut frame, at.offset)?;
+    io.read_log(file, &mut frame, at.offset)?;
     let (record, len) = decode(&frame, seed_of(at.segment)).ok_or_else(corrupt)?;
     let record = match record {
         Record::Put { key: found, record }
@@ -904,6 +910,7 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disk::io::OsIo;
 
     /// Entry `lsn` of a group appended at `lsn` µs.
     fn lsn(lsn: u64) -> LogPosition {
@@ -1015,7 +1022,7 @@ mod tests {
             return;
         }
         let allocated = |n: u64| fs::metadata(segment_path(dir.path(), n)).unwrap().blocks() * 512;
-        let journal = Journal::create(dir.path(), 1).unwrap();
+        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo)).unwrap();
         assert!(allocated(1) >= PREALLOCATE, "a new segment is reserved");
         // Appends past the first step reserve the next one before writing.
         let mut group = Vec::new();
@@ -1049,7 +1056,7 @@ mod tests {
     #[test]
     fn segments_rotate_replay_and_are_removed_once_applied() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::create(dir.path(), 7).unwrap();
+        let journal = Journal::create(dir.path(), 7, Arc::new(OsIo)).unwrap();
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
         journal.append(&group, Some(lsn(1))).unwrap();
@@ -1144,7 +1151,7 @@ mod tests {
         };
         let (first, moved_value) = (stored(b"first"), stored(b"moved"));
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::create(dir.path(), 1).unwrap();
+        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo)).unwrap();
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"x" }, seed_of(1));
         let put_at = group.len();

@@ -29,6 +29,7 @@ pub mod backup;
 mod dir_lock;
 pub mod history;
 mod identity;
+pub mod io;
 mod journal;
 mod marks;
 mod pending;
@@ -60,6 +61,7 @@ use crate::{
     DeleteCommand, DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode,
     StoreOutcome, StoreStats,
 };
+use io::{Io, OsIo};
 
 pub use journal::LogPosition;
 use pending::{Change, Pending, PendingWrites, Shard, MAX_CACHED_RECORD};
@@ -115,6 +117,8 @@ pub struct DiskConfig {
     pub log_retention: LogRetention,
     /// A restore's replay: the entries after this LSN are not applied.
     pub replay_until: Option<u64>,
+    /// The file operations (the fault tests inject failures here).
+    pub io: Arc<dyn Io>,
 }
 
 impl DiskConfig {
@@ -132,6 +136,7 @@ impl DiskConfig {
             server_id: None,
             log_retention: LogRetention::default(),
             replay_until: None,
+            io: Arc::new(OsIo),
         }
     }
 
@@ -387,8 +392,12 @@ impl DiskStore {
             .unwrap_or_default();
         txn.commit()?;
         let newest = segments.last().map_or(0, |(number, _)| *number);
-        let journal = journal::Journal::create(&config.dir, newest.max(applied_segment) + 1)
-            .map_err(OpenError::Journal)?;
+        let journal = journal::Journal::create(
+            &config.dir,
+            newest.max(applied_segment) + 1,
+            config.io.clone(),
+        )
+        .map_err(OpenError::Journal)?;
         // `segments` is sorted by number.
         counts.log.forget_missing(|segment| {
             segments
@@ -655,17 +664,17 @@ impl Inner {
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
             File::open(path)
-                .and_then(|file| file.sync_data())
+                .and_then(|file| self.config.io.sync_log(&file))
                 .map_err(OpenError::Journal)?;
             self.put_meta(&mut txn, &mut counts, Some((*number, last)))?;
-            txn.commit()?;
+            self.config.io.commit(txn)?;
             self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);
         }
         *self.committed_counts.lock() = counts;
-        self.env.force_sync()?;
+        self.config.io.sync_data(&self.env)?;
         let last = replayed.unwrap_or(applied).max(applied);
         self.remove_dead_segments(last);
         Ok(())

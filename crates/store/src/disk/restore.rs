@@ -20,6 +20,7 @@ use heed::{Database, EnvOpenOptions};
 
 use super::backup::{self, BackupError, DATA_FILE};
 use super::history::{self, LogPoint, Values};
+use super::io::OsIo;
 use super::journal::{self, LogPosition};
 use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
 use super::{DiskConfig, DiskStore};
@@ -180,6 +181,7 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
         }
         let (_, file) = open.as_ref().expect("opened above");
         let value = journal::read_stored(
+            &OsIo,
             file,
             pointer.at,
             pointer.frame_len as usize,

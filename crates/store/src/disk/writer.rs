@@ -701,7 +701,7 @@ impl Inner {
                 .map_err(lmdb)?;
         }
         self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
-        txn.commit().map_err(lmdb)?;
+        self.config.io.commit(txn).map_err(lmdb)?;
         *self.committed_counts.lock() = counts;
         Ok(group.len() as u64)
     }
@@ -967,7 +967,7 @@ impl Inner {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
                     self.put_meta(&mut txn, &mut counts, None)?;
-                    txn.commit()?;
+                    self.config.io.commit(txn)?;
                     *self.committed_counts.lock() = counts.clone();
                     txn = self.env.write_txn()?;
                     dirty = 0;
@@ -987,7 +987,7 @@ impl Inner {
             &mut counts,
             round.map(|round| (round.segment, round.last)),
         )?;
-        txn.commit()?;
+        self.config.io.commit(txn)?;
         if let Some(round) = round {
             self.applied_segment
                 .fetch_max(round.segment, Ordering::AcqRel);
@@ -1079,7 +1079,7 @@ impl Inner {
                     _ => {}
                 }
             }
-            txn.commit()?;
+            self.config.io.commit(txn)?;
         }
         Ok(early)
     }
@@ -1111,7 +1111,7 @@ impl Inner {
             self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
         }
         self.put_meta(&mut txn, &mut counts, None)?;
-        txn.commit()?;
+        self.config.io.commit(txn)?;
         self.measure_lmdb_usage();
         *self.committed_counts.lock() = counts;
         Ok(())
@@ -1443,7 +1443,7 @@ impl Inner {
     /// it succeeded.
     pub(super) fn sync_now(&self) -> bool {
         let started = Instant::now();
-        match self.env.force_sync() {
+        match self.config.io.sync_data(&self.env) {
             Ok(()) => {
                 self.count_fsync(started);
                 true
