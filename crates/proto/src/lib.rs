@@ -8,6 +8,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod line;
 pub mod meta;
 pub mod number;
 pub mod reply;
@@ -40,6 +41,30 @@ pub enum Parse<T> {
         /// command line was understood (too large, bad data chunk).
         noreply: bool,
     },
+}
+
+impl<T> Parse<T> {
+    /// The same outcome with the request turned into another type.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Parse<U> {
+        match self {
+            Parse::Done { request, consumed } => Parse::Done {
+                request: f(request),
+                consumed,
+            },
+            Parse::Incomplete => Parse::Incomplete,
+            Parse::Reject {
+                error,
+                consumed,
+                recovery,
+                noreply,
+            } => Parse::Reject {
+                error,
+                consumed,
+                recovery,
+                noreply,
+            },
+        }
+    }
 }
 
 /// How the stream goes on after a rejected request.

@@ -8,8 +8,8 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 
+use crate::line::{data_block, valid_key, DataBlock, Limits, Tokens, TooLarge};
 use crate::number::{parse_data_length, parse_exptime, parse_flags, parse_u64};
-use crate::text::{data_block, valid_key, DataBlock, Limits};
 use crate::{ErrorReply, Parse, Recovery};
 
 /// memcached's limit on the opaque token.
@@ -144,6 +144,14 @@ impl Verb {
     }
 }
 
+/// A parsed meta command, or an `ms` refused for its size (a request of its
+/// own: its data block is swallowed and the old item removed).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    Request(MetaRequest<'a>),
+    TooLarge(TooLarge<'a>),
+}
+
 /// Parses a meta command whose two-letter verb is `verb`; `args` is the rest
 /// of the line, `buf` the whole input (for the data block of `ms`).
 pub fn parse<'a>(
@@ -152,8 +160,8 @@ pub fn parse<'a>(
     buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
-) -> Parse<crate::text::Request<'a>> {
-    let mut tokens = crate::text::Tokens::new(args);
+) -> Parse<Parsed<'a>> {
+    let mut tokens = Tokens::new(args);
     let verb = match verb {
         b"mn" => return done(MetaRequest::Noop, line_len),
         b"me" => return parse_debug(tokens, line_len),
@@ -203,7 +211,7 @@ pub fn parse<'a>(
         Verb::Arith => done(MetaRequest::Arith(command), line_len),
         Verb::Set => {
             if data_len > limits.max_item_size {
-                let request = crate::text::Request::TooLarge(crate::text::TooLarge {
+                let request = Parsed::TooLarge(TooLarge {
                     key: command.key.bytes,
                     removes_old_item: true,
                     data_len: data_len as u64,
@@ -226,9 +234,9 @@ pub fn parse<'a>(
     }
 }
 
-fn done(request: MetaRequest<'_>, consumed: usize) -> Parse<crate::text::Request<'_>> {
+fn done(request: MetaRequest<'_>, consumed: usize) -> Parse<Parsed<'_>> {
     Parse::Done {
-        request: crate::text::Request::Meta(request),
+        request: Parsed::Request(request),
         consumed,
     }
 }
@@ -242,10 +250,7 @@ fn reject<T>(error: ErrorReply, consumed: usize, recovery: Recovery) -> Parse<T>
     }
 }
 
-fn parse_debug(
-    mut tokens: crate::text::Tokens<'_>,
-    line_len: usize,
-) -> Parse<crate::text::Request<'_>> {
+fn parse_debug(mut tokens: Tokens<'_>, line_len: usize) -> Parse<Parsed<'_>> {
     let Some(key) = tokens.next().filter(|k| valid_key(k)) else {
         return reject(ErrorReply::BadCommandLine, line_len, Recovery::Continue);
     };
@@ -274,10 +279,7 @@ fn decode_key(wire: &[u8], base64: bool) -> Option<MetaKey<'_>> {
 }
 
 /// Returns (base64 key?, flags).
-fn parse_flags_of<'a>(
-    verb: Verb,
-    tokens: crate::text::Tokens<'a>,
-) -> Result<(bool, MetaFlags<'a>), ErrorReply> {
+fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags<'a>), ErrorReply> {
     let mut flags = MetaFlags::default();
     let mut base64 = false;
     let mut seen = 0u64;
@@ -353,16 +355,23 @@ fn parse_mode(verb: Verb, arg: &[u8], flags: &mut MetaFlags<'_>) -> Result<(), E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::{parse as parse_text, Request};
+    use crate::line::split_line;
+
+    /// A whole meta line as the text parser hands it over.
+    fn parse_line<'a>(input: &'a [u8], limits: &Limits) -> Parse<Parsed<'a>> {
+        let (line, line_len) = split_line(input).expect("a whole line");
+        let (verb, args) = line.split_at(2);
+        parse(verb, args, input, line_len, limits)
+    }
 
     const LIMITS: Limits = Limits {
         max_item_size: 1024 * 1024,
     };
 
     fn meta(input: &[u8]) -> MetaRequest<'_> {
-        match parse_text(input, &LIMITS) {
+        match parse_line(input, &LIMITS) {
             Parse::Done {
-                request: Request::Meta(m),
+                request: Parsed::Request(m),
                 ..
             } => m,
             other => panic!("expected a meta request from {input:?}, got {other:?}"),
@@ -370,7 +379,7 @@ mod tests {
     }
 
     fn rejected(input: &[u8]) -> (ErrorReply, Recovery) {
-        match parse_text(input, &LIMITS) {
+        match parse_line(input, &LIMITS) {
             Parse::Reject {
                 error, recovery, ..
             } => (error, recovery),
@@ -443,11 +452,15 @@ mod tests {
             rejected(b"ms k abc\r\nhi\r\n"),
             (ErrorReply::BadCommandLine, Recovery::Continue)
         );
-        let Parse::Done { request, consumed } = parse_text(b"ms k 2000000\r\n", &LIMITS) else {
+        let Parse::Done {
+            request: Parsed::TooLarge(too_large),
+            consumed,
+        } = parse_line(b"ms k 2000000\r\n", &LIMITS)
+        else {
             panic!("a too large ms is a request of its own")
         };
         assert_eq!(consumed, 14);
-        assert_eq!(request.bytes_to_discard(), 2_000_002);
+        assert_eq!(too_large.data_len, 2_000_000);
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! separator. Meta commands (`mg`, `ms`, …) share the framing and are handed
 //! to [`crate::meta`].
 
+pub use crate::line::{data_block, split_line, valid_key, DataBlock, Limits, Tokens, TooLarge};
 use crate::meta::{self, MetaRequest};
 use crate::number::{parse_data_length, parse_exptime, parse_flags, parse_i64, parse_u64};
-use crate::{ErrorReply, Parse, Recovery, MAX_KEY_LEN, MAX_LINE_LEN};
+use crate::{ErrorReply, Parse, Recovery, MAX_LINE_LEN};
 
 /// memcached answers a line with more tokens than this with `ERROR`
 /// (except retrievals, whose key lists may be long).
@@ -133,20 +134,6 @@ pub enum ShutdownMode {
     Unknown,
 }
 
-/// A storage command refused for its size. memcached answers `SERVER_ERROR
-/// object too large for cache` and, for `set` (and every `ms`), removes the
-/// key's current item, so a failed write never leaves stale data served.
-#[derive(Debug, PartialEq, Eq)]
-pub struct TooLarge<'a> {
-    /// The key as stored (base64-decoded for `ms ... b`).
-    pub key: std::borrow::Cow<'a, [u8]>,
-    /// Whether the key's current item is removed.
-    pub removes_old_item: bool,
-    /// Length of the data block, without its `\r\n`.
-    pub data_len: u64,
-    pub noreply: bool,
-}
-
 /// Which retrieval verb: `get`, `gets` (with CAS), `gat`/`gats` (get and touch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GetMode {
@@ -207,28 +194,6 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// Limits the parser enforces.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// The largest data block a storage command may carry (`-I`).
-    pub max_item_size: usize,
-}
-
-/// Finds the end of the first line: (line without its terminator, bytes up to
-/// and including the `\n`).
-pub fn split_line(buf: &[u8]) -> Option<(&[u8], usize)> {
-    let newline = memchr(b'\n', buf)?;
-    let mut line = &buf[..newline];
-    if let Some((b'\r', rest)) = line.split_last() {
-        line = rest;
-    }
-    Some((line, newline + 1))
-}
-
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
-}
-
 /// Parses one request from the front of `buf`.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<Request<'a>> {
     let Some((line, line_len)) = split_line(buf) else {
@@ -249,7 +214,10 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<Request<'a>> {
         b"prepend" => parse_store(StoreVerb::Prepend, tokens, buf, line_len, limits),
         b"cas" => parse_store(StoreVerb::Cas, tokens, buf, line_len, limits),
         b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me" => {
-            meta::parse(verb, tokens.rest(), buf, line_len, limits)
+            meta::parse(verb, tokens.rest(), buf, line_len, limits).map(|parsed| match parsed {
+                meta::Parsed::Request(request) => Request::Meta(request),
+                meta::Parsed::TooLarge(too_large) => Request::TooLarge(too_large),
+            })
         }
         _ => parse_other(verb, tokens, line_len),
     }
@@ -293,46 +261,6 @@ fn reject_unless_noreply<T>(error: ErrorReply, consumed: usize, noreply: bool) -
 
 fn done(request: Request<'_>, consumed: usize) -> Parse<Request<'_>> {
     Parse::Done { request, consumed }
-}
-
-/// Space-separated tokens of one line.
-#[derive(Clone)]
-pub struct Tokens<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Tokens<'a> {
-    pub fn new(line: &'a [u8]) -> Self {
-        Tokens { rest: line }
-    }
-
-    /// The unparsed remainder of the line.
-    pub fn rest(&self) -> &'a [u8] {
-        self.rest
-    }
-
-    /// How many tokens remain (without consuming them).
-    pub fn remaining(&self) -> usize {
-        self.clone().fold(0, |n, _| n + 1)
-    }
-}
-
-impl<'a> Iterator for Tokens<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let start = self.rest.iter().position(|&b| b != b' ')?;
-        let rest = &self.rest[start..];
-        let end = memchr(b' ', rest).unwrap_or(rest.len());
-        self.rest = &rest[end..];
-        Some(&rest[..end])
-    }
-}
-
-/// A key is at most 250 bytes. memcached accepts any byte but the separators
-/// (space and newline), and so do we.
-pub fn valid_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_LEN
 }
 
 fn is_noreply(token: Option<&[u8]>) -> bool {
@@ -430,27 +358,6 @@ fn parse_store<'a>(
             consumed,
         ),
     }
-}
-
-/// The outcome of looking for a data block after a command line.
-pub enum DataBlock<'a> {
-    Incomplete,
-    /// Not followed by `\r\n`: memcached drops `length + 2` bytes and answers
-    /// `CLIENT_ERROR bad data chunk`.
-    Bad(usize),
-    Ok(&'a [u8], usize),
-}
-
-/// Locates a data block of `length` bytes plus `\r\n` after `line_len` bytes.
-pub fn data_block(buf: &[u8], line_len: usize, length: usize) -> DataBlock<'_> {
-    let end = line_len + length + 2;
-    if buf.len() < end {
-        return DataBlock::Incomplete;
-    }
-    if &buf[end - 2..end] != b"\r\n" {
-        return DataBlock::Bad(end);
-    }
-    DataBlock::Ok(&buf[line_len..end - 2], end)
 }
 
 fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> Parse<Request<'a>> {

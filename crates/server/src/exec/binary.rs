@@ -215,7 +215,7 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         // stale value behind.
         ctx.counters.store_too_large.incr();
         if mode == StoreMode::Set {
-            super::text::remove_stale(request.key, ctx);
+            ctx.remove_stale(request.key);
         }
         return Err(Status::ValueTooLarge);
     }

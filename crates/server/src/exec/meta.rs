@@ -188,7 +188,7 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         StoreOutcome::OutOfMemory => {
             ctx.counters.store_no_memory.incr();
             // memcached removes the old item whatever the mode.
-            super::text::remove_stale(&command.key.bytes, ctx);
+            ctx.remove_stale(&command.key.bytes);
             ErrorReply::OutOfMemory.compose(out);
         }
         StoreOutcome::Failed => ErrorReply::StorageFailed.compose(out),

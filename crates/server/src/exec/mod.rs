@@ -7,7 +7,7 @@ pub mod stats;
 pub mod text;
 
 use kura_proto::text::Limits;
-use kura_store::AckFence;
+use kura_store::{AckFence, DeleteCommand};
 
 use crate::stats::{Counters, PrefixCounts};
 use crate::Shared;
@@ -46,6 +46,14 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
+    /// Removes the item a failed write meant to replace (memcached does, so
+    /// a client whose write failed does not go on reading the old value).
+    pub fn remove_stale(&self, key: &[u8]) {
+        self.shared
+            .store
+            .delete(key, &DeleteCommand::default(), &self.fence);
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_item_size: self.shared.config.max_item_size,

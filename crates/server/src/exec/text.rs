@@ -143,16 +143,9 @@ fn error_unless(noreply: bool, error: ErrorReply, out: &mut Vec<u8>) {
 fn too_large(request: &TooLarge<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     ctx.counters.store_too_large.incr();
     if request.removes_old_item {
-        remove_stale(&request.key, ctx);
+        ctx.remove_stale(&request.key);
     }
     error_unless(request.noreply, ErrorReply::TooLarge, out);
-}
-
-/// Removes the item a failed write meant to replace.
-pub(super) fn remove_stale(key: &[u8], ctx: &Context<'_>) {
-    ctx.shared
-        .store
-        .delete(key, &DeleteCommand::default(), &ctx.fence);
 }
 
 /// `refresh_certs`: loads the certificate chain and key files again; new
@@ -327,7 +320,7 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             ctx.counters.store_no_memory.incr();
             // As for a value too large: a failed set leaves no stale value.
             if request.verb == StoreVerb::Set {
-                remove_stale(request.key, ctx);
+                ctx.remove_stale(request.key);
             }
             b"SERVER_ERROR out of memory storing object\r\n"
         }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::io::OsIo;
 use super::journal::{self, Numbering, Record};
-use super::record::{Header, LogPointer};
+use super::record::{self, Header, LogPointer};
 
 /// One change kura acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,9 +233,9 @@ impl<'d> ValueReader<'d> {
             pointer.at,
             pointer.frame_len as usize,
             key,
-            pointer.value_len as usize,
+            pointer.record_len(),
         )?;
-        Ok(Some(stored.value().to_vec()))
+        Ok(Some(record::value_of(stored.record()).to_vec()))
     }
 }
 

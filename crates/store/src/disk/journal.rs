@@ -767,10 +767,10 @@ impl Journal {
         at: Location,
         frame_len: usize,
         key: &[u8],
-        value_len: usize,
+        record_len: usize,
     ) -> io::Result<Stored> {
         let file = self.file(at.segment)?;
-        read_stored(&*self.io, &file, at, frame_len, key, value_len)
+        read_stored(&*self.io, &file, at, frame_len, key, record_len)
     }
 
     fn file(&self, number: u64) -> io::Result<Arc<File>> {
@@ -804,8 +804,7 @@ impl Journal {
     }
 }
 
-/// A stored record read from the value log.
-/// Reads `key`'s put or move of a `value_len`-byte value at `at` in
+/// Reads `key`'s put or move of a `record_len`-byte record at `at` in
 /// segment `file` (`frame_len` bytes, framed), checking it is that.
 pub fn read_stored(
     io: &dyn Io,
@@ -813,7 +812,7 @@ pub fn read_stored(
     at: Location,
     frame_len: usize,
     key: &[u8],
-    value_len: usize,
+    record_len: usize,
 ) -> io::Result<Stored> {
     let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
     if frame_len > MAX_FRAME {
@@ -829,7 +828,7 @@ pub fn read_stored(
         } if len == frame_len && found == key => record,
         _ => return Err(corrupt()),
     };
-    if record.len() != super::record::HEADER_LEN + value_len {
+    if record.len() != record_len {
         return Err(corrupt());
     }
     let start = record.as_ptr() as usize - frame.as_ptr() as usize;
@@ -839,6 +838,7 @@ pub fn read_stored(
     })
 }
 
+/// A stored record read from the value log.
 pub struct Stored {
     frame: Vec<u8>,
     range: std::ops::Range<usize>,
@@ -847,11 +847,6 @@ pub struct Stored {
 impl Stored {
     pub fn record(&self) -> &[u8] {
         &self.frame[self.range.clone()]
-    }
-
-    /// The value: the record less its header (checked to be there).
-    pub fn value(&self) -> &[u8] {
-        &self.record()[super::record::HEADER_LEN..]
     }
 }
 
@@ -1144,8 +1139,9 @@ mod tests {
 
     #[test]
     fn a_value_is_read_back_where_its_put_or_move_landed() {
+        // Records as LMDB stores them: a header (here 17 zeros), the value.
         let stored = |value: &[u8]| {
-            let mut record = vec![0; crate::disk::record::HEADER_LEN];
+            let mut record = vec![0; 17];
             record.extend_from_slice(value);
             record
         };
@@ -1176,15 +1172,18 @@ mod tests {
             offset: put_at as u64,
         };
         let put_frame = put_len(b"k", first.len());
-        let read = journal.read_stored(put, put_frame, b"k", 5).unwrap();
-        assert_eq!((read.record(), read.value()), (&first[..], &b"first"[..]));
+        let read = journal.read_stored(put, put_frame, b"k", 22).unwrap();
+        assert_eq!(read.record(), &first[..]);
         // A remove is no value; a wrong length, key or value length is no
         // record; a length beyond reason is not even read.
         assert!(journal.read_stored(start, put_at, b"x", 0).is_err());
-        assert!(journal.read_stored(put, put_frame - 1, b"k", 5).is_err());
-        assert!(journal.read_stored(put, put_frame, b"j", 5).is_err());
-        assert!(journal.read_stored(put, put_frame, b"k", 4).is_err());
-        let huge = journal.read_stored(put, usize::MAX, b"k", 5).err().unwrap();
+        assert!(journal.read_stored(put, put_frame - 1, b"k", 22).is_err());
+        assert!(journal.read_stored(put, put_frame, b"j", 22).is_err());
+        assert!(journal.read_stored(put, put_frame, b"k", 21).is_err());
+        let huge = journal
+            .read_stored(put, usize::MAX, b"k", 22)
+            .err()
+            .unwrap();
         assert_eq!(huge.kind(), io::ErrorKind::InvalidData);
 
         // After a switch the old segment is read from its file, and a move
@@ -1206,21 +1205,21 @@ mod tests {
         assert_eq!(moved.segment, 2);
         assert_eq!(
             journal
-                .read_stored(put, put_frame, b"k", 5)
+                .read_stored(put, put_frame, b"k", 22)
                 .unwrap()
-                .value(),
-            b"first"
+                .record(),
+            &first[..]
         );
         let move_frame = move_len(b"k", moved_value.len());
         assert_eq!(
             journal
-                .read_stored(moved, move_frame, b"k", 5)
+                .read_stored(moved, move_frame, b"k", 22)
                 .unwrap()
-                .value(),
-            b"moved"
+                .record(),
+            &moved_value[..]
         );
         journal.remove(1).unwrap();
-        let gone = journal.read_stored(put, put_frame, b"k", 5).err().unwrap();
+        let gone = journal.read_stored(put, put_frame, b"k", 22).err().unwrap();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound);
     }
 }

@@ -733,9 +733,10 @@ impl Inner {
                     log_read_failed(&error, &pointer);
                     WriteFailed
                 })?;
-                return Ok(f(
-                    self.with_noted_fetch(hash, Some((header, from_log.value())))
-                ));
+                return Ok(f(self.with_noted_fetch(
+                    hash,
+                    Some((header, record::value_of(from_log.record()))),
+                )));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
@@ -777,7 +778,7 @@ impl Inner {
                 }
             };
             // LMDB's header (its bits are the newest), the journal's value.
-            let value = from_log.value();
+            let value = record::value_of(from_log.record());
             let result = f(self.with_noted_fetch(hash, Some((header, value))));
             if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
                 shard.cache(key, Keyed::encode(key, &header, &[value]).record());
@@ -791,7 +792,7 @@ impl Inner {
             pointer.at,
             pointer.frame_len as usize,
             key,
-            pointer.value_len as usize,
+            pointer.record_len(),
         )
     }
 

@@ -13,6 +13,11 @@
 use super::journal::Location;
 
 pub const HEADER_LEN: usize = 17;
+
+/// A record's value: what follows its header.
+pub fn value_of(record: &[u8]) -> &[u8] {
+    &record[HEADER_LEN..]
+}
 /// The item has been read since it was stored.
 pub const FETCHED: u8 = 1;
 /// Marked stale by a meta delete with `I`.
@@ -33,6 +38,11 @@ pub struct LogPointer {
 
 impl LogPointer {
     pub const LEN: usize = 24;
+
+    /// The length of the record it points to: a header and the value.
+    pub fn record_len(&self) -> usize {
+        HEADER_LEN + self.value_len as usize
+    }
 
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0; Self::LEN];

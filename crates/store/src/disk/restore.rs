@@ -186,14 +186,14 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             pointer.at,
             pointer.frame_len as usize,
             &key,
-            pointer.value_len as usize,
+            pointer.record_len(),
         )
         .map_err(io_error)?;
         let inline = Header {
             bits: header.bits & !IN_LOG,
             ..header
         };
-        let keyed = Keyed::encode(&key, &inline, &[value.value()]);
+        let keyed = Keyed::encode(&key, &inline, &[record::value_of(value.record())]);
         items.put(&mut txn, &key, keyed.record())?;
     }
     let log_keys: Vec<Vec<u8>> = meta
