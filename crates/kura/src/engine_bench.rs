@@ -78,7 +78,7 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
             }
         }
     }
-    if matches!(args.phase, Phase::Write) && store.wait_for_commit() != AckState::Ready {
+    if matches!(args.phase, Phase::Write) && store.wait_until_all_applied() != AckState::Ready {
         return Err(Failure::Runtime(anyhow::anyhow!("the commit failed")));
     }
     // Closing commits and syncs what the policy asks, as tchtest's close does.

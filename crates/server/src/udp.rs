@@ -157,7 +157,7 @@ fn acknowledged(ctx: &Context<'_>) -> bool {
     let Some(ticket) = ctx.fence.take() else {
         return true;
     };
-    shared.store.request_commit();
+    shared.store.request_append();
     loop {
         match shared.store.ack_state(ticket) {
             AckState::Ready => return true,

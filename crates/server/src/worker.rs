@@ -145,7 +145,7 @@ struct Connection {
     unserved: bool,
     /// Reply bytes the socket did not take yet, or may not take yet.
     output: Vec<u8>,
-    /// Replies wait for this write's commit (0: none). Held replies are
+    /// Replies wait for this write's append (0: none). Held replies are
     /// the tail of `output`; replies are never reordered, so a fence holds
     /// everything composed after the write as well.
     fence: AckTicket,
@@ -180,7 +180,7 @@ enum Next {
 struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
-    /// A connection wrote this round: ask the engine to commit.
+    /// A connection wrote this round: ask the engine to append.
     wrote: bool,
 }
 
@@ -193,7 +193,7 @@ pub struct Worker {
     scratch: Scratch,
     shared: Arc<Shared>,
     fixed_protocol: Option<Protocol>,
-    /// Connections whose replies wait for a commit.
+    /// Connections whose replies wait for an append.
     held: Vec<usize>,
     /// The oldest ticket a held connection waits for (0: none); the engine
     /// wakes this worker when it is decided.
@@ -287,8 +287,8 @@ impl Worker {
             }
             self.serve_watchers();
             if std::mem::take(&mut self.scratch.wrote) {
-                // One commit for every write of this round.
-                self.shared.store.request_commit();
+                // One append for every write of this round.
+                self.shared.store.request_append();
             }
             self.arm_held();
             if self.shared.stopping() {
@@ -372,7 +372,7 @@ impl Worker {
         };
         match next {
             Next::Wait if connection.fence != 0 && !connection.output.is_empty() => {
-                // Nothing to do until the commit: no reads, no writes.
+                // Nothing to do until the append: no reads, no writes.
                 if !connection.held {
                     connection.held = true;
                     self.held.push(key);
@@ -461,7 +461,7 @@ impl Worker {
         }
     }
 
-    /// Serves the held connections whose commit is decided.
+    /// Serves the held connections whose append is decided.
     fn release_held(&mut self) {
         let store = &self.shared.store;
         let mut released = Vec::new();
@@ -747,8 +747,8 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
     Ok(false)
 }
 
-/// Whether replies may go out: the writes before them are committed. A
-/// failed commit is an error: the connection closes without acknowledging.
+/// Whether replies may go out: the writes before them are appended. A
+/// failed append is an error: the connection closes without acknowledging.
 fn fence_lifted(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
     if connection.fence == 0 {
         return Ok(true);
@@ -759,7 +759,7 @@ fn fence_lifted(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
             Ok(true)
         }
         AckState::Waiting => Ok(false),
-        AckState::Failed => Err(io::Error::other("the commit of a write failed")),
+        AckState::Failed => Err(io::Error::other("the append of a write failed")),
     }
 }
 

@@ -689,7 +689,7 @@ fn the_disk_engines_figures_are_in_stats_kura() {
         .map(|(name, _)| name)
         .filter(|name| name.starts_with("disk_"))
         .collect();
-    assert!(engine.iter().any(|name| name == "disk_commits"), "{kura}");
+    assert!(engine.iter().any(|name| name == "disk_appends"), "{kura}");
     let names: Vec<String> = figures(&ask(&mut stream, "stats\r\n"))
         .into_iter()
         .map(|(name, _)| name)

@@ -25,7 +25,7 @@ pub trait Store: Send + Sync {
     /// stub created by `vivify` on a miss). Returns whether `visit` was called.
     ///
     /// Every call that may write (a read may: touch, vivify, recache) raises
-    /// `fence` to the write's ticket when its reply must wait for a commit.
+    /// `fence` to the write's ticket when its reply must wait for its append.
     fn get(
         &self,
         key: &[u8],
@@ -94,7 +94,7 @@ pub trait Store: Send + Sync {
     }
 
     // Acknowledgement. An engine that applies a write at once but makes it
-    // durable later (the disk engine's group commits) raises the caller's
+    // durable later (the disk engine's group appends to its log) raises the caller's
     // fence to the write's ticket; the server holds the replies of that
     // batch of requests until the ticket is decided. The memory engine
     // never does.
@@ -103,9 +103,9 @@ pub trait Store: Send + Sync {
         AckState::Ready
     }
 
-    /// Asks the engine to commit what is pending now (a worker calls this
-    /// once per batch of events, so one commit serves them all).
-    fn request_commit(&self) {}
+    /// Asks the engine to append what is pending to its log now (a worker
+    /// calls this once per batch of events, so one append serves them all).
+    fn request_append(&self) {}
 
     /// Registers a callback run after each decision, with the newest
     /// decided ticket (the worker wakes its event loop with it).
@@ -124,7 +124,7 @@ pub trait EvictionWatcher: Send + Sync {
 pub type AckTicket = u64;
 
 /// The newest ticket among the writes a caller made whose replies must wait
-/// for their commit. The caller owns it (a worker, for one batch of
+/// for their append. The caller owns it (a worker, for one batch of
 /// requests), passes it to every engine call, and takes it when the batch is
 /// served.
 #[derive(Debug, Default)]
@@ -145,10 +145,10 @@ impl AckFence {
 /// Whether the replies of writes may go out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckState {
-    /// Committed as the sync policy promises.
+    /// Appended to the log (and fsynced) as the sync policy promises.
     Ready,
     Waiting,
-    /// The commit failed: the writes were not made durable and must not be
+    /// The append failed: the writes were not made durable and must not be
     /// acknowledged (the server closes the connection instead).
     Failed,
 }

@@ -73,7 +73,7 @@ fn items_survive_reopening() {
         panic!("not stored")
     };
     assert!(next > cas, "CAS values continue across reopening");
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(store.stats().curr_items, 2);
 }
 
@@ -89,7 +89,7 @@ fn expired_items_are_reclaimed_in_the_background() {
     assert!(get(&store, b"t1").is_some());
     store.clock().advance(11);
     assert!(get(&store, b"t1").is_none());
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     let mut removed = 0;
     while let n @ 1.. = store.maintain() {
         removed += n;
@@ -153,7 +153,7 @@ fn a_flush_gives_back_the_space_of_the_items_it_covers() {
     for key in [&b"a"[..], b"b", b"c"] {
         set(&store, key, b"1", 0);
     }
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(store.stats().reclaimed, 0);
     store.flush_all(0, &AckFence::default());
     set(&store, b"a", b"2", 0);
@@ -192,15 +192,15 @@ fn first_reads_are_noted_and_kept_across_reopening() {
         let store = open(dir.path(), SyncPolicy::Batch);
         set(&store, b"read", b"1", 0);
         set(&store, b"unread", b"2", 0);
-        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
         assert_eq!(fetched_before(&store, b"read"), Some(false));
         assert_eq!(fetched_before(&store, b"read"), Some(true));
         // Stored again, it is a new item, not read yet.
         set(&store, b"again", b"1", 0);
-        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
         assert_eq!(fetched_before(&store, b"again"), Some(false));
         set(&store, b"again", b"2", 0);
-        assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
         assert_eq!(fetched_before(&store, b"again"), Some(false));
         assert_eq!(fetched_before(&store, b"again"), Some(true));
     }
@@ -226,7 +226,7 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), SyncPolicy::None);
     set(&store, b"k", b"v", 0);
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(
         fetched_before(&store, b"k"),
         Some(false),
@@ -252,7 +252,7 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(
         fetched_before(&store, b"k"),
         Some(true),
@@ -321,7 +321,7 @@ fn cached_reads_never_go_back_while_writes_commit() {
             done.store(true, Ordering::Relaxed);
         });
     });
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     for key in &keys {
         assert_eq!(read(key), INCREMENTS);
     }
@@ -396,7 +396,7 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
             written.store(true, std::sync::atomic::Ordering::Release);
             // A small value stays in LMDB.
             set(&store, b"small", format!("{round}").as_bytes(), 0);
-            assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+            assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
             for key in [0, KEYS / 2, KEYS - 1] {
                 let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
                 assert_eq!(
@@ -458,7 +458,7 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
         store.delete(b"k0", &DeleteCommand::default(), &AckFence::default()),
         DeleteOutcome::Deleted
     );
-    assert_eq!(store.wait_for_commit(), kura_store::AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     let k0 = journal_frame_len(b"k0", VALUE_LEN);
     let after = engine_stat(&store, "disk_journal_live_bytes");
     assert!(

@@ -254,7 +254,7 @@ fn acknowledged(store: &DiskStore, fence: &AckFence) -> AckState {
     let Some(ticket) = fence.take() else {
         return AckState::Ready;
     };
-    store.request_commit();
+    store.request_append();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match store.ack_state(ticket) {
@@ -449,7 +449,7 @@ fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
     })
     .unwrap();
     let kept = fill(&store, 5, 4000);
-    assert_eq!(store.wait_for_commit(), AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
     io.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
     assert_eq!(get(&store, b"key1"), None);
     assert_eq!(
@@ -468,14 +468,14 @@ fn a_failed_commit_to_the_data_file_poisons_and_the_log_restores_it_at_restart()
     let io = FaultyIo::new(dir.path());
     let store = open(dir.path(), SyncPolicy::Batch, io.clone());
     let mut kept = fill(&store, 10, 100);
-    assert_eq!(store.wait_for_commit(), AckState::Ready);
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
     io.set(|f| f.commit = Some(Fault::Fails(libc::EIO)));
     // Acknowledged once in the log: the data file's failure comes later.
     kept.extend(fill(&store, 10, 200));
     kept.insert(b"in log".to_vec(), b"v".to_vec());
     assert_eq!(set(&store, b"in log", b"v"), Some(true));
     // The applier's round fails; the writes stay readable, pending.
-    store.wait_for_commit();
+    store.wait_until_all_applied();
     assert_eq!(get(&store, b"in log").as_deref(), Some(&b"v"[..]));
     assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
     assert_eq!(set(&store, b"after", b"v"), None);
@@ -491,7 +491,7 @@ fn a_failed_fsync_of_the_data_file_poisons_and_a_restart_recovers() {
     let kept = fill(&store, 30, 2000);
     io.set(|f| f.sync_data = Some(Fault::Fails(libc::EIO)));
     assert_ne!(
-        store.wait_for_commit(),
+        store.wait_until_all_applied(),
         AckState::Failed,
         "the commit itself worked"
     );

@@ -37,7 +37,7 @@ fn store(store: &DiskStore, mode: StoreMode, key: &[u8], value: &[u8], flags: u3
         &AckFence::default(),
     );
     // One group per change: each is an entry of its own.
-    store.wait_for_commit();
+    store.wait_until_all_applied();
 }
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
@@ -80,15 +80,15 @@ fn every_change_is_an_entry_numbered_without_gaps_across_restarts() {
         store(&engine, StoreMode::Set, b"large", &large, 2);
         let expiry = engine.clock().from_unix(2_000_000_000);
         assert!(engine.touch(b"large", expiry, &AckFence::default()));
-        engine.wait_for_commit();
+        engine.wait_until_all_applied();
         store(&engine, StoreMode::Append, b"small", b"+a", 0);
     }
     {
         let engine = open(dir.path());
         engine.delete(b"small", &DeleteCommand::default(), &AckFence::default());
-        engine.wait_for_commit();
+        engine.wait_until_all_applied();
         engine.flush_all(0, &AckFence::default());
-        engine.wait_for_commit();
+        engine.wait_until_all_applied();
         store(&engine, StoreMode::Set, b"after", b"x", 3);
     }
     let server_id: u32 = std::fs::read_to_string(dir.path().join("server-id"))
@@ -148,7 +148,7 @@ fn restores_reach_exactly_the_entry_asked_and_a_chain_equals_a_full_backup() {
     );
     store(&engine, StoreMode::Set, b"a", b"2", 0); // 3
     engine.delete(b"big", &DeleteCommand::default(), &AckFence::default()); // 4
-    engine.wait_for_commit();
+    engine.wait_until_all_applied();
     store(&engine, StoreMode::Set, b"a", b"3", 0); // 5
     let incremental = work.path().join("incremental");
     let manifest = backup(&engine, &incremental, Some(&full));

@@ -16,9 +16,9 @@ type Listener = Box<dyn Fn(u64) + Send + Sync>;
 
 #[derive(Default)]
 pub struct Acks {
-    /// Every write numbered up to this is decided: committed, or failed.
+    /// Every write numbered up to this is decided: appended, or failed.
     decided: AtomicU64,
-    /// Inclusive ranges of writes whose commit failed.
+    /// Inclusive ranges of writes whose append failed.
     failed: Mutex<VecDeque<(u64, u64)>>,
     listeners: Mutex<Vec<Listener>>,
     progress: Mutex<()>,
@@ -43,7 +43,7 @@ impl Acks {
     }
 
     /// Records that writes up to `through` are decided; `failed` when the
-    /// commit carrying those after the previous decision failed.
+    /// append (or LMDB commit) carrying those after the previous decision failed.
     pub fn advance(&self, through: u64, failed: bool) {
         let previous = self.decided();
         if through <= previous {
@@ -86,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_in_a_failed_commit_are_reported_failed() {
+    fn writes_in_a_failed_append_are_reported_failed() {
         let acks = Acks::default();
         acks.advance(5, false);
         acks.advance(9, true);

@@ -97,8 +97,8 @@ pub struct DiskConfig {
     /// Writes are refused (`SERVER_ERROR`) while less than this much room
     /// is left in the map or on the file system; deletes still work.
     pub reserve_bytes: u64,
-    /// Memory for writes waiting for their commit; a writer that finds it
-    /// full waits for the commit in progress.
+    /// Memory for writes waiting to be applied; a writer that finds it
+    /// full waits for the round in progress.
     pub pending_limit: usize,
     /// Values at least this long stay in the journal, and LMDB holds a
     /// pointer to them (0: every value goes into LMDB).
@@ -237,7 +237,7 @@ struct Inner {
     lmdb_usage: Mutex<Option<(u64, u64)>>,
     /// Items and bytes per class, and the journal bytes LMDB points to,
     /// as of the last commit.
-    committed_counts: Mutex<Counts>,
+    applied_counts: Mutex<Counts>,
     counters: Counters,
     signals: writer::Signals,
     /// This process's claim on the directory; released when the last
@@ -290,13 +290,15 @@ struct Counters {
     /// Reads that found their item expired, or flushed.
     get_expired: AtomicU64,
     get_flushed: AtomicU64,
-    /// Journal groups, and the writes in them.
-    commits: AtomicU64,
-    committed_writes: AtomicU64,
+    /// Journal groups appended, and the writes in them.
+    appends: AtomicU64,
+    appended_writes: AtomicU64,
     /// LMDB transactions of journalled writes, and the writes in them.
     applies: AtomicU64,
     applied_writes: AtomicU64,
-    largest_commit: AtomicU64,
+    largest_append: AtomicU64,
+    /// Appends to the journal that failed, and LMDB commits that failed.
+    failed_appends: AtomicU64,
     failed_commits: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
@@ -426,7 +428,7 @@ impl DiskStore {
             fetch_before_write: AtomicBool::new(false),
             applied_segment: AtomicU64::new(applied_segment),
             lmdb_usage: Mutex::new(None),
-            committed_counts: Mutex::new(counts),
+            applied_counts: Mutex::new(counts),
             counters: Counters::default(),
             signals: writer::Signals::default(),
             config,
@@ -447,7 +449,7 @@ impl DiskStore {
 
     /// Blocks until every write made so far is in LMDB (for callers that
     /// use the engine directly, such as benchmarks and tests).
-    pub fn wait_for_commit(&self) -> AckState {
+    pub fn wait_until_all_applied(&self) -> AckState {
         self.inner.wait_until_applied(self.inner.pending.last_seq())
     }
 }
@@ -596,7 +598,7 @@ impl Inner {
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut replayed = None;
-        let mut counts = self.committed_counts.lock().clone();
+        let mut counts = self.applied_counts.lock().clone();
         for (number, path) in segments {
             if *number <= applied {
                 continue;
@@ -673,7 +675,7 @@ impl Inner {
             tracing::info!(segment = number, records, "replayed journal segment");
             replayed = Some(*number);
         }
-        *self.committed_counts.lock() = counts;
+        *self.applied_counts.lock() = counts;
         self.config.io.sync_data(&self.env)?;
         let last = replayed.unwrap_or(applied).max(applied);
         self.remove_dead_segments(last);
@@ -1233,7 +1235,7 @@ impl Store for DiskStore {
         inner.apply_due_flush(&AckFence::default());
         inner.check_space();
         // Live items, not the file: after a flush the file keeps its size.
-        let live_bytes = inner.committed_counts.lock().classes.bytes();
+        let live_bytes = inner.applied_counts.lock().classes.bytes();
         inner.fetch_before_write.store(
             live_bytes > inner.config.memory_budget as u64,
             Ordering::Relaxed,
@@ -1264,7 +1266,7 @@ impl Store for DiskStore {
         let inner = &self.inner;
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.
-        let counts = inner.committed_counts.lock().classes.clone();
+        let counts = inner.applied_counts.lock().classes.clone();
         StoreStats {
             curr_items: counts.items(),
             total_items: counters.total_items.load(Ordering::Relaxed),
@@ -1357,7 +1359,7 @@ impl Store for DiskStore {
         self.inner.acks.state(ticket)
     }
 
-    fn request_commit(&self) {
+    fn request_append(&self) {
         let inner = &self.inner;
         // A worker journals its own round's writes when no other thread is
         // at it: an append costs less than waking the writer thread and

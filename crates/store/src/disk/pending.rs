@@ -8,7 +8,7 @@
 //!
 //! Each shard keeps four generations. `fresh` takes the writes; when the
 //! writer starts a group it swaps `fresh` for an empty map and shares the
-//! old one as `committing`, which nobody changes. Once the group is in the
+//! old one as `appending`, which nobody changes. Once the group is in the
 //! journal its writes move into `logged` (a newer write of a key replaces
 //! the older). The applier swaps `logged` out as `applying`, and drops it
 //! once LMDB has committed it: LMDB now answers for those keys, and a newer
@@ -160,7 +160,7 @@ struct ShardState {
     fresh: Entries,
     /// Bytes charged for `fresh`.
     fresh_bytes: usize,
-    committing: Option<Arc<Entries>>,
+    appending: Option<Arc<Entries>>,
     /// Journalled (acknowledged) writes the applier has not taken yet; the
     /// newest write of a key replaces an older one here.
     logged: Entries,
@@ -338,12 +338,12 @@ impl Shard<'_> {
         self.hash
     }
 
-    /// The key's newest pending write, fresh or being committed.
+    /// The key's newest pending write, fresh or being appended.
     pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
         debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
         let state = &*self.state;
         find(&state.fresh, self.hash, key)
-            .or_else(|| find(state.committing.as_ref()?, self.hash, key))
+            .or_else(|| find(state.appending.as_ref()?, self.hash, key))
             .or_else(|| find(&state.logged, self.hash, key))
             .or_else(|| {
                 let hash = self.hash;
@@ -462,7 +462,7 @@ impl PendingWrites {
     }
 
     /// Takes every fresh write for a journal group; they stay readable as
-    /// `committing` until [`merge_logged`](Self::merge_logged). The batch's `through`
+    /// `appending` until [`merge_logged`](Self::merge_logged). The batch's `through`
     /// is the sequence number up to which every write is in it: a write
     /// takes its number under its shard's lock, so one numbered before this
     /// call is in the map swapped out once that shard is locked here.
@@ -478,10 +478,10 @@ impl PendingWrites {
             if state.fresh.is_empty() {
                 continue;
             }
-            debug_assert!(state.committing.is_none(), "the last batch is retired");
+            debug_assert!(state.appending.is_none(), "the last batch is retired");
             let spare = state.spare.take().unwrap_or_default();
             let map = Arc::new(std::mem::replace(&mut state.fresh, spare));
-            state.committing = Some(map.clone());
+            state.appending = Some(map.clone());
             batch.bytes += std::mem::take(&mut state.fresh_bytes);
             batch.maps.push((index, map));
         }
@@ -520,7 +520,7 @@ impl PendingWrites {
         let mut locations = locations.iter();
         for (index, map) in batch.maps {
             let mut state = self.shards[index].lock();
-            drop(state.committing.take());
+            drop(state.appending.take());
             // The writer held the only other reference: the map is ours.
             let mut map = Arc::unwrap_or_clone(map);
             // Unchanged since the batch was encoded: the same order.
@@ -627,7 +627,7 @@ impl PendingWrites {
                         && cas.is_some_and(|cas| was_read(hash, cas))
                         && find(&state.fresh, hash, key).is_none()
                         && state
-                            .committing
+                            .appending
                             .as_ref()
                             .is_none_or(|map| find(map, hash, key).is_none())
                         && find(&state.logged, hash, key).is_none();
@@ -653,7 +653,7 @@ impl PendingWrites {
     /// and reads go back to what was there before it.
     pub fn drop_failed(&self, batch: Batch) {
         for (index, map) in batch.maps {
-            let shared = self.shards[index].lock().committing.take();
+            let shared = self.shards[index].lock().appending.take();
             drop(shared);
             drop(map);
         }

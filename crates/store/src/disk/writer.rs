@@ -27,7 +27,7 @@ use crate::clock::unix_micros;
 use crate::AckState;
 
 /// How long an idle writer sleeps before looking for writes of callers
-/// that never ask for a commit.
+/// that never ask for an append.
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// The longest journalled writes wait for LMDB while the engine is busy.
 pub const APPLY_EVERY: Duration = Duration::from_millis(1000);
@@ -398,12 +398,12 @@ impl Inner {
                     logged.flush = logged.flush.max(Some(boundary));
                 }
                 let counters = &self.counters;
-                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters.appends.fetch_add(1, Ordering::Relaxed);
                 counters
-                    .committed_writes
+                    .appended_writes
                     .fetch_add(writes as u64, Ordering::Relaxed);
                 counters
-                    .largest_commit
+                    .largest_append
                     .fetch_max(writes as u64, Ordering::Relaxed);
                 self.acks.advance(through, false);
                 self.pending
@@ -421,7 +421,7 @@ impl Inner {
             }
             Err(error) => {
                 drop(logged);
-                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
                 match error {
                     Some(error) if is_enospc(&error) => {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
@@ -555,7 +555,7 @@ impl Inner {
         let past: std::collections::HashSet<u64> =
             self.past_retention(applied).into_iter().collect();
         let victim = {
-            let counts = self.committed_counts.lock();
+            let counts = self.applied_counts.lock();
             let segments: Vec<(u64, u64, u64)> = self
                 .journal
                 .older_segments()
@@ -668,7 +668,7 @@ impl Inner {
         if !moves.is_empty() {
             moved += self.commit_moves(&group, &moves)?;
         }
-        let left = self.committed_counts.lock().log.of(victim);
+        let left = self.applied_counts.lock().log.of(victim);
         if left != 0 {
             return Err(io::Error::other(format!(
                 "{left} live bytes left after moving {} records",
@@ -686,7 +686,7 @@ impl Inner {
         let start = self.journal.append(group, None)?;
         self.journal.sync()?;
         let mut txn = self.env.write_txn().map_err(lmdb)?;
-        let mut counts = self.committed_counts.lock().clone();
+        let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
         for (&(key, from, at), end) in moves.iter().zip(ends) {
             let write = Write::Move {
@@ -702,7 +702,7 @@ impl Inner {
         }
         self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
         self.config.io.commit(txn).map_err(lmdb)?;
-        *self.committed_counts.lock() = counts;
+        *self.applied_counts.lock() = counts;
         Ok(group.len() as u64)
     }
 
@@ -711,7 +711,7 @@ impl Inner {
     /// counts); those retention keeps leave the page cache.
     pub(super) fn remove_dead_segments(&self, applied: u64) {
         let past = self.past_retention(applied);
-        let mut counts = self.committed_counts.lock();
+        let mut counts = self.applied_counts.lock();
         for &segment in &past {
             if counts.log.of(segment) != 0 {
                 continue;
@@ -927,7 +927,7 @@ impl Inner {
             self.prefetch(&round.batches);
         }
         let mut txn = self.env.write_txn()?;
-        let mut counts = self.committed_counts.lock().clone();
+        let mut counts = self.applied_counts.lock().clone();
         if round.is_some_and(|round| round.flush.is_some()) {
             self.items.clear(&mut txn)?;
             self.expiry.clear(&mut txn)?;
@@ -968,7 +968,7 @@ impl Inner {
                     // it harmlessly (every record is a key's whole state).
                     self.put_meta(&mut txn, &mut counts, None)?;
                     self.config.io.commit(txn)?;
-                    *self.committed_counts.lock() = counts.clone();
+                    *self.applied_counts.lock() = counts.clone();
                     txn = self.env.write_txn()?;
                     dirty = 0;
                 }
@@ -993,7 +993,7 @@ impl Inner {
                 .fetch_max(round.segment, Ordering::AcqRel);
         }
         self.measure_lmdb_usage();
-        *self.committed_counts.lock() = counts;
+        *self.applied_counts.lock() = counts;
         self.counters
             .applied_writes
             .fetch_add(applied as u64, Ordering::Relaxed);
@@ -1105,7 +1105,7 @@ impl Inner {
             .collect();
         removed.sort_unstable();
         let mut txn = self.env.write_txn()?;
-        let mut counts = self.committed_counts.lock().clone();
+        let mut counts = self.applied_counts.lock().clone();
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
         for key in removed {
             self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
@@ -1113,7 +1113,7 @@ impl Inner {
         self.put_meta(&mut txn, &mut counts, None)?;
         self.config.io.commit(txn)?;
         self.measure_lmdb_usage();
-        *self.committed_counts.lock() = counts;
+        *self.applied_counts.lock() = counts;
         Ok(())
     }
 
@@ -1420,7 +1420,7 @@ impl Inner {
         let mut synced_groups = 0;
         loop {
             let finishing = self.signals.finishing();
-            let groups = self.counters.commits.load(Ordering::Acquire);
+            let groups = self.counters.appends.load(Ordering::Acquire);
             if groups > synced_groups {
                 let started = Instant::now();
                 match self.journal.sync() {
@@ -1519,7 +1519,7 @@ impl Inner {
     pub(super) fn engine_stats(&self) -> Vec<(&'static str, String)> {
         let counters = &self.counters;
         let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-        let commits = load(&counters.commits);
+        let appends = load(&counters.appends);
         let fsyncs = load(&counters.fsyncs);
         let (cache_bytes, cache_records) = self.pending.cache_usage();
         let info = self.env.info();
@@ -1536,18 +1536,22 @@ impl Inner {
             ),
             ("disk_used_pages", (info.last_page_number + 1).to_string()),
             ("disk_sync_policy", self.config.sync.name()),
-            ("disk_commits", commits.to_string()),
+            ("disk_appends", appends.to_string()),
             (
-                "disk_committed_writes",
-                load(&counters.committed_writes).to_string(),
+                "disk_appended_writes",
+                load(&counters.appended_writes).to_string(),
             ),
             (
-                "disk_avg_commit_writes",
-                (load(&counters.committed_writes) / commits.max(1)).to_string(),
+                "disk_avg_append_writes",
+                (load(&counters.appended_writes) / appends.max(1)).to_string(),
             ),
             (
-                "disk_largest_commit",
-                load(&counters.largest_commit).to_string(),
+                "disk_largest_append",
+                load(&counters.largest_append).to_string(),
+            ),
+            (
+                "disk_failed_appends",
+                load(&counters.failed_appends).to_string(),
             ),
             (
                 "disk_failed_commits",
@@ -1563,7 +1567,7 @@ impl Inner {
             ("disk_journal_bytes", self.journal.bytes().to_string()),
             (
                 "disk_journal_live_bytes",
-                self.committed_counts.lock().log.total().to_string(),
+                self.applied_counts.lock().log.total().to_string(),
             ),
             (
                 "disk_journal_segments",
