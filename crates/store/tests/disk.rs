@@ -386,6 +386,15 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
             }
             assert!(reads > 0);
         });
+        // A failed assertion below must end the test, not leave the reader
+        // spinning while the scope waits for it.
+        struct StopReader<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopReader<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let _stop_reader = StopReader(&done);
         for round in 0..ROUNDS {
             for (key, newest) in newest.iter_mut().enumerate() {
                 if round == 0 || (key > 0 && (key % 2 == 0 || round % 3 == 0)) {

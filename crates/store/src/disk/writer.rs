@@ -650,7 +650,7 @@ impl Inner {
                 pointer.at,
                 pointer.frame_len as usize,
                 key,
-                pointer.value_len as usize,
+                pointer.record_len(),
             )?;
             moves.push((&key[..], pointer.at, group.len()));
             let record = Record::Move {
