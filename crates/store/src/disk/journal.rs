@@ -1,6 +1,6 @@
 //! The journal: every group of writes is appended here, in one sequential
 //! write, before it is acknowledged; LMDB gets the writes later, many groups
-//! at once (`writer.rs`).
+//! at once (`applier.rs`).
 //!
 //! A small LMDB commit rewrites every page it touches and their branches:
 //! about 47 pages for a group of 22 small writes. An append writes the

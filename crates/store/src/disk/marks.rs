@@ -6,7 +6,7 @@
 //! committed writes in a read-mostly load and doubled the writer's work. So
 //! the worker only notes `(key, CAS)` here, reads consult the note, and the
 //! writer commits notes in batches when it is idle, when too many wait, or
-//! at shutdown (see `writer.rs`). A SIGKILL loses only notes: an item then
+//! at shutdown (see `applier.rs`). A SIGKILL loses only notes: an item then
 //! reads as not fetched before, a hint, never data.
 //!
 //! Notes are kept apart from the pending writes on purpose: a table holding

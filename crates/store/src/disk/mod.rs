@@ -25,8 +25,12 @@
 //! unacknowledged.
 
 mod ack;
+mod appender;
+mod applier;
 pub mod backup;
+mod compactor;
 mod dir_lock;
+mod expiry;
 pub mod history;
 mod identity;
 pub mod io;
@@ -40,7 +44,10 @@ mod replay_fuzz;
 mod resident;
 pub mod restore;
 mod retention;
-mod writer;
+mod space;
+mod stats;
+mod syncer;
+mod threads;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -208,7 +215,7 @@ struct Inner {
     /// round, or the writer thread), with the buffer the group is encoded in.
     journal_leader: Mutex<Vec<u8>>,
     /// Journalled and not yet applied (the writer's and applier's meeting point).
-    logged: Mutex<writer::Logged>,
+    logged: Mutex<appender::Logged>,
     /// Writes decided: journalled (their replies may go), or failed.
     acks: ack::Acks,
     /// Writes in LMDB (or failed): what stats, scans and backpressure wait for.
@@ -239,7 +246,7 @@ struct Inner {
     /// as of the last commit.
     applied_counts: Mutex<Counts>,
     counters: Counters,
-    signals: writer::Signals,
+    signals: threads::Signals,
     /// This process's claim on the directory; released when the last
     /// thread using the engine is gone.
     _dir_lock: dir_lock::DirLock,
@@ -417,7 +424,7 @@ impl DiskStore {
             marks: marks::FetchMarks::new(),
             journal,
             journal_leader: Mutex::new(Vec::new()),
-            logged: Mutex::new(writer::Logged::default()),
+            logged: Mutex::new(appender::Logged::default()),
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
             flush_request: Mutex::new(None),
@@ -430,7 +437,7 @@ impl DiskStore {
             lmdb_usage: Mutex::new(None),
             applied_counts: Mutex::new(counts),
             counters: Counters::default(),
-            signals: writer::Signals::default(),
+            signals: threads::Signals::default(),
             config,
             server_id,
             _dir_lock: dir_lock,
@@ -439,7 +446,7 @@ impl DiskStore {
         inner.replay(&segments, applied_segment)?;
         inner.measure_lmdb_usage();
         inner.check_space();
-        let threads = writer::start(&inner).map_err(OpenError::Thread)?;
+        let threads = threads::start(&inner).map_err(OpenError::Thread)?;
         Ok(DiskStore { inner, threads })
     }
 
@@ -630,14 +637,14 @@ impl Inner {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
-                        let write = writer::Write::Put {
+                        let write = applier::Write::Put {
                             stored: record,
                             logged: Some(here),
                         };
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Move { key, from, record } => {
-                        let write = writer::Write::Move {
+                        let write = applier::Write::Move {
                             from,
                             to: here,
                             frame_len: journal::move_len(key, record.len()),
@@ -645,7 +652,7 @@ impl Inner {
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Remove { key } => {
-                        let write = writer::Write::Remove;
+                        let write = applier::Write::Remove;
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Flush(boundary) => {

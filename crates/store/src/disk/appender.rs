@@ -1,0 +1,217 @@
+//! Appending to the update log: each round the writer takes every pending
+//! write and appends them to the journal in one write; then their replies
+//! may go out. Writes that arrive meanwhile form the next group, so groups
+//! grow with load.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Instant;
+
+use super::journal::{self, GroupHead, Location, LogPosition, Record};
+use super::pending::{Batch, Pending};
+use super::record::Header;
+use super::space::is_enospc;
+use super::threads::IDLE_TICK;
+use super::{Inner, SyncPolicy};
+use crate::clock::unix_micros;
+
+/// What the writer has journalled and the applier has not taken. The writer
+/// holds this lock from its append until the group is in `logged`, and the
+/// applier holds it to start a new segment and take `logged`: so the writes
+/// it takes are exactly those in the segments before the new one.
+#[derive(Default)]
+pub(super) struct Logged {
+    /// Every write numbered up to this is journalled (or failed).
+    pub(super) through: u64,
+    /// The newest flush journalled and not yet applied.
+    pub(super) flush: Option<u64>,
+    /// Segments appended to since the applier's last rotation.
+    pub(super) dirty: bool,
+}
+
+/// Encodes a journal group for `segment`: its head, a flush, then the
+/// batch's writes, noting where each write starts.
+pub(super) fn encode_group(
+    group: &mut Vec<u8>,
+    offsets: &mut Vec<u64>,
+    head: GroupHead,
+    flush: Option<u64>,
+    batch: &Batch,
+    segment: u64,
+) {
+    let seed = journal::seed_of(segment);
+    group.clear();
+    offsets.clear();
+    journal::encode(group, Record::Group(head), seed);
+    // In log order: the writes the flush covers (made before it), the
+    // flush, then the rest; `offsets` stays in the batch's order.
+    let covered = |change: &Pending<'_>| match (flush, change) {
+        (Some(boundary), Pending::Put(record)) => {
+            Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
+        }
+        _ => false,
+    };
+    offsets.resize(batch.writes().count(), 0);
+    let passes: &[bool] = if flush.is_some() {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    for &pass in passes {
+        if !pass {
+            if let Some(boundary) = flush {
+                journal::encode(group, Record::Flush(boundary), seed);
+            }
+        }
+        for (k, (key, change)) in batch.writes().enumerate() {
+            if covered(&change) != pass {
+                continue;
+            }
+            let record = match change {
+                Pending::Put(record) => Record::Put { key, record },
+                Pending::Remove => Record::Remove { key },
+            };
+            offsets[k] = group.len() as u64;
+            journal::encode(group, record, seed);
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn write_loop(&self) {
+        loop {
+            let stopping = self.signals.stopping();
+            let worked = self.journal_round(&mut self.journal_leader.lock());
+            if stopping && !worked {
+                return;
+            }
+            if !worked {
+                self.signals.writer_idle.store(true, Ordering::SeqCst);
+                if !self.has_work() {
+                    thread::park_timeout(IDLE_TICK);
+                }
+                self.signals.writer_idle.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    pub(super) fn has_work(&self) -> bool {
+        self.pending.is_dirty() || self.flush_request.lock().is_some() || self.signals.stopping()
+    }
+
+    /// Journals every pending write (and a flush) in one append, then lets
+    /// their replies go. Returns false when there was nothing to do. The
+    /// caller holds the journal's leader lock, whose buffer is `group`.
+    pub(super) fn journal_round(&self, group: &mut Vec<u8>) -> bool {
+        let (flush, batch) = {
+            let mut request = self.flush_request.lock();
+            (request.take(), self.pending.drain())
+        };
+        let through = batch.through;
+        let writes = batch.len();
+        if writes == 0 && flush.is_none() {
+            self.logged.lock().through = through;
+            self.acks.advance(through, false);
+            return false;
+        }
+        self.check_space_if_due();
+        // Encoded for the current segment, outside the lock; in the rare
+        // case the applier switched segments meanwhile, again for the new one.
+        let mut segment = self.journal.current_number();
+        // Where each write lands, so LMDB can point to large values there.
+        let mut offsets = Vec::with_capacity(writes);
+        // Entries are numbered here: this thread holds the leader lock.
+        let head = GroupHead {
+            first_lsn: self.journal.last_lsn() + 1,
+            micros: unix_micros(),
+            origin: self.server_id,
+        };
+        let last = LogPosition {
+            lsn: head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1,
+            micros: head.micros,
+        };
+        encode_group(group, &mut offsets, head, flush, &batch, segment);
+        let mut logged = self.logged.lock();
+        let current = self.journal.current_number();
+        if current != segment {
+            segment = current;
+            encode_group(group, &mut offsets, head, flush, &batch, segment);
+        }
+        let result = if self.poisoned.load(Ordering::Acquire) {
+            Err(None)
+        } else {
+            self.append(group, last).map_err(Some)
+        };
+        logged.through = through;
+        match result {
+            Ok(start) => {
+                debug_assert_eq!(start.segment, segment);
+                let locations: Vec<Location> = offsets
+                    .iter()
+                    .map(|&offset| Location {
+                        segment: start.segment,
+                        offset: start.offset + offset,
+                    })
+                    .collect();
+                logged.dirty = true;
+                if let Some(boundary) = flush {
+                    logged.flush = logged.flush.max(Some(boundary));
+                }
+                let counters = &self.counters;
+                counters.appends.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .appended_writes
+                    .fetch_add(writes as u64, Ordering::Relaxed);
+                counters
+                    .largest_append
+                    .fetch_max(writes as u64, Ordering::Relaxed);
+                self.acks.advance(through, false);
+                self.pending
+                    .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
+                drop(logged);
+                // A flush is applied at once: what it killed becomes spares.
+                let round_wanted = flush.is_some()
+                    || self
+                        .signals
+                        .round_after_next_append
+                        .swap(false, Ordering::SeqCst);
+                if round_wanted || self.apply_due() {
+                    self.signals.wake_applier();
+                }
+            }
+            Err(error) => {
+                drop(logged);
+                self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
+                match error {
+                    Some(error) if is_enospc(&error) => {
+                        tracing::error!(%error, "disk full: refusing writes until space is freed");
+                        self.out_of_space.store(true, Ordering::Release);
+                    }
+                    Some(error) => {
+                        tracing::error!(%error, "journal write failed: refusing writes from now on");
+                        self.poisoned.store(true, Ordering::Release);
+                    }
+                    None => {}
+                }
+                // Never acknowledged: those connections are closed instead,
+                // and reads go back to what was there before.
+                self.pending.drop_failed(batch);
+                self.acks.advance(through, true);
+            }
+        }
+        true
+    }
+
+    /// Appends a group to the journal; under `always`, fsyncs it too.
+    /// Returns where the group starts.
+    pub(super) fn append(&self, group: &[u8], last: LogPosition) -> io::Result<Location> {
+        let start = self.journal.append(group, Some(last))?;
+        if self.config.sync == SyncPolicy::Always {
+            let started = Instant::now();
+            self.journal.sync()?;
+            self.count_fsync(started);
+        }
+        Ok(start)
+    }
+}

@@ -1,0 +1,241 @@
+//! Compaction of the value log: the live values of a segment past retention
+//! that is mostly garbage are appended again, and LMDB points to their new
+//! place, so the segment can go.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use super::applier::Old;
+use super::journal::{self, Location, Record};
+use super::record::LogPointer;
+use super::space::is_enospc;
+use super::{Inner, LogRetention};
+
+/// Moved values a compaction appends, fsyncs and commits at a time.
+pub(super) const COMPACT_CHUNK: usize = 8 << 20;
+
+/// The pause after a failed compaction (no room for the moved values, say).
+pub(super) const COMPACT_RETRY: Duration = Duration::from_secs(10);
+
+impl Inner {
+    /// Compacts the journal segment that is most garbage, if garbage
+    /// outweighs what LMDB points to (and is more than a few rounds'
+    /// worth): its live values are copied to the current segment and LMDB
+    /// points there, so it can be deleted. Returns whether it committed, or
+    /// `None` when nothing was due.
+    pub(super) fn compact_some(&self) -> Option<bool> {
+        // Also when short of space: a mostly-garbage segment frees more
+        // than its live values take again.
+        if self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        let applied = self.applied_segment.load(Ordering::Acquire);
+        // History the retention keeps is kept whole: only segments past it
+        // are worth compacting (their garbage is deleted with them).
+        let past: std::collections::HashSet<u64> =
+            self.past_retention(applied).into_iter().collect();
+        let victim = {
+            let counts = self.applied_counts.lock();
+            let segments: Vec<(u64, u64, u64)> = self
+                .journal
+                .older_segments()
+                .into_iter()
+                .filter(|segment| past.contains(&segment.number))
+                .map(|segment| (segment.number, segment.len, counts.log.of(segment.number)))
+                .collect();
+            let (len, live) = segments
+                .iter()
+                .fold((0, 0), |(len, live), s| (len + s.1, live + s.2));
+            let garbage = len.saturating_sub(live);
+            let floor = 4 * self.config.apply_threshold() as u64;
+            if garbage < live.max(floor) {
+                return None;
+            }
+            // The emptiest segment that is at most half live (there is one:
+            // at least half of all is garbage). Dead ones are just deleted.
+            segments
+                .into_iter()
+                .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
+                .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
+                .map(|(segment, _, _)| segment)
+        };
+        let victim = victim?;
+        Some(match self.compact(victim) {
+            Ok(moved) => {
+                self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .compacted_bytes
+                    .fetch_add(moved, Ordering::Relaxed);
+                true
+            }
+            Err(error) if is_enospc(&error) => {
+                tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
+                false
+            }
+        })
+    }
+
+    /// Copies the records of `victim` that LMDB points to into the journal
+    /// as moves and points LMDB at the copies, [`COMPACT_CHUNK`] at a time.
+    /// Returns the bytes moved; an error if the victim is still live after
+    /// (its count and its records disagree: a corrupt record, say).
+    pub(super) fn compact(&self, victim: u64) -> io::Result<u64> {
+        // Keys and places only: the values are read again a chunk at a
+        // time, so the memory a compaction takes stays bounded.
+        let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
+        {
+            let txn = self.env.read_txn().map_err(lmdb)?;
+            let mut failed = None;
+            journal::replay(
+                &self.journal.segment_path(victim),
+                victim,
+                |found, offset| {
+                    let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
+                        return;
+                    };
+                    let from = Location {
+                        segment: victim,
+                        offset,
+                    };
+                    match self.items.get(&txn, key) {
+                        Ok(stored) => {
+                            let pointer = stored
+                                .and_then(Old::of)
+                                .and_then(|old| old.pointer)
+                                .filter(|pointer| pointer.at == from);
+                            if let Some(pointer) = pointer {
+                                live.push((key.to_vec(), pointer));
+                            }
+                        }
+                        Err(error) => failed = Some(error),
+                    }
+                },
+            )?;
+            if let Some(error) = failed {
+                return Err(lmdb(error));
+            }
+        }
+        let mut group = Vec::new();
+        let mut moves = Vec::new();
+        let mut moved = 0;
+        // Compaction runs on the applier, the one thread that switches
+        // segments: the current one stays current until it is done.
+        let seed = journal::seed_of(self.journal.current_number());
+        for (key, pointer) in &live {
+            let stored = self.journal.read_stored(
+                pointer.at,
+                pointer.frame_len as usize,
+                key,
+                pointer.record_len(),
+            )?;
+            moves.push((&key[..], pointer.at, group.len()));
+            let record = Record::Move {
+                key,
+                from: pointer.at,
+                record: stored.record(),
+            };
+            journal::encode(&mut group, record, seed);
+            if group.len() >= COMPACT_CHUNK {
+                moved += self.commit_moves(&group, &moves)?;
+                group.clear();
+                moves.clear();
+            }
+        }
+        if !moves.is_empty() {
+            moved += self.commit_moves(&group, &moves)?;
+        }
+        let left = self.applied_counts.lock().log.of(victim);
+        if left != 0 {
+            return Err(io::Error::other(format!(
+                "{left} live bytes left after moving {} records",
+                live.len()
+            )));
+        }
+        Ok(moved)
+    }
+
+    /// Appends a group of move records, fsyncs it (the copies are on disk
+    /// before LMDB points to them, whatever the policy), then points LMDB
+    /// at each copy whose key still points where it moved from. `moves`:
+    /// each record's key, origin and offset in `group`.
+    pub(super) fn commit_moves(
+        &self,
+        group: &[u8],
+        moves: &[(&[u8], Location, usize)],
+    ) -> io::Result<u64> {
+        let start = self.journal.append(group, None)?;
+        self.journal.sync()?;
+        let mut txn = self.env.write_txn().map_err(lmdb)?;
+        let mut counts = self.applied_counts.lock().clone();
+        let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
+        for (&(key, from, at), end) in moves.iter().zip(ends) {
+            let write = super::applier::Write::Move {
+                from,
+                to: Location {
+                    segment: start.segment,
+                    offset: start.offset + at as u64,
+                },
+                frame_len: end - at,
+            };
+            self.apply(&mut txn, key, write, 0, &mut counts)
+                .map_err(lmdb)?;
+        }
+        self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
+        self.config.io.commit(txn).map_err(lmdb)?;
+        *self.applied_counts.lock() = counts;
+        Ok(group.len() as u64)
+    }
+
+    /// Deletes the segments up to `applied` past retention that LMDB, as it
+    /// is on disk, does not point into (the next commit forgets their
+    /// counts); those retention keeps leave the page cache.
+    pub(super) fn remove_dead_segments(&self, applied: u64) {
+        let past = self.past_retention(applied);
+        let mut counts = self.applied_counts.lock();
+        for &segment in &past {
+            if counts.log.of(segment) != 0 {
+                continue;
+            }
+            match self.journal.remove(segment) {
+                Ok(()) => counts.log.drop_segment(segment),
+                Err(error) => {
+                    tracing::warn!(%error, segment, "cannot remove a journal segment");
+                    return;
+                }
+            }
+        }
+        for segment in self.journal.older_segments() {
+            let kept = segment.number <= applied && !past.contains(&segment.number);
+            if kept && counts.log.of(segment.number) == 0 {
+                self.journal.uncache(segment.number);
+            }
+        }
+    }
+
+    /// The applied segments (up to `applied`) that the log's retention lets
+    /// go, oldest first: none while a backup holds the history. While the
+    /// disk is full, history gives way to writes: every applied segment.
+    pub(super) fn past_retention(&self, applied: u64) -> Vec<u64> {
+        if self.journal.history_held() {
+            return Vec::new();
+        }
+        let retention = if self.out_of_space.load(Ordering::Acquire) {
+            LogRetention::NOTHING
+        } else {
+            self.config.log_retention
+        };
+        let mut segments = self.journal.older_segments();
+        segments.retain(|segment| segment.number <= applied);
+        retention.past(&segments, SystemTime::now())
+    }
+}
+
+/// An LMDB failure as an I/O error, for compaction's mixed work.
+pub(super) fn lmdb(error: heed::Error) -> io::Error {
+    io::Error::other(error.to_string())
+}

@@ -1,0 +1,142 @@
+//! Expired items removed from LMDB: a batch per apply round, oldest first by
+//! the expiry index, and all of them at once for `lru_crawler crawl`.
+
+use std::sync::atomic::Ordering;
+
+use heed::RwTxn;
+
+use super::applier::Old;
+use super::record::{self, Counts, FETCHED};
+use super::Inner;
+use crate::AckState;
+
+/// Expired items removed per round, so one round never grows unbounded.
+pub(super) const RECLAIM_BATCH: usize = 10_000;
+
+impl Inner {
+    /// Removes a batch of expired items, oldest first, by the expiry index.
+    pub(super) fn reclaim_expired(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &mut Counts,
+    ) -> heed::Result<u64> {
+        let due = self.due_expiry_keys(txn, RECLAIM_BATCH)?;
+        let mut removed = 0;
+        for index_key in &due {
+            let key = &index_key[4..];
+            self.expiry.delete(txn, index_key)?;
+            let found = self.stored_old(txn, key)?;
+            let Some(old) = found.filter(|old| self.expired(&old.header)) else {
+                continue;
+            };
+            let class = self.remove_expired(txn, counts, key, &old)?;
+            self.note_reclaimed(class, 1);
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Removes every expired item of the classes marked in `classes`
+    /// (`lru_crawler crawl`), counted in `crawler_reclaimed`.
+    pub(super) fn crawl_expired(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &mut Counts,
+        classes: &[bool],
+    ) -> heed::Result<()> {
+        for index_key in &self.due_expiry_keys(txn, usize::MAX)? {
+            let key = &index_key[4..];
+            let Some(old) = self.stored_old(txn, key)? else {
+                self.expiry.delete(txn, index_key)?;
+                continue;
+            };
+            if !classes
+                .get(self.class_of(key, old.value_len))
+                .copied()
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            self.expiry.delete(txn, index_key)?;
+            if self.expired(&old.header) {
+                let class = self.remove_expired(txn, counts, key, &old)?;
+                self.counters.crawler_reclaimed.add(class, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The expiry index's entries that are due, oldest first, at most `limit`.
+    pub(super) fn due_expiry_keys(
+        &self,
+        txn: &RwTxn<'_>,
+        limit: usize,
+    ) -> heed::Result<Vec<Vec<u8>>> {
+        let now = self.now_unix();
+        Ok(self
+            .expiry
+            .iter(txn)?
+            .filter_map(Result::ok)
+            .take_while(|(index_key, _)| {
+                record::expiry_of_index_key(index_key).is_some_and(|at| at <= now)
+            })
+            .take(limit)
+            .map(|(index_key, _)| index_key.to_vec())
+            .collect())
+    }
+
+    /// Removes an expired item (its index entry is gone already); returns
+    /// its size class.
+    pub(super) fn remove_expired(
+        &self,
+        txn: &mut RwTxn<'_>,
+        counts: &mut Counts,
+        key: &[u8],
+        old: &Old,
+    ) -> heed::Result<usize> {
+        if !old.header.has(FETCHED) {
+            self.counters
+                .expired_unfetched
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.items.delete(txn, key)?;
+        self.uncount(counts, key, old);
+        Ok(self.class_of(key, old.value_len))
+    }
+
+    /// Has the writer crawl the classes marked now; returns how many
+    /// expired items it removed.
+    pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
+        let before = self.counters.crawler_reclaimed.total();
+        *self.signals.crawl.lock() = Some(classes);
+        let seq = self.pending.next_seq();
+        if self.wait_until_applied(seq) == AckState::Waiting {
+            return 0;
+        }
+        (self.counters.crawler_reclaimed.total() - before) as usize
+    }
+
+    /// Has the writer reclaim expired items now, if any are due; returns how
+    /// many it removed.
+    pub(super) fn reclaim_expired_now(&self) -> usize {
+        let due = self.env.read_txn().ok().is_some_and(|txn| {
+            self.expiry
+                .first(&txn)
+                .ok()
+                .flatten()
+                .and_then(|(index_key, _)| record::expiry_of_index_key(index_key))
+                .is_some_and(|at| at <= self.now_unix())
+        });
+        if !due {
+            return 0;
+        }
+        let before = self.counters.swept.load(Ordering::Acquire);
+        // Flag first, then number: the round that decides the number saw the flag.
+        self.signals.reclaim.store(true, Ordering::Release);
+        let seq = self.pending.next_seq();
+        if self.wait_until_applied(seq) == AckState::Waiting {
+            return 0;
+        }
+        (self.counters.swept.load(Ordering::Acquire) - before) as usize
+    }
+}

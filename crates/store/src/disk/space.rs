@@ -1,0 +1,83 @@
+//! The room left on the file system and in LMDB's map: below the reserve,
+//! writes are refused (deletes go on) until space comes back.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::Inner;
+
+/// How often a busy writer checks the space left, so a fast writer refuses
+/// writes before the file system is full, not after.
+pub(super) const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
+
+pub(super) fn is_enospc(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32)
+}
+
+/// Whether an LMDB failure means "no room" (writes may resume later) rather
+/// than a broken disk.
+pub(super) fn is_out_of_space(error: &heed::Error) -> bool {
+    let enospc = nix::errno::Errno::ENOSPC as i32;
+    match error {
+        heed::Error::Mdb(heed::MdbError::MapFull) => true,
+        heed::Error::Mdb(heed::MdbError::Other(code)) => *code == enospc,
+        heed::Error::Io(error) => is_enospc(error),
+        _ => false,
+    }
+}
+
+impl Inner {
+    /// Room left for data: in the map, and on the file system (pages freed
+    /// inside the file are reused before it grows), less what the current
+    /// journal segment holds for LMDB (at most that much room when applied).
+    pub(super) fn space_left(&self) -> Option<u64> {
+        let (used, file) = (*self.lmdb_usage.lock())?;
+        let fs = nix::sys::statvfs::statvfs(self.env.path()).ok()?;
+        let fs_free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
+        let map_left = (self.config.map_size as u64).saturating_sub(used);
+        let room = map_left.min(fs_free + file.saturating_sub(used));
+        Some(room.saturating_sub(self.journal.current_bytes()))
+    }
+
+    /// Measures the pages LMDB uses and its file's size: the file changes
+    /// only in a commit, and counting the used pages walks the free list,
+    /// too slow for every space check.
+    pub(super) fn measure_lmdb_usage(&self) {
+        let usage = self
+            .env
+            .non_free_pages_size()
+            .ok()
+            .zip(self.env.real_disk_size().ok());
+        *self.lmdb_usage.lock() = usage;
+    }
+
+    pub(super) fn check_space_if_due(&self) {
+        let mut checked = self.signals.space_checked.lock();
+        if checked.is_none_or(|at| at.elapsed() >= SPACE_CHECK_EVERY) {
+            *checked = Some(Instant::now());
+            drop(checked);
+            self.check_space();
+        }
+    }
+
+    /// Refuses writes while less than the reserve is left; resumes when
+    /// space was freed.
+    pub(super) fn check_space(&self) {
+        let Some(left) = self.space_left() else {
+            return;
+        };
+        let short = left < self.config.reserve_bytes;
+        if short {
+            // Spare segment files hold space a write may need.
+            self.journal.drop_spares();
+        }
+        if self.out_of_space.swap(short, Ordering::AcqRel) != short {
+            if short {
+                tracing::warn!(left, "disk nearly full: refusing writes");
+            } else {
+                tracing::info!(left, "disk space freed: accepting writes again");
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The syncer thread: fsyncs the journal as the sync policy says.
+
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::Instant;
+
+use super::threads::IDLE_TICK;
+use super::Inner;
+
+impl Inner {
+    /// fsyncs the journal as the policy says (the applier fsyncs the data
+    /// file itself before it deletes journal segments).
+    pub(super) fn sync_loop(&self) {
+        let period = self.config.sync.background_period().unwrap_or(IDLE_TICK);
+        let mut synced_groups = 0;
+        loop {
+            let finishing = self.signals.finishing();
+            let groups = self.counters.appends.load(Ordering::Acquire);
+            if groups > synced_groups {
+                let started = Instant::now();
+                match self.journal.sync() {
+                    Ok(()) => self.count_fsync(started),
+                    Err(error) => {
+                        tracing::error!(%error, "journal fsync failed: refusing writes from now on");
+                        self.poisoned.store(true, Ordering::Release);
+                    }
+                }
+                synced_groups = groups;
+            }
+            if finishing {
+                return;
+            }
+            thread::park_timeout(period);
+        }
+    }
+
+    /// fsyncs the data file; a failure poisons the engine. Returns whether
+    /// it succeeded.
+    pub(super) fn sync_now(&self) -> bool {
+        let started = Instant::now();
+        match self.config.io.sync_data(&self.env) {
+            Ok(()) => {
+                self.count_fsync(started);
+                true
+            }
+            Err(error) => {
+                tracing::error!(%error, "fsync failed: refusing writes from now on");
+                self.poisoned.store(true, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    pub(super) fn count_fsync(&self, started: Instant) {
+        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .fsync_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
