@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::compactor::COMPACT_RETRY;
-use super::journal::{Location, LogPosition};
+use super::change::{Old, Write};
+use super::compactor::Compaction;
+use super::journal::LogPosition;
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, FETCHED};
 use super::space::is_out_of_space;
@@ -36,60 +37,6 @@ pub(super) const PREFETCH_THREADS: usize = 16;
 
 /// First-read marks committed per LMDB transaction at most.
 pub(super) const MARK_BATCH: usize = 64 * 1024;
-
-/// One change the applier makes to a key.
-#[derive(Clone, Copy)]
-pub(super) enum Write<'a> {
-    /// The key's new record; `logged`: where the journal holds it, so a
-    /// large value can stay there.
-    Put {
-        stored: &'a [u8],
-        logged: Option<Location>,
-    },
-    /// The compactor copied the key's value to `to` (a record of
-    /// `frame_len` bytes): point there if the record still points at `from`.
-    Move {
-        from: Location,
-        to: Location,
-        frame_len: usize,
-    },
-    Remove,
-}
-
-impl<'a> Write<'a> {
-    pub(super) fn of(pending: Pending<'a>, logged: Option<Location>) -> Self {
-        match pending {
-            Pending::Put(stored) => Write::Put { stored, logged },
-            Pending::Remove => Write::Remove,
-        }
-    }
-
-    /// About what applying it copies into LMDB.
-    pub(super) fn weight(&self) -> usize {
-        match self {
-            Write::Put { stored, .. } => stored.len(),
-            Write::Move { .. } | Write::Remove => 0,
-        }
-    }
-}
-
-/// The record a key had before a write: what it counted for.
-pub(super) struct Old {
-    pub(super) header: Header,
-    pub(super) value_len: usize,
-    pub(super) pointer: Option<LogPointer>,
-}
-
-impl Old {
-    pub(super) fn of(stored: &[u8]) -> Option<Old> {
-        let (header, value) = Header::decode(stored)?;
-        Some(Old {
-            header,
-            value_len: record::stored_value_len(&header, value),
-            pointer: LogPointer::of_stored(&header, value),
-        })
-    }
-}
 
 /// How often an idle applier lets go of the history past retention.
 pub(super) const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
@@ -178,14 +125,13 @@ impl Inner {
             // Between rounds: one segment at a time, so writes wait little.
             if !finishing && state.retry.is_none() && Instant::now() >= state.compact_after {
                 match self.compact_some() {
-                    Some(true) => {
+                    Compaction::Done => {
                         state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
                         self.sync_applied(&mut state);
                         continue;
                     }
-                    // Reading a segment again at once would likely fail again.
-                    Some(false) => state.compact_after = Instant::now() + COMPACT_RETRY,
-                    None => {}
+                    Compaction::Failed { retry_at } => state.compact_after = retry_at,
+                    Compaction::NotDue => {}
                 }
             }
             if state.unsynced.is_none()

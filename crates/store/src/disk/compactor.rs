@@ -4,9 +4,9 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::applier::Old;
+use super::change::{Old, Write};
 use super::journal::{self, Location, Record};
 use super::record::LogPointer;
 use super::space::is_enospc;
@@ -16,19 +16,29 @@ use super::{Inner, LogRetention};
 pub(super) const COMPACT_CHUNK: usize = 8 << 20;
 
 /// The pause after a failed compaction (no room for the moved values, say).
-pub(super) const COMPACT_RETRY: Duration = Duration::from_secs(10);
+const COMPACT_RETRY: Duration = Duration::from_secs(10);
+
+/// What a call to compact came to.
+pub(super) enum Compaction {
+    /// A segment was compacted (LMDB points to the copies; fsync it).
+    Done,
+    NotDue,
+    /// Try again no sooner than `retry_at`.
+    Failed {
+        retry_at: Instant,
+    },
+}
 
 impl Inner {
     /// Compacts the journal segment that is most garbage, if garbage
     /// outweighs what LMDB points to (and is more than a few rounds'
     /// worth): its live values are copied to the current segment and LMDB
-    /// points there, so it can be deleted. Returns whether it committed, or
-    /// `None` when nothing was due.
-    pub(super) fn compact_some(&self) -> Option<bool> {
+    /// points there, so it can be deleted.
+    pub(super) fn compact_some(&self) -> Compaction {
         // Also when short of space: a mostly-garbage segment frees more
         // than its live values take again.
         if self.poisoned.load(Ordering::Acquire) {
-            return None;
+            return Compaction::NotDue;
         }
         let applied = self.applied_segment.load(Ordering::Acquire);
         // History the retention keeps is kept whole: only segments past it
@@ -50,7 +60,7 @@ impl Inner {
             let garbage = len.saturating_sub(live);
             let floor = 4 * self.config.apply_threshold() as u64;
             if garbage < live.max(floor) {
-                return None;
+                return Compaction::NotDue;
             }
             // The emptiest segment that is at most half live (there is one:
             // at least half of all is garbage). Dead ones are just deleted.
@@ -60,24 +70,30 @@ impl Inner {
                 .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
                 .map(|(segment, _, _)| segment)
         };
-        let victim = victim?;
-        Some(match self.compact(victim) {
+        let Some(victim) = victim else {
+            return Compaction::NotDue;
+        };
+        // Reading a segment again at once would likely fail again.
+        let failed = Compaction::Failed {
+            retry_at: Instant::now() + COMPACT_RETRY,
+        };
+        match self.compact(victim) {
             Ok(moved) => {
                 self.counters.compactions.fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .compacted_bytes
                     .fetch_add(moved, Ordering::Relaxed);
-                true
+                Compaction::Done
             }
             Err(error) if is_enospc(&error) => {
                 tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
-                false
+                failed
             }
             Err(error) => {
                 tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
-                false
+                failed
             }
-        })
+        }
     }
 
     /// Copies the records of `victim` that LMDB points to into the journal
@@ -174,7 +190,7 @@ impl Inner {
         let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
         for (&(key, from, at), end) in moves.iter().zip(ends) {
-            let write = super::applier::Write::Move {
+            let write = Write::Move {
                 from,
                 to: Location {
                     segment: start.segment,

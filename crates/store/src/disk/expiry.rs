@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use heed::RwTxn;
 
-use super::applier::Old;
+use super::change::Old;
 use super::record::{self, Counts, FETCHED};
 use super::Inner;
 use crate::AckState;

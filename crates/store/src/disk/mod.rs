@@ -28,6 +28,7 @@ mod ack;
 mod appender;
 mod applier;
 pub mod backup;
+mod change;
 mod compactor;
 mod dir_lock;
 mod expiry;
@@ -637,14 +638,14 @@ impl Inner {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
-                        let write = applier::Write::Put {
+                        let write = change::Write::Put {
                             stored: record,
                             logged: Some(here),
                         };
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Move { key, from, record } => {
-                        let write = applier::Write::Move {
+                        let write = change::Write::Move {
                             from,
                             to: here,
                             frame_len: journal::move_len(key, record.len()),
@@ -652,7 +653,7 @@ impl Inner {
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Remove { key } => {
-                        let write = applier::Write::Remove;
+                        let write = change::Write::Remove;
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
                     }
                     journal::Record::Flush(boundary) => {

@@ -1,0 +1,61 @@
+//! What the applier does to one key (a put, a move of its value in the log,
+//! a removal), and what the key's record counted for before: the vocabulary
+//! the applier, the compactor, expiry and the replay share.
+
+use super::journal::Location;
+use super::pending::Pending;
+use super::record::{self, Header, LogPointer};
+
+/// One change the applier makes to a key.
+#[derive(Clone, Copy)]
+pub(super) enum Write<'a> {
+    /// The key's new record; `logged`: where the journal holds it, so a
+    /// large value can stay there.
+    Put {
+        stored: &'a [u8],
+        logged: Option<Location>,
+    },
+    /// The compactor copied the key's value to `to` (a record of
+    /// `frame_len` bytes): point there if the record still points at `from`.
+    Move {
+        from: Location,
+        to: Location,
+        frame_len: usize,
+    },
+    Remove,
+}
+
+impl<'a> Write<'a> {
+    pub(super) fn of(pending: Pending<'a>, logged: Option<Location>) -> Self {
+        match pending {
+            Pending::Put(stored) => Write::Put { stored, logged },
+            Pending::Remove => Write::Remove,
+        }
+    }
+
+    /// About what applying it copies into LMDB.
+    pub(super) fn weight(&self) -> usize {
+        match self {
+            Write::Put { stored, .. } => stored.len(),
+            Write::Move { .. } | Write::Remove => 0,
+        }
+    }
+}
+
+/// The record a key had before a write: what it counted for.
+pub(super) struct Old {
+    pub(super) header: Header,
+    pub(super) value_len: usize,
+    pub(super) pointer: Option<LogPointer>,
+}
+
+impl Old {
+    pub(super) fn of(stored: &[u8]) -> Option<Old> {
+        let (header, value) = Header::decode(stored)?;
+        Some(Old {
+            header,
+            value_len: record::stored_value_len(&header, value),
+            pointer: LogPointer::of_stored(&header, value),
+        })
+    }
+}
