@@ -79,7 +79,9 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
         }
     }
     if matches!(args.phase, Phase::Write) && store.wait_until_all_applied() != AckState::Ready {
-        return Err(Failure::Runtime(anyhow::anyhow!("the commit failed")));
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "the writes were not appended"
+        )));
     }
     // Closing commits and syncs what the policy asks, as tchtest's close does.
     drop(store);

@@ -129,7 +129,10 @@ pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
             counters.bytes_read.add(len as u64);
             reply.clear();
             let stop = serve_request(&datagram[FRAME_HEADER_LEN..len], &mut reply, &ctx);
-            if !reply.is_empty() && acknowledged(&ctx) {
+            if reply.is_empty() {
+                // A noreply write: nothing waits for it, not the next datagram either.
+                ctx.fence.take();
+            } else if acknowledged(&ctx) {
                 for framed in frame_reply(header.request_id, &reply) {
                     if socket.send_to(&framed, peer).is_ok() {
                         counters.bytes_written.add(framed.len() as u64);

@@ -450,9 +450,11 @@ fn vivify_on_miss_and_recache_wins_once() {
         assert_eq!(wins, [(true, false), (false, true)]);
         // Far from expiring: nobody wins.
         set(store, b"far", b"hi");
-        store.get(b"far", &recache, &AckFence::default(), &mut |item| {
-            assert!(!item.won && !item.win_taken)
-        });
+        assert!(
+            store.get(b"far", &recache, &AckFence::default(), &mut |item| {
+                assert!(!item.won && !item.win_taken)
+            })
+        );
     });
 }
 
@@ -480,12 +482,12 @@ fn invalidated_items_are_stale_until_replaced() {
         }
         assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
         set(store, b"k", b"fresh");
-        store.get(
+        assert!(store.get(
             b"k",
             &GetOptions::default(),
             &AckFence::default(),
             &mut |item| assert!(!item.stale && !item.win_taken),
-        );
+        ));
     });
 }
 
@@ -507,12 +509,12 @@ fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
         };
         store.delete(b"k", &invalidate, &AckFence::default());
         // The first reader wins the recache and hands the token out.
-        store.get(
+        assert!(store.get(
             b"k",
             &GetOptions::default(),
             &AckFence::default(),
             &mut |item| assert!(item.won),
-        );
+        ));
         // A write with the CAS it read before the invalidation: stored, but
         // still stale, its expiry kept and the token still taken.
         let stale_write = StoreCommand {
@@ -576,5 +578,31 @@ fn first_reads_are_told_apart_and_no_bump_leaves_them_alone() {
         assert!(fetched(&GetOptions::default()));
         set(store, b"k", b"w");
         assert!(!fetched(&GetOptions::default()), "a new value is unread");
+    });
+}
+
+#[test]
+fn a_counter_keeps_its_stale_mark_whether_it_grows_or_not() {
+    on_each_engine(|store| {
+        let invalidate = DeleteCommand {
+            invalidate: Some(None),
+            ..DeleteCommand::default()
+        };
+        for (key, start) in [(&b"same"[..], &b"10"[..]), (b"grows", b"99")] {
+            set(store, key, start);
+            store.delete(key, &invalidate, &AckFence::default());
+            assert!(matches!(
+                store.arith(key, &arith(false, 1), &AckFence::default()),
+                ArithOutcome::Value { .. }
+            ));
+            let mut stale = None;
+            store.get(
+                key,
+                &GetOptions::default(),
+                &AckFence::default(),
+                &mut |item| stale = Some(item.stale),
+            );
+            assert_eq!(stale, Some(true), "{}", String::from_utf8_lossy(key));
+        }
     });
 }

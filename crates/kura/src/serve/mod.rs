@@ -36,7 +36,7 @@ pub struct ServeArgs {
     listen: String,
     /// Memory limit in megabytes (or with a k/m/g suffix): the memory engine's
     /// items (default 64); the disk engine's resident memory, its writes
-    /// waiting for commit and the mapped pages it holds (default 1024).
+    /// waiting to be applied and the mapped pages it holds (default 1024).
     #[arg(short = 'm', long = "memory-limit")]
     memory_limit: Option<String>,
     /// Most simultaneous connections.
@@ -214,7 +214,7 @@ struct DiskSettings {
     /// Resident memory kura keeps to: pending writes and mapped pages (the
     /// OS page cache beyond it is the kernel's, reclaimed under pressure).
     memory_budget_bytes: usize,
-    /// The part of the budget for writes waiting for their commit.
+    /// The part of the budget for writes waiting to be applied.
     pending_limit_bytes: usize,
     /// Values this long or longer stay in the journal (0: none do).
     log_values_from_bytes: usize,

@@ -41,7 +41,7 @@ pub struct Context<'a> {
     /// The connection's id (`cfd` in watcher lines; 0 for UDP).
     pub conn_id: u64,
     /// Raised by the engine to the newest write whose reply must wait for
-    /// its commit; the worker takes it once the batch is served.
+    /// its append; the worker takes it once the batch is served.
     pub fence: AckFence,
 }
 

@@ -74,7 +74,7 @@ impl Inner {
             return Compaction::NotDue;
         };
         // Reading a segment again at once would likely fail again.
-        let failed = Compaction::Failed {
+        let failed = || Compaction::Failed {
             retry_at: Instant::now() + COMPACT_RETRY,
         };
         match self.compact(victim) {
@@ -87,11 +87,11 @@ impl Inner {
             }
             Err(error) if is_enospc(&error) => {
                 tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
-                failed
+                failed()
             }
             Err(error) => {
                 tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
-                failed
+                failed()
             }
         }
     }

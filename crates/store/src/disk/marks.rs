@@ -5,7 +5,7 @@
 //! as a set does: committed with the next group, marks were half of all
 //! committed writes in a read-mostly load and doubled the writer's work. So
 //! the worker only notes `(key, CAS)` here, reads consult the note, and the
-//! writer commits notes in batches when it is idle, when too many wait, or
+//! applier commits notes in batches when it is idle, when too many wait, or
 //! at shutdown (see `applier.rs`). A SIGKILL loses only notes: an item then
 //! reads as not fetched before, a hint, never data.
 //!
