@@ -1004,13 +1004,19 @@ impl Inner {
         })
     }
 
+    /// A plan's expiry as a record's (Unix seconds), `old_unix` the current
+    /// item's.
+    fn expiry_of(&self, expiry: Expiry, old_unix: u32) -> u32 {
+        match expiry {
+            Expiry::Keep => old_unix,
+            Expiry::At(expiry) => self.to_unix(expiry),
+        }
+    }
+
     /// The header of the item a plan writes in place of `old`, with a new
     /// CAS.
     fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
-        let expiry_unix = match write.expiry {
-            Expiry::At(expiry) => self.to_unix(expiry),
-            Expiry::Keep => old.map_or(0, |old| old.expiry_unix),
-        };
+        let expiry_unix = self.expiry_of(write.expiry, old.map_or(0, |old| old.expiry_unix));
         let mut bits = 0;
         if write.stale {
             bits |= STALE;
@@ -1061,10 +1067,7 @@ impl Inner {
                     let header = Header {
                         cas: self.next_cas(),
                         bits: (old.bits | STALE) & !WIN_SENT,
-                        expiry_unix: match expiry {
-                            Expiry::Keep => old.expiry_unix,
-                            Expiry::At(expiry) => self.to_unix(expiry),
-                        },
+                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
                         ..old
                     };
                     Decision::Put(Keyed::encode(key, &header, &[value]))
@@ -1110,10 +1113,7 @@ impl Inner {
                     let header = Header {
                         cas: self.next_cas(),
                         bits: old.bits | FETCHED,
-                        expiry_unix: match expiry {
-                            Expiry::Keep => old.expiry_unix,
-                            Expiry::At(expiry) => self.to_unix(expiry),
-                        },
+                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
                         ..old
                     };
                     (header, digits, value, false)
