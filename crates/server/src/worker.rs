@@ -158,6 +158,11 @@ struct Connection {
     peer_closed: bool,
     /// Listed in the worker's `held` connections.
     held: bool,
+    /// The socket may hold unread bytes: set by every readiness event,
+    /// cleared by a read that drained it. A connection released after its
+    /// append then reads only if the client sent more meanwhile, not to
+    /// learn that it did not (one `recv` per set, not two).
+    may_read: bool,
     interest: Interest,
     info: Arc<ConnInfo>,
     /// Set once the connection ran `watch`: it serves no more requests and
@@ -271,8 +276,9 @@ impl Worker {
                         self.release_held();
                     }
                     Token(key) => {
-                        if event.is_read_closed() {
-                            if let Some(connection) = self.connections.get_mut(key) {
+                        if let Some(connection) = self.connections.get_mut(key) {
+                            connection.may_read = true;
+                            if event.is_read_closed() {
                                 connection.peer_closed = true;
                             }
                         }
@@ -325,6 +331,7 @@ impl Worker {
                 closing: false,
                 peer_closed: false,
                 held: false,
+                may_read: true,
                 interest: Interest::READABLE,
                 info: info.clone(),
                 watcher: None,
@@ -572,11 +579,16 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                     .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
             (stop, false)
+        } else if !connection.may_read {
+            return Next::Wait;
         } else if connection.input.is_empty() {
             let read = match read_into(&mut connection.stream, &mut scratch.input) {
                 Ok(0) => return end_of_input(connection),
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    connection.may_read = false;
+                    return Next::Wait;
+                }
                 Err(_) => return Next::Close,
             };
             ctx.counters.bytes_read.add(read as u64);
@@ -607,6 +619,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     connection.input.truncate(start);
+                    connection.may_read = false;
                     return Next::Wait;
                 }
                 Err(_) => return Next::Close,
@@ -621,6 +634,9 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             let short = read < room && connection.stream.short_read_drains();
             (stop, short && !connection.peer_closed)
         };
+        if drained {
+            connection.may_read = false;
+        }
         if let Some(ticket) = ctx.fence.take() {
             connection.fence = connection.fence.max(ticket);
             scratch.wrote = true;
