@@ -367,7 +367,7 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
     let written = std::sync::atomic::AtomicBool::new(false);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        // Reads race with rounds, compaction and segment recycling: every
+        // Reads race with rounds, compaction and segment removal: every
         // key, once written, reads back as one of its versions.
         scope.spawn(|| {
             let mut reads = 0;
@@ -480,4 +480,76 @@ fn large_values_live_in_the_journal_which_compaction_keeps_small() {
 /// (8), kind and key length (3), key, header (17), value.
 fn journal_frame_len(key: &[u8], value_len: usize) -> u64 {
     (8 + 3 + key.len() + 17 + value_len) as u64
+}
+
+/// Bytes of the files in `dir` named `journal-*.log`, and how many of
+/// them are in the page cache (`mincore` over a read-only mapping).
+fn journal_bytes_cached(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::fd::AsRawFd;
+    let (mut total, mut cached) = (0, 0);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("journal-") {
+            continue;
+        }
+        let file = std::fs::File::open(entry.path()).unwrap();
+        let len = file.metadata().unwrap().len() as usize;
+        if len == 0 {
+            continue;
+        }
+        let mut resident = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: a read-only mapping of the whole file, only passed to
+        // mincore (which reads no page) and unmapped before returning.
+        #[allow(unsafe_code)]
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(map, len, resident.as_mut_ptr()), 0);
+            libc::munmap(map, len);
+        }
+        total += len as u64;
+        cached += 4096 * resident.iter().filter(|page| **page & 1 == 1).count() as u64;
+    }
+    (total, cached)
+}
+
+/// The log keeps only its newest bytes (a quarter of `-m`) in the page
+/// cache once they are on disk; values behind them read back from disk.
+#[test]
+fn the_log_keeps_only_its_newest_bytes_in_the_page_cache() {
+    const VALUE_LEN: usize = 4000;
+    const KEYS: usize = 12_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskConfig {
+        map_size: 256 << 20,
+        reserve_bytes: 0,
+        memory_budget: 32 << 20,
+        ..DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let value = |key: usize| vec![b'a' + (key % 26) as u8; VALUE_LEN];
+    for key in 0..KEYS {
+        set(&store, format!("k{key}").as_bytes(), &value(key), 0);
+    }
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    // The syncer fsyncs every 10 ms under `batch`.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (total, cached) = journal_bytes_cached(dir.path());
+    assert!(total > 45 << 20, "the log holds {total} bytes");
+    // The window (8 MiB), a run of drops not yet due (4 MiB), and what the
+    // last fsync has not covered yet.
+    assert!(
+        cached <= 16 << 20,
+        "{cached} of the log's {total} bytes are cached"
+    );
+    for key in (0..KEYS).step_by(7) {
+        let found = get(&store, format!("k{key}").as_bytes()).map(|f| f.0);
+        assert_eq!(found, Some(value(key)), "k{key}");
+    }
 }

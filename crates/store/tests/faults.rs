@@ -235,8 +235,7 @@ impl FaultyIo {
         let mut extents = self.extents.lock();
         let extent = extents.entry(inode(file)).or_default();
         if start == 0 {
-            // A segment's first append: a recycled file starts a new life,
-            // and nothing of it is durable yet.
+            // A segment's first append: nothing of it is durable yet.
             *extent = Extent::default();
         }
         extent.written = extent.written.max(end);

@@ -170,13 +170,8 @@ impl Inner {
                 self.pending
                     .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
                 drop(logged);
-                // A flush is applied at once: what it killed becomes spares.
-                let round_wanted = flush.is_some()
-                    || self
-                        .signals
-                        .round_after_next_append
-                        .swap(false, Ordering::SeqCst);
-                if round_wanted || self.apply_due() {
+                // A flush is applied at once: the room it frees shows.
+                if flush.is_some() || self.apply_due() {
                     self.signals.wake_applier();
                 }
             }

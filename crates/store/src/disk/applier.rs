@@ -264,15 +264,6 @@ impl Inner {
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
                     segment = round.segment;
-                    if round.flush.is_some() {
-                        // The segments the flush killed become spares after
-                        // this round; the next append's round switches to
-                        // one of them instead of filling a new file for up
-                        // to a second.
-                        self.signals
-                            .round_after_next_append
-                            .store(true, Ordering::SeqCst);
-                    }
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
                     let marks = &self.marks;

@@ -209,7 +209,7 @@ impl Inner {
 
     /// Deletes the segments up to `applied` past retention that LMDB, as it
     /// is on disk, does not point into (the next commit forgets their
-    /// counts); those retention keeps leave the page cache.
+    /// counts).
     pub(super) fn remove_dead_segments(&self, applied: u64) {
         let past = self.past_retention(applied);
         let mut counts = self.applied_counts.lock();
@@ -223,12 +223,6 @@ impl Inner {
                     tracing::warn!(%error, segment, "cannot remove a journal segment");
                     return;
                 }
-            }
-        }
-        for segment in self.journal.older_segments() {
-            let kept = segment.number <= applied && !past.contains(&segment.number);
-            if kept && counts.log.of(segment.number) == 0 {
-                self.journal.uncache(segment.number);
             }
         }
     }

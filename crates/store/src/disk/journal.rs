@@ -30,7 +30,7 @@
 //!
 //! [`record::LogPointer`]: super::record::LogPointer
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -41,6 +41,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use super::io::Io;
+use super::page_window::PageWindow;
 use super::retention::SegmentAge;
 
 const PUT: u8 = 1;
@@ -54,16 +55,6 @@ const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
 const MAX_FRAME: usize = 1 << 31;
-/// Bytes of dead segment files kept for reuse at most, as a database keeps
-/// recycled log files up to a bound (PostgreSQL's `max_wal_size`): enough
-/// for a few seconds of appends at full speed, so a burst of deaths (a
-/// flush, a compaction) is followed by appends into cached, allocated
-/// blocks rather than deletes and fresh allocations.
-const MAX_SPARE_BYTES: u64 = 4 << 30;
-/// Spare files at most, whatever their size.
-const MAX_SPARES: usize = 64;
-/// Spares take at most this share of the free space (1/8).
-const SPARE_SHARE_OF_FREE: u64 = 8;
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
 /// Space reserved ahead of a segment's appends, a step at a time (at most a
@@ -196,9 +187,8 @@ pub fn move_len(key: &[u8], record_len: usize) -> usize {
     put_len(key, record_len) + 16
 }
 
-/// The checksum seed of segment `number`'s records: a recycled segment
-/// file still holds records of its last life past its new end, and they
-/// must not pass for this life's.
+/// The checksum seed of segment `number`'s records: a record copied or
+/// left from another segment's file does not pass for one of this one.
 pub fn seed_of(number: u64) -> u32 {
     (number as u32).wrapping_mul(0x9e37_79b1) | 1
 }
@@ -279,50 +269,10 @@ pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("journal-{number:016x}.log"))
 }
 
-fn spare_path(dir: &Path, k: usize) -> PathBuf {
-    dir.join(format!("spare-{k}.log"))
-}
-
 fn free_space(dir: &Path) -> u64 {
     nix::sys::statvfs::statvfs(dir)
         .map(|fs| fs.blocks_available() * fs.fragment_size())
         .unwrap_or(0)
-}
-
-/// The share of `file`'s pages in the page cache (0 when unknown).
-fn cached_share(file: &File) -> f64 {
-    use std::os::fd::AsRawFd;
-    let len = file.metadata().map_or(0, |m| m.len()) as usize;
-    if len == 0 {
-        return 0.0;
-    }
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |size| size as usize);
-    let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a read-only shared mapping of the whole file, only passed to
-    // mincore (which reads no page) and unmapped before returning.
-    #[allow(unsafe_code)]
-    unsafe {
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        if map == libc::MAP_FAILED {
-            return 0.0;
-        }
-        let status = libc::mincore(map, len, resident.as_mut_ptr());
-        libc::munmap(map, len);
-        if status != 0 {
-            return 0.0;
-        }
-    }
-    resident.iter().filter(|&&page| page & 1 != 0).count() as f64 / resident.len() as f64
 }
 
 /// The journal's segments in `dir`, oldest first.
@@ -380,7 +330,7 @@ pub fn replay(
         count += 1;
     }
     if at < size {
-        // A torn record, or a recycled file's last life.
+        // A torn record.
         tracing::debug!(path = %path.display(), at, len = size, "journal segment replayed up to an invalid record");
     }
     Ok(count)
@@ -436,16 +386,18 @@ pub struct Retired {
     file: Arc<File>,
     len: u64,
     reserved: u64,
+    window: Arc<PageWindow>,
 }
 
 impl Retired {
     /// fsyncs it: it may hold acknowledged writes the syncer has not reached.
     pub fn sync(&self) -> io::Result<()> {
-        self.io.sync_log(&self.file)
+        self.io.sync_log(&self.file)?;
+        self.window.synced(self.number, &self.file, self.len);
+        Ok(())
     }
 
-    /// Gives back the reserved space it did not use (and a recycled file's
-    /// tail from its last life).
+    /// Gives back the reserved space it did not use.
     pub fn release_unused(&self) {
         let size = self.file.metadata().map_or(0, |m| m.len());
         if size > self.len || self.reserved > self.len {
@@ -480,15 +432,13 @@ pub struct Journal {
     older: Mutex<BTreeMap<u64, SegmentAge>>,
     /// Segment files open for reads of values (a bounded few).
     open: Mutex<HashMap<u64, Arc<File>>>,
-    /// Dead segment files kept for reuse, by path, with their sizes.
-    spares: Mutex<Vec<(PathBuf, u64)>>,
     /// The newest entry appended (entries are numbered without gaps): the
     /// writer reads it without the segment's lock.
     last_lsn: AtomicU64,
     /// Readers of the history (backups) at work: no segment goes meanwhile.
     holds: AtomicUsize,
-    /// Segments whose pages were given back to the page cache.
-    uncached: Mutex<BTreeSet<u64>>,
+    /// What of the log stays in the page cache once on disk.
+    window: Arc<PageWindow>,
 }
 
 /// While it lives, no segment of the journal is removed.
@@ -503,7 +453,12 @@ impl Drop for HistoryHold<'_> {
 impl Journal {
     /// Starts segment `number`, newer than any in `dir`, and takes over
     /// the segments already there.
-    pub fn create(dir: &Path, number: u64, io: Arc<dyn Io>) -> io::Result<Journal> {
+    pub fn create(
+        dir: &Path,
+        number: u64,
+        io: Arc<dyn Io>,
+        cache_bytes: u64,
+    ) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
         for (found, path) in segments(dir)? {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
@@ -524,13 +479,15 @@ impl Journal {
                 },
             );
         }
-        let spares = (0..MAX_SPARES)
-            .map(|k| spare_path(dir, k))
-            .filter_map(|path| {
-                let len = fs::metadata(&path).ok()?.len();
-                Some((path, len))
-            })
-            .collect();
+        // Directories of builds that recycled dead segments hold them as
+        // `spare-<k>.log`: space nothing will use.
+        for entry in fs::read_dir(dir)?.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("spare-") && name.ends_with(".log") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
@@ -539,10 +496,9 @@ impl Journal {
             bytes: AtomicU64::new(older.values().map(|segment| segment.len).sum()),
             older: Mutex::new(older),
             open: Mutex::new(HashMap::new()),
-            spares: Mutex::new(spares),
             last_lsn: AtomicU64::new(0),
             holds: AtomicUsize::new(0),
-            uncached: Mutex::new(BTreeSet::new()),
+            window: Arc::new(PageWindow::new(cache_bytes)),
         })
     }
 
@@ -556,24 +512,6 @@ impl Journal {
         let mut current = self.current.lock();
         current.last = current.last.max(last);
         self.last_lsn.store(current.last.lsn, Ordering::Release);
-    }
-
-    /// Gives the page cache back the pages of segment `number`, once: it is
-    /// history nothing points into, read from disk if at all, and its pages
-    /// serve new appends instead of memory never touched before. The
-    /// segment must be on disk (a dirty page is not dropped).
-    pub fn uncache(&self, number: u64) {
-        if !self.uncached.lock().insert(number) {
-            return;
-        }
-        if let Ok(file) = File::open(segment_path(&self.dir, number)) {
-            let _ = nix::fcntl::posix_fadvise(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-                0,
-                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-            );
-        }
     }
 
     /// Keeps every segment until the hold is dropped (a backup copies them).
@@ -623,8 +561,13 @@ impl Journal {
 
     /// fsyncs the segment being appended to.
     pub fn sync(&self) -> io::Result<()> {
-        let file = self.current.lock().file.clone();
-        self.io.sync_log(&file)
+        let (number, file, len) = {
+            let current = self.current.lock();
+            (current.number, current.file.clone(), current.len)
+        };
+        self.io.sync_log(&file)?;
+        self.window.synced(number, &file, len);
+        Ok(())
     }
 
     /// Creates the segment that follows the current one, for
@@ -632,21 +575,6 @@ impl Journal {
     /// takes time, switching does not.
     pub fn prepare(&self) -> io::Result<NextSegment> {
         let number = self.current.lock().number + 1;
-        // The longest: the most appends go to cached, allocated pages.
-        let spare = {
-            let mut spares = self.spares.lock();
-            let longest = (0..spares.len()).max_by_key(|&k| spares[k].1);
-            longest.map(|k| spares.swap_remove(k))
-        };
-        if let Some((spare, _)) = spare {
-            match Segment::recycle(&self.dir, number, &spare) {
-                Ok(segment) => return Ok(NextSegment(segment)),
-                Err(error) => {
-                    tracing::debug!(%error, "cannot recycle a journal segment");
-                    let _ = fs::remove_file(&spare);
-                }
-            }
-        }
         Segment::create(&self.dir, number).map(NextSegment)
     }
 
@@ -677,6 +605,7 @@ impl Journal {
             file: old.file,
             len: old.len,
             reserved: old.reserved,
+            window: self.window.clone(),
         }
     }
 
@@ -690,11 +619,8 @@ impl Journal {
         // Under the lock that opens files, so no reader caches it after.
         let mut open = self.open.lock();
         open.remove(&number);
-        self.uncached.lock().remove(&number);
-        let path = segment_path(&self.dir, number);
-        if !self.keep_as_spare(&path) {
-            fs::remove_file(&path)?;
-        }
+        self.window.forget(number);
+        fs::remove_file(segment_path(&self.dir, number))?;
         drop(open);
         if let Some(removed) = self.older.lock().remove(&number) {
             let _ = self
@@ -704,42 +630,6 @@ impl Journal {
                 });
         }
         Ok(())
-    }
-
-    /// Keeps a dead segment's file for a next segment when it is worth it:
-    /// its pages are still cached (appends then overwrite cached pages of
-    /// allocated blocks: no allocation, and no page-cache truncation as a
-    /// delete does; a page not cached would have to be read before a
-    /// partial write), the pool has room and the file system does too.
-    fn keep_as_spare(&self, path: &Path) -> bool {
-        let mut spares = self.spares.lock();
-        let Ok(file) = File::open(path) else {
-            return false;
-        };
-        let len = file.metadata().map_or(0, |m| m.len());
-        let kept = spares.iter().map(|(_, len)| len).sum::<u64>() + len;
-        let room = MAX_SPARE_BYTES.min(free_space(&self.dir) / SPARE_SHARE_OF_FREE);
-        if spares.len() >= MAX_SPARES || kept > room || cached_share(&file) < 0.9 {
-            return false;
-        }
-        let Some(spare) = (0..MAX_SPARES)
-            .map(|k| spare_path(&self.dir, k))
-            .find(|candidate| spares.iter().all(|(kept, _)| kept != candidate))
-        else {
-            return false;
-        };
-        if fs::rename(path, &spare).is_err() {
-            return false;
-        }
-        spares.push((spare, len));
-        true
-    }
-
-    /// Deletes the spare files (the file system is short of space).
-    pub fn drop_spares(&self) {
-        for (spare, _) in self.spares.lock().drain(..) {
-            let _ = fs::remove_file(spare);
-        }
     }
 
     pub fn segment_path(&self, number: u64) -> PathBuf {
@@ -867,16 +757,6 @@ fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
 }
 
 impl Segment {
-    /// Segment `number` in a spare file: its blocks are allocated and its
-    /// pages likely cached; what it held before fails the new seed.
-    fn recycle(dir: &Path, number: u64, spare: &Path) -> io::Result<Segment> {
-        let path = segment_path(dir, number);
-        fs::rename(spare, &path)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        let reserved = file.metadata()?.len();
-        Segment::named(dir, number, file, reserved)
-    }
-
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
         let path = segment_path(dir, number);
         let file = OpenOptions::new()
@@ -1017,7 +897,7 @@ mod tests {
             return;
         }
         let allocated = |n: u64| fs::metadata(segment_path(dir.path(), n)).unwrap().blocks() * 512;
-        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo)).unwrap();
+        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo), 1 << 30).unwrap();
         assert!(allocated(1) >= PREALLOCATE, "a new segment is reserved");
         // Appends past the first step reserve the next one before writing.
         let mut group = Vec::new();
@@ -1051,7 +931,7 @@ mod tests {
     #[test]
     fn segments_rotate_replay_and_are_removed_once_applied() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::create(dir.path(), 7, Arc::new(OsIo)).unwrap();
+        let journal = Journal::create(dir.path(), 7, Arc::new(OsIo), 1 << 30).unwrap();
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
         journal.append(&group, Some(lsn(1))).unwrap();
@@ -1105,18 +985,9 @@ mod tests {
         assert_eq!(journal.bytes(), (group.len() + second.len()) as u64);
         assert!(journal.older_segments().is_empty());
 
-        // Segment 7's file was cached, so it was kept as a spare: segment 9
-        // reuses it, and what it held (seed 7) does not replay as 9's.
-        assert!(dir.path().join("spare-0.log").exists());
+        // A new segment's records replay under its own seed only.
         let retired = journal.switch(journal.prepare().unwrap());
         assert_eq!(retired.number, 8);
-        assert!(!dir.path().join("spare-0.log").exists());
-        let nine = segment_path(dir.path(), 9);
-        assert_eq!(fs::metadata(&nine).unwrap().len(), group.len() as u64);
-        assert_eq!(
-            replay(&nine, 9, |_, _| panic!("a stale record")).unwrap(),
-            0
-        );
         let mut fourth = Vec::new();
         encode(&mut fourth, Record::Flush(9), seed_of(9));
         let at = journal.append(&fourth, Some(lsn(3))).unwrap();
@@ -1127,14 +998,11 @@ mod tests {
                 offset: 0
             }
         );
+        let nine = segment_path(dir.path(), 9);
         seen.clear();
         replay(&nine, 9, |record, _| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!(seen, ["Flush(9)"]);
-        // Spares give their space back when the file system runs short.
-        journal.remove(8).unwrap();
-        assert!(dir.path().join("spare-0.log").exists());
-        journal.drop_spares();
-        assert!(!dir.path().join("spare-0.log").exists());
+        assert_eq!(replay(&nine, 8, |_, _| panic!("another seed")).unwrap(), 0);
     }
 
     #[test]
@@ -1147,7 +1015,7 @@ mod tests {
         };
         let (first, moved_value) = (stored(b"first"), stored(b"moved"));
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo)).unwrap();
+        let journal = Journal::create(dir.path(), 1, Arc::new(OsIo), 1 << 30).unwrap();
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"x" }, seed_of(1));
         let put_at = group.len();

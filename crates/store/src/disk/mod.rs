@@ -37,6 +37,7 @@ mod identity;
 pub mod io;
 mod journal;
 mod marks;
+mod page_window;
 mod pending;
 mod policy;
 mod record;
@@ -157,6 +158,13 @@ impl DiskConfig {
     /// Committed records kept in memory for reads: a quarter of the budget.
     pub fn read_cache_bytes(&self) -> usize {
         self.memory_budget / 4
+    }
+
+    /// Bytes of the update log kept in the OS page cache once on disk: a
+    /// quarter of the budget (the page cache is not kura's resident set,
+    /// but it is memory the log takes from the machine).
+    pub fn log_cache_bytes(&self) -> u64 {
+        self.memory_budget as u64 / 4
     }
 
     /// Journalled writes that make the applier start a round before its
@@ -406,6 +414,7 @@ impl DiskStore {
             &config.dir,
             newest.max(applied_segment) + 1,
             config.io.clone(),
+            config.log_cache_bytes(),
         )
         .map_err(OpenError::Journal)?;
         // `segments` is sorted by number.
@@ -770,9 +779,8 @@ impl Inner {
             drop(txn);
             let from_log = match self.read_logged(key, &pointer) {
                 Ok(from_log) => from_log,
-                // Compacted since the pointer was read: its segment is gone,
-                // or recycled and overwritten (the new records fail the old
-                // segment's checksum seed). LMDB has the new place.
+                // Compacted since the pointer was read: its segment is gone.
+                // LMDB has the new place.
                 Err(error)
                     if matches!(
                         error.kind(),

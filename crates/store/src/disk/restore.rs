@@ -218,10 +218,5 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             source,
         })?;
     }
-    for spare in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if spare.file_name().to_string_lossy().starts_with("spare-") {
-            let _ = fs::remove_file(spare.path());
-        }
-    }
     Ok(())
 }

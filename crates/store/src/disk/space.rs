@@ -68,10 +68,6 @@ impl Inner {
             return;
         };
         let short = left < self.config.reserve_bytes;
-        if short {
-            // Spare segment files hold space a write may need.
-            self.journal.drop_spares();
-        }
         if self.out_of_space.swap(short, Ordering::AcqRel) != short {
             if short {
                 tracing::warn!(left, "disk nearly full: refusing writes");

@@ -24,9 +24,6 @@ pub(super) struct Signals {
     pub(super) writer_idle: AtomicBool,
     pub(super) applier: OnceLock<Thread>,
     pub(super) apply_requested: AtomicBool,
-    /// A round is wanted as soon as something new is journalled (a round
-    /// with nothing logged does not switch segments).
-    pub(super) round_after_next_append: AtomicBool,
     pub(super) syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     pub(super) reclaim: AtomicBool,

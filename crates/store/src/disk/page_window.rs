@@ -1,0 +1,142 @@
+//! How much of the update log stays in the OS page cache: the newest
+//! appended bytes, up to a budget. Older bytes leave it once they are on
+//! disk (`POSIX_FADV_DONTNEED`), so the next appends take the pages they
+//! freed instead of memory the machine never touched. On a virtual machine
+//! whose free memory the host takes back, a first write to such a page
+//! costs 2–10 µs, about the whole cost of a 4 KiB set
+//! (`docs/decisions/journal-page-cache.md`).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Pages leave the cache in runs of at least this many bytes: one call
+/// per run, not per fsync.
+const DROP_RUN: u64 = 4 << 20;
+
+pub struct PageWindow {
+    /// Bytes of the log kept cached past the newest fsync.
+    budget: u64,
+    segments: Mutex<BTreeMap<u64, Cached>>,
+}
+
+/// What of one segment is on disk and still cached.
+struct Cached {
+    file: Arc<File>,
+    /// Pages before this offset have left the cache.
+    dropped_to: u64,
+    /// Bytes up to this offset are on disk.
+    synced_to: u64,
+}
+
+impl PageWindow {
+    pub fn new(budget: u64) -> PageWindow {
+        PageWindow {
+            budget,
+            segments: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Segment `number` (in `file`) is on disk up to `len`; pages of the
+    /// oldest segments leave the cache while more than the budget is on
+    /// disk and cached.
+    pub fn synced(&self, number: u64, file: &Arc<File>, len: u64) {
+        let mut segments = self.segments.lock();
+        let cached = segments.entry(number).or_insert_with(|| Cached {
+            file: file.clone(),
+            dropped_to: 0,
+            synced_to: 0,
+        });
+        cached.synced_to = cached.synced_to.max(len);
+        let mut over = segments
+            .values()
+            .map(|cached| cached.synced_to - cached.dropped_to)
+            .sum::<u64>()
+            .saturating_sub(self.budget);
+        if over < DROP_RUN {
+            return;
+        }
+        let newest = *segments.keys().next_back().expect("just inserted");
+        while over > 0 {
+            let Some(mut oldest) = segments.first_entry() else {
+                break;
+            };
+            let cached = oldest.get_mut();
+            let run = over.min(cached.synced_to - cached.dropped_to);
+            drop_pages(&cached.file, cached.dropped_to, run);
+            cached.dropped_to += run;
+            over -= run;
+            // The newest segment keeps its entry: more of it will be synced.
+            if cached.dropped_to == cached.synced_to && *oldest.key() != newest {
+                oldest.remove();
+            }
+        }
+    }
+
+    /// Segment `number` was deleted: nothing of it is left to drop.
+    pub fn forget(&self, number: u64) {
+        self.segments.lock().remove(&number);
+    }
+}
+
+fn drop_pages(file: &File, from: u64, len: u64) {
+    if let Err(error) = nix::fcntl::posix_fadvise(
+        file.as_raw_fd(),
+        from as i64,
+        len as i64,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    ) {
+        tracing::debug!(%error, "cannot drop journal pages from the page cache");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Pages of `file` in the page cache (`mincore` over a mapping).
+    fn cached_pages(file: &File) -> usize {
+        let len = file.metadata().unwrap().len() as usize;
+        let mut resident = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: a read-only mapping of the whole file, only passed to
+        // mincore (which reads no page) and unmapped before returning.
+        #[allow(unsafe_code)]
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(map, len, resident.as_mut_ptr()), 0);
+            libc::munmap(map, len);
+        }
+        resident.iter().filter(|page| **page & 1 == 1).count()
+    }
+
+    #[test]
+    fn synced_bytes_past_the_budget_leave_the_page_cache_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = PageWindow::new(8 << 20);
+        let mut files = Vec::new();
+        for number in 0..3u64 {
+            let mut file = File::create(dir.path().join(format!("{number}"))).unwrap();
+            file.write_all(&vec![7u8; 8 << 20]).unwrap();
+            file.sync_all().unwrap();
+            let file = Arc::new(File::open(dir.path().join(format!("{number}"))).unwrap());
+            window.synced(number, &file, 8 << 20);
+            files.push(file);
+        }
+        // 24 MiB synced against an 8 MiB budget: the two oldest left.
+        assert_eq!(cached_pages(&files[0]), 0);
+        assert_eq!(cached_pages(&files[1]), 0);
+        assert_eq!(cached_pages(&files[2]), (8 << 20) / 4096);
+    }
+}
