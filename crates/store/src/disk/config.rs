@@ -1,0 +1,97 @@
+//! The disk engine's settings, and the sizes derived from them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::io::{Io, OsIo};
+use super::{LogRetention, SyncPolicy};
+use crate::classes::SizeClasses;
+
+/// The shortest value kept in the journal: a pointer record takes 41 bytes.
+pub const MIN_LOGGED_VALUE: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct DiskConfig {
+    pub dir: PathBuf,
+    /// The largest the data file may grow (LMDB's map size).
+    pub map_size: usize,
+    pub sync: SyncPolicy,
+    pub classes: SizeClasses,
+    /// Writes are refused (`SERVER_ERROR`) while less than this much room
+    /// is left in the map or on the file system; deletes still work.
+    pub reserve_bytes: u64,
+    /// Memory for writes waiting to be applied; a writer that finds it
+    /// full waits for the round in progress.
+    pub pending_limit: usize,
+    /// Values at least this long stay in the journal, and LMDB holds a
+    /// pointer to them (0: every value goes into LMDB).
+    pub log_values_from: usize,
+    /// Resident memory kura keeps to: when the process grows past it, the
+    /// pages of the data file it has mapped are dropped from its resident
+    /// set (they stay in the OS page cache; the next read maps them again).
+    pub memory_budget: usize,
+    /// `maintain` removes expired items in the background; without it they
+    /// go when met or at `lru_crawler crawl` (`-o no_lru_maintainer`).
+    pub background_expiry: bool,
+    /// The origin id of this server's log entries (`--server-id`); `None`:
+    /// the one kept in the directory, or a new random one.
+    pub server_id: Option<u32>,
+    /// How long and how much of the update log is kept once applied.
+    pub log_retention: LogRetention,
+    /// A restore's replay: the entries after this LSN are not applied.
+    pub replay_until: Option<u64>,
+    /// The file operations (the fault tests inject failures here).
+    pub io: Arc<dyn Io>,
+}
+
+impl DiskConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DiskConfig {
+            dir: dir.into(),
+            map_size: 64 << 30,
+            sync: SyncPolicy::Batch,
+            classes: SizeClasses::default(),
+            reserve_bytes: 64 << 20,
+            pending_limit: 256 << 20,
+            log_values_from: 1024,
+            memory_budget: 1 << 30,
+            background_expiry: true,
+            server_id: None,
+            log_retention: LogRetention::default(),
+            replay_until: None,
+            io: Arc::new(OsIo),
+        }
+    }
+
+    /// Whether a value of `len` bytes stays in the journal (never one
+    /// shorter than [`MIN_LOGGED_VALUE`], whose pointer would outweigh it).
+    pub fn keeps_in_log(&self, len: usize) -> bool {
+        self.log_values_from != 0 && len >= self.log_values_from.max(MIN_LOGGED_VALUE)
+    }
+
+    /// Committed records kept in memory for reads: a quarter of the budget.
+    pub fn read_cache_bytes(&self) -> usize {
+        self.memory_budget / 4
+    }
+
+    /// Bytes of the update log kept in the OS page cache once on disk: a
+    /// quarter of the budget (the page cache is not kura's resident set,
+    /// but it is memory the log takes from the machine).
+    pub fn log_cache_bytes(&self) -> u64 {
+        self.memory_budget as u64 / 4
+    }
+
+    /// Journalled writes that make the applier start a round before its
+    /// interval: a sixteenth of the pending memory (big enough to share
+    /// pages, small enough to apply while more writes come).
+    pub fn apply_threshold(&self) -> usize {
+        self.pending_limit / 16
+    }
+
+    /// First reads noted in memory before the writer commits them although
+    /// it is busy: about a sixth of the pending memory (a note costs about
+    /// 100 bytes with its key).
+    pub fn mark_limit(&self) -> usize {
+        self.pending_limit / 600
+    }
+}

@@ -1,0 +1,294 @@
+//! Opening a data directory: the lock, LMDB's tables and their format,
+//! the replay of what the log holds and LMDB does not, the engine's
+//! threads; and closing it cleanly.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use heed::types::Bytes;
+use heed::{Database, EnvFlags, EnvOpenOptions};
+use parking_lot::Mutex;
+
+use super::pending::PendingWrites;
+use super::record::{self, ClassCounts, Counts, Header};
+use super::{
+    ack, appender, change, dir_lock, identity, journal, marks, threads, Counters, DiskConfig,
+    DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
+};
+use crate::clock::Clock;
+
+/// Readers LMDB admits at once: one slot per thread that ever reads.
+const MAX_READERS: u32 = 1024;
+/// `meta` key: the format of the data directory (u32 LE).
+const FORMAT_KEY: &[u8] = b"format";
+/// The data directory's format: LMDB's tables and the journal's records as
+/// `docs/DESIGN.md` describes them.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Why the disk engine could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+    #[error("cannot open the LMDB environment: {0}")]
+    Lmdb(#[from] heed::Error),
+    #[error("cannot start the writer thread: {0}")]
+    Thread(std::io::Error),
+    #[error("cannot open or replay the journal: {0}")]
+    Journal(std::io::Error),
+    #[error(transparent)]
+    Locked(#[from] dir_lock::LockError),
+    #[error("{0}")]
+    Format(String),
+    #[error("cannot read or keep the server id: {0}")]
+    Identity(std::io::Error),
+}
+
+impl DiskStore {
+    pub fn open(config: DiskConfig) -> Result<Self, OpenError> {
+        std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
+        let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
+        let server_id =
+            identity::server_id(&config.dir, config.server_id).map_err(OpenError::Identity)?;
+        let mut options = EnvOpenOptions::new();
+        options
+            .map_size(config.map_size)
+            .max_dbs(4)
+            .max_readers(MAX_READERS);
+        // Random reads of data larger than RAM want one page, not a readahead
+        // window. The journal makes writes durable; the applier fsyncs the
+        // data file itself before it deletes journal segments.
+        let flags = EnvFlags::NO_READ_AHEAD | EnvFlags::NO_SYNC;
+        // SAFETY: the environment is opened once per process and directory; kura
+        // never opens the same data file twice, and does not modify it outside LMDB.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.flags(flags).open(&config.dir)? };
+        let mut txn = env.write_txn()?;
+        let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
+        let expiry = env.create_database(&mut txn, Some("expiry"))?;
+        let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
+        let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
+        check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
+        let last_cas = meta
+            .get(&txn, b"cas")?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        let mut counts = Counts {
+            // Every commit records them: none yet is none at all.
+            classes: meta
+                .get(&txn, b"classes")?
+                .and_then(ClassCounts::decode)
+                .unwrap_or_default(),
+            ..Counts::default()
+        };
+        for entry in meta.prefix_iter(&txn, b"log")? {
+            let (key, bytes) = entry?;
+            let bytes = bytes.try_into().ok().map(u64::from_le_bytes);
+            if let (Some(segment), Some(bytes)) = (record::log_live_segment(key), bytes) {
+                counts.log.set(segment, bytes);
+            }
+        }
+        let applied_segment = meta
+            .get(&txn, JOURNAL_APPLIED)?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        let applied_lsn = meta
+            .get(&txn, APPLIED_LSN)?
+            .and_then(LogPosition::decode)
+            .unwrap_or_default();
+        txn.commit()?;
+        let newest = segments.last().map_or(0, |(number, _)| *number);
+        let journal = journal::Journal::create(
+            &config.dir,
+            newest.max(applied_segment) + 1,
+            config.io.clone(),
+            config.log_cache_bytes(),
+        )
+        .map_err(OpenError::Journal)?;
+        // `segments` is sorted by number.
+        counts.log.forget_missing(|segment| {
+            segments
+                .binary_search_by_key(&segment, |(found, _)| *found)
+                .is_ok()
+        });
+        let inner = Arc::new(Inner {
+            env,
+            items,
+            expiry,
+            meta,
+            clock: Clock::new(),
+            last_cas: AtomicU64::new(last_cas),
+            pending: PendingWrites::new(config.read_cache_bytes()),
+            marks: marks::FetchMarks::new(),
+            journal,
+            journal_leader: Mutex::new(Vec::new()),
+            logged: Mutex::new(appender::Logged::default()),
+            acks: ack::Acks::default(),
+            applied: ack::Acks::default(),
+            flush_request: Mutex::new(None),
+            flushed_through: AtomicU64::new(0),
+            flush_deadline: AtomicU32::new(0),
+            poisoned: AtomicBool::new(false),
+            out_of_space: AtomicBool::new(false),
+            fetch_before_write: AtomicBool::new(false),
+            applied_segment: AtomicU64::new(applied_segment),
+            lmdb_usage: Mutex::new(None),
+            applied_counts: Mutex::new(counts),
+            counters: Counters::default(),
+            signals: threads::Signals::default(),
+            config,
+            server_id,
+            _dir_lock: dir_lock,
+        });
+        inner.journal.resume_after(applied_lsn);
+        inner.replay(&segments, applied_segment)?;
+        inner.measure_lmdb_usage();
+        inner.check_space();
+        let threads = threads::start(&inner).map_err(OpenError::Thread)?;
+        Ok(DiskStore { inner, threads })
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        self.inner.signals.stop();
+        let mut threads = self.threads.drain(..);
+        // The writer journals what is pending before it ends; the applier
+        // then puts everything into LMDB, fsyncs it and empties the journal,
+        // so a clean shutdown leaves nothing to replay.
+        if let Some(writer) = threads.next() {
+            let _ = writer.join();
+        }
+        self.inner.signals.finish();
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Refuses a data directory of another format; marks a new one with
+/// [`FORMAT_VERSION`].
+fn check_format(
+    dir: &Path,
+    txn: &mut heed::RwTxn<'_>,
+    meta: &Database<Bytes, Bytes>,
+    items: &Database<Bytes, Bytes>,
+    has_journal: bool,
+) -> Result<(), OpenError> {
+    let found = meta
+        .get(txn, FORMAT_KEY)?
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_le_bytes);
+    match found {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(OpenError::Format(format!(
+            "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
+            dir.display()
+        ))),
+        None if has_journal || !items.is_empty(txn)? || meta.get(txn, b"cas")?.is_some() => {
+            Err(OpenError::Format(format!(
+                "{} was written by a development build of kura before format {FORMAT_VERSION}; start with an empty directory",
+                dir.display()
+            )))
+        }
+        None => {
+            meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
+            Ok(())
+        }
+    }
+}
+
+impl Inner {
+    /// Puts the writes of journal segments LMDB does not hold yet into it,
+    /// oldest first (they were acknowledged before a crash), fsyncs the data
+    /// file and deletes the segments nothing points into.
+    fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
+        let mut replayed = None;
+        let mut counts = self.applied_counts.lock().clone();
+        for (number, path) in segments {
+            if *number <= applied {
+                continue;
+            }
+            let mut txn = self.env.write_txn()?;
+            let mut failed = None;
+            let mut numbering = journal::Numbering::default();
+            let mut last = self.journal.current_end().2;
+            let records = journal::replay(path, *number, |record, offset| {
+                if failed.is_some() {
+                    return;
+                }
+                if let Some((lsn, head)) = numbering.number(&record) {
+                    if self.config.replay_until.is_some_and(|until| lsn > until) {
+                        return;
+                    }
+                    last = LogPosition {
+                        lsn,
+                        micros: head.micros,
+                    };
+                }
+                let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                let here = journal::Location {
+                    segment: *number,
+                    offset,
+                };
+                let result = match record {
+                    journal::Record::Put { key, record } => {
+                        if let Some((header, _)) = Header::decode(record) {
+                            self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
+                        }
+                        let write = change::Write::Put {
+                            stored: record,
+                            logged: Some(here),
+                        };
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Move { key, from, record } => {
+                        let write = change::Write::Move {
+                            from,
+                            to: here,
+                            frame_len: journal::move_len(key, record.len()),
+                        };
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Remove { key } => {
+                        let write = change::Write::Remove;
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::Flush(boundary) => {
+                        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+                        counts.clear();
+                        self.items
+                            .clear(&mut txn)
+                            .and_then(|()| self.expiry.clear(&mut txn))
+                    }
+                    journal::Record::Group(_) => Ok(()),
+                };
+                failed = result.err();
+            })
+            .map_err(OpenError::Journal)?;
+            if let Some(error) = failed {
+                return Err(error.into());
+            }
+            // LMDB will point into it: on disk first (a crash of kura leaves
+            // the segment in the page cache only).
+            File::open(path)
+                .and_then(|file| self.config.io.sync_log(&file))
+                .map_err(OpenError::Journal)?;
+            self.put_meta(&mut txn, &mut counts, Some((*number, last)))?;
+            self.config.io.commit(txn)?;
+            self.journal.resume_after(last);
+            self.applied_segment.fetch_max(*number, Ordering::AcqRel);
+            tracing::info!(segment = number, records, "replayed journal segment");
+            replayed = Some(*number);
+        }
+        *self.applied_counts.lock() = counts;
+        self.config.io.sync_data(&self.env)?;
+        let last = replayed.unwrap_or(applied).max(applied);
+        self.remove_dead_segments(last);
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! The disk engine's reads: pending writes first, then the read cache,
+//! then LMDB (and the log for a value kept there); a read that changes its
+//! item (vivify, a recache win, touch) is redone as a write.
+
+use std::sync::atomic::Ordering;
+
+use crate::semantics::{self};
+use crate::{AckFence, GetOptions, ItemView};
+
+use super::pending::{Pending, Shard, MAX_CACHED_RECORD};
+use super::record::{self, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
+use super::write::Decision;
+use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
+
+/// What a read found, when it may not have to write.
+enum Lookup {
+    Miss,
+    Hit,
+    /// Hit an item never read before: note the fetched bit.
+    FirstHit(u64),
+    /// The read changes the item (touch, recache win): redo it as a write.
+    NeedsWrite,
+}
+
+impl Inner {
+    /// Runs `f` on the key's current stored record: its pending write if it
+    /// has one, else its cached record, else what LMDB holds (then cached).
+    /// The caller holds the key's shard lock, so no write of the key comes
+    /// between the look in the pending table and the read of LMDB: a write
+    /// the writer has just retired is seen committed, and what is cached is
+    /// LMDB's newest.
+    pub(super) fn with_record<R>(
+        &self,
+        shard: &mut Shard<'_>,
+        key: &[u8],
+        f: impl FnOnce(Option<(Header, &[u8])>) -> R,
+    ) -> Result<R, WriteFailed> {
+        let hash = shard.hash();
+        match shard.get(key) {
+            Some(Pending::Put(record)) => {
+                let found = Header::decode(record);
+                let Some((header, pointer)) = found.and_then(in_log) else {
+                    return Ok(f(self.with_noted_fetch(hash, found)));
+                };
+                // Journalled, and its value dropped from memory: read it
+                // there (its segment stays until LMDB has it).
+                let from_log = self.read_logged(key, &pointer).map_err(|error| {
+                    log_read_failed(&error, &pointer);
+                    WriteFailed
+                })?;
+                return Ok(f(self.with_noted_fetch(
+                    hash,
+                    Some((header, record::value_of(from_log.record()))),
+                )));
+            }
+            Some(Pending::Remove) => return Ok(f(None)),
+            None => {}
+        }
+        if let Some(record) = shard.cached(key) {
+            return Ok(f(self.with_noted_fetch(hash, Header::decode(record))));
+        }
+        let mut attempts = 0;
+        loop {
+            let txn = self.env.read_txn()?;
+            let stored = self.items.get(&txn, key)?;
+            let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
+                let result = f(self.with_noted_fetch(hash, stored.and_then(Header::decode)));
+                if let Some(record) = stored {
+                    if record.len() <= MAX_CACHED_RECORD && shard.admit() {
+                        shard.cache(key, record);
+                    }
+                }
+                return Ok(result);
+            };
+            drop(txn);
+            let from_log = match self.read_logged(key, &pointer) {
+                Ok(from_log) => from_log,
+                // Compacted since the pointer was read: its segment is gone.
+                // LMDB has the new place.
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+                    ) && attempts < 3 =>
+                {
+                    attempts += 1;
+                    continue;
+                }
+                Err(error) => {
+                    log_read_failed(&error, &pointer);
+                    return Err(WriteFailed);
+                }
+            };
+            // LMDB's header (its bits are the newest), the journal's value.
+            let value = record::value_of(from_log.record());
+            let result = f(self.with_noted_fetch(hash, Some((header, value))));
+            if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
+                shard.cache(key, Keyed::encode(key, &header, &[value]).record());
+            }
+            return Ok(result);
+        }
+    }
+
+    pub(super) fn read_logged(
+        &self,
+        key: &[u8],
+        pointer: &LogPointer,
+    ) -> std::io::Result<journal::Stored> {
+        self.journal.read_stored(
+            pointer.at,
+            pointer.frame_len as usize,
+            key,
+            pointer.record_len(),
+        )
+    }
+
+    /// Sets the fetched bit of a committed record whose first read is noted
+    /// but not yet committed.
+    pub(super) fn with_noted_fetch<'v>(
+        &self,
+        hash: u64,
+        mut found: Option<(Header, &'v [u8])>,
+    ) -> Option<(Header, &'v [u8])> {
+        if let Some((header, _)) = &mut found {
+            if !header.has(FETCHED) && self.marks.noted(hash, header.cas) {
+                header.bits |= FETCHED;
+            }
+        }
+        found
+    }
+
+    /// Notes the fetched bit of an item read for the first time, in memory
+    /// (`marks.rs`), whether the item is committed or still pending: the
+    /// applier sets the bit in LMDB once the item is there.
+    pub(super) fn mark_fetched(&self, key: &[u8], cas: u64) {
+        self.marks.note(self.marks.hash(key), key, cas);
+    }
+
+    pub(super) fn view<'a>(
+        &self,
+        key: &'a [u8],
+        header: &Header,
+        value: &'a [u8],
+        won: bool,
+    ) -> ItemView<'a> {
+        ItemView {
+            key,
+            value,
+            flags: header.flags,
+            cas: header.cas,
+            ttl: self.ttl(header.expiry_unix),
+            fetched_before: header.has(FETCHED),
+            idle_seconds: 0,
+            stale: header.has(STALE),
+            won,
+            win_taken: header.has(WIN_SENT) && !won,
+        }
+    }
+
+    pub(super) fn get(
+        &self,
+        key: &[u8],
+        options: &GetOptions,
+        fence: &AckFence,
+        visit: &mut dyn FnMut(&ItemView<'_>),
+    ) -> Result<bool, WriteFailed> {
+        self.apply_due_flush(fence);
+        // The common case reads without writing.
+        let mut shard = self.pending.lock(key);
+        let lookup = self.with_record(&mut shard, key, |found| {
+            let Some((header, value)) = found else {
+                return Lookup::Miss;
+            };
+            if !self.alive(&header) {
+                let counter = if header.cas <= self.flushed_through.load(Ordering::Acquire) {
+                    &self.counters.get_flushed
+                } else {
+                    &self.counters.get_expired
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Lookup::Miss;
+            }
+            let recache_due = options.recache_below.is_some_and(|below| {
+                let ttl = self.ttl(header.expiry_unix);
+                ttl != -1 && ttl < below
+            });
+            if options.touch.is_some()
+                || (!header.has(WIN_SENT) && (header.has(STALE) || recache_due))
+            {
+                return Lookup::NeedsWrite;
+            }
+            visit(&self.view(key, &header, value, false));
+            if options.no_bump || header.has(FETCHED) {
+                Lookup::Hit
+            } else {
+                Lookup::FirstHit(header.cas)
+            }
+        })?;
+        drop(shard);
+        match lookup {
+            Lookup::Hit => return Ok(true),
+            Lookup::FirstHit(cas) => {
+                self.mark_fetched(key, cas);
+                return Ok(true);
+            }
+            Lookup::Miss if options.vivify.is_none() => return Ok(false),
+            Lookup::Miss | Lookup::NeedsWrite => {}
+        }
+        if !self.writable() {
+            return Err(WriteFailed);
+        }
+        self.modify(key, fence, |found, _| {
+            let Some((old, value)) = found else {
+                let Some(expiry) = options.vivify else {
+                    return (Decision::Keep, false);
+                };
+                let write = semantics::vivified(expiry);
+                let header = self.header_for(&write, None);
+                self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                visit(&self.view(key, &header, &[], true));
+                return (Decision::Put(Keyed::encode(key, &header, &[])), true);
+            };
+            let mut header = old;
+            if let Some(expiry) = options.touch {
+                header.expiry_unix = self.to_unix(expiry);
+            }
+            let ttl = self.ttl(header.expiry_unix);
+            let won = semantics::wins_recache(&current(&old, value), ttl, options.recache_below);
+            if won {
+                header.bits |= WIN_SENT;
+            }
+            // The reader sees the old state with the new expiry.
+            let seen = Header {
+                expiry_unix: header.expiry_unix,
+                ..old
+            };
+            visit(&self.view(key, &seen, value, won));
+            if !options.no_bump {
+                header.bits |= FETCHED;
+            }
+            (Decision::Put(Keyed::encode(key, &header, &[value])), true)
+        })
+    }
+}

@@ -1,0 +1,258 @@
+//! The disk engine's writes: memcached's decisions (`semantics.rs`) made
+//! against the current item under its shard lock, left in `pending` for
+//! the appender; flushes.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::semantics::{self, ArithPlan, DeletePlan, Expiry, StorePlan, Write};
+use crate::{
+    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, StoreCommand, StoreMode,
+    StoreOutcome,
+};
+
+use super::pending::Change;
+use super::record::{Header, Keyed, FETCHED, STALE, WIN_SENT};
+use super::{current, Inner, WriteFailed};
+
+/// What a write does to its key, decided against the current item.
+pub(super) enum Decision {
+    Keep,
+    /// Store this record (header and value, encoded, with the key).
+    Put(Keyed),
+    Remove,
+}
+
+impl Inner {
+    /// Flushes everything written so far: reads skip it at once, the writer
+    /// clears it from LMDB in its next commit.
+    pub(super) fn flush(&self, fence: &AckFence) {
+        let mut request = self.flush_request.lock();
+        let boundary = self.last_cas.load(Ordering::Acquire);
+        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+        *request = Some(boundary);
+        let seq = self.pending.next_seq();
+        drop(request);
+        fence.raise(seq);
+        // Every cached record is dead now: give their memory back.
+        self.pending.clear_cache();
+    }
+
+    /// Applies a delayed flush whose time has come.
+    pub(super) fn apply_due_flush(&self, fence: &AckFence) {
+        let deadline = self.flush_deadline.load(Ordering::Relaxed);
+        if deadline != 0
+            && self.clock.now() >= deadline
+            && self
+                .flush_deadline
+                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.flush(fence);
+        }
+    }
+
+    /// A write: decides against the current item under the key's shard lock
+    /// (so read-modify-writes are atomic) and leaves the change pending.
+    pub(super) fn modify<R>(
+        &self,
+        key: &[u8],
+        fence: &AckFence,
+        decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Decision, R),
+    ) -> Result<R, WriteFailed> {
+        self.apply_due_flush(fence);
+        let mut shard = self.pending.lock(key);
+        let (decision, result) = self.with_record(&mut shard, key, |found| {
+            let dead = found.is_some_and(|(header, _)| !self.alive(&header));
+            if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
+                self.counters
+                    .expired_unfetched
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            decide(
+                found.filter(|(header, _)| !dead && self.alive(header)),
+                dead,
+            )
+        })?;
+        let change = match decision {
+            Decision::Keep => None,
+            Decision::Put(keyed) => Some(Change::Put(keyed)),
+            Decision::Remove => Some(Change::Remove),
+        };
+        if let Some(change) = change {
+            fence.raise(shard.put(key, change));
+        }
+        drop(shard);
+        self.wait_for_pending_room();
+        Ok(result)
+    }
+
+    /// Backpressure: more pending than allowed means the writer is behind;
+    /// wait for it rather than grow without bound.
+    pub(super) fn wait_for_pending_room(&self) {
+        while self.pending.bytes() > self.config.pending_limit
+            && !self.poisoned.load(Ordering::Acquire)
+            && !self.out_of_space.load(Ordering::Acquire)
+        {
+            self.signals.wake_writer();
+            self.signals.wake_applier();
+            let seq = self.pending.last_seq();
+            self.applied.wait(seq, Duration::from_millis(5));
+        }
+    }
+
+    pub(super) fn store(
+        &self,
+        command: &StoreCommand<'_>,
+        fence: &AckFence,
+    ) -> Result<StoreOutcome, WriteFailed> {
+        if command.mode == StoreMode::Set && command.compare_cas.is_none() {
+            return Ok(self.set_blind(command, fence));
+        }
+        self.modify(command.key, fence, |existing, reused| {
+            let current = existing.map(|(old, value)| current(&old, value));
+            let write = match semantics::plan_store(command, current) {
+                StorePlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                StorePlan::Write(write) => write,
+            };
+            // An item stored already expired (a negative or past exptime)
+            // is kept as memcached keeps it: reads find it expired
+            // (get_expired) and the sweep removes it.
+            let header = self.header_for(&write, existing.map(|(old, _)| old));
+            self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+            if reused {
+                self.note_reclaimed(self.class_of(command.key, write.value_len()), 1);
+            }
+            let decision = Decision::Put(Keyed::encode(command.key, &header, &write.parts));
+            (decision, StoreOutcome::Stored { cas: header.cas })
+        })
+    }
+
+    /// A plan's expiry as a record's (Unix seconds), `old_unix` the current
+    /// item's.
+    pub(super) fn expiry_of(&self, expiry: Expiry, old_unix: u32) -> u32 {
+        match expiry {
+            Expiry::Keep => old_unix,
+            Expiry::At(expiry) => self.to_unix(expiry),
+        }
+    }
+
+    /// The header of the item a plan writes in place of `old`, with a new
+    /// CAS.
+    pub(super) fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
+        let expiry_unix = self.expiry_of(write.expiry, old.map_or(0, |old| old.expiry_unix));
+        let mut bits = 0;
+        if write.stale {
+            bits |= STALE;
+        }
+        if write.win_sent {
+            bits |= WIN_SENT;
+        }
+        Header {
+            flags: write.flags,
+            expiry_unix,
+            cas: self.next_cas(),
+            bits,
+        }
+    }
+
+    /// A plain `set` replaces whatever is there, so it skips reading the
+    /// current item (the writer fixes the expiry index and counts).
+    pub(super) fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
+        self.apply_due_flush(fence);
+        let mut shard = self.pending.lock(command.key);
+        let cas = self.next_cas();
+        let header = Header {
+            flags: command.flags,
+            expiry_unix: self.to_unix(command.expiry),
+            cas,
+            bits: 0,
+        };
+        let keyed = Keyed::encode(command.key, &header, &[command.value]);
+        fence.raise(shard.put(command.key, Change::Put(keyed)));
+        drop(shard);
+        self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+        self.wait_for_pending_room();
+        StoreOutcome::Stored { cas }
+    }
+
+    pub(super) fn delete(
+        &self,
+        key: &[u8],
+        command: &DeleteCommand,
+        fence: &AckFence,
+    ) -> Result<DeleteOutcome, WriteFailed> {
+        self.modify(key, fence, |existing, _| {
+            let current = existing.map(|(old, value)| current(&old, value));
+            let decision = match (semantics::plan_delete(command, current), existing) {
+                (DeletePlan::Refuse(outcome), _) => return (Decision::Keep, outcome),
+                (DeletePlan::Remove, _) => Decision::Remove,
+                (DeletePlan::Invalidate(expiry), Some((old, value))) => {
+                    let header = Header {
+                        cas: self.next_cas(),
+                        bits: (old.bits | STALE) & !WIN_SENT,
+                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
+                        ..old
+                    };
+                    Decision::Put(Keyed::encode(key, &header, &[value]))
+                }
+                (DeletePlan::Invalidate(_), None) => {
+                    unreachable!("a plan for a missing item refuses")
+                }
+            };
+            (decision, DeleteOutcome::Deleted)
+        })
+    }
+
+    pub(super) fn arith(
+        &self,
+        key: &[u8],
+        command: &ArithCommand,
+        fence: &AckFence,
+    ) -> Result<ArithOutcome, WriteFailed> {
+        self.modify(key, fence, |existing, _| {
+            let current = existing.map(|(old, value)| current(&old, value));
+            let (header, digits, value, created) = match semantics::plan_arith(command, current) {
+                ArithPlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                ArithPlan::Create {
+                    value,
+                    digits,
+                    expiry,
+                } => {
+                    let header = Header {
+                        flags: 0,
+                        expiry_unix: self.to_unix(expiry),
+                        cas: self.next_cas(),
+                        bits: 0,
+                    };
+                    self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                    (header, digits, value, true)
+                }
+                ArithPlan::Update {
+                    value,
+                    digits,
+                    expiry,
+                } => {
+                    let old = existing.expect("an update has an item").0;
+                    let header = Header {
+                        cas: self.next_cas(),
+                        bits: old.bits | FETCHED,
+                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
+                        ..old
+                    };
+                    (header, digits, value, false)
+                }
+            };
+            let outcome = ArithOutcome::Value {
+                value,
+                cas: header.cas,
+                ttl: self.ttl(header.expiry_unix),
+                created,
+            };
+            (
+                Decision::Put(Keyed::encode(key, &header, &[&digits])),
+                outcome,
+            )
+        })
+    }
+}
