@@ -122,3 +122,26 @@ fn reply_memory_beyond_read_buf_mem_limit_is_refused_as_memcached_refuses_it() {
     assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
     assert_eq!(stat(&server, "response_obj_oom"), 2);
 }
+
+/// On the disk engine a write's reply waits for its append. A request the
+/// client sends meanwhile (in its own segment, after the write's) is read
+/// once the reply is released: the worker reads a socket only when a
+/// readiness event said it may hold bytes, and the event that came while
+/// the reply was held must not be forgotten. Under `always` a reply waits
+/// for an fsync too, so the next request mostly lands while it is held.
+#[test]
+fn requests_sent_while_a_write_waits_for_its_append_are_served() {
+    let server = TestServer::disk_syncing(kura_store::SyncPolicy::Always);
+    let mut stream = server.connect();
+    for round in 0..300 {
+        let value = format!("v{round}");
+        let set = format!("set k 0 0 {}\r\n{value}\r\n", value.len());
+        stream.write_all(set.as_bytes()).unwrap();
+        // The get comes in its own segment, mostly while STORED is held.
+        std::thread::sleep(Duration::from_micros(if round % 2 == 0 { 50 } else { 300 }));
+        stream.write_all(b"get k\r\n").unwrap();
+        let expected = format!("STORED\r\nVALUE k 0 {}\r\n{value}\r\nEND\r\n", value.len());
+        let reply = support::read_at_least(&mut stream, expected.len());
+        assert_eq!(String::from_utf8_lossy(&reply), expected, "round {round}");
+    }
+}

@@ -28,10 +28,15 @@ impl TestServer {
 
     /// A server on the disk engine, in a fresh temporary directory.
     pub fn disk() -> Self {
+        Self::disk_syncing(SyncPolicy::Batch)
+    }
+
+    /// The same, under sync policy `sync`.
+    pub fn disk_syncing(sync: SyncPolicy) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = DiskStore::open(DiskConfig {
             map_size: 1 << 30,
-            sync: SyncPolicy::Batch,
+            sync,
             reserve_bytes: 0,
             ..DiskConfig::new(dir.path())
         })
