@@ -553,3 +553,36 @@ fn the_log_keeps_only_its_newest_bytes_in_the_page_cache() {
         assert_eq!(found, Some(value(key)), "k{key}");
     }
 }
+
+/// The applier reads a round's pages ahead (with several threads) only once
+/// LMDB itself outgrew `-m`: values kept in the log do not count, since
+/// their pages are not LMDB's.
+#[test]
+fn rounds_read_ahead_only_once_lmdb_outgrows_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskConfig {
+        map_size: 256 << 20,
+        reserve_bytes: 0,
+        memory_budget: 2 << 20,
+        ..DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let round_after_a_tick = |store: &DiskStore| {
+        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+        store.maintain();
+        set(store, b"next", b"round", 0);
+        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    };
+    // 8 MB of values, all in the log: LMDB holds pointers.
+    for key in 0..2_000 {
+        set(&store, format!("large{key}").as_bytes(), &[b'v'; 4_000], 0);
+    }
+    round_after_a_tick(&store);
+    assert_eq!(engine_stat(&store, "disk_prefetched_rounds"), 0);
+    // 8 MB of small values, in LMDB itself.
+    for key in 0..40_000 {
+        set(&store, format!("small{key}").as_bytes(), &[b'v'; 200], 0);
+    }
+    round_after_a_tick(&store);
+    assert!(engine_stat(&store, "disk_prefetched_rounds") > 0);
+}

@@ -331,6 +331,9 @@ impl Inner {
     ) -> heed::Result<()> {
         if let Some(round) = round.filter(|_| self.fetch_before_write.load(Ordering::Relaxed)) {
             self.prefetch(&round.batches);
+            self.counters
+                .prefetched_rounds
+                .fetch_add(1, Ordering::Relaxed);
         }
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();

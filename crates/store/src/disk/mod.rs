@@ -210,6 +210,8 @@ struct Counters {
     compactions: AtomicU64,
     compacted_bytes: AtomicU64,
     resident_trims: AtomicU64,
+    /// Apply rounds that read their keys' pages first (LMDB outgrew `-m`).
+    prefetched_rounds: AtomicU64,
 }
 
 /// Any failure on the write path: the write is not acknowledged.
@@ -435,10 +437,11 @@ impl Store for DiskStore {
         // Nobody's reply waits for a delayed flush applied in the background.
         inner.apply_due_flush(&AckFence::default());
         inner.check_space();
-        // Live items, not the file: after a flush the file keeps its size.
-        let live_bytes = inner.applied_counts.lock().classes.bytes();
+        // LMDB's pages in use, not the file (after a flush it keeps its
+        // size) nor the items' bytes (values in the log are not in it).
+        let lmdb_used = inner.lmdb_usage.lock().map_or(0, |(used, _)| used);
         inner.fetch_before_write.store(
-            live_bytes > inner.config.memory_budget as u64,
+            lmdb_used > inner.config.memory_budget as u64,
             Ordering::Relaxed,
         );
         resident::trim(

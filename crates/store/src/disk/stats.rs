@@ -110,6 +110,10 @@ impl Inner {
                 "disk_resident_trims",
                 load(&counters.resident_trims).to_string(),
             ),
+            (
+                "disk_prefetched_rounds",
+                load(&counters.prefetched_rounds).to_string(),
+            ),
         ]
     }
 }
