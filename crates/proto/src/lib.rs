@@ -13,6 +13,7 @@ pub mod meta;
 pub mod number;
 pub mod reply;
 pub mod text;
+pub mod tyrant;
 
 pub use reply::ErrorReply;
 
@@ -85,6 +86,8 @@ pub enum Recovery {
 pub enum Protocol {
     Text,
     Binary,
+    /// Tokyo Tyrant's binary protocol (`tyrant.rs`), on `--tyrant-port`.
+    Tyrant,
 }
 
 /// The first byte of a binary request; anything else is text (memcached's `-B auto`).
