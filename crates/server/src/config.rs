@@ -125,6 +125,9 @@ pub struct ServerConfig {
     pub engine: String,
     /// UDP port (`-U`); None is off, Some(0) any free port.
     pub udp_port: Option<u16>,
+    /// A port speaking Tokyo Tyrant's binary protocol besides memcached's
+    /// (`--tyrant-port`); None is off, Some(0) any free port.
+    pub tyrant_port: Option<u16>,
     /// Over the connection limit, refuse new connections at once with an
     /// error line (`-o maxconns_fast`, memcached's default) rather than
     /// letting them wait in the backlog.
@@ -217,6 +220,7 @@ impl Default for ServerConfig {
             maintenance_interval: Duration::from_millis(100),
             engine: "memory".to_string(),
             udp_port: None,
+            tyrant_port: None,
             maxconns_fast: true,
             dumping_enabled: true,
             watch_enabled: true,

@@ -60,6 +60,9 @@ pub struct Shared {
     pub sasl: Option<auth::SaslBackend>,
     /// The log watchers (`watch`).
     pub watchers: Arc<watch::Hub>,
+    /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per database,
+    /// shared by every connection, as ttserver's is.
+    pub tyrant_iterator: Mutex<Option<std::vec::IntoIter<Vec<u8>>>>,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
@@ -118,6 +121,7 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     local_addrs: Vec<SocketAddr>,
+    tyrant_addrs: Vec<SocketAddr>,
     udp_addrs: Vec<SocketAddr>,
 }
 
@@ -130,6 +134,11 @@ impl ServerHandle {
     /// Every TCP address the server listens on.
     pub fn tcp_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// The first address speaking Tokyo Tyrant's protocol (`--tyrant-port`).
+    pub fn tyrant_addr(&self) -> Option<SocketAddr> {
+        self.tyrant_addrs.first().copied()
     }
 
     /// Every UDP address the server serves.
@@ -181,8 +190,20 @@ pub fn start(
             cyrus::Library::load().map_err(io::Error::other)?,
         )),
     };
+    if config.tyrant_port.is_some() && (text_users.is_some() || sasl.is_some()) {
+        // Tokyo Tyrant's protocol has no authentication: its port would be
+        // a way around the one asked for.
+        return Err(io::Error::other(
+            "--tyrant-port cannot be combined with authentication (-S, --auth-file): Tokyo Tyrant's protocol has none",
+        ));
+    }
     let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
+    let tyrant_addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .filter(|l| l.speaks() == listener::Speaks::Tyrant)
+        .filter_map(|l| l.tcp_addr())
+        .collect();
     // memcached's -s turns the network off, UDP included.
     let udp_sockets = if let (Some(udp_port), None) = (config.udp_port, &config.unix_socket) {
         // One UDP socket per address, however many TCP ports it has.
@@ -217,6 +238,7 @@ pub fn start(
         sasl,
         watchers,
         lru_crawler,
+        tyrant_iterator: Mutex::new(None),
         stopping: AtomicBool::new(false),
         graceful: AtomicBool::new(false),
         wakers: OnceLock::new(),
@@ -259,6 +281,7 @@ pub fn start(
         shared,
         threads: handles,
         local_addrs,
+        tyrant_addrs,
         udp_addrs,
     })
 }

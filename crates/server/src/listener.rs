@@ -24,28 +24,45 @@ const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 pub enum Listener {
     /// With an acceptor, every connection speaks TLS.
-    Tcp(TcpListener, SocketAddr, Option<Arc<TlsAcceptor>>),
+    Tcp(TcpListener, SocketAddr, Option<Arc<TlsAcceptor>>, Speaks),
     Unix(UnixListener, String),
+}
+
+/// What a listener's connections speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    /// memcached's protocols (`-p`, `-l`, `-s`).
+    Memcached,
+    /// Tokyo Tyrant's binary protocol and memcached's text protocol, told
+    /// apart by the first byte, as ttserver's port does (`--tyrant-port`).
+    Tyrant,
 }
 
 impl Listener {
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         match self {
-            Listener::Tcp(_, addr, _) => Some(*addr),
+            Listener::Tcp(_, addr, ..) => Some(*addr),
             Listener::Unix(..) => None,
+        }
+    }
+
+    pub fn speaks(&self) -> Speaks {
+        match self {
+            Listener::Tcp(.., speaks) => *speaks,
+            Listener::Unix(..) => Speaks::Memcached,
         }
     }
 
     pub fn name(&self) -> String {
         match self {
-            Listener::Tcp(_, addr, _) => format!("tcp:{addr}"),
+            Listener::Tcp(_, addr, ..) => format!("tcp:{addr}"),
             Listener::Unix(_, path) => format!("unix:{path}"),
         }
     }
 
     fn accept(&self) -> io::Result<(Stream, String)> {
         match self {
-            Listener::Tcp(listener, _, tls) => {
+            Listener::Tcp(listener, _, tls, _) => {
                 let (stream, peer) = listener.accept()?;
                 // Replies are written once per batch; Nagle would only add delay.
                 stream.set_nodelay(true)?;
@@ -76,8 +93,18 @@ pub fn bind(config: &ServerConfig, tls: Option<&Arc<TlsAcceptor>>) -> io::Result
         return Ok(vec![Listener::Unix(listener, path.display().to_string())]);
     }
     let mut listeners = Vec::new();
-    for listen in &config.listen {
+    let tyrant = config.tyrant_port.into_iter().flat_map(|port| {
+        let mut ips: Vec<_> = config.listen.iter().map(|l| l.ip).collect();
+        ips.sort();
+        ips.dedup();
+        ips.into_iter()
+            .map(move |ip| (SocketAddr::new(ip, port), Speaks::Tyrant, false))
+    });
+    let memcached = config.listen.iter().map(|listen| {
         let addr = SocketAddr::new(listen.ip, listen.port.unwrap_or(config.port));
+        (addr, Speaks::Memcached, !listen.no_tls)
+    });
+    for (addr, speaks, may_use_tls) in memcached.collect::<Vec<_>>().into_iter().chain(tyrant) {
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -94,11 +121,12 @@ pub fn bind(config: &ServerConfig, tls: Option<&Arc<TlsAcceptor>>) -> io::Result
             .map_err(|e| naming(e, &addr))?;
         let std_listener: std::net::TcpListener = socket.into();
         let local = std_listener.local_addr()?;
-        let tls = tls.filter(|_| !listen.no_tls).cloned();
+        let tls = tls.filter(|_| may_use_tls).cloned();
         listeners.push(Listener::Tcp(
             TcpListener::from_std(std_listener),
             local,
             tls,
+            speaks,
         ));
     }
     Ok(listeners)
@@ -129,7 +157,7 @@ impl Acceptor {
         let poll = Poll::new()?;
         for (i, listener) in listeners.iter_mut().enumerate() {
             match listener {
-                Listener::Tcp(l, _, _) => {
+                Listener::Tcp(l, _, _, _) => {
                     poll.registry().register(l, Token(i), Interest::READABLE)?
                 }
                 Listener::Unix(l, _) => {
@@ -223,6 +251,7 @@ impl Acceptor {
             stream,
             peer,
             listen: self.listeners[listener].name(),
+            speaks: self.listeners[listener].speaks(),
         };
         let worker = &self.workers[self.next_worker];
         self.next_worker = (self.next_worker + 1) % self.workers.len();

@@ -5,7 +5,7 @@
 //! (protocol detection, swallowing rejected data blocks) and is tested with
 //! plain byte slices.
 
-use kura_proto::{binary, detect_protocol, text, Parse, Protocol, Recovery};
+use kura_proto::{binary, detect_protocol, text, tyrant, Parse, Protocol, Recovery};
 
 use crate::auth;
 use crate::cyrus::Outcome;
@@ -46,6 +46,9 @@ pub struct Session {
     closed_on_error: bool,
     /// The connection's Cyrus SASL conversation, once it speaks SASL.
     cyrus: Option<crate::cyrus::Conversation>,
+    /// On `--tyrant-port`: a request starting with 0xC8 is Tokyo Tyrant's,
+    /// any other memcached's text protocol.
+    tyrant_port: bool,
 }
 
 impl Session {
@@ -58,6 +61,15 @@ impl Session {
             authenticated: false,
             closed_on_error: false,
             cyrus: None,
+            tyrant_port: false,
+        }
+    }
+
+    /// A session on `--tyrant-port`.
+    pub fn tyrant() -> Self {
+        Session {
+            tyrant_port: true,
+            ..Session::new(None)
         }
     }
 
@@ -98,9 +110,14 @@ impl Session {
             if *budget == 0 {
                 return (used, Stop::Budget);
             }
-            let protocol = *self
-                .protocol
-                .get_or_insert_with(|| detect_protocol(rest[0]));
+            // ttserver tells its protocols apart request by request.
+            let protocol = match self.tyrant_port {
+                true if rest[0] == tyrant::MAGIC => Protocol::Tyrant,
+                true => Protocol::Text,
+                false => *self
+                    .protocol
+                    .get_or_insert_with(|| detect_protocol(rest[0])),
+            };
             let (consumed, action) = match protocol {
                 Protocol::Text if !self.authenticated && ctx.shared.text_users.is_some() => {
                     self.log_in(rest, out, ctx)
@@ -113,6 +130,7 @@ impl Session {
                         self.serve_binary(rest, out, ctx)
                     }
                 }
+                Protocol::Tyrant => self.serve_tyrant(rest, out, ctx),
             };
             match action {
                 Step::Served(Action::Continue) => *budget -= 1,
@@ -351,6 +369,28 @@ impl Session {
                 }
                 self.recover(recovery);
                 (consumed, Step::Rejected)
+            }
+        }
+    }
+
+    fn serve_tyrant(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+    ) -> (usize, Step) {
+        // A key, value or argument may be as long as an item (and a
+        // `misc` list longer; the worker bounds what one request buffers).
+        match tyrant::parse(input, ctx.shared.config.max_item_size) {
+            tyrant::Parse::Done { request, consumed } => (
+                consumed,
+                Step::Served(exec::tyrant::execute(&request, ctx, out)),
+            ),
+            tyrant::Parse::Incomplete => (0, Step::Incomplete),
+            // ttserver answers nothing and closes.
+            tyrant::Parse::Close(_) => {
+                self.closed_on_error = true;
+                (input.len(), Step::Served(Action::Close))
             }
         }
     }

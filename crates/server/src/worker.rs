@@ -22,6 +22,7 @@ use kura_proto::Protocol;
 use kura_store::{AckFence, AckState, AckTicket};
 
 use crate::exec::Context;
+use crate::listener::Speaks;
 use crate::session::{Session, Stop};
 use crate::tls::TlsStream;
 use crate::watch::{CloseReason, Watcher};
@@ -39,6 +40,7 @@ pub struct NewConnection {
     pub stream: Stream,
     pub peer: String,
     pub listen: String,
+    pub speaks: crate::listener::Speaks,
 }
 
 /// How the acceptor reaches a worker.
@@ -323,7 +325,10 @@ impl Worker {
             let key = entry.key();
             let mut connection = Connection {
                 stream: new.stream,
-                session: Session::new(self.fixed_protocol),
+                session: match new.speaks {
+                    Speaks::Memcached => Session::new(self.fixed_protocol),
+                    Speaks::Tyrant => Session::tyrant(),
+                },
                 input: Vec::new(),
                 unserved: false,
                 output: Vec::new(),

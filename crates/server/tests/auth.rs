@@ -145,3 +145,16 @@ fn a_text_connection_logs_in_with_a_set_of_user_and_password() {
         b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
     );
 }
+
+#[test]
+fn the_tyrant_port_is_refused_when_authentication_is_on() {
+    let users = users_file();
+    let config = ServerConfig {
+        auth_file: Some(users.path().to_path_buf()),
+        tyrant_port: Some(0),
+        ..ServerConfig::default()
+    };
+    let store = std::sync::Arc::new(kura_store::MemoryStore::new(MemoryConfig::default()));
+    let error = kura_server::start(config, store, true).err().unwrap();
+    assert!(error.to_string().contains("--tyrant-port"), "{error}");
+}

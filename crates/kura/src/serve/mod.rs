@@ -68,6 +68,15 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     udp_port: i32,
+    /// A port speaking Tokyo Tyrant's binary protocol besides memcached's
+    /// text protocol, on the same addresses (1978 by convention; 0: off;
+    /// -1: any free port).
+    #[arg(
+        long = "tyrant-port",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    tyrant_port: i32,
     /// Listen on a Unix-domain socket instead of TCP.
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
@@ -327,6 +336,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         (None, udp) => port_flag(udp, "-U")?,
     };
     let udp_port = port_flag(args.udp_port, "-U")?;
+    let tyrant_port = port_flag(args.tyrant_port, "--tyrant-port")?;
     let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
@@ -404,6 +414,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         extended::apply(option.trim(), &mut server).map_err(usage)?;
     }
     server.udp_port = udp_port;
+    server.tyrant_port = tyrant_port;
     server.memory_file = args.memory_file.clone();
     server.dumping_enabled = !args.disable_dumping;
     server.watch_enabled = !args.disable_watch;

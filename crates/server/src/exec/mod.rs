@@ -5,6 +5,7 @@ pub mod binary;
 pub mod meta;
 pub mod stats;
 pub mod text;
+pub mod tyrant;
 
 use kura_proto::text::Limits;
 use kura_store::{AckFence, DeleteCommand};

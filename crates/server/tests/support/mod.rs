@@ -28,11 +28,20 @@ impl TestServer {
 
     /// A server on the disk engine, in a fresh temporary directory.
     pub fn disk() -> Self {
-        Self::disk_syncing(SyncPolicy::Batch)
+        Self::disk_server(ServerConfig::default(), SyncPolicy::Batch)
     }
 
     /// The same, under sync policy `sync`.
     pub fn disk_syncing(sync: SyncPolicy) -> Self {
+        Self::disk_server(ServerConfig::default(), sync)
+    }
+
+    /// The same, with the server's settings `config`.
+    pub fn disk_with(config: ServerConfig) -> Self {
+        Self::disk_server(config, SyncPolicy::Batch)
+    }
+
+    fn disk_server(config: ServerConfig, sync: SyncPolicy) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = DiskStore::open(DiskConfig {
             map_size: 1 << 30,
@@ -43,7 +52,7 @@ impl TestServer {
         .expect("the disk engine opens");
         let config = ServerConfig {
             engine: "disk".into(),
-            ..ServerConfig::default()
+            ..config
         };
         Self::serve(config, Arc::new(store), false, Some(dir))
     }

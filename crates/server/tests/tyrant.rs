@@ -1,0 +1,306 @@
+//! Tokyo Tyrant's binary protocol on `--tyrant-port`, over real sockets,
+//! byte for byte as ttserver 1.1.41 answers a hash database.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use kura_proto::tyrant::{compose, pack_double, PutMode, Request};
+use kura_server::ServerConfig;
+use kura_store::MemoryConfig;
+use support::TestServer;
+
+fn server() -> TestServer {
+    TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    )
+}
+
+fn connect(server: &TestServer) -> TcpStream {
+    let stream = TcpStream::connect(server.handle().tyrant_addr().expect("a tyrant port")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+}
+
+/// Sends `request` and reads exactly `reply_len` bytes back.
+fn call(stream: &mut TcpStream, request: &Request<'_>, reply_len: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    compose(&mut bytes, request);
+    stream.write_all(&bytes).unwrap();
+    let mut reply = vec![0; reply_len];
+    stream.read_exact(&mut reply).unwrap();
+    reply
+}
+
+fn put<'a>(mode: PutMode, key: &'a [u8], value: &'a [u8]) -> Request<'a> {
+    Request::Put { mode, key, value }
+}
+
+#[test]
+fn records_are_put_read_and_removed_as_ttserver_answers() {
+    let server = server();
+    let mut s = connect(&server);
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"foo", b"hop"), 1), [0]);
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"foo" }, 8),
+        b"\0\0\0\0\x03hop"
+    );
+    assert_eq!(
+        call(&mut s, &Request::Vsiz { key: b"foo" }, 5),
+        b"\0\0\0\0\x03"
+    );
+    // putkeep refuses an existing key; putcat appends, and creates.
+    assert_eq!(call(&mut s, &put(PutMode::Keep, b"foo", b"x"), 1), [1]);
+    assert_eq!(call(&mut s, &put(PutMode::Cat, b"foo", b"!"), 1), [0]);
+    assert_eq!(call(&mut s, &put(PutMode::Cat, b"new", b"n"), 1), [0]);
+    // putnr answers nothing: the next reply is the get's.
+    let mut bytes = Vec::new();
+    compose(&mut bytes, &put(PutMode::NoReply, b"quiet", b"q"));
+    compose(&mut bytes, &Request::Get { key: b"quiet" });
+    s.write_all(&bytes).unwrap();
+    let mut reply = [0; 6];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"\0\0\0\0\x01q");
+    // mget leaves the misses out, in request order.
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Mget {
+                keys: vec![b"new", b"missing", b"foo"]
+            },
+            5 + 8 + 4 + 8 + 7
+        ),
+        b"\0\0\0\0\x02\0\0\0\x03\0\0\0\x01newn\0\0\0\x03\0\0\0\x04foohop!"
+    );
+    assert_eq!(call(&mut s, &Request::Out { key: b"foo" }, 1), [0]);
+    assert_eq!(call(&mut s, &Request::Out { key: b"foo" }, 1), [1]);
+    assert_eq!(call(&mut s, &Request::Get { key: b"foo" }, 1), [1]);
+    assert_eq!(call(&mut s, &Request::Vsiz { key: b"foo" }, 1), [1]);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), b"\0\0\0\0\0\0\0\0\x02");
+}
+
+#[test]
+fn putshl_keeps_the_tail_and_counters_are_native_numbers() {
+    let server = server();
+    let mut s = connect(&server);
+    let shl = |value: &'static [u8], width| Request::PutShl {
+        key: b"log",
+        value,
+        width,
+    };
+    // A new record is stored as sent, whatever the width.
+    assert_eq!(call(&mut s, &shl(b"abcdef", 4), 1), [0]);
+    assert_eq!(call(&mut s, &shl(b"gh", 4), 1), [0]);
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"log" }, 9),
+        b"\0\0\0\0\x04efgh"
+    );
+    // addint: a 4-byte native int; a missing record starts at 0.
+    let add = |delta| Request::AddInt { key: b"n", delta };
+    assert_eq!(call(&mut s, &add(5), 5), b"\0\0\0\0\x05");
+    assert_eq!(call(&mut s, &add(-7), 5), b"\0\xff\xff\xff\xfe");
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"n" }, 9),
+        b"\0\0\0\0\x04\xfe\xff\xff\xff"
+    );
+    // A record that is not 4 bytes is not a counter.
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"six", b"abcdef"), 1), [0]);
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::AddInt {
+                key: b"six",
+                delta: 1
+            },
+            1
+        ),
+        [1]
+    );
+    let add = |delta| Request::AddDouble { key: b"d", delta };
+    let mut expected = vec![0];
+    let (integral, fraction) = pack_double(1.5);
+    expected.extend_from_slice(&integral.to_be_bytes());
+    expected.extend_from_slice(&fraction.to_be_bytes());
+    assert_eq!(call(&mut s, &add(1.5), 17), expected);
+    let mut expected = vec![0];
+    let (integral, fraction) = pack_double(-0.75);
+    expected.extend_from_slice(&integral.to_be_bytes());
+    expected.extend_from_slice(&fraction.to_be_bytes());
+    assert_eq!(call(&mut s, &add(-2.25), 17), expected);
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::AddDouble {
+                key: b"n",
+                delta: 1.0
+            },
+            1
+        ),
+        [1]
+    );
+}
+
+#[test]
+fn prefixes_and_the_iterator_list_keys_in_byte_order() {
+    let server = server();
+    let mut s = connect(&server);
+    for key in [&b"user:2"[..], b"user:10", b"item:1", b"user:1"] {
+        assert_eq!(call(&mut s, &put(PutMode::Put, key, b"v"), 1), [0]);
+    }
+    let fwm = |max| Request::Fwmkeys {
+        prefix: b"user:",
+        max,
+    };
+    assert_eq!(
+        call(&mut s, &fwm(-1), 5 + 3 * 4 + 6 + 7 + 6),
+        b"\0\0\0\0\x03\0\0\0\x06user:1\0\0\0\x07user:10\0\0\0\x06user:2"
+    );
+    assert_eq!(
+        call(&mut s, &fwm(1), 5 + 4 + 6),
+        b"\0\0\0\0\x01\0\0\0\x06user:1"
+    );
+    assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
+    let mut seen = Vec::new();
+    loop {
+        let mut bytes = Vec::new();
+        compose(&mut bytes, &Request::IterNext);
+        s.write_all(&bytes).unwrap();
+        let mut code = [0; 1];
+        s.read_exact(&mut code).unwrap();
+        if code[0] == 1 {
+            break;
+        }
+        let mut len = [0; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut key = vec![0; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut key).unwrap();
+        seen.push(String::from_utf8(key).unwrap());
+    }
+    assert_eq!(seen, ["item:1", "user:1", "user:10", "user:2"]);
+}
+
+#[test]
+fn misc_lists_stat_and_vanish() {
+    let server = server();
+    let mut s = connect(&server);
+    let misc = |name: &'static [u8], args: Vec<&'static [u8]>| Request::Misc {
+        name,
+        opts: 0,
+        args,
+    };
+    assert_eq!(
+        call(&mut s, &misc(b"putlist", vec![b"a", b"1", b"b", b"22"]), 5),
+        b"\0\0\0\0\0"
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &misc(b"getlist", vec![b"b", b"zz", b"a"]),
+            5 + 4 * 4 + 5
+        ),
+        b"\0\0\0\0\x04\0\0\0\x01b\0\0\0\x0222\0\0\0\x01a\0\0\0\x011"
+    );
+    assert_eq!(
+        call(&mut s, &misc(b"outlist", vec![b"a"]), 5),
+        b"\0\0\0\0\0"
+    );
+    assert_eq!(call(&mut s, &misc(b"get", vec![b"a"]), 5), b"\x01\0\0\0\0");
+    // An unknown function: status 1 and an empty list.
+    assert_eq!(call(&mut s, &misc(b"nosuch", vec![]), 5), b"\x01\0\0\0\0");
+    let mut bytes = Vec::new();
+    compose(&mut bytes, &Request::Stat);
+    s.write_all(&bytes).unwrap();
+    let mut head = [0; 5];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], 0);
+    let mut text = vec![0; u32::from_be_bytes(head[1..].try_into().unwrap()) as usize];
+    s.read_exact(&mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.lines().any(|line| line == "type\thash"), "{text}");
+    assert!(text.lines().any(|line| line == "rnum\t1"), "{text}");
+    assert_eq!(call(&mut s, &Request::Vanish, 1), [0]);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
+}
+
+#[test]
+fn the_tyrant_port_speaks_memcached_text_too_over_the_same_records() {
+    let server = server();
+    let mut s = connect(&server);
+    assert_eq!(
+        call(&mut s, &put(PutMode::Put, b"shared", b"value"), 1),
+        [0]
+    );
+    s.write_all(b"get shared\r\n").unwrap();
+    let reply = support::read_at_least(&mut s, 30);
+    assert_eq!(reply, b"VALUE shared 0 5\r\nvalue\r\nEND\r\n");
+    // And the memcached port sees them as well.
+    let reply = server.exchange(b"get shared\r\n", 30);
+    assert_eq!(reply, b"VALUE shared 0 5\r\nvalue\r\nEND\r\n");
+}
+
+#[test]
+fn a_malformed_request_closes_the_connection_without_a_reply() {
+    let server = server();
+    for bytes in [
+        &b"\xc8\x99"[..],                                  // no such command
+        b"\xc8\x30\x7f\xff\xff\xff",                       // a key larger than an item
+        b"\xc8\x13\0\0\0\x01\0\0\0\x01\xff\xff\xff\xffkv", // a negative width
+    ] {
+        let mut s = connect(&server);
+        s.write_all(bytes).unwrap();
+        assert!(support::closes(&mut s), "{bytes:?}");
+    }
+    // Unsupported commands fail (status 1) and the connection stays.
+    let mut s = connect(&server);
+    let ext = Request::Ext {
+        name: b"fn",
+        opts: 0,
+        key: b"k",
+        value: b"v",
+    };
+    assert_eq!(call(&mut s, &ext, 1), [1]);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
+}
+
+#[test]
+fn writes_on_the_disk_engine_are_answered_once_appended() {
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    for i in 0..200u32 {
+        let key = format!("k{i}");
+        assert_eq!(
+            call(
+                &mut s,
+                &put(PutMode::Put, key.as_bytes(), &i.to_be_bytes()),
+                1
+            ),
+            [0]
+        );
+        assert_eq!(
+            call(
+                &mut s,
+                &Request::AddInt {
+                    key: b"count",
+                    delta: 1
+                },
+                5
+            ),
+            [&[0][..], &(i as i32 + 1).to_be_bytes()].concat()
+        );
+    }
+    assert_eq!(
+        call(&mut s, &Request::Rnum, 9),
+        [&[0][..], &201u64.to_be_bytes()].concat()
+    );
+}
