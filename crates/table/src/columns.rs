@@ -1,0 +1,110 @@
+//! A record: its primary key and its columns, in the order Tokyo Cabinet's
+//! map keeps them (a column put again keeps its place, a new one goes last).
+
+/// One record of a table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub columns: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Record {
+    pub fn new(key: impl Into<Vec<u8>>) -> Self {
+        Record {
+            key: key.into(),
+            columns: Vec::new(),
+        }
+    }
+
+    /// The value of a column; the name `""` is the primary key, as in
+    /// Tokyo Cabinet's conditions and orders.
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        if name.is_empty() {
+            return Some(&self.key);
+        }
+        self.columns
+            .iter()
+            .find(|(column, _)| column == name)
+            .map(|(_, value)| &value[..])
+    }
+
+    /// Sets a column: a known one keeps its place, a new one goes last.
+    pub fn put(&mut self, name: &[u8], value: &[u8]) {
+        match self.columns.iter_mut().find(|(column, _)| column == name) {
+            Some((_, old)) => *old = value.to_vec(),
+            None => self.columns.push((name.to_vec(), value.to_vec())),
+        }
+    }
+
+    /// Builds a record from `name, value, name, value…`; a trailing name
+    /// without a value is dropped, as Tokyo Cabinet drops it.
+    pub fn from_pairs<'a>(key: &[u8], fields: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let mut record = Record::new(key);
+        let mut fields = fields.into_iter();
+        while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+            record.put(name, value);
+        }
+        record
+    }
+
+    /// The columns as Tokyo Tyrant carries them: `name\0value\0…`, no
+    /// trailing NUL.
+    pub fn zero_separated(&self) -> Vec<u8> {
+        join_zero_separated(self.columns.iter().map(|(n, v)| (&n[..], &v[..])))
+    }
+
+    /// Parses `name\0value\0…` (Tokyo Tyrant's column list).
+    pub fn from_zero_separated(key: &[u8], bytes: &[u8]) -> Self {
+        if bytes.is_empty() {
+            return Record::new(key);
+        }
+        Record::from_pairs(key, bytes.split(|&b| b == 0))
+    }
+}
+
+/// `name\0value\0name\0value`, as `tcstrjoin4` writes it.
+pub fn join_zero_separated<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in pairs {
+        if !out.is_empty() {
+            out.push(0);
+        }
+        out.extend_from_slice(name);
+        out.push(0);
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_column_put_again_keeps_its_place_with_the_last_value() {
+        let record = Record::from_pairs(b"d", [&b"x"[..], b"1", b"y", b"3", b"x", b"2", b"odd"]);
+        assert_eq!(
+            record.columns,
+            [
+                (b"x".to_vec(), b"2".to_vec()),
+                (b"y".to_vec(), b"3".to_vec())
+            ]
+        );
+        assert_eq!(record.get(b""), Some(&b"d"[..]));
+        assert_eq!(record.get(b"z"), None);
+    }
+
+    #[test]
+    fn zero_separated_columns_round_trip() {
+        let record = Record::from_pairs(b"k", [&b"name"[..], b"Bob", b"empty", b""]);
+        assert_eq!(record.zero_separated(), b"name\0Bob\0empty\0");
+        assert_eq!(
+            Record::from_zero_separated(b"k", &record.zero_separated()),
+            record
+        );
+        assert_eq!(
+            Record::from_zero_separated(b"k", b""),
+            Record::new(&b"k"[..])
+        );
+    }
+}
