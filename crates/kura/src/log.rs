@@ -175,6 +175,20 @@ fn text_line(entry: &Entry) -> String {
         ),
         Change::Remove { key } => format!("{head}\tdelete\t{}", escape(key)),
         Change::Flush { through_cas } => format!("{head}\tflush_all\t{through_cas}"),
+        Change::RowPut {
+            table,
+            key,
+            columns,
+        } => {
+            let mut line = format!("{head}\trow_put\t{}\t{}", escape(table), escape(key));
+            for (name, value) in columns {
+                line.push_str(&format!("\t{}\t{}", escape(name), escape(value)));
+            }
+            line
+        }
+        Change::RowRemove { table, key } => {
+            format!("{head}\trow_delete\t{}\t{}", escape(table), escape(key))
+        }
     }
 }
 
@@ -237,6 +251,33 @@ fn json_line(entry: &Entry) -> String {
         Change::Flush { through_cas } => {
             object.insert("op".into(), "flush_all".into());
             object.insert("through_cas".into(), (*through_cas).into());
+        }
+        Change::RowPut {
+            table,
+            key,
+            columns,
+        } => {
+            bytes("table", table);
+            bytes("key", key);
+            object.insert("op".into(), "row_put".into());
+            // [name, value] pairs in order; bytes that are not UTF-8 as
+            // {"base64": …}.
+            let field = |b: &[u8]| match std::str::from_utf8(b) {
+                Ok(text) => serde_json::Value::from(text),
+                Err(_) => serde_json::json!({
+                    "base64": base64::engine::general_purpose::STANDARD.encode(b)
+                }),
+            };
+            let columns: Vec<serde_json::Value> = columns
+                .iter()
+                .map(|(name, value)| serde_json::json!([field(name), field(value)]))
+                .collect();
+            object.insert("columns".into(), columns.into());
+        }
+        Change::RowRemove { table, key } => {
+            bytes("table", table);
+            bytes("key", key);
+            object.insert("op".into(), "row_delete".into());
         }
     }
     serde_json::Value::Object(object).to_string()

@@ -14,6 +14,7 @@ pub mod warm;
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
 pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
+pub use kura_table::Record;
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.
@@ -110,6 +111,53 @@ pub trait Store: Send + Sync {
     /// Registers a callback run after each decision, with the newest
     /// decided ticket (the worker wakes its event loop with it).
     fn on_ack_progress(&self, _listener: Box<dyn Fn(AckTicket) + Send + Sync>) {}
+
+    /// The engine's tables, if it keeps any (the disk engine does).
+    fn tables(&self) -> Option<&dyn Tables> {
+        None
+    }
+}
+
+/// Tables: rows of columns by table name and primary key (Tokyo Cabinet's
+/// table database). A write raises `fence` as an item's write does.
+pub trait Tables: Send + Sync {
+    fn put_row(&self, table: &[u8], row: &Record, mode: RowMode, fence: &AckFence) -> RowOutcome;
+
+    /// `Done`, or `Missing` when there was no such row.
+    fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome;
+
+    /// The row, with every write made before it; `Err` when it cannot be read.
+    #[allow(clippy::result_unit_err)]
+    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, ()>;
+
+    /// Hands `visit` every row of the table in primary-key order until it
+    /// answers false, after every write made before is applied.
+    #[allow(clippy::result_unit_err)]
+    fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()>;
+}
+
+/// How a row is put (Tokyo Cabinet's `put`, `putkeep`, `putcat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowMode {
+    /// The row becomes exactly these columns.
+    Put,
+    /// Only if there is no such row.
+    Keep,
+    /// Adds the columns the row lacks; those it has stay.
+    Cat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOutcome {
+    Done,
+    /// `Keep` found the row there.
+    Kept,
+    /// A removal found no row.
+    Missing,
+    /// An empty or too long table name or primary key.
+    Invalid,
+    /// The engine refuses writes (disk full or failed).
+    Failed,
 }
 
 /// Sees the items an engine evicts (the server's log watchers).

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use heed::{Env, RwTxn};
 use kura_store::disk::io::{Io, OsIo};
 use kura_store::{
-    AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, Store,
-    StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
+    AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, Record,
+    RowMode, RowOutcome, Store, StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
 };
 use parking_lot::Mutex;
 
@@ -531,6 +531,63 @@ fn a_power_cut_keeps_every_write_acknowledged_under_always_despite_a_torn_page()
         let store = recovers(dir.path(), &kept);
         assert_eq!(get(&store, b"in flight"), None);
     }
+}
+
+#[test]
+fn a_power_cut_keeps_every_row_acknowledged_under_always() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let tables = store.tables().unwrap();
+    let put_row = |key: &str, mode: RowMode| {
+        let mut row = Record::new(key.as_bytes());
+        row.put(b"n", key.as_bytes());
+        let fence = AckFence::default();
+        assert_eq!(tables.put_row(b"t", &row, mode, &fence), RowOutcome::Done);
+        acknowledged(&store, &fence)
+    };
+    // Some rows in LMDB, more only in the log when the power goes.
+    for k in 0..50 {
+        assert_eq!(
+            put_row(&format!("applied{k:02}"), RowMode::Put),
+            AckState::Ready
+        );
+    }
+    store.wait_until_all_applied();
+    for k in 0..50 {
+        assert_eq!(
+            put_row(&format!("logged{k:02}"), RowMode::Keep),
+            AckState::Ready
+        );
+    }
+    let fence = AckFence::default();
+    assert_eq!(
+        tables.remove_row(b"t", b"applied00", &fence),
+        RowOutcome::Done
+    );
+    assert_eq!(acknowledged(&store, &fence), AckState::Ready);
+    // One appended but never fsynced: not acknowledged, and gone.
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    assert_ne!(put_row("in flight", RowMode::Put), AckState::Ready);
+    io.crash();
+    drop(store);
+    io.cut_power(true);
+    let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
+    let mut keys = Vec::new();
+    store
+        .tables()
+        .unwrap()
+        .visit_rows(b"t", &mut |row| {
+            assert_eq!(row.get(b"n"), Some(&row.key[..]));
+            keys.push(String::from_utf8(row.key).unwrap());
+            true
+        })
+        .unwrap();
+    let expected: Vec<String> = (1..50)
+        .map(|k| format!("applied{k:02}"))
+        .chain((0..50).map(|k| format!("logged{k:02}")))
+        .collect();
+    assert_eq!(keys, expected);
 }
 
 /// Random writes against a `BTreeMap` model, the power cut at random points

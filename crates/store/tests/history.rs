@@ -291,3 +291,90 @@ fn a_data_directory_of_an_unknown_format_is_refused() {
     assert!(error.contains("format 99"), "{error}");
     assert_eq!(error.lines().count(), 1);
 }
+
+fn put_row(engine: &DiskStore, key: &[u8], value: &[u8]) {
+    let mut row = kura_store::Record::new(key);
+    row.put(b"v", value);
+    let tables = engine.tables().unwrap();
+    tables.put_row(b"t", &row, kura_store::RowMode::Put, &AckFence::default());
+    engine.wait_until_all_applied();
+}
+
+fn row_value(engine: &DiskStore, key: &[u8]) -> Option<Vec<u8>> {
+    let row = engine.tables().unwrap().get_row(b"t", key).unwrap()?;
+    row.get(b"v").map(<[u8]>::to_vec)
+}
+
+#[test]
+fn row_changes_are_entries_and_restores_reach_them_exactly() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = open(&data);
+    put_row(&engine, b"r", b"1"); // 1
+    store(&engine, StoreMode::Set, b"item", b"i", 0); // 2
+    let full = work.path().join("full");
+    backup(&engine, &full, None);
+    put_row(&engine, b"r", b"2"); // 3
+    let tables = engine.tables().unwrap();
+    tables.remove_row(b"t", b"r", &AckFence::default()); // 4
+    engine.wait_until_all_applied();
+    let incremental = work.path().join("incremental");
+    backup(&engine, &incremental, Some(&full));
+    drop(engine);
+    let changes: Vec<(u64, Change)> = entries(&data)
+        .into_iter()
+        .map(|entry| (entry.lsn, entry.change))
+        .collect();
+    let row_put = |value: &[u8]| Change::RowPut {
+        table: b"t".to_vec(),
+        key: b"r".to_vec(),
+        columns: vec![(b"v".to_vec(), value.to_vec())],
+    };
+    assert_eq!(changes[0], (1, row_put(b"1")));
+    assert_eq!(changes[2], (3, row_put(b"2")));
+    assert_eq!(
+        changes[3],
+        (
+            4,
+            Change::RowRemove {
+                table: b"t".to_vec(),
+                key: b"r".to_vec()
+            }
+        )
+    );
+    for (lsn, expected) in [(2, Some(&b"1"[..])), (3, Some(b"2")), (4, None)] {
+        let to = work.path().join(format!("at-{lsn}"));
+        restore::restore(&incremental, Some(LogPoint::Lsn(lsn)), &to).unwrap();
+        let restored = open(&to);
+        assert_eq!(row_value(&restored, b"r").as_deref(), expected, "at {lsn}");
+        assert_eq!(get(&restored, b"item").map(|f| f.0), Some(b"i".to_vec()));
+    }
+}
+
+#[test]
+fn a_data_directory_of_format_1_is_upgraded_to_hold_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        store(&engine, StoreMode::Set, b"a", b"1", 0);
+    }
+    {
+        let mut options = heed::EnvOpenOptions::new();
+        options.max_dbs(8).map_size(64 << 20);
+        // SAFETY: the engine that had it open is closed.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.open(dir.path()).unwrap() };
+        let mut txn = env.write_txn().unwrap();
+        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
+            env.create_database(&mut txn, Some("meta")).unwrap();
+        meta.put(&mut txn, b"format", &1u32.to_le_bytes()).unwrap();
+        txn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let engine = open(dir.path());
+    assert_eq!(get(&engine, b"a").map(|f| f.0), Some(b"1".to_vec()));
+    put_row(&engine, b"r", b"x");
+    drop(engine);
+    let engine = open(dir.path());
+    assert_eq!(row_value(&engine, b"r").as_deref(), Some(&b"x"[..]));
+}

@@ -62,6 +62,45 @@ impl Record {
     }
 }
 
+impl Record {
+    /// The columns as the engine stores them: for each, its name's length
+    /// (u32 LE), the name, its value's length (u32 LE), the value.
+    pub fn encode_columns(&self) -> Vec<u8> {
+        let size = self
+            .columns
+            .iter()
+            .map(|(name, value)| 8 + name.len() + value.len())
+            .sum();
+        let mut out = Vec::with_capacity(size);
+        for (name, value) in &self.columns {
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(name);
+            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            out.extend_from_slice(value);
+        }
+        out
+    }
+
+    /// Reads columns [`encode_columns`](Self::encode_columns) wrote; `None`
+    /// if they are damaged.
+    pub fn decode_columns(key: &[u8], mut bytes: &[u8]) -> Option<Record> {
+        let mut record = Record::new(key);
+        let take = |bytes: &mut &[u8]| -> Option<Vec<u8>> {
+            let (len, rest) = bytes.split_first_chunk::<4>()?;
+            let len = u32::from_le_bytes(*len) as usize;
+            let field = rest.get(..len)?.to_vec();
+            *bytes = &rest[len..];
+            Some(field)
+        };
+        while !bytes.is_empty() {
+            let name = take(&mut bytes)?;
+            let value = take(&mut bytes)?;
+            record.columns.push((name, value));
+        }
+        Some(record)
+    }
+}
+
 /// `name\0value\0name\0value`, as `tcstrjoin4` writes it.
 pub fn join_zero_separated<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -92,6 +131,21 @@ mod tests {
         );
         assert_eq!(record.get(b""), Some(&b"d"[..]));
         assert_eq!(record.get(b"z"), None);
+    }
+
+    #[test]
+    fn stored_columns_round_trip_and_damage_is_seen() {
+        let record = Record::from_pairs(b"k", [&b"name"[..], b"B\0b", b"", b"x"]);
+        let stored = record.encode_columns();
+        assert_eq!(Record::decode_columns(b"k", &stored), Some(record));
+        assert_eq!(
+            Record::decode_columns(b"k", &stored[..stored.len() - 1]),
+            None
+        );
+        assert_eq!(
+            Record::decode_columns(b"k", b""),
+            Some(Record::new(&b"k"[..]))
+        );
     }
 
     #[test]

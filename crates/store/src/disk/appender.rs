@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Instant;
 
 use super::journal::{self, GroupHead, Location, LogPosition, Record};
-use super::pending::{Batch, Pending};
+use super::pending::{Batch, Pending, Space};
 use super::record::Header;
 use super::space::is_enospc;
 use super::threads::IDLE_TICK;
@@ -46,8 +46,8 @@ pub(super) fn encode_group(
     journal::encode(group, Record::Group(head), seed);
     // In log order: the writes the flush covers (made before it), the
     // flush, then the rest; `offsets` stays in the batch's order.
-    let covered = |change: &Pending<'_>| match (flush, change) {
-        (Some(boundary), Pending::Put(record)) => {
+    let covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
+        (Some(boundary), Space::Item, Pending::Put(record)) => {
             Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
         }
         _ => false,
@@ -64,13 +64,15 @@ pub(super) fn encode_group(
                 journal::encode(group, Record::Flush(boundary), seed);
             }
         }
-        for (k, (key, change)) in batch.writes().enumerate() {
-            if covered(&change) != pass {
+        for (k, (space, key, change)) in batch.writes().enumerate() {
+            if covered(space, &change) != pass {
                 continue;
             }
-            let record = match change {
-                Pending::Put(record) => Record::Put { key, record },
-                Pending::Remove => Record::Remove { key },
+            let record = match (space, change) {
+                (Space::Item, Pending::Put(record)) => Record::Put { key, record },
+                (Space::Item, Pending::Remove) => Record::Remove { key },
+                (Space::Row, Pending::Put(record)) => Record::RowPut { key, record },
+                (Space::Row, Pending::Remove) => Record::RowRemove { key },
             };
             offsets[k] = group.len() as u64;
             journal::encode(group, record, seed);

@@ -16,7 +16,7 @@ use heed::RwTxn;
 use super::change::{Old, Write};
 use super::compactor::Compaction;
 use super::journal::LogPosition;
-use super::pending::{Batch, Pending};
+use super::pending::{Batch, Pending, Space};
 use super::record::{self, Counts, Header, LogPointer, FETCHED};
 use super::space::is_out_of_space;
 use super::threads::IDLE_TICK;
@@ -363,7 +363,9 @@ impl Inner {
         for batch in batches {
             let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
                 .logged_writes()
-                .map(|(key, change, logged)| (key_prefix(key), key, Write::of(change, logged)))
+                .map(|(space, key, change, logged)| {
+                    (key_prefix(key), key, Write::of(space, change, logged))
+                })
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
@@ -416,7 +418,12 @@ impl Inner {
     pub(super) fn prefetch(&self, batches: &[Batch]) {
         let keys: Vec<&[u8]> = batches
             .iter()
-            .flat_map(|batch| batch.writes().map(|(key, _)| key))
+            .flat_map(|batch| {
+                batch
+                    .writes()
+                    .filter(|(space, _, _)| *space == Space::Item)
+                    .map(|(_, key, _)| key)
+            })
             .collect();
         let share = keys.len().div_ceil(PREFETCH_THREADS).max(1);
         thread::scope(|scope| {
@@ -505,19 +512,24 @@ impl Inner {
     pub(super) fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
         let mut newest = std::collections::HashMap::new();
         for batch in &round.batches {
-            newest.extend(batch.writes());
+            newest.extend(
+                batch
+                    .writes()
+                    .map(|(space, key, change)| ((space, key), change)),
+            );
         }
-        let mut removed: Vec<&[u8]> = newest
+        let mut removed: Vec<(Space, &[u8])> = newest
             .into_iter()
             .filter(|(_, change)| *change == Pending::Remove)
-            .map(|(key, _)| key)
+            .map(|(space_key, _)| space_key)
             .collect();
-        removed.sort_unstable();
+        removed.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
-        for key in removed {
-            self.apply(&mut txn, key, Write::Remove, flushed_through, &mut counts)?;
+        for (space, key) in removed {
+            let write = Write::of(space, Pending::Remove, None);
+            self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
         self.put_meta(&mut txn, &mut counts, None)?;
         self.config.io.commit(txn)?;
@@ -637,6 +649,7 @@ impl Inner {
                 return self.items.put(txn, key, &record);
             }
             Write::Remove => self.stored_old(txn, key)?,
+            Write::RowPut { .. } | Write::RowRemove => return self.apply_row(txn, key, write),
         };
         if old.is_some() {
             self.forget_old(txn, key, old, counts, 0)?;

@@ -3,7 +3,7 @@
 //! the applier, the compactor, expiry and the replay share.
 
 use super::journal::Location;
-use super::pending::Pending;
+use super::pending::{Pending, Space};
 use super::record::{self, Header, LogPointer};
 
 /// One change the applier makes to a key.
@@ -23,21 +23,28 @@ pub(super) enum Write<'a> {
         frame_len: usize,
     },
     Remove,
+    /// A table row's new columns, as stored (`rows.rs`).
+    RowPut {
+        stored: &'a [u8],
+    },
+    RowRemove,
 }
 
 impl<'a> Write<'a> {
-    pub(super) fn of(pending: Pending<'a>, logged: Option<Location>) -> Self {
-        match pending {
-            Pending::Put(stored) => Write::Put { stored, logged },
-            Pending::Remove => Write::Remove,
+    pub(super) fn of(space: Space, pending: Pending<'a>, logged: Option<Location>) -> Self {
+        match (space, pending) {
+            (Space::Item, Pending::Put(stored)) => Write::Put { stored, logged },
+            (Space::Item, Pending::Remove) => Write::Remove,
+            (Space::Row, Pending::Put(stored)) => Write::RowPut { stored },
+            (Space::Row, Pending::Remove) => Write::RowRemove,
         }
     }
 
     /// About what applying it copies into LMDB.
     pub(super) fn weight(&self) -> usize {
         match self {
-            Write::Put { stored, .. } => stored.len(),
-            Write::Move { .. } | Write::Remove => 0,
+            Write::Put { stored, .. } | Write::RowPut { stored } => stored.len(),
+            Write::Move { .. } | Write::Remove | Write::RowRemove => 0,
         }
     }
 }

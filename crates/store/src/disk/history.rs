@@ -45,6 +45,16 @@ pub enum Change {
     Flush {
         through_cas: u64,
     },
+    /// A table row as it is from here on: its columns, in order.
+    RowPut {
+        table: Vec<u8>,
+        key: Vec<u8>,
+        columns: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    RowRemove {
+        table: Vec<u8>,
+        key: Vec<u8>,
+    },
 }
 
 /// A point in the log: an LSN, or an instant (the entries of groups
@@ -135,6 +145,20 @@ pub fn read(
                 },
                 Record::Remove { key } => Change::Remove { key: key.to_vec() },
                 Record::Flush(through_cas) => Change::Flush { through_cas },
+                Record::RowPut { key, record } => match row_change(key, Some(record)) {
+                    Ok(change) => change,
+                    Err(error) => {
+                        failed = Some(error);
+                        return;
+                    }
+                },
+                Record::RowRemove { key } => match row_change(key, None) {
+                    Ok(change) => change,
+                    Err(error) => {
+                        failed = Some(error);
+                        return;
+                    }
+                },
                 Record::Group(_) | Record::Move { .. } => return,
             };
             match summary.last {
@@ -164,6 +188,23 @@ pub fn read(
         }
     }
     Ok(summary)
+}
+
+/// The change a row record makes (`stored`: its columns; `None`: removed).
+fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
+    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged row record");
+    let (table, primary_key) = super::rows::split_row_key(key).ok_or_else(damaged)?;
+    let (table, key) = (table.to_vec(), primary_key.to_vec());
+    Ok(match stored {
+        Some(stored) => Change::RowPut {
+            columns: kura_table::Record::decode_columns(&key, stored)
+                .ok_or_else(damaged)?
+                .columns,
+            table,
+            key,
+        },
+        None => Change::RowRemove { table, key },
+    })
 }
 
 /// Reads values where log pointers lead, keeping the segments open.

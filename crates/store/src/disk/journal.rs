@@ -49,6 +49,8 @@ const REMOVE: u8 = 2;
 const FLUSH: u8 = 3;
 const MOVE: u8 = 4;
 const GROUP: u8 = 5;
+const ROW_PUT: u8 = 6;
+const ROW_REMOVE: u8 = 7;
 const GROUP_HEAD_LEN: usize = 20;
 const FRAME: usize = 8;
 const BODY_HEAD: usize = 3;
@@ -106,6 +108,15 @@ pub enum Record<'a> {
         from: Location,
         record: &'a [u8],
     },
+    /// A table row's new state: `key` is the row's key (`rows::row_key`:
+    /// table and primary key), `record` its columns as stored.
+    RowPut {
+        key: &'a [u8],
+        record: &'a [u8],
+    },
+    RowRemove {
+        key: &'a [u8],
+    },
     /// The head of a group of entries: the records up to the next head
     /// that are changes (not moves) are entries `first_lsn`, `first_lsn +
     /// 1`, …, all appended at `micros` by server `origin`.
@@ -147,7 +158,11 @@ impl Record<'_> {
     pub fn is_entry(&self) -> bool {
         matches!(
             self,
-            Record::Put { .. } | Record::Remove { .. } | Record::Flush(_)
+            Record::Put { .. }
+                | Record::Remove { .. }
+                | Record::Flush(_)
+                | Record::RowPut { .. }
+                | Record::RowRemove { .. }
         )
     }
 }
@@ -212,6 +227,8 @@ pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
         }
         Record::Put { key, record } => (PUT, key, &[], record),
         Record::Remove { key } => (REMOVE, key, &[], &[]),
+        Record::RowPut { key, record } => (ROW_PUT, key, &[], record),
+        Record::RowRemove { key } => (ROW_REMOVE, key, &[], &[]),
         Record::Flush(through) => {
             boundary = through.to_le_bytes();
             (FLUSH, &[], &[], &boundary[..])
@@ -253,6 +270,8 @@ pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
     let record = match body[0] {
         PUT => Record::Put { key, record: rest },
         REMOVE if rest.is_empty() => Record::Remove { key },
+        ROW_PUT => Record::RowPut { key, record: rest },
+        ROW_REMOVE if rest.is_empty() => Record::RowRemove { key },
         FLUSH => Record::Flush(u64::from_le_bytes(rest.try_into().ok()?)),
         MOVE => Record::Move {
             key,

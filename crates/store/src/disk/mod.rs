@@ -49,6 +49,7 @@ mod replay_fuzz;
 mod resident;
 pub mod restore;
 mod retention;
+pub mod rows;
 mod space;
 mod stats;
 mod syncer;
@@ -97,6 +98,8 @@ pub struct DiskStore {
 struct Inner {
     env: Env,
     items: Database<Bytes, Bytes>,
+    /// Table rows by `rows::row_key`, their columns as `Record::encode_columns`.
+    rows: Database<Bytes, Bytes>,
     expiry: Database<Bytes, Bytes>,
     meta: Database<Bytes, Bytes>,
     config: DiskConfig,
@@ -580,5 +583,9 @@ impl Store for DiskStore {
 
     fn on_ack_progress(&self, listener: Box<dyn Fn(AckTicket) + Send + Sync>) {
         self.inner.acks.listen(listener);
+    }
+
+    fn tables(&self) -> Option<&dyn crate::Tables> {
+        Some(self)
     }
 }

@@ -24,8 +24,13 @@ const MAX_READERS: u32 = 1024;
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
-/// `docs/DESIGN.md` describes them.
-pub const FORMAT_VERSION: u32 = 1;
+/// `docs/DESIGN.md` describes them. Format 2 added table rows (the `rows`
+/// database, journal records 6 and 7); a directory of format 1 is marked 2
+/// when opened (it has no rows), and a kura of format 1 refuses it then,
+/// rather than stop its replay at the first row record.
+pub const FORMAT_VERSION: u32 = 2;
+/// The format before rows, which this kura upgrades.
+const FORMAT_BEFORE_ROWS: u32 = 1;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +60,7 @@ impl DiskStore {
         let mut options = EnvOpenOptions::new();
         options
             .map_size(config.map_size)
-            .max_dbs(4)
+            .max_dbs(8)
             .max_readers(MAX_READERS);
         // Random reads of data larger than RAM want one page, not a readahead
         // window. The journal makes writes durable; the applier fsyncs the
@@ -68,6 +73,7 @@ impl DiskStore {
         let mut txn = env.write_txn()?;
         let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
         let expiry = env.create_database(&mut txn, Some("expiry"))?;
+        let rows: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("rows"))?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
         check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
@@ -118,6 +124,7 @@ impl DiskStore {
         let inner = Arc::new(Inner {
             env,
             items,
+            rows,
             expiry,
             meta,
             clock: Clock::new(),
@@ -185,6 +192,10 @@ fn check_format(
         .map(u32::from_le_bytes);
     match found {
         Some(FORMAT_VERSION) => Ok(()),
+        Some(FORMAT_BEFORE_ROWS) => {
+            meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
+            Ok(())
+        }
         Some(other) => Err(OpenError::Format(format!(
             "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
             dir.display()
@@ -257,6 +268,13 @@ impl Inner {
                     journal::Record::Remove { key } => {
                         let write = change::Write::Remove;
                         self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                    }
+                    journal::Record::RowPut { key, record } => {
+                        let write = change::Write::RowPut { stored: record };
+                        self.apply_row(&mut txn, key, write)
+                    }
+                    journal::Record::RowRemove { key } => {
+                        self.apply_row(&mut txn, key, change::Write::RowRemove)
                     }
                     journal::Record::Flush(boundary) => {
                         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);

@@ -56,6 +56,18 @@ fn shard_of(hash: u64) -> usize {
     (hash >> 32) as usize % SHARDS
 }
 
+/// Which keyspace a pending write belongs to: memcached's items, or table
+/// rows (`rows.rs`). The same bytes in two spaces are two keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Space {
+    Item,
+    Row,
+}
+
+/// Mixed into a row key's hash, so rows and items with the same bytes
+/// spread over shards independently.
+const ROW_HASH_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// A write, as a worker hands it over.
 #[derive(Debug, Clone)]
 pub enum Change {
@@ -69,6 +81,7 @@ pub enum Change {
 #[derive(Clone)]
 struct Entry {
     hash: u64,
+    space: Space,
     held: Held,
     /// Where the journal holds it, once it is journalled.
     logged: Option<Location>,
@@ -89,7 +102,7 @@ pub enum Pending<'a> {
 }
 
 impl Entry {
-    fn new(hash: u64, key: &[u8], change: Change) -> Entry {
+    fn new(hash: u64, space: Space, key: &[u8], change: Change) -> Entry {
         let held = match change {
             Change::Put(keyed) => {
                 debug_assert_eq!(keyed.key(), key);
@@ -99,9 +112,14 @@ impl Entry {
         };
         Entry {
             hash,
+            space,
             held,
             logged: None,
         }
+    }
+
+    fn is(&self, space: Space, key: &[u8]) -> bool {
+        self.space == space && self.key() == key
     }
 
     fn key(&self) -> &[u8] {
@@ -147,8 +165,8 @@ fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool)
 /// Pending writes by key, looked up with the hash the shard's lock computed.
 type Entries = HashTable<Entry>;
 
-fn find<'m>(map: &'m Entries, hash: u64, key: &[u8]) -> Option<Pending<'m>> {
-    map.find(hash, |entry| entry.key() == key)
+fn find<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<Pending<'m>> {
+    map.find(hash, |entry| entry.is(space, key))
         .map(Entry::pending)
 }
 
@@ -185,18 +203,21 @@ pub struct Batch {
 
 impl Batch {
     /// The batch's writes, in no particular order.
-    pub fn writes(&self) -> impl Iterator<Item = (&[u8], Pending<'_>)> {
-        self.maps
-            .iter()
-            .flat_map(|(_, map)| map.iter().map(|entry| (entry.key(), entry.pending())))
+    pub fn writes(&self) -> impl Iterator<Item = (Space, &[u8], Pending<'_>)> {
+        self.maps.iter().flat_map(|(_, map)| {
+            map.iter()
+                .map(|entry| (entry.space, entry.key(), entry.pending()))
+        })
     }
 
     /// The batch's writes with where the journal holds each, in no
     /// particular order.
-    pub fn logged_writes(&self) -> impl Iterator<Item = (&[u8], Pending<'_>, Option<Location>)> {
+    pub fn logged_writes(
+        &self,
+    ) -> impl Iterator<Item = (Space, &[u8], Pending<'_>, Option<Location>)> {
         self.maps.iter().flat_map(|(_, map)| {
             map.iter()
-                .map(|entry| (entry.key(), entry.pending(), entry.logged))
+                .map(|entry| (entry.space, entry.key(), entry.pending(), entry.logged))
         })
     }
 
@@ -204,14 +225,15 @@ impl Batch {
         self.maps.iter().map(|(_, map)| map.len()).sum()
     }
 
-    /// The batch's write of `key` (of `hash`, as the pending table hashes it).
+    /// The batch's write of the item `key` (of `hash`, as the pending table
+    /// hashes it).
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<Pending<'_>> {
         let shard = shard_of(hash);
         let at = self
             .maps
             .binary_search_by_key(&shard, |(index, _)| *index)
             .ok()?;
-        find(&self.maps[at].1, hash, key)
+        find(&self.maps[at].1, hash, Space::Item, key)
     }
 }
 
@@ -330,6 +352,7 @@ pub struct Shard<'a> {
     state: MutexGuard<'a, ShardState>,
     owner: &'a PendingWrites,
     hash: u64,
+    space: Space,
 }
 
 impl Shard<'_> {
@@ -340,18 +363,18 @@ impl Shard<'_> {
 
     /// The key's newest pending write, fresh or being appended.
     pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
-        debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
+        debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
         let state = &*self.state;
-        find(&state.fresh, self.hash, key)
-            .or_else(|| find(state.appending.as_ref()?, self.hash, key))
-            .or_else(|| find(&state.logged, self.hash, key))
+        let (hash, space) = (self.hash, self.space);
+        find(&state.fresh, hash, space, key)
+            .or_else(|| find(state.appending.as_ref()?, hash, space, key))
+            .or_else(|| find(&state.logged, hash, space, key))
             .or_else(|| {
-                let hash = self.hash;
                 state
                     .applying
                     .iter()
                     .rev()
-                    .find_map(|map| find(map, hash, key))
+                    .find_map(|map| find(map, hash, space, key))
             })
     }
 
@@ -377,14 +400,16 @@ impl Shard<'_> {
 
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
-        debug_assert_eq!(self.owner.hasher.hash_one(key), self.hash);
+        debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let entry = Entry::new(self.hash, key, change);
+        let (hash, space) = (self.hash, self.space);
+        let entry = Entry::new(hash, space, key, change);
         let added = entry.charge();
-        let hash = self.hash;
         let state = &mut *self.state;
-        state.cache.remove(hash, key);
-        let removed = match state.fresh.find_mut(hash, |old| old.key() == key) {
+        if space == Space::Item {
+            state.cache.remove(hash, key);
+        }
+        let removed = match state.fresh.find_mut(hash, |old| old.is(space, key)) {
             Some(old) => std::mem::replace(old, entry).charge(),
             None => {
                 state.fresh.insert_unique(hash, entry, |entry| entry.hash);
@@ -415,12 +440,27 @@ impl PendingWrites {
         }
     }
 
+    /// Locks the shard of the item `key`.
     pub fn lock(&self, key: &[u8]) -> Shard<'_> {
-        let hash = self.hasher.hash_one(key);
+        self.lock_in(Space::Item, key)
+    }
+
+    /// Locks the shard of a key of `space`.
+    pub fn lock_in(&self, space: Space, key: &[u8]) -> Shard<'_> {
+        let hash = self.hash(space, key);
         Shard {
             state: self.shards[shard_of(hash)].lock(),
             owner: self,
             hash,
+            space,
+        }
+    }
+
+    fn hash(&self, space: Space, key: &[u8]) -> u64 {
+        let hash = self.hasher.hash_one(key);
+        match space {
+            Space::Item => hash,
+            Space::Row => hash.rotate_left(29) ^ ROW_HASH_SALT,
         }
     }
 
@@ -526,6 +566,10 @@ impl PendingWrites {
             // Unchanged since the batch was encoded: the same order.
             for entry in map.iter_mut() {
                 entry.logged = locations.next().copied();
+                if entry.space != Space::Item {
+                    // Rows live in LMDB whole, never in the log.
+                    continue;
+                }
                 if let (Some(at), Held::Put(keyed)) = (entry.logged, &mut entry.held) {
                     let before = entry_charge(keyed.key(), keyed.record().len());
                     if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
@@ -538,7 +582,11 @@ impl PendingWrites {
             for entry in map.drain() {
                 let hash = entry.hash;
                 let added = entry.charge();
-                let removed = match state.logged.find_mut(hash, |old| old.key() == entry.key()) {
+                let space = entry.space;
+                let removed = match state
+                    .logged
+                    .find_mut(hash, |old| old.is(space, entry.key()))
+                {
                     Some(old) => std::mem::replace(old, entry).charge(),
                     None => {
                         state.logged.insert_unique(hash, entry, |entry| entry.hash);
@@ -611,6 +659,7 @@ impl PendingWrites {
                 for entry in map.drain() {
                     let Entry {
                         hash,
+                        space: Space::Item,
                         held: Held::Put(mut keyed),
                         logged,
                     } = entry
@@ -625,18 +674,19 @@ impl PendingWrites {
                     let wanted = !in_log
                         && keyed.record().len() <= MAX_CACHED_RECORD
                         && cas.is_some_and(|cas| was_read(hash, cas))
-                        && find(&state.fresh, hash, key).is_none()
+                        && find(&state.fresh, hash, Space::Item, key).is_none()
                         && state
                             .appending
                             .as_ref()
-                            .is_none_or(|map| find(map, hash, key).is_none())
-                        && find(&state.logged, hash, key).is_none();
+                            .is_none_or(|map| find(map, hash, Space::Item, key).is_none())
+                        && find(&state.logged, hash, Space::Item, key).is_none();
                     if wanted {
                         record::set_bits(keyed.record_mut(), record::FETCHED);
                         state.cache.insert(hash, keyed, budget);
                     } else {
                         freed.push(Entry {
                             hash,
+                            space: Space::Item,
                             held: Held::Put(keyed),
                             logged,
                         });
@@ -674,6 +724,40 @@ mod tests {
 
     fn put(key: &[u8], record: &[u8]) -> Change {
         Change::Put(Keyed::new(key, record))
+    }
+
+    #[test]
+    fn a_row_and_an_item_with_the_same_bytes_are_two_keys() {
+        let pending = PendingWrites::new(0);
+        pending.lock(b"k").put(b"k", put(b"k", b"item"));
+        pending
+            .lock_in(Space::Row, b"k")
+            .put(b"k", put(b"k", b"row"));
+        assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
+        assert_eq!(
+            put_of(&pending.lock_in(Space::Row, b"k"), b"k"),
+            Some(b"row".to_vec())
+        );
+        pending.lock_in(Space::Row, b"k").put(b"k", Change::Remove);
+        let batch = pending.drain();
+        let mut writes: Vec<_> = batch
+            .writes()
+            .map(|(space, _, change)| (space, change))
+            .collect();
+        writes.sort_by_key(|(space, _)| *space == Space::Row);
+        assert_eq!(
+            writes,
+            [
+                (Space::Item, Pending::Put(b"item")),
+                (Space::Row, Pending::Remove)
+            ]
+        );
+        pending.merge_logged(batch, &[], |_| false);
+        assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
+        assert_eq!(
+            pending.lock_in(Space::Row, b"k").get(b"k"),
+            Some(Pending::Remove)
+        );
     }
 
     #[test]
@@ -743,7 +827,7 @@ mod tests {
         let held = pending.bytes();
         let mut locations = Vec::new();
         let mut expected = std::collections::HashMap::new();
-        for (i, (key, _)) in batch.writes().enumerate() {
+        for (i, (_, key, _)) in batch.writes().enumerate() {
             let at = Location {
                 segment: 4,
                 offset: 100 * i as u64,

@@ -21,6 +21,8 @@ enum Raw {
     Remove(Vec<u8>),
     Flush(u64),
     Move(Vec<u8>, u64, u64, Vec<u8>),
+    RowPut(Vec<u8>, Vec<u8>),
+    RowRemove(Vec<u8>),
 }
 
 fn raw_record() -> impl Strategy<Value = Raw> {
@@ -31,7 +33,10 @@ fn raw_record() -> impl Strategy<Value = Raw> {
         (key.clone(), rest.clone()).prop_map(|(k, r)| Raw::Put(k, r)),
         key.clone().prop_map(Raw::Remove),
         any::<u64>().prop_map(Raw::Flush),
-        (key, 0u64..4, 0u64..4096, rest).prop_map(|(k, s, o, r)| Raw::Move(k, s, o, r)),
+        (key.clone(), 0u64..4, 0u64..4096, rest.clone())
+            .prop_map(|(k, s, o, r)| Raw::Move(k, s, o, r)),
+        (key.clone(), rest).prop_map(|(k, r)| Raw::RowPut(k, r)),
+        key.prop_map(Raw::RowRemove),
     ]
 }
 
@@ -48,6 +53,8 @@ fn encode(records: &[Raw], segment: u64) -> Vec<u8> {
             Raw::Put(key, record) => Record::Put { key, record },
             Raw::Remove(key) => Record::Remove { key },
             Raw::Flush(boundary) => Record::Flush(*boundary),
+            Raw::RowPut(key, record) => Record::RowPut { key, record },
+            Raw::RowRemove(key) => Record::RowRemove { key },
             Raw::Move(key, segment, offset, record) => Record::Move {
                 key,
                 from: Location {

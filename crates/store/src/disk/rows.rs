@@ -1,0 +1,243 @@
+//! Table rows. A row is written as an item is: a pending write under its
+//! key's shard lock (so `putkeep` and `putcat` decide atomically), appended
+//! to the update log and acknowledged, then applied to LMDB by the
+//! applier's round. Rows have their own keyspace in the pending table
+//! (`Space::Row`), their own journal records (`row put`, `row remove`) and
+//! their own LMDB database, `rows`. So LMDB holds exactly the log's entries
+//! up to the segment it names, rows included, and backups, restores to a
+//! point in time and the log's readers see rows as they see items.
+//!
+//! A row's key is one length byte, its table's name (1 to 255 bytes) and
+//! its primary key: a table's rows lie together, in primary-key order.
+
+use kura_table::Record;
+
+use super::change::Write;
+use super::pending::{Change, Pending, Space};
+use super::record::Keyed;
+use super::{DiskStore, Inner, WriteFailed};
+use crate::{AckFence, RowMode, RowOutcome, Tables};
+
+/// The longest table name.
+pub const MAX_TABLE_NAME: usize = 255;
+/// LMDB's longest key: a row's key must fit.
+const MAX_ROW_KEY: usize = 511;
+
+/// The key of a row: `None` when the table name or the primary key is
+/// empty, or they are too long together.
+pub fn row_key(table: &[u8], primary_key: &[u8]) -> Option<Vec<u8>> {
+    let table_len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
+    if primary_key.is_empty() || 1 + table.len() + primary_key.len() > MAX_ROW_KEY {
+        return None;
+    }
+    let mut key = Vec::with_capacity(1 + table.len() + primary_key.len());
+    key.push(table_len);
+    key.extend_from_slice(table);
+    key.extend_from_slice(primary_key);
+    Some(key)
+}
+
+/// The table and primary key of a row's key.
+pub fn split_row_key(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&len, rest) = key.split_first()?;
+    let len = usize::from(len);
+    (rest.len() > len).then(|| rest.split_at(len))
+}
+
+/// The first key of a table's rows (its name with its length byte).
+fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
+    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
+    let mut prefix = vec![len];
+    prefix.extend_from_slice(table);
+    Some(prefix)
+}
+
+impl Inner {
+    /// Applies a row's write to LMDB (in the applier's transaction, or the
+    /// replay's). A record no row write makes (a damaged log) is skipped.
+    pub(super) fn apply_row(
+        &self,
+        txn: &mut heed::RwTxn<'_>,
+        key: &[u8],
+        write: Write<'_>,
+    ) -> heed::Result<()> {
+        let sound = match (split_row_key(key), write) {
+            (Some((_, primary_key)), Write::RowPut { stored }) => {
+                key.len() <= MAX_ROW_KEY && Record::decode_columns(primary_key, stored).is_some()
+            }
+            (Some(_), _) => key.len() <= MAX_ROW_KEY,
+            (None, _) => false,
+        };
+        if !sound {
+            tracing::error!("skipped a damaged row record in the log");
+            return Ok(());
+        }
+        match write {
+            Write::RowPut { stored } => self.rows.put(txn, key, stored),
+            Write::RowRemove => self.rows.delete(txn, key).map(|_| ()),
+            Write::Put { .. } | Write::Move { .. } | Write::Remove => {
+                unreachable!("an item's write is applied to the items")
+            }
+        }
+    }
+
+    /// The row's stored columns: its pending write, else LMDB's. The caller
+    /// holds the key's shard lock.
+    fn stored_row(
+        &self,
+        shard: &super::pending::Shard<'_>,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, WriteFailed> {
+        match shard.get(key) {
+            Some(Pending::Put(stored)) => Ok(Some(stored.to_vec())),
+            Some(Pending::Remove) => Ok(None),
+            None => {
+                let txn = self.env.read_txn()?;
+                Ok(self.rows.get(&txn, key)?.map(<[u8]>::to_vec))
+            }
+        }
+    }
+
+    fn put_row(
+        &self,
+        table: &[u8],
+        row: &Record,
+        mode: RowMode,
+        fence: &AckFence,
+    ) -> Result<RowOutcome, WriteFailed> {
+        let Some(key) = row_key(table, &row.key) else {
+            return Ok(RowOutcome::Invalid);
+        };
+        let mut shard = self.pending.lock_in(Space::Row, &key);
+        let old = self.stored_row(&shard, &key)?;
+        let new = match (mode, old) {
+            (RowMode::Keep, Some(_)) => return Ok(RowOutcome::Kept),
+            (RowMode::Cat, Some(old)) => {
+                let Some(mut merged) = Record::decode_columns(&row.key, &old) else {
+                    return Err(WriteFailed);
+                };
+                // Tokyo Cabinet's putcat: columns already there stay.
+                for (name, value) in &row.columns {
+                    if merged.get(name).is_none() {
+                        merged.put(name, value);
+                    }
+                }
+                merged.encode_columns()
+            }
+            _ => row.encode_columns(),
+        };
+        fence.raise(shard.put(&key, Change::Put(Keyed::new(&key, &new))));
+        drop(shard);
+        self.wait_for_pending_room();
+        Ok(RowOutcome::Done)
+    }
+
+    fn remove_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+        fence: &AckFence,
+    ) -> Result<RowOutcome, WriteFailed> {
+        let Some(key) = row_key(table, primary_key) else {
+            return Ok(RowOutcome::Invalid);
+        };
+        let mut shard = self.pending.lock_in(Space::Row, &key);
+        if self.stored_row(&shard, &key)?.is_none() {
+            return Ok(RowOutcome::Missing);
+        }
+        fence.raise(shard.put(&key, Change::Remove));
+        drop(shard);
+        self.wait_for_pending_room();
+        Ok(RowOutcome::Done)
+    }
+
+    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, WriteFailed> {
+        let Some(key) = row_key(table, primary_key) else {
+            return Ok(None);
+        };
+        let shard = self.pending.lock_in(Space::Row, &key);
+        let stored = self.stored_row(&shard, &key)?;
+        drop(shard);
+        match stored {
+            Some(stored) => Record::decode_columns(primary_key, &stored)
+                .map(Some)
+                .ok_or(WriteFailed),
+            None => Ok(None),
+        }
+    }
+
+    /// Every row of `table` in primary-key order, once every write made
+    /// before is in LMDB.
+    fn visit_rows(
+        &self,
+        table: &[u8],
+        visit: &mut dyn FnMut(Record) -> bool,
+    ) -> Result<(), WriteFailed> {
+        let Some(prefix) = table_prefix(table) else {
+            return Ok(());
+        };
+        self.wait_until_applied(self.pending.last_seq());
+        let txn = self.env.read_txn()?;
+        for entry in self.rows.prefix_iter(&txn, &prefix)? {
+            let (key, stored) = entry?;
+            let Some(record) = Record::decode_columns(&key[prefix.len()..], stored) else {
+                tracing::error!(table = %String::from_utf8_lossy(table), "a damaged row");
+                return Err(WriteFailed);
+            };
+            if !visit(record) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Tables for DiskStore {
+    fn put_row(&self, table: &[u8], row: &Record, mode: RowMode, fence: &AckFence) -> RowOutcome {
+        if !self.inner.writable() {
+            return RowOutcome::Failed;
+        }
+        self.inner
+            .put_row(table, row, mode, fence)
+            .unwrap_or(RowOutcome::Failed)
+    }
+
+    fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome {
+        if self
+            .inner
+            .poisoned
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return RowOutcome::Failed;
+        }
+        self.inner
+            .remove_row(table, primary_key, fence)
+            .unwrap_or(RowOutcome::Failed)
+    }
+
+    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, ()> {
+        self.inner.get_row(table, primary_key).map_err(|_| ())
+    }
+
+    fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()> {
+        self.inner.visit_rows(table, visit).map_err(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_keys_hold_the_table_then_the_primary_key() {
+        let key = row_key(b"users", b"k1").unwrap();
+        assert_eq!(key, b"\x05usersk1");
+        assert_eq!(split_row_key(&key), Some((&b"users"[..], &b"k1"[..])));
+        assert_eq!(row_key(b"", b"k"), None);
+        assert_eq!(row_key(b"t", b""), None);
+        assert_eq!(row_key(&[b't'; 256], b"k"), None);
+        assert_eq!(row_key(b"t", &[b'k'; 510]), None);
+        assert!(row_key(b"t", &[b'k'; 509]).is_some());
+        assert_eq!(split_row_key(b"\x05user"), None);
+    }
+}
