@@ -128,6 +128,8 @@ pub struct ServerConfig {
     /// A port speaking Tokyo Tyrant's binary protocol besides memcached's
     /// (`--tyrant-port`); None is off, Some(0) any free port.
     pub tyrant_port: Option<u16>,
+    /// The database that port serves (`--tyrant-db`).
+    pub tyrant_db: TyrantDatabase,
     /// Over the connection limit, refuse new connections at once with an
     /// error line (`-o maxconns_fast`, memcached's default) rather than
     /// letting them wait in the backlog.
@@ -175,6 +177,32 @@ pub struct ServerConfig {
 }
 
 /// memcached's `-o ssl_*` settings.
+/// The one database `--tyrant-port` serves, as a ttserver serves one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum TyrantDatabase {
+    /// A hash database: memcached's items (`--tyrant-db hash`).
+    Hash,
+    /// A table database: the named table (`--tyrant-db table:NAME`).
+    Table(String),
+}
+
+impl std::str::FromStr for TyrantDatabase {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once(':') {
+            None if text == "hash" => Ok(TyrantDatabase::Hash),
+            Some(("table", name)) if !name.is_empty() && name.len() <= 255 => {
+                Ok(TyrantDatabase::Table(name.to_string()))
+            }
+            Some(("table", _)) => Err("a table's name is 1 to 255 bytes".to_string()),
+            _ => Err(format!(
+                "--tyrant-db {text}: expected hash (memcached's items) or table:NAME"
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TlsSettings {
     /// Certificate chain, PEM (`ssl_chain_cert`).
@@ -221,6 +249,7 @@ impl Default for ServerConfig {
             engine: "memory".to_string(),
             udp_port: None,
             tyrant_port: None,
+            tyrant_db: TyrantDatabase::Hash,
             maxconns_fast: true,
             dumping_enabled: true,
             watch_enabled: true,

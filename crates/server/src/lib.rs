@@ -35,7 +35,7 @@ use std::time::Duration;
 use kura_store::Store;
 use parking_lot::Mutex;
 
-pub use config::{ListenAddr, ProtocolChoice, ServerConfig, TlsSettings};
+pub use config::{ListenAddr, ProtocolChoice, ServerConfig, TlsSettings, TyrantDatabase};
 
 /// State every thread of the server shares.
 pub struct Shared {
@@ -63,6 +63,8 @@ pub struct Shared {
     /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per database,
     /// shared by every connection, as ttserver's is.
     pub tyrant_iterator: Mutex<Option<std::vec::IntoIter<Vec<u8>>>>,
+    /// The last unique id `genuid` (or a put without a key) handed out.
+    pub tyrant_uid: Mutex<u64>,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
@@ -197,6 +199,11 @@ pub fn start(
             "--tyrant-port cannot be combined with authentication (-S, --auth-file): Tokyo Tyrant's protocol has none",
         ));
     }
+    if matches!(config.tyrant_db, TyrantDatabase::Table(_)) && store.tables().is_none() {
+        return Err(io::Error::other(
+            "--tyrant-db table:NAME needs an engine that keeps tables (--engine disk)",
+        ));
+    }
     let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
     let tyrant_addrs: Vec<SocketAddr> = listeners
@@ -239,6 +246,7 @@ pub fn start(
         watchers,
         lru_crawler,
         tyrant_iterator: Mutex::new(None),
+        tyrant_uid: Mutex::new(0),
         stopping: AtomicBool::new(false),
         graceful: AtomicBool::new(false),
         wakers: OnceLock::new(),

@@ -123,6 +123,17 @@ pub trait Store: Send + Sync {
 pub trait Tables: Send + Sync {
     fn put_row(&self, table: &[u8], row: &Record, mode: RowMode, fence: &AckFence) -> RowOutcome;
 
+    /// Changes a row as `edit` decides from its current state (`None`:
+    /// there is none), atomically: no other write of the row comes between.
+    /// `Done` when it wrote, `Kept` when `edit` left the row.
+    fn modify_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+        edit: &mut dyn FnMut(Option<Record>) -> RowEdit,
+        fence: &AckFence,
+    ) -> RowOutcome;
+
     /// `Done`, or `Missing` when there was no such row.
     fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome;
 
@@ -145,6 +156,14 @@ pub enum RowMode {
     Keep,
     /// Adds the columns the row lacks; those it has stay.
     Cat,
+}
+
+/// What a row's edit does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowEdit {
+    Leave,
+    Put(Record),
+    Remove,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

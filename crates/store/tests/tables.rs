@@ -166,3 +166,34 @@ fn rows_survive_reopening_whether_applied_or_only_logged() {
         Some(row("logged", &[("n", "2")]))
     );
 }
+
+#[test]
+fn edits_of_a_row_from_many_threads_are_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..250 {
+                    let outcome = tables.modify_row(
+                        b"t",
+                        b"counter",
+                        &mut |current| {
+                            let mut row = current.unwrap_or_else(|| Record::new(&b"counter"[..]));
+                            let n: u64 = row
+                                .get(b"n")
+                                .map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
+                            row.put(b"n", (n + 1).to_string().as_bytes());
+                            kura_store::RowEdit::Put(row)
+                        },
+                        &AckFence::default(),
+                    );
+                    assert_eq!(outcome, RowOutcome::Done);
+                }
+            });
+        }
+    });
+    let row = get(tables, "t", "counter").unwrap();
+    assert_eq!(row.get(b"n"), Some(&b"1000"[..]));
+}

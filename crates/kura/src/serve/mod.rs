@@ -77,6 +77,10 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     tyrant_port: i32,
+    /// The database --tyrant-port serves: hash (memcached's items) or
+    /// table:NAME (a table of the disk engine, created on first write).
+    #[arg(long = "tyrant-db", default_value = "hash")]
+    tyrant_db: kura_server::TyrantDatabase,
     /// Listen on a Unix-domain socket instead of TCP.
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
@@ -415,6 +419,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     }
     server.udp_port = udp_port;
     server.tyrant_port = tyrant_port;
+    server.tyrant_db = args.tyrant_db.clone();
     server.memory_file = args.memory_file.clone();
     server.dumping_enabled = !args.disable_dumping;
     server.watch_enabled = !args.disable_watch;

@@ -15,6 +15,7 @@ use kura_proto::MAX_KEY_LEN;
 use kura_store::{DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
 
 use super::{Action, Context};
+use crate::config::TyrantDatabase;
 
 /// Read-modify-write commands retry this often when another write of the
 /// key comes between their read and their write.
@@ -24,6 +25,9 @@ const CAS_RETRIES: usize = 16;
 const TYRANT_VERSION: &str = "1.1.41";
 
 pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    if let TyrantDatabase::Table(table) = &ctx.shared.config.tyrant_db {
+        return super::tyrant_table::execute(table.as_bytes(), request, ctx, out);
+    }
     match request {
         Request::Put { mode, key, value } => {
             let stored = put(ctx, *mode, key, value);
@@ -125,7 +129,10 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
         }
         Request::Rnum => reply::count(out, ctx.shared.store.stats().curr_items),
         Request::Size => reply::count(out, ctx.shared.store.stats().bytes),
-        Request::Stat => reply::stat(out, stat_lines(ctx)),
+        Request::Stat => {
+            let stats = ctx.shared.store.stats();
+            reply::stat(out, stat_lines("hash", stats.curr_items, stats.bytes))
+        }
         Request::Misc { name, args, .. } => misc(ctx, name, args, out),
         Request::Ext { .. }
         | Request::Restore { .. }
@@ -308,8 +315,8 @@ fn misc(ctx: &Context<'_>, name: &[u8], args: &[&[u8]], out: &mut Vec<u8>) {
     reply::list(out, ok, items.iter().map(|item| &item[..]));
 }
 
-fn stat_lines(ctx: &Context<'_>) -> Vec<(&'static str, String)> {
-    let stats = ctx.shared.store.stats();
+/// `stat`'s lines, as ttserver's begin (`type`: `hash` or `table`).
+pub(super) fn stat_lines(kind: &str, rnum: u64, size: u64) -> Vec<(&'static str, String)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -320,9 +327,9 @@ fn stat_lines(ctx: &Context<'_>) -> Vec<(&'static str, String)> {
         ("os", "Linux".to_string()),
         ("time", format!("{now:.6}")),
         ("pid", std::process::id().to_string()),
-        ("type", "hash".to_string()),
-        ("rnum", stats.curr_items.to_string()),
-        ("size", stats.bytes.to_string()),
+        ("type", kind.to_string()),
+        ("rnum", rnum.to_string()),
+        ("size", size.to_string()),
         ("bigend", "0".to_string()),
         ("kura_version", env!("CARGO_PKG_VERSION").to_string()),
     ]

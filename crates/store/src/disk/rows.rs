@@ -16,7 +16,7 @@ use super::change::Write;
 use super::pending::{Change, Pending, Space};
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
-use crate::{AckFence, RowMode, RowOutcome, Tables};
+use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
 
 /// The longest table name.
 pub const MAX_TABLE_NAME: usize = 255;
@@ -98,35 +98,29 @@ impl Inner {
         }
     }
 
-    fn put_row(
+    /// Changes a row as `edit` decides from its current state, atomically
+    /// (under the key's shard lock).
+    fn modify_row(
         &self,
         table: &[u8],
-        row: &Record,
-        mode: RowMode,
+        primary_key: &[u8],
+        edit: &mut dyn FnMut(Option<Record>) -> RowEdit,
         fence: &AckFence,
     ) -> Result<RowOutcome, WriteFailed> {
-        let Some(key) = row_key(table, &row.key) else {
+        let Some(key) = row_key(table, primary_key) else {
             return Ok(RowOutcome::Invalid);
         };
         let mut shard = self.pending.lock_in(Space::Row, &key);
-        let old = self.stored_row(&shard, &key)?;
-        let new = match (mode, old) {
-            (RowMode::Keep, Some(_)) => return Ok(RowOutcome::Kept),
-            (RowMode::Cat, Some(old)) => {
-                let Some(mut merged) = Record::decode_columns(&row.key, &old) else {
-                    return Err(WriteFailed);
-                };
-                // Tokyo Cabinet's putcat: columns already there stay.
-                for (name, value) in &row.columns {
-                    if merged.get(name).is_none() {
-                        merged.put(name, value);
-                    }
-                }
-                merged.encode_columns()
-            }
-            _ => row.encode_columns(),
+        let current = match self.stored_row(&shard, &key)? {
+            Some(stored) => Some(Record::decode_columns(primary_key, &stored).ok_or(WriteFailed)?),
+            None => None,
         };
-        fence.raise(shard.put(&key, Change::Put(Keyed::new(&key, &new))));
+        let change = match edit(current) {
+            RowEdit::Leave => return Ok(RowOutcome::Kept),
+            RowEdit::Put(row) => Change::Put(Keyed::new(&key, &row.encode_columns())),
+            RowEdit::Remove => Change::Remove,
+        };
+        fence.raise(shard.put(&key, change));
         drop(shard);
         self.wait_for_pending_room();
         Ok(RowOutcome::Done)
@@ -194,11 +188,38 @@ impl Inner {
 
 impl Tables for DiskStore {
     fn put_row(&self, table: &[u8], row: &Record, mode: RowMode, fence: &AckFence) -> RowOutcome {
+        self.modify_row(
+            table,
+            &row.key,
+            &mut |current| match (mode, current) {
+                (RowMode::Keep, Some(_)) => RowEdit::Leave,
+                (RowMode::Cat, Some(mut merged)) => {
+                    // Tokyo Cabinet's putcat: columns already there stay.
+                    for (name, value) in &row.columns {
+                        if !merged.columns.iter().any(|(have, _)| have == name) {
+                            merged.columns.push((name.clone(), value.clone()));
+                        }
+                    }
+                    RowEdit::Put(merged)
+                }
+                _ => RowEdit::Put(row.clone()),
+            },
+            fence,
+        )
+    }
+
+    fn modify_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+        edit: &mut dyn FnMut(Option<Record>) -> RowEdit,
+        fence: &AckFence,
+    ) -> RowOutcome {
         if !self.inner.writable() {
             return RowOutcome::Failed;
         }
         self.inner
-            .put_row(table, row, mode, fence)
+            .modify_row(table, primary_key, edit, fence)
             .unwrap_or(RowOutcome::Failed)
     }
 

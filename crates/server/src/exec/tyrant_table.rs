@@ -1,0 +1,583 @@
+//! Tokyo Tyrant's commands against a table (`--tyrant-db table:NAME`), as
+//! ttserver serves a table database: a record's value is its columns as
+//! `name\0value\0…`, and `misc` carries the table functions, queries
+//! included (`search`, with `addcond`, `setorder`, `setlimit`, `get`,
+//! `out`, `count`, `hint`, `mstype` and `next`).
+//!
+//! Where kura differs from ttserver: `count` after `next` (a meta-search)
+//! is the number found, where ttserver answers "0"; `setindex` checks its
+//! arguments but builds no index yet (queries scan the table, with the
+//! same results); `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
+
+use kura_proto::tyrant::{reply, PutMode, Request};
+use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
+use kura_table::columns::join_zero_separated;
+use kura_table::{metasearch, number, Condition, Operator, Order, OrderKind, Query, SetOperation};
+
+use super::{Action, Context};
+
+pub fn execute(
+    table: &[u8],
+    request: &Request<'_>,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) -> Action {
+    let Some(tables) = ctx.shared.store.tables() else {
+        // The server refuses to start so; answer failure all the same.
+        reply::status(out, false);
+        return Action::Continue;
+    };
+    let db = Db { table, tables, ctx };
+    match request {
+        Request::Put { mode, key, value } => {
+            let row = Record::from_zero_separated(key, value);
+            let done = db.put(row, row_mode(*mode));
+            if *mode != PutMode::NoReply {
+                reply::status(out, done);
+            }
+        }
+        Request::Out { key } => reply::status(out, db.remove(key)),
+        Request::Get { key } => match db.get(key) {
+            Some(row) => reply::bytes(out, &row.zero_separated()),
+            None => reply::status(out, false),
+        },
+        Request::Mget { keys } => {
+            let found: Vec<(&[u8], Vec<u8>)> = keys
+                .iter()
+                .filter_map(|key| Some((*key, db.get(key)?.zero_separated())))
+                .collect();
+            reply::records(out, found.iter().map(|(k, v)| (*k, &v[..])));
+        }
+        Request::Vsiz { key } => match db.get(key) {
+            Some(row) => reply::value_size(out, row.zero_separated().len() as u32),
+            None => reply::status(out, false),
+        },
+        Request::IterInit => {
+            let keys = db.rows().into_iter().map(|row| row.key).collect::<Vec<_>>();
+            *ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+            reply::status(out, true);
+        }
+        Request::IterNext => match next_key(ctx) {
+            Some(key) => reply::bytes(out, &key),
+            None => reply::status(out, false),
+        },
+        Request::Fwmkeys { prefix, max } => {
+            let mut keys: Vec<Vec<u8>> = db
+                .rows()
+                .into_iter()
+                .map(|row| row.key)
+                .filter(|key| key.starts_with(prefix))
+                .collect();
+            if let Ok(max) = usize::try_from(*max) {
+                keys.truncate(max);
+            }
+            reply::list(out, true, keys.iter().map(|key| &key[..]));
+        }
+        Request::AddInt { key, delta } => {
+            let sum = db.add_number(key, f64::from(*delta), true);
+            match sum {
+                Some(sum) => reply::int(out, sum as i32),
+                None => reply::status(out, false),
+            }
+        }
+        Request::AddDouble { key, delta } => match db.add_number(key, *delta, false) {
+            Some(sum) => reply::double(out, sum),
+            None => reply::status(out, false),
+        },
+        Request::Sync | Request::Optimize { .. } => reply::status(out, true),
+        Request::Vanish => reply::status(out, db.vanish()),
+        Request::Copy { path } => {
+            use std::os::unix::ffi::OsStrExt;
+            let to = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+            reply::status(out, ctx.shared.store.backup(to, None).is_ok());
+        }
+        Request::Rnum => reply::count(out, db.rows().len() as u64),
+        Request::Size => {
+            let bytes = db
+                .rows()
+                .iter()
+                .map(|row| (row.key.len() + row.encode_columns().len()) as u64)
+                .sum();
+            reply::count(out, bytes)
+        }
+        Request::Stat => {
+            let rows = db.rows();
+            let size = rows
+                .iter()
+                .map(|row| (row.key.len() + row.encode_columns().len()) as u64)
+                .sum();
+            reply::stat(
+                out,
+                super::tyrant::stat_lines("table", rows.len() as u64, size),
+            )
+        }
+        Request::Misc { name, args, .. } => match misc(&db, name, args) {
+            Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
+            None => reply::list(out, false, std::iter::empty()),
+        },
+        Request::PutShl { .. }
+        | Request::Ext { .. }
+        | Request::Restore { .. }
+        | Request::SetMaster { .. }
+        | Request::Repl { .. } => reply::status(out, false),
+    }
+    Action::Continue
+}
+
+fn row_mode(mode: PutMode) -> RowMode {
+    match mode {
+        PutMode::Put | PutMode::NoReply => RowMode::Put,
+        PutMode::Keep => RowMode::Keep,
+        PutMode::Cat => RowMode::Cat,
+    }
+}
+
+fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
+    ctx.shared
+        .tyrant_iterator
+        .lock()
+        .as_mut()
+        .and_then(|keys| keys.next())
+}
+
+/// The table a connection serves, and what it needs to.
+struct Db<'a> {
+    table: &'a [u8],
+    tables: &'a dyn Tables,
+    ctx: &'a Context<'a>,
+}
+
+impl Db<'_> {
+    /// Puts a row; an empty primary key takes a new unique id, as
+    /// `tcadbput` gives one. A column named "" is refused (it is the
+    /// primary key's name), as Tokyo Cabinet refuses it.
+    fn put(&self, mut row: Record, mode: RowMode) -> bool {
+        if row.columns.iter().any(|(name, _)| name.is_empty())
+            || row.encode_columns().len() > self.ctx.shared.config.max_item_size
+        {
+            return false;
+        }
+        if row.key.is_empty() {
+            row.key = self.new_uid().to_string().into_bytes();
+        }
+        self.tables.put_row(self.table, &row, mode, &self.ctx.fence) == RowOutcome::Done
+    }
+
+    fn remove(&self, key: &[u8]) -> bool {
+        self.tables.remove_row(self.table, key, &self.ctx.fence) == RowOutcome::Done
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Record> {
+        self.tables.get_row(self.table, key).ok().flatten()
+    }
+
+    /// Every row, in primary-key order.
+    fn rows(&self) -> Vec<Record> {
+        let mut rows = Vec::new();
+        let _ = self.tables.visit_rows(self.table, &mut |row| {
+            rows.push(row);
+            true
+        });
+        rows
+    }
+
+    fn vanish(&self) -> bool {
+        self.rows().iter().all(|row| {
+            matches!(
+                self.tables
+                    .remove_row(self.table, &row.key, &self.ctx.fence),
+                RowOutcome::Done | RowOutcome::Missing
+            )
+        })
+    }
+
+    /// A number greater than every one handed out before and every numeric
+    /// primary key (`genuid`).
+    fn new_uid(&self) -> u64 {
+        let mut last = self.ctx.shared.tyrant_uid.lock();
+        let largest_key = self
+            .rows()
+            .iter()
+            .filter_map(|row| std::str::from_utf8(&row.key).ok()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        *last = (*last).max(largest_key) + 1;
+        *last
+    }
+
+    /// `addint`/`adddouble` on a table: the column `_num` of the row (made
+    /// if missing) grows by `delta`, atomically; integers are stored as
+    /// `%d`, doubles as `%f` without trailing zeros, as Tokyo Cabinet does.
+    fn add_number(&self, key: &[u8], delta: f64, integer: bool) -> Option<f64> {
+        let mut sum = None;
+        let outcome = self.tables.modify_row(
+            self.table,
+            key,
+            &mut |current| {
+                let mut row = current.unwrap_or_else(|| Record::new(key));
+                let old = row.columns.iter().find(|(n, _)| n == b"_num");
+                let old = old.map_or(0.0, |(_, value)| number::parse(value));
+                let new = if integer {
+                    (old as i32).wrapping_add(delta as i32) as f64
+                } else {
+                    old + delta
+                };
+                if new.is_nan() {
+                    return RowEdit::Leave;
+                }
+                let text = if integer {
+                    format!("{}", new as i32)
+                } else {
+                    trim_fraction(format!("{new:.6}"))
+                };
+                row.put(b"_num", text.as_bytes());
+                sum = Some(new);
+                RowEdit::Put(row)
+            },
+            &self.ctx.fence,
+        );
+        sum.filter(|_| outcome == RowOutcome::Done)
+    }
+}
+
+/// `%f` without trailing zeros or a trailing point.
+fn trim_fraction(text: String) -> String {
+    if !text.contains('.') {
+        return text;
+    }
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A table `misc` function: `None` is failure (status 1, no elements).
+fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+    let mode = match name {
+        b"put" => Some(RowMode::Put),
+        b"putkeep" => Some(RowMode::Keep),
+        b"putcat" => Some(RowMode::Cat),
+        _ => None,
+    };
+    if let Some(mode) = mode {
+        let (key, fields) = args.split_first()?;
+        let row = Record::from_pairs(key, fields.iter().copied());
+        return db.put(row, mode).then(Vec::new);
+    }
+    match name {
+        b"out" => db.remove(args.first()?).then(Vec::new),
+        b"get" => {
+            let row = db.get(args.first()?)?;
+            Some(
+                row.columns
+                    .into_iter()
+                    .flat_map(|(name, value)| [name, value])
+                    .collect(),
+            )
+        }
+        b"putlist" => {
+            for pair in args.chunks_exact(2) {
+                if !db.put(Record::from_zero_separated(pair[0], pair[1]), RowMode::Put) {
+                    return None;
+                }
+            }
+            Some(Vec::new())
+        }
+        b"outlist" => {
+            for key in args {
+                db.remove(key);
+            }
+            Some(Vec::new())
+        }
+        b"getlist" => Some(
+            args.iter()
+                .filter_map(|key| {
+                    let row = db.get(key)?;
+                    Some([key.to_vec(), row.zero_separated()])
+                })
+                .flatten()
+                .collect(),
+        ),
+        b"iterinit" => {
+            let keys = db.rows().into_iter().map(|row| row.key).collect::<Vec<_>>();
+            let start = args.first().copied().unwrap_or_default();
+            let keys: Vec<Vec<u8>> = keys.into_iter().filter(|k| &k[..] >= start).collect();
+            *db.ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+            Some(Vec::new())
+        }
+        b"iternext" => {
+            let key = next_key(db.ctx)?;
+            let row = db.get(&key)?;
+            Some(vec![key, row.zero_separated()])
+        }
+        b"setindex" => {
+            let valid = !args.is_empty()
+                && args.chunks(2).all(|pair| {
+                    pair.len() == 2 && std::str::from_utf8(pair[1]).is_ok_and(index_type_is_known)
+                });
+            valid.then(Vec::new)
+        }
+        b"genuid" => Some(vec![db.new_uid().to_string().into_bytes()]),
+        b"search" | b"metasearch" => search(db, args),
+        b"sync" | b"optimize" => Some(Vec::new()),
+        b"vanish" => db.vanish().then(Vec::new),
+        _ => None,
+    }
+}
+
+/// Index types as `tctdbstrtoindextype` reads them (a `+` keeps an
+/// existing index).
+fn index_type_is_known(text: &str) -> bool {
+    let text = text.strip_prefix('+').unwrap_or(text).to_ascii_uppercase();
+    matches!(
+        text.as_str(),
+        "LEX"
+            | "LEXICAL"
+            | "STR"
+            | "DEC"
+            | "DECIMAL"
+            | "NUM"
+            | "TOK"
+            | "TOKEN"
+            | "QGR"
+            | "QGRAM"
+            | "FTS"
+            | "OPT"
+            | "OPTIMIZE"
+            | "VOID"
+            | "NULL"
+    ) || text.parse::<i64>().is_ok()
+}
+
+/// A `search` as `misc` carries it: each argument is a command and its
+/// fields, NUL-separated.
+#[derive(Debug, Default)]
+pub struct SearchRequest {
+    pub queries: Vec<Query>,
+    pub operation: Option<SetOperation>,
+    /// Columns to return (`get`); `Some(empty)`: every column.
+    pub columns: Option<Vec<Vec<u8>>>,
+    pub remove: bool,
+    pub count: bool,
+    pub hint: bool,
+}
+
+impl SearchRequest {
+    /// Reads the arguments as `tcadbmisc` does: unknown commands and
+    /// conditions with an unknown operator are ignored.
+    pub fn parse(args: &[&[u8]]) -> SearchRequest {
+        let mut request = SearchRequest {
+            queries: vec![Query::default()],
+            ..SearchRequest::default()
+        };
+        for arg in args {
+            let fields: Vec<&[u8]> = arg.split(|&b| b == 0).collect();
+            let text = |i: usize| fields.get(i).map(|f| String::from_utf8_lossy(f));
+            let query = request.queries.last_mut().expect("one query at least");
+            match fields[0] {
+                b"addcond" | b"cond" if fields.len() > 3 => {
+                    if let Some((operator, flags)) = Operator::parse(&text(2).unwrap_or_default()) {
+                        query
+                            .conditions
+                            .push(Condition::new(fields[1], operator, flags, fields[3]));
+                    }
+                }
+                b"setorder" | b"order" if fields.len() > 2 => {
+                    if let Some(kind) = OrderKind::parse(&text(2).unwrap_or_default()) {
+                        query.order = Some(Order {
+                            column: fields[1].to_vec(),
+                            kind,
+                        });
+                    }
+                }
+                b"setlimit" | b"limit" | b"setmax" | b"max" if fields.len() > 1 => {
+                    let number = |i| text(i).map_or(0, |t| c_atoi(&t));
+                    query.set_limit(number(1), number(2));
+                }
+                b"get" | b"columns" => {
+                    let columns = request.columns.get_or_insert_with(Vec::new);
+                    columns.extend(fields[1..].iter().map(|name| name.to_vec()));
+                }
+                b"next" => request.queries.push(Query::default()),
+                b"mstype" => {
+                    request.operation = Some(
+                        text(1)
+                            .and_then(|t| SetOperation::parse(&t))
+                            .unwrap_or(SetOperation::Union),
+                    )
+                }
+                b"out" | b"remove" => request.remove = true,
+                b"count" => request.count = true,
+                b"hint" => request.hint = true,
+                _ => {}
+            }
+        }
+        request
+    }
+}
+
+/// `atoi`: an optional sign and the digits that follow; anything else 0.
+fn c_atoi(text: &str) -> i64 {
+    let text = text.trim_start();
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse::<i64>().map_or(0, |n| sign * n)
+}
+
+fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+    let request = SearchRequest::parse(args);
+    let rows = db.rows();
+    if request.remove {
+        // ttserver removes what the last query finds, whatever `next` said.
+        let query = request.queries.last().expect("one query at least");
+        let found = query.search(&rows);
+        let mut items = Vec::new();
+        for row in found {
+            if db.remove(&row.key) {
+                if let Some(columns) = &request.columns {
+                    items.push(project(row, columns));
+                }
+            }
+        }
+        return Some(items);
+    }
+    let found = match request.queries.len() {
+        1 => request.queries[0].search(&rows),
+        _ => metasearch(
+            &request.queries,
+            request.operation.unwrap_or(SetOperation::Union),
+            &rows,
+        ),
+    };
+    let mut items: Vec<Vec<u8>> = match &request.columns {
+        Some(columns) => found.iter().map(|row| project(row, columns)).collect(),
+        None => found.iter().map(|row| row.key.clone()).collect(),
+    };
+    if request.count {
+        items = vec![found.len().to_string().into_bytes()];
+    }
+    if request.hint {
+        let mut hint = b"\0\0[[HINT]]\n".to_vec();
+        hint.extend_from_slice(explain(&request.queries, &rows).as_bytes());
+        items.push(hint);
+    }
+    Some(items)
+}
+
+/// A found row as `get` asks: every column with the primary key first
+/// (named ""), or only the columns named, in that order.
+fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
+    let mut all: Vec<(&[u8], &[u8])> = vec![(b"", &row.key)];
+    all.extend(row.columns.iter().map(|(n, v)| (&n[..], &v[..])));
+    if columns.is_empty() {
+        return join_zero_separated(all);
+    }
+    join_zero_separated(columns.iter().filter_map(|name| {
+        all.iter()
+            .find(|(have, _)| have == &&name[..])
+            .map(|(n, v)| (*n, *v))
+    }))
+}
+
+/// The plan in Tokyo Cabinet's hint format: kura scans the table.
+pub fn explain(queries: &[Query], rows: &[Record]) -> String {
+    let one = |query: &Query| {
+        let matches = rows.iter().filter(|row| query.matches(row)).count();
+        let mut lines = vec!["scanning the whole table".to_string()];
+        let mut size = matches;
+        if let (None, Some(limit)) = (&query.order, query.limit) {
+            let fetch = limit.saturating_add(query.skip);
+            lines.push(format!("limited matching: {fetch}"));
+            size = size.min(fetch);
+        }
+        lines.push(format!("result set size: {size}"));
+        lines.push(match &query.order {
+            Some(order) => format!(
+                "sorting the result set: \"{}\"",
+                String::from_utf8_lossy(&order.column)
+            ),
+            None => "leaving the natural order".to_string(),
+        });
+        lines
+    };
+    let mut text = String::new();
+    match queries {
+        [query] => {
+            for line in one(query) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        _ => {
+            for (i, query) in queries.iter().enumerate() {
+                for line in one(query) {
+                    text.push_str(&format!("[{i}] {line}\n"));
+                }
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_arguments_read_as_ttserver_reads_them() {
+        let args: Vec<&[u8]> = vec![
+            b"addcond\0age\0NUMGE\x0020",
+            b"addcond\0name\0BOGUS\0x",
+            b"setorder\0age\0NUMDESC",
+            b"setlimit\x0010\x002",
+            b"get\0name",
+            b"get\0",
+            b"next",
+            b"addcond\0name\0!STRBW\0a",
+            b"mstype\0ISECT",
+            b"count",
+            b"hint",
+        ];
+        let request = SearchRequest::parse(&args);
+        assert_eq!(request.queries.len(), 2);
+        let first = &request.queries[0];
+        assert_eq!(first.conditions.len(), 1);
+        assert_eq!(first.conditions[0].operator, Operator::NumGe);
+        assert_eq!(first.order.as_ref().unwrap().kind, OrderKind::NumDesc);
+        assert_eq!((first.limit, first.skip), (Some(10), 2));
+        assert!(request.queries[1].conditions[0].negated);
+        assert_eq!(request.operation, Some(SetOperation::Intersection));
+        assert_eq!(request.columns, Some(vec![b"name".to_vec(), b"".to_vec()]));
+        assert!(request.count && request.hint && !request.remove);
+        assert_eq!(c_atoi(" -12abc"), -12);
+        assert_eq!(c_atoi("x"), 0);
+    }
+
+    #[test]
+    fn found_rows_are_projected_with_the_primary_key_named_empty() {
+        let row = Record::from_pairs(b"k3", [&b"name"[..], b"Bob", b"age", b"30"]);
+        assert_eq!(project(&row, &[]), b"\0k3\0name\0Bob\0age\x0030");
+        assert_eq!(
+            project(&row, &[b"age".to_vec(), b"none".to_vec(), b"".to_vec()]),
+            b"age\x0030\0\0k3"
+        );
+    }
+
+    #[test]
+    fn the_hint_says_the_table_is_scanned_in_tokyo_cabinets_words() {
+        let rows = vec![Record::new(&b"a"[..]), Record::new(&b"b"[..])];
+        let mut query = Query::default();
+        assert_eq!(
+            explain(std::slice::from_ref(&query), &rows),
+            "scanning the whole table\nresult set size: 2\nleaving the natural order\n"
+        );
+        query.set_limit(1, 0);
+        assert_eq!(
+            explain(&[query.clone(), Query::default()], &rows),
+            "[0] scanning the whole table\n[0] limited matching: 1\n[0] result set size: 1\n[0] leaving the natural order\n\
+             [1] scanning the whole table\n[1] result set size: 2\n[1] leaving the natural order\n"
+        );
+    }
+}

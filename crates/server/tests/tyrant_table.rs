@@ -1,0 +1,337 @@
+//! Tokyo Tyrant's protocol serving a table (`--tyrant-db table:NAME`) over
+//! real sockets: records as `name\0value\0…`, and every table function of
+//! `misc`, queries included, as ttserver 1.1.41 answers them.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use kura_proto::tyrant::{compose, PutMode, Request};
+use kura_server::{ServerConfig, TyrantDatabase};
+use support::TestServer;
+
+fn server() -> TestServer {
+    TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Table("users".into()),
+        ..ServerConfig::default()
+    })
+}
+
+fn connect(server: &TestServer) -> TcpStream {
+    let stream = TcpStream::connect(server.handle().tyrant_addr().expect("a tyrant port")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+}
+
+fn send(stream: &mut TcpStream, request: &Request<'_>) {
+    let mut bytes = Vec::new();
+    compose(&mut bytes, request);
+    stream.write_all(&bytes).unwrap();
+}
+
+fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0; n];
+    stream.read_exact(&mut bytes).unwrap();
+    bytes
+}
+
+fn read_u32(stream: &mut TcpStream) -> usize {
+    u32::from_be_bytes(read_n(stream, 4).try_into().unwrap()) as usize
+}
+
+/// Sends `request` and reads exactly `reply_len` bytes back.
+fn call(stream: &mut TcpStream, request: &Request<'_>, reply_len: usize) -> Vec<u8> {
+    send(stream, request);
+    read_n(stream, reply_len)
+}
+
+/// A `misc` call: its status and its list.
+fn misc(stream: &mut TcpStream, name: &'static [u8], args: &[&[u8]]) -> (u8, Vec<Vec<u8>>) {
+    send(
+        stream,
+        &Request::Misc {
+            name,
+            opts: 0,
+            args: args.to_vec(),
+        },
+    );
+    let code = read_n(stream, 1)[0];
+    let count = read_u32(stream);
+    let items = (0..count)
+        .map(|_| {
+            let len = read_u32(stream);
+            read_n(stream, len)
+        })
+        .collect();
+    (code, items)
+}
+
+fn put<'a>(mode: PutMode, key: &'a [u8], value: &'a [u8]) -> Request<'a> {
+    Request::Put { mode, key, value }
+}
+
+fn strings(items: &[Vec<u8>]) -> Vec<String> {
+    items
+        .iter()
+        .map(|item| String::from_utf8_lossy(item).into_owned())
+        .collect()
+}
+
+#[test]
+fn records_are_columns_and_the_binary_commands_answer_as_ttserver_does() {
+    let server = server();
+    let mut s = connect(&server);
+    assert_eq!(
+        call(
+            &mut s,
+            &put(PutMode::Put, b"k1", b"name\0Bob\0age\x0030"),
+            1
+        ),
+        [0]
+    );
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"k1" }, 5 + 15),
+        b"\0\0\0\0\x0fname\0Bob\0age\x0030"
+    );
+    assert_eq!(
+        call(&mut s, &Request::Vsiz { key: b"k1" }, 5),
+        b"\0\0\0\0\x0f"
+    );
+    // putkeep refuses a row that is there; putcat adds missing columns.
+    assert_eq!(
+        call(&mut s, &put(PutMode::Keep, b"k1", b"name\0Eve"), 1),
+        [1]
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &put(PutMode::Cat, b"k1", b"name\0Eve\0city\0Kyoto"),
+            1
+        ),
+        [0]
+    );
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"k1" }, 5 + 26),
+        b"\0\0\0\0\x1aname\0Bob\0age\x0030\0city\0Kyoto"
+    );
+    // A column named "" (the primary key's name) is refused.
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"k2", b"\0x"), 1), [1]);
+    // An empty key takes a new unique id.
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"", b"name\0Al"), 1), [0]);
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"1" }, 5 + 7),
+        b"\0\0\0\0\x07name\0Al"
+    );
+    assert_eq!(call(&mut s, &Request::Rnum, 9), b"\0\0\0\0\0\0\0\0\x02");
+    send(
+        &mut s,
+        &Request::Mget {
+            keys: vec![b"1", b"nope", b"k1"],
+        },
+    );
+    assert_eq!(read_n(&mut s, 5), b"\0\0\0\0\x02");
+    assert_eq!(read_n(&mut s, 8 + 1 + 7), b"\0\0\0\x01\0\0\0\x071name\0Al");
+    assert_eq!(
+        read_n(&mut s, 8 + 2 + 26),
+        &b"\0\0\0\x02\0\0\0\x1ak1name\0Bob\0age\x0030\0city\0Kyoto"[..]
+    );
+    // addint keeps its sum in the column _num.
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::AddInt {
+                key: b"n",
+                delta: 3
+            },
+            5
+        ),
+        b"\0\0\0\0\x03"
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::AddInt {
+                key: b"n",
+                delta: 4
+            },
+            5
+        ),
+        b"\0\0\0\0\x07"
+    );
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"n" }, 5 + 6),
+        b"\0\0\0\0\x06_num\x007"
+    );
+    assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [0]);
+    assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [1]);
+    // stat says what the database is.
+    send(&mut s, &Request::Stat);
+    assert_eq!(read_n(&mut s, 1), [0]);
+    let len = read_u32(&mut s);
+    let text = String::from_utf8(read_n(&mut s, len)).unwrap();
+    assert!(text.lines().any(|line| line == "type\ttable"), "{text}");
+    assert!(text.lines().any(|line| line == "rnum\t2"), "{text}");
+    // The iterator and fwmkeys walk primary keys in order.
+    assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
+    assert_eq!(call(&mut s, &Request::IterNext, 6), b"\0\0\0\0\x011");
+    assert_eq!(call(&mut s, &Request::IterNext, 7), b"\0\0\0\0\x02k1");
+    assert_eq!(call(&mut s, &Request::IterNext, 1), [1]);
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Fwmkeys {
+                prefix: b"k",
+                max: -1
+            },
+            5 + 6
+        ),
+        b"\0\0\0\0\x01\0\0\0\x02k1"
+    );
+    assert_eq!(call(&mut s, &Request::Vanish, 1), [0]);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
+}
+
+#[test]
+fn misc_carries_every_table_function() {
+    let server = server();
+    let mut s = connect(&server);
+    assert_eq!(
+        misc(&mut s, b"put", &[b"a", b"name", b"Ann", b"age", b"31"]),
+        (0, vec![])
+    );
+    assert_eq!(misc(&mut s, b"putkeep", &[b"a", b"name", b"X"]).0, 1);
+    assert_eq!(misc(&mut s, b"putkeep", &[b"b", b"name", b"Ben"]).0, 0);
+    assert_eq!(
+        misc(&mut s, b"putcat", &[b"b", b"name", b"X", b"age", b"5"]).0,
+        0
+    );
+    assert_eq!(
+        strings(&misc(&mut s, b"get", &[b"b"]).1),
+        ["name", "Ben", "age", "5"]
+    );
+    assert_eq!(misc(&mut s, b"get", &[b"zz"]), (1, vec![]));
+    assert_eq!(
+        misc(&mut s, b"putlist", &[b"c", b"name\0Cy", b"d", b"name\0Di"]),
+        (0, vec![])
+    );
+    assert_eq!(
+        strings(&misc(&mut s, b"getlist", &[b"c", b"zz", b"d"]).1),
+        ["c", "name\0Cy", "d", "name\0Di"]
+    );
+    assert_eq!(misc(&mut s, b"outlist", &[b"c", b"zz"]), (0, vec![]));
+    assert_eq!(misc(&mut s, b"out", &[b"d"]), (0, vec![]));
+    assert_eq!(misc(&mut s, b"out", &[b"d"]).0, 1);
+    // genuid: beyond every numeric key and every id handed out.
+    assert_eq!(misc(&mut s, b"put", &[b"41", b"name", b"N"]).0, 0);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["42"]);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["43"]);
+    // setindex checks its types.
+    assert_eq!(misc(&mut s, b"setindex", &[b"age", b"DECIMAL"]).0, 0);
+    assert_eq!(misc(&mut s, b"setindex", &[b"age", b"BOGUS"]).0, 1);
+    assert_eq!(misc(&mut s, b"iterinit", &[b"a"]).0, 0);
+    assert_eq!(
+        strings(&misc(&mut s, b"iternext", &[]).1),
+        ["a", "name\0Ann\0age\x0031"]
+    );
+    assert_eq!(misc(&mut s, b"nosuch", &[]), (1, vec![]));
+    assert_eq!(misc(&mut s, b"vanish", &[]), (0, vec![]));
+    assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
+}
+
+#[test]
+fn search_finds_orders_limits_counts_projects_explains_and_removes() {
+    let server = server();
+    let mut s = connect(&server);
+    for (key, name, age) in [
+        ("k1", "Bob Smith", "30"),
+        ("k2", "ann", "25"),
+        ("k3", "Bob", "41"),
+        ("k4", "zed", "25"),
+    ] {
+        let args: [&[u8]; 5] = [
+            key.as_bytes(),
+            b"name",
+            name.as_bytes(),
+            b"age",
+            age.as_bytes(),
+        ];
+        assert_eq!(misc(&mut s, b"put", &args).0, 0);
+    }
+    let search = |s: &mut TcpStream, args: &[&[u8]]| strings(&misc(s, b"search", args).1);
+    assert_eq!(
+        search(&mut s, &[b"addcond\0name\0STRBW\0Bob"]),
+        ["k1", "k3"]
+    );
+    assert_eq!(
+        search(
+            &mut s,
+            &[
+                b"addcond\0age\0NUMGE\x0025",
+                b"setorder\0age\0NUMDESC",
+                b"setlimit\x002\x001"
+            ]
+        ),
+        ["k1", "k2"]
+    );
+    assert_eq!(
+        search(&mut s, &[b"addcond\0name\0!STRINC\0o", b"get\0\0age"]),
+        ["\0k2\0age\x0025", "\0k4\0age\x0025"]
+    );
+    assert_eq!(
+        search(&mut s, &[b"addcond\0age\0NUMEQ\x0025", b"get"]),
+        ["\0k2\0name\0ann\0age\x0025", "\0k4\0name\0zed\0age\x0025"]
+    );
+    assert_eq!(
+        search(&mut s, &[b"addcond\0age\0NUMLT\x0031", b"count"]),
+        ["3"]
+    );
+    // Meta-search: union, intersection, difference.
+    let meta = |s: &mut TcpStream, kind: &'static [u8]| {
+        let args: [&[u8]; 4] = [
+            b"addcond\0name\0STRBW\0Bob",
+            b"next",
+            b"addcond\0age\0NUMEQ\x0030",
+            kind,
+        ];
+        search(s, &args)
+    };
+    assert_eq!(meta(&mut s, b"mstype\0UNION"), ["k1", "k3"]);
+    assert_eq!(meta(&mut s, b"mstype\0ISECT"), ["k1"]);
+    assert_eq!(meta(&mut s, b"mstype\0DIFF"), ["k3"]);
+    // The hint comes last, in Tokyo Cabinet's words.
+    let found = search(&mut s, &[b"addcond\0age\0NUMEQ\x0025", b"hint"]);
+    assert_eq!(
+        found,
+        [
+            "k2",
+            "k4",
+            "\0\0[[HINT]]\nscanning the whole table\nresult set size: 2\nleaving the natural order\n"
+        ]
+    );
+    // out removes what it finds (and, with get, returns it).
+    assert_eq!(
+        search(
+            &mut s,
+            &[b"addcond\0age\0NUMEQ\x0025", b"out", b"get\0name"]
+        ),
+        ["name\0ann", "name\0zed"]
+    );
+    assert_eq!(search(&mut s, &[]), ["k1", "k3"]);
+}
+
+#[test]
+fn a_table_database_needs_the_disk_engine() {
+    let config = ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Table("t".into()),
+        ..ServerConfig::default()
+    };
+    let store = std::sync::Arc::new(kura_store::MemoryStore::new(Default::default()));
+    let error = kura_server::start(config, store, true).err().unwrap();
+    assert!(error.to_string().contains("--tyrant-db"), "{error}");
+}
