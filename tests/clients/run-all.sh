@@ -11,6 +11,7 @@
 #      read; only meaningful for persistent engines - memcached fails it).
 #      VERBOSE=1 streams each test's output; TEST_TIMEOUT (s, default 300).
 #      KEEP_LOGS=1 keeps the per-test logs (path printed at the end).
+#      KURA_BIN: the kura binary tyrant_table starts (default target/release/kura).
 # Prints one "PASS name (Ns)" / "FAIL name (Ns, rc=N)" line per test and
 # ends with exactly one line "N passed, M failed"; exits 1 if any failed.
 set -euo pipefail
@@ -20,7 +21,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 unset KURA_ADDR # every test starts its own server
 
-ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls)
+ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table)
 if [[ "${RUN_RESTART:-0}" == 1 ]]; then
     ALL_TESTS+=(php_sessions_restart)
 fi
@@ -45,6 +46,8 @@ test_cmd() {
         memcached_tool) echo "bash $HERE/memcached_tool.sh" ;;
         bench_report) echo "bash $HERE/bench_report.sh" ;;
         tls) echo "bash $HERE/tls.sh" ;;
+        # kura's own: starts KURA_BIN itself (disk engine, --tyrant-db table:users).
+        tyrant_table) echo "env KURA_BIN=${KURA_BIN:-target/release/kura} ${PYTHON:-python3} -m pytest -q -p no:cacheprovider $HERE/tyrant_table_test.py" ;;
         *) return 1 ;;
     esac
 }
