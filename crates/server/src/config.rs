@@ -182,6 +182,9 @@ pub struct ServerConfig {
 pub enum TyrantDatabase {
     /// A hash database: memcached's items (`--tyrant-db hash`).
     Hash,
+    /// A B+ tree database: keys in order, kept as the rows of the table
+    /// NAME with one column, `value` (`--tyrant-db btree:NAME`).
+    Btree(String),
     /// A table database: the named table (`--tyrant-db table:NAME`).
     Table(String),
 }
@@ -195,9 +198,12 @@ impl std::str::FromStr for TyrantDatabase {
             Some(("table", name)) if !name.is_empty() && name.len() <= 255 => {
                 Ok(TyrantDatabase::Table(name.to_string()))
             }
-            Some(("table", _)) => Err("a table's name is 1 to 255 bytes".to_string()),
+            Some(("btree", name)) if !name.is_empty() && name.len() <= 255 => {
+                Ok(TyrantDatabase::Btree(name.to_string()))
+            }
+            Some(("table" | "btree", _)) => Err("a name is 1 to 255 bytes".to_string()),
             _ => Err(format!(
-                "--tyrant-db {text}: expected hash (memcached's items) or table:NAME"
+                "--tyrant-db {text}: expected hash (memcached's items), btree:NAME or table:NAME"
             )),
         }
     }

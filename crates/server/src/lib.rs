@@ -199,9 +199,9 @@ pub fn start(
             "--tyrant-port cannot be combined with authentication (-S, --auth-file): Tokyo Tyrant's protocol has none",
         ));
     }
-    if matches!(config.tyrant_db, TyrantDatabase::Table(_)) && store.tables().is_none() {
+    if config.tyrant_db != TyrantDatabase::Hash && store.tables().is_none() {
         return Err(io::Error::other(
-            "--tyrant-db table:NAME needs an engine that keeps tables (--engine disk)",
+            "--tyrant-db btree:NAME and table:NAME need an engine that keeps tables (--engine disk)",
         ));
     }
     let listeners = listener::bind(&config, tls.as_ref())?;

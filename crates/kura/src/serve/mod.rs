@@ -77,8 +77,9 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     tyrant_port: i32,
-    /// The database --tyrant-port serves: hash (memcached's items) or
-    /// table:NAME (a table of the disk engine, created on first write).
+    /// The database --tyrant-port serves: hash (memcached's items),
+    /// btree:NAME (ordered keys) or table:NAME (a table); the last two on
+    /// the disk engine, created on first write.
     #[arg(long = "tyrant-db", default_value = "hash")]
     tyrant_db: kura_server::TyrantDatabase,
     /// Listen on a Unix-domain socket instead of TCP.

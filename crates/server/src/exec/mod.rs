@@ -6,7 +6,6 @@ pub mod meta;
 pub mod stats;
 pub mod text;
 pub mod tyrant;
-pub mod tyrant_table;
 
 use kura_proto::text::Limits;
 use kura_store::{AckFence, DeleteCommand};

@@ -14,7 +14,7 @@ use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::columns::join_zero_separated;
 use kura_table::{metasearch, number, Condition, Operator, Order, OrderKind, Query, SetOperation};
 
-use super::{Action, Context};
+use super::{next_key, start_iterator, stat_lines, Action, Context};
 
 pub fn execute(
     table: &[u8],
@@ -53,8 +53,7 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::IterInit => {
-            let keys = db.rows().into_iter().map(|row| row.key).collect::<Vec<_>>();
-            *ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+            start_iterator(ctx, db.rows().into_iter().map(|row| row.key).collect());
             reply::status(out, true);
         }
         Request::IterNext => match next_key(ctx) {
@@ -86,11 +85,7 @@ pub fn execute(
         },
         Request::Sync | Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, db.vanish()),
-        Request::Copy { path } => {
-            use std::os::unix::ffi::OsStrExt;
-            let to = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-            reply::status(out, ctx.shared.store.backup(to, None).is_ok());
-        }
+        Request::Copy { path } => reply::status(out, super::copy(ctx, path)),
         Request::Rnum => reply::count(out, db.rows().len() as u64),
         Request::Size => {
             let bytes = db
@@ -106,10 +101,7 @@ pub fn execute(
                 .iter()
                 .map(|row| (row.key.len() + row.encode_columns().len()) as u64)
                 .sum();
-            reply::stat(
-                out,
-                super::tyrant::stat_lines("table", rows.len() as u64, size),
-            )
+            reply::stat(out, stat_lines("table", rows.len() as u64, size))
         }
         Request::Misc { name, args, .. } => match misc(&db, name, args) {
             Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
@@ -130,14 +122,6 @@ fn row_mode(mode: PutMode) -> RowMode {
         PutMode::Keep => RowMode::Keep,
         PutMode::Cat => RowMode::Cat,
     }
-}
-
-fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
-    ctx.shared
-        .tyrant_iterator
-        .lock()
-        .as_mut()
-        .and_then(|keys| keys.next())
 }
 
 /// The table a connection serves, and what it needs to.
@@ -298,8 +282,10 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         b"iterinit" => {
             let keys = db.rows().into_iter().map(|row| row.key).collect::<Vec<_>>();
             let start = args.first().copied().unwrap_or_default();
-            let keys: Vec<Vec<u8>> = keys.into_iter().filter(|k| &k[..] >= start).collect();
-            *db.ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+            start_iterator(
+                db.ctx,
+                keys.into_iter().filter(|k| &k[..] >= start).collect(),
+            );
             Some(Vec::new())
         }
         b"iternext" => {

@@ -1,0 +1,134 @@
+//! The hash database: memcached's items (flags 0, no expiry). A key must
+//! be 1 to 250 bytes and a value at most the item size limit (`-I`), else
+//! the command fails (status 1).
+
+use kura_proto::tyrant::PutMode;
+use kura_proto::MAX_KEY_LEN;
+use kura_store::{DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+
+use super::{KeyValues, ValueChange};
+use crate::exec::Context;
+
+/// Read-modify-write commands retry this often when another write of the
+/// key comes between their read and their write.
+const CAS_RETRIES: usize = 16;
+
+pub struct Items<'a> {
+    pub ctx: &'a Context<'a>,
+}
+
+fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN
+}
+
+fn stored(outcome: StoreOutcome) -> bool {
+    matches!(outcome, StoreOutcome::Stored { .. })
+}
+
+impl Items<'_> {
+    fn store(&self, mode: StoreMode, key: &[u8], value: &[u8], cas: Option<u64>) -> StoreOutcome {
+        let ctx = self.ctx;
+        if !valid_key(key) || value.len() > ctx.shared.config.max_item_size {
+            return StoreOutcome::NotStored;
+        }
+        ctx.shared.store.store(
+            &StoreCommand {
+                mode,
+                key,
+                value,
+                flags: 0,
+                expiry: ctx.shared.store.clock().expiry(0),
+                compare_cas: cas,
+                stale_if_older: false,
+            },
+            &ctx.fence,
+        )
+    }
+
+    fn get_with_cas(&self, key: &[u8]) -> Option<(Vec<u8>, u64)> {
+        if !valid_key(key) {
+            return None;
+        }
+        let mut found = None;
+        self.ctx
+            .shared
+            .store
+            .get(key, &GetOptions::default(), &self.ctx.fence, &mut |item| {
+                found = Some((item.value.to_vec(), item.cas))
+            });
+        found
+    }
+}
+
+impl KeyValues for Items<'_> {
+    fn kind(&self) -> &'static str {
+        "hash"
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.get_with_cas(key).map(|(value, _)| value)
+    }
+
+    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> bool {
+        match mode {
+            PutMode::Put | PutMode::NoReply => stored(self.store(StoreMode::Set, key, value, None)),
+            PutMode::Keep => stored(self.store(StoreMode::Add, key, value, None)),
+            // Append, or create: memcached's append alone fails on a missing key.
+            PutMode::Cat => (0..CAS_RETRIES).any(|_| {
+                stored(self.store(StoreMode::Append, key, value, None))
+                    || stored(self.store(StoreMode::Add, key, value, None))
+            }),
+        }
+    }
+
+    fn out(&self, key: &[u8]) -> bool {
+        valid_key(key)
+            && self
+                .ctx
+                .shared
+                .store
+                .delete(key, &DeleteCommand::default(), &self.ctx.fence)
+                == DeleteOutcome::Deleted
+    }
+
+    /// With the item's CAS, retried when another write comes between.
+    fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>> {
+        for _ in 0..CAS_RETRIES {
+            let old = self.get_with_cas(key);
+            let new = change(old.as_ref().map(|(value, _)| &value[..]))?;
+            let outcome = match &old {
+                Some((_, cas)) => self.store(StoreMode::Set, key, &new, Some(*cas)),
+                None => self.store(StoreMode::Add, key, &new, None),
+            };
+            match outcome {
+                StoreOutcome::Stored { .. } => return Some(new),
+                // Changed, removed or created meanwhile: read again (a key
+                // or value out of bounds is refused for good).
+                StoreOutcome::NotStored if !valid_key(key) => return None,
+                StoreOutcome::NotStored if new.len() > self.ctx.shared.config.max_item_size => {
+                    return None
+                }
+                StoreOutcome::Exists | StoreOutcome::NotFound | StoreOutcome::NotStored => {}
+                StoreOutcome::OutOfMemory | StoreOutcome::Failed => return None,
+            }
+        }
+        None
+    }
+
+    /// The live items, sorted (the engines keep no order).
+    fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        self.ctx.shared.store.scan(&mut |item| {
+            if item.key.starts_with(prefix) {
+                keys.push(item.key.to_vec());
+            }
+        });
+        keys.sort_unstable();
+        keys
+    }
+
+    fn count_and_size(&self) -> (u64, u64) {
+        let stats = self.ctx.shared.store.stats();
+        (stats.curr_items, stats.bytes)
+    }
+}

@@ -1,0 +1,279 @@
+//! Tokyo Tyrant's binary commands, against the one database the tyrant
+//! port serves (`--tyrant-db`), as ttserver serves one:
+//! - `hash` (`items.rs`): memcached's items, so both protocols see the same
+//!   records, as on ttserver's port;
+//! - `btree:NAME` (`ordered.rs`): keys in byte order, kept as the rows of a
+//!   table whose one column is `value`;
+//! - `table:NAME` (`table.rs`): a table's rows of columns, and queries.
+//!
+//! The key-value commands of the first two are here, over [`KeyValues`].
+//! Where kura differs from ttserver: `iterinit` takes a sorted snapshot of
+//! the keys, which `iternext` walks (ttserver walks its file and sees later
+//! writes); `ext` (Lua), `restore`, `setmst` and `repl` answer failure.
+
+mod items;
+mod ordered;
+pub mod table;
+
+use std::os::unix::ffi::OsStrExt;
+
+use kura_proto::tyrant::{reply, PutMode, Request};
+
+use super::{Action, Context};
+use crate::config::TyrantDatabase;
+
+/// The protocol release kura answers `stat` with (clients check `type`).
+const TYRANT_VERSION: &str = "1.1.41";
+
+/// A change of a value: the old one (`None`: none) to the new one, or
+/// `None` to fail.
+type ValueChange<'c> = dyn FnMut(Option<&[u8]>) -> Option<Vec<u8>> + 'c;
+
+/// What a hash or B+ tree database does with keys and values.
+trait KeyValues {
+    /// `stat`'s `type`.
+    fn kind(&self) -> &'static str;
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
+    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> bool;
+    fn out(&self, key: &[u8]) -> bool;
+    /// Replaces the value by `change(old value)` (`None`: there is none)
+    /// with no other write of the key between; `change` answering `None`
+    /// fails it. Returns the value written.
+    fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>>;
+    /// The keys starting with `prefix`, in byte order.
+    fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>>;
+    /// Records and bytes.
+    fn count_and_size(&self) -> (u64, u64);
+    /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
+    /// to `end` (exclusive), at most `max` records.
+    fn range(
+        &self,
+        _begin: &[u8],
+        _end: Option<&[u8]>,
+        _max: Option<usize>,
+    ) -> Option<Vec<Vec<u8>>> {
+        None
+    }
+}
+
+pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    match &ctx.shared.config.tyrant_db {
+        TyrantDatabase::Hash => serve(&items::Items { ctx }, request, ctx, out),
+        TyrantDatabase::Btree(name) => match ctx.shared.store.tables() {
+            Some(tables) => {
+                let keys = ordered::OrderedKeys {
+                    name: name.as_bytes(),
+                    tables,
+                    ctx,
+                };
+                serve(&keys, request, ctx, out)
+            }
+            None => reply::status(out, false),
+        },
+        TyrantDatabase::Table(name) => return table::execute(name.as_bytes(), request, ctx, out),
+    }
+    Action::Continue
+}
+
+fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    match request {
+        Request::Put { mode, key, value } => {
+            let stored = db.put(*mode, key, value);
+            if *mode != PutMode::NoReply {
+                reply::status(out, stored);
+            }
+        }
+        Request::PutShl { key, value, width } => {
+            let width = *width as usize;
+            let stored = db.modify(key, &mut |old| match old {
+                // ttserver keeps the tail of old ‖ new; a new record is the
+                // value as sent.
+                Some(old) => {
+                    let joined = [old, value].concat();
+                    Some(joined[joined.len().saturating_sub(width)..].to_vec())
+                }
+                None => Some(value.to_vec()),
+            });
+            reply::status(out, stored.is_some());
+        }
+        Request::Out { key } => reply::status(out, db.out(key)),
+        Request::Get { key } => match db.get(key) {
+            Some(value) => reply::bytes(out, &value),
+            None => reply::status(out, false),
+        },
+        Request::Mget { keys } => {
+            let found: Vec<(&[u8], Vec<u8>)> = keys
+                .iter()
+                .filter_map(|key| Some((*key, db.get(key)?)))
+                .collect();
+            reply::records(out, found.iter().map(|(k, v)| (*k, &v[..])));
+        }
+        Request::Vsiz { key } => match db.get(key) {
+            Some(value) => reply::value_size(out, value.len() as u32),
+            None => reply::status(out, false),
+        },
+        Request::IterInit => {
+            start_iterator(ctx, db.keys(b""));
+            reply::status(out, true);
+        }
+        Request::IterNext => match next_key(ctx) {
+            Some(key) => reply::bytes(out, &key),
+            None => reply::status(out, false),
+        },
+        Request::Fwmkeys { prefix, max } => {
+            let mut keys = db.keys(prefix);
+            if let Ok(max) = usize::try_from(*max) {
+                keys.truncate(max);
+            }
+            reply::list(out, true, keys.iter().map(|key| &key[..]));
+        }
+        Request::AddInt { key, delta } => {
+            let mut sum = 0;
+            let stored = db.modify(key, &mut |old| {
+                let old = match old {
+                    None => 0,
+                    // A native int, as Tokyo Cabinet stores it (x86: little-endian).
+                    Some(old) => i32::from_le_bytes(old.try_into().ok()?),
+                };
+                sum = old.wrapping_add(*delta);
+                Some(sum.to_le_bytes().to_vec())
+            });
+            match stored {
+                Some(_) => reply::int(out, sum),
+                None => reply::status(out, false),
+            }
+        }
+        Request::AddDouble { key, delta } => {
+            let mut sum = 0.0;
+            let stored = db.modify(key, &mut |old| {
+                let old = match old {
+                    None => 0.0,
+                    Some(old) => f64::from_le_bytes(old.try_into().ok()?),
+                };
+                sum = old + delta;
+                (!sum.is_nan()).then(|| sum.to_le_bytes().to_vec())
+            });
+            match stored {
+                Some(_) => reply::double(out, sum),
+                None => reply::status(out, false),
+            }
+        }
+        Request::Sync | Request::Optimize { .. } => reply::status(out, true),
+        Request::Vanish => {
+            vanish(db);
+            reply::status(out, true);
+        }
+        Request::Copy { path } => reply::status(out, copy(ctx, path)),
+        Request::Rnum => reply::count(out, db.count_and_size().0),
+        Request::Size => reply::count(out, db.count_and_size().1),
+        Request::Stat => {
+            let (count, size) = db.count_and_size();
+            reply::stat(out, stat_lines(db.kind(), count, size))
+        }
+        Request::Misc { name, args, .. } => match misc(db, name, args) {
+            Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
+            // An unknown function, too few arguments or a failure: status
+            // 1 and no elements, as ttserver answers.
+            None => reply::list(out, false, std::iter::empty()),
+        },
+        Request::Ext { .. }
+        | Request::Restore { .. }
+        | Request::SetMaster { .. }
+        | Request::Repl { .. } => reply::status(out, false),
+    }
+}
+
+/// `copy`: a hot backup into a directory on the server's machine.
+fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
+    let to = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    ctx.shared.store.backup(to, None).is_ok()
+}
+
+/// The iterator is one per server, shared by every connection, as
+/// ttserver's is.
+fn start_iterator(ctx: &Context<'_>, keys: Vec<Vec<u8>>) {
+    *ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+}
+
+fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
+    ctx.shared
+        .tyrant_iterator
+        .lock()
+        .as_mut()
+        .and_then(|keys| keys.next())
+}
+
+/// Removes every record (`rnum` falls to 0, as ttserver's does).
+fn vanish(db: &dyn KeyValues) {
+    for key in db.keys(b"") {
+        db.out(&key);
+    }
+}
+
+fn misc(db: &dyn KeyValues, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+    let mode = match name {
+        b"put" => Some(PutMode::Put),
+        b"putkeep" => Some(PutMode::Keep),
+        b"putcat" => Some(PutMode::Cat),
+        _ => None,
+    };
+    if let Some(mode) = mode {
+        let [key, value, ..] = args else { return None };
+        return db.put(mode, key, value).then(Vec::new);
+    }
+    match name {
+        b"out" => db.out(args.first()?).then(Vec::new),
+        b"get" => db.get(args.first()?).map(|value| vec![value]),
+        b"putlist" => args
+            .chunks_exact(2)
+            .all(|pair| db.put(PutMode::Put, pair[0], pair[1]))
+            .then(Vec::new),
+        b"outlist" => {
+            for key in args {
+                db.out(key);
+            }
+            Some(Vec::new())
+        }
+        b"getlist" => Some(
+            args.iter()
+                .filter_map(|key| Some([key.to_vec(), db.get(key)?]))
+                .flatten()
+                .collect(),
+        ),
+        b"range" => {
+            let begin = args.first().copied().unwrap_or_default();
+            let end = args.get(1).copied();
+            let max = args
+                .get(2)
+                .and_then(|max| std::str::from_utf8(max).ok()?.parse::<i64>().ok())
+                .and_then(|max| usize::try_from(max).ok());
+            db.range(begin, end, max)
+        }
+        b"sync" | b"optimize" => Some(Vec::new()),
+        b"vanish" => {
+            vanish(db);
+            Some(Vec::new())
+        }
+        _ => None,
+    }
+}
+
+/// `stat`'s lines, as ttserver's begin (`type`: `hash`, `B+ tree` or `table`).
+fn stat_lines(kind: &str, rnum: u64, size: u64) -> Vec<(&'static str, String)> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    vec![
+        ("version", TYRANT_VERSION.to_string()),
+        ("protver", "0.91".to_string()),
+        ("os", "Linux".to_string()),
+        ("time", format!("{now:.6}")),
+        ("pid", std::process::id().to_string()),
+        ("type", kind.to_string()),
+        ("rnum", rnum.to_string()),
+        ("size", size.to_string()),
+        ("bigend", "0".to_string()),
+        ("kura_version", env!("CARGO_PKG_VERSION").to_string()),
+    ]
+}
