@@ -313,6 +313,17 @@ fn search_finds_orders_limits_counts_projects_explains_and_removes() {
             "\0\0[[HINT]]\nscanning the whole table\nresult set size: 2\nleaving the natural order\n"
         ]
     );
+    // With an index, the query reads only what the index finds.
+    assert_eq!(misc(&mut s, b"setindex", &[b"age", b"DECIMAL"]).0, 0);
+    let found = search(&mut s, &[b"addcond\0age\0NUMEQ\x0025", b"hint"]);
+    assert_eq!(
+        found,
+        [
+            "k2",
+            "k4",
+            "\0\0[[HINT]]\nusing an index: \"age\" asc (NUMEQ)\nresult set size: 2\nleaving the natural order\n"
+        ]
+    );
     // out removes what it finds (and, with get, returns it).
     assert_eq!(
         search(

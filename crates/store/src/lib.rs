@@ -14,7 +14,7 @@ pub mod warm;
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
 pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
-pub use kura_table::Record;
+pub use kura_table::{IndexCommand, IndexKind, Probes, Record};
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.
@@ -145,6 +145,30 @@ pub trait Tables: Send + Sync {
     /// answers false, after every write made before is applied.
     #[allow(clippy::result_unit_err)]
     fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()>;
+
+    /// `setindex`: builds, rebuilds, optimizes or drops an index of a
+    /// column; `Err` says why not.
+    fn set_index(&self, table: &[u8], column: &[u8], command: IndexCommand) -> Result<(), String>;
+
+    /// The table's indexes: column and kind.
+    fn indexes(&self, table: &[u8]) -> Vec<(Vec<u8>, IndexKind)>;
+
+    /// The rows the index of `column` of `kind` finds under `probes`, in
+    /// primary-key order, with every write made before; `None` when there
+    /// is no such index.
+    #[allow(clippy::result_unit_err)]
+    fn indexed_rows(
+        &self,
+        table: &[u8],
+        column: &[u8],
+        kind: IndexKind,
+        probes: &Probes,
+    ) -> Result<Option<Vec<Record>>, ()>;
+
+    /// What disagrees between the table's indexes and a full scan of its
+    /// rows (nothing, normally).
+    #[allow(clippy::result_unit_err)]
+    fn check_indexes(&self, table: &[u8]) -> Result<Vec<String>, ()>;
 }
 
 /// How a row is put (Tokyo Cabinet's `put`, `putkeep`, `putcat`).

@@ -197,3 +197,160 @@ fn edits_of_a_row_from_many_threads_are_never_lost() {
     let row = get(tables, "t", "counter").unwrap();
     assert_eq!(row.get(b"n"), Some(&b"1000"[..]));
 }
+
+fn indexed_keys(
+    tables: &dyn Tables,
+    column: &str,
+    kind: kura_store::IndexKind,
+    condition: (&str, &str),
+) -> Vec<String> {
+    let (operator, flags) = kura_table::Operator::parse(condition.0).unwrap();
+    let condition =
+        kura_table::Condition::new(column.as_bytes(), operator, flags, condition.1.as_bytes());
+    let probes = kura_table::index::probes(&condition, kind).unwrap();
+    tables
+        .indexed_rows(b"t", column.as_bytes(), kind, &probes)
+        .unwrap()
+        .expect("the index exists")
+        .into_iter()
+        .map(|row| String::from_utf8(row.key).unwrap())
+        .collect()
+}
+
+#[test]
+fn indexes_follow_their_rows_through_writes_reopening_and_replay() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let build = |kind| IndexCommand::Build { kind, keep: false };
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        put(
+            tables,
+            "t",
+            &row("a", &[("age", "30"), ("tags", "red,blue")]),
+            RowMode::Put,
+        );
+        put(tables, "t", &row("b", &[("age", "25")]), RowMode::Put);
+        // Built over the rows there, then kept as rows change.
+        tables
+            .set_index(b"t", b"age", build(IndexKind::Decimal))
+            .unwrap();
+        tables
+            .set_index(b"t", b"tags", build(IndexKind::Token))
+            .unwrap();
+        assert!(tables
+            .set_index(
+                b"t",
+                b"age",
+                IndexCommand::Build {
+                    kind: IndexKind::Lexical,
+                    keep: true
+                }
+            )
+            .is_err());
+        assert!(tables.set_index(b"t", b"none", IndexCommand::Void).is_err());
+        put(
+            tables,
+            "t",
+            &row("c", &[("age", "41"), ("tags", "red")]),
+            RowMode::Put,
+        );
+        put(tables, "t", &row("a", &[("age", "31")]), RowMode::Put);
+        tables.remove_row(b"t", b"b", &AckFence::default());
+        assert_eq!(
+            indexed_keys(tables, "age", IndexKind::Decimal, ("NUMGE", "30")),
+            ["a", "c"]
+        );
+        assert_eq!(
+            indexed_keys(tables, "tags", IndexKind::Token, ("STROR", "red blue")),
+            ["c"]
+        );
+        assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+        // Applied at the close, with its index entries.
+        put(
+            tables,
+            "t",
+            &row("d", &[("age", "30"), ("tags", "blue")]),
+            RowMode::Put,
+        );
+    }
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    assert_eq!(
+        tables.indexes(b"t"),
+        [
+            (b"age".to_vec(), IndexKind::Decimal),
+            (b"tags".to_vec(), IndexKind::Token)
+        ]
+    );
+    assert_eq!(
+        indexed_keys(tables, "age", IndexKind::Decimal, ("NUMBT", "29,31")),
+        ["a", "d"]
+    );
+    assert_eq!(
+        indexed_keys(tables, "tags", IndexKind::Token, ("STRAND", "blue")),
+        ["d"]
+    );
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    // Dropped: no longer used, no longer kept.
+    tables.set_index(b"t", b"tags", IndexCommand::Void).unwrap();
+    assert_eq!(
+        tables.indexes(b"t"),
+        [(b"age".to_vec(), IndexKind::Decimal)]
+    );
+}
+
+#[test]
+fn a_check_finds_an_index_that_disagrees_with_its_table() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        for (key, name) in [("a", "Ann"), ("b", "Ben")] {
+            put(tables, "t", &row(key, &[("name", name)]), RowMode::Put);
+        }
+        let build = IndexCommand::Build {
+            kind: IndexKind::Lexical,
+            keep: false,
+        };
+        tables.set_index(b"t", b"name", build).unwrap();
+    }
+    // Damage the index behind the engine's back: one entry gone, one wrong.
+    {
+        let mut options = heed::EnvOpenOptions::new();
+        options.max_dbs(8).map_size(64 << 20);
+        // SAFETY: the engine that had it open is closed.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.open(dir.path()).unwrap() };
+        let mut txn = env.write_txn().unwrap();
+        let indexes: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
+            .database_options()
+            .types()
+            .name("indexes")
+            .flags(heed::DatabaseFlags::DUP_SORT)
+            .create(&mut txn)
+            .unwrap();
+        let id = 1u32.to_be_bytes();
+        indexes
+            .delete_one_duplicate(&mut txn, &[&id[..], b"Ann"].concat(), b"a")
+            .unwrap();
+        indexes
+            .put(&mut txn, &[&id[..], b"Zed"].concat(), b"b")
+            .unwrap();
+        txn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let engine = open(dir.path());
+    let problems = engine.tables().unwrap().check_indexes(b"t").unwrap();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("lacks \"Ann\" for row a"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("has \"Zed\" for row b"),
+        "{problems:?}"
+    );
+}

@@ -240,6 +240,15 @@ impl Condition {
         }
     }
 
+    /// The full-text operators' units: each its words and whether it is
+    /// positive (the expression holds when each positive unit finds one of
+    /// its words and each negative one finds none).
+    pub fn full_text_units(&self) -> impl Iterator<Item = (&[Vec<u8>], bool)> {
+        self.units
+            .iter()
+            .map(|unit| (&unit.words[..], unit.positive))
+    }
+
     fn full_text_holds(&self, value: &[u8]) -> bool {
         // An expression must start with a positive unit.
         if !self.units.first().is_some_and(|unit| unit.positive) {

@@ -6,10 +6,12 @@
 
 pub mod columns;
 pub mod condition;
+pub mod index;
 pub mod number;
 pub mod query;
 pub mod text;
 
 pub use columns::Record;
 pub use condition::{Condition, Operator};
+pub use index::{plan, IndexCommand, IndexKind, IndexPlan, KeyRange, Probes};
 pub use query::{metasearch, Order, OrderKind, Query, SetOperation};

@@ -35,6 +35,7 @@ mod dir_lock;
 mod expiry;
 pub mod history;
 mod identity;
+mod indexes;
 pub mod io;
 mod journal;
 mod marks;
@@ -100,6 +101,9 @@ struct Inner {
     items: Database<Bytes, Bytes>,
     /// Table rows by `rows::row_key`, their columns as `Record::encode_columns`.
     rows: Database<Bytes, Bytes>,
+    /// Index entries (`indexes.rs`): [index id u32 BE | key] ─▶ primary keys.
+    indexes: Database<Bytes, Bytes>,
+    index_defs: indexes::IndexDefs,
     expiry: Database<Bytes, Bytes>,
     meta: Database<Bytes, Bytes>,
     config: DiskConfig,

@@ -11,6 +11,7 @@ use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
+use super::indexes;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
@@ -74,6 +75,12 @@ impl DiskStore {
         let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
         let expiry = env.create_database(&mut txn, Some("expiry"))?;
         let rows: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("rows"))?;
+        let indexes: Database<Bytes, Bytes> = env
+            .database_options()
+            .types::<Bytes, Bytes>()
+            .name("indexes")
+            .flags(heed::DatabaseFlags::DUP_SORT)
+            .create(&mut txn)?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
         check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
@@ -102,6 +109,7 @@ impl DiskStore {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
+        let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
         let applied_lsn = meta
             .get(&txn, APPLIED_LSN)?
             .and_then(LogPosition::decode)
@@ -125,6 +133,8 @@ impl DiskStore {
             env,
             items,
             rows,
+            indexes,
+            index_defs,
             expiry,
             meta,
             clock: Clock::new(),

@@ -13,10 +13,12 @@
 use kura_table::Record;
 
 use super::change::Write;
+use super::indexes::table_prefix;
 use super::pending::{Change, Pending, Space};
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
+use kura_table::{IndexCommand, IndexKind, Probes};
 
 /// The longest table name.
 pub const MAX_TABLE_NAME: usize = 255;
@@ -44,14 +46,6 @@ pub fn split_row_key(key: &[u8]) -> Option<(&[u8], &[u8])> {
     (rest.len() > len).then(|| rest.split_at(len))
 }
 
-/// The first key of a table's rows (its name with its length byte).
-fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
-    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
-    let mut prefix = vec![len];
-    prefix.extend_from_slice(table);
-    Some(prefix)
-}
-
 impl Inner {
     /// Applies a row's write to LMDB (in the applier's transaction, or the
     /// replay's). A record no row write makes (a damaged log) is skipped.
@@ -72,9 +66,23 @@ impl Inner {
             tracing::error!("skipped a damaged row record in the log");
             return Ok(());
         }
+        let Some((table, primary_key)) = split_row_key(key) else {
+            return Ok(());
+        };
+        let old = self
+            .rows
+            .get(txn, key)?
+            .and_then(|stored| Record::decode_columns(primary_key, stored));
         match write {
-            Write::RowPut { stored } => self.rows.put(txn, key, stored),
-            Write::RowRemove => self.rows.delete(txn, key).map(|_| ()),
+            Write::RowPut { stored } => {
+                let new = Record::decode_columns(primary_key, stored);
+                self.reindex_row(txn, table, old.as_ref(), new.as_ref())?;
+                self.rows.put(txn, key, stored)
+            }
+            Write::RowRemove => {
+                self.reindex_row(txn, table, old.as_ref(), None)?;
+                self.rows.delete(txn, key).map(|_| ())
+            }
             Write::Put { .. } | Write::Move { .. } | Write::Remove => {
                 unreachable!("an item's write is applied to the items")
             }
@@ -160,6 +168,39 @@ impl Inner {
         }
     }
 
+    /// The rows an index finds under `probes`, in primary-key order, once
+    /// every write made before is in LMDB; `None` when there is no such
+    /// index.
+    fn indexed_rows(
+        &self,
+        table: &[u8],
+        column: &[u8],
+        kind: IndexKind,
+        probes: &Probes,
+    ) -> Result<Option<Vec<Record>>, WriteFailed> {
+        let Some(def) = self
+            .index_defs
+            .of(table)
+            .into_iter()
+            .find(|def| def.column == column && def.kind == kind)
+        else {
+            return Ok(None);
+        };
+        self.wait_until_applied(self.pending.last_seq());
+        let txn = self.env.read_txn()?;
+        let mut rows = Vec::new();
+        for primary_key in self.probe(&txn, &def, probes)? {
+            let Some(key) = row_key(table, &primary_key) else {
+                continue;
+            };
+            // An entry whose row is gone would be a bug; skip it.
+            if let Some(stored) = self.rows.get(&txn, &key)? {
+                rows.push(Record::decode_columns(&primary_key, stored).ok_or(WriteFailed)?);
+            }
+        }
+        Ok(Some(rows))
+    }
+
     /// Every row of `table` in primary-key order, once every write made
     /// before is in LMDB.
     fn visit_rows(
@@ -242,6 +283,40 @@ impl Tables for DiskStore {
 
     fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()> {
         self.inner.visit_rows(table, visit).map_err(|_| ())
+    }
+
+    fn set_index(&self, table: &[u8], column: &[u8], command: IndexCommand) -> Result<(), String> {
+        if !self.inner.writable() {
+            return Err("the engine refuses writes".to_string());
+        }
+        self.inner
+            .set_index(table, column, command)
+            .map_err(|error| error.to_string())
+    }
+
+    fn indexes(&self, table: &[u8]) -> Vec<(Vec<u8>, IndexKind)> {
+        self.inner
+            .index_defs
+            .of(table)
+            .into_iter()
+            .map(|def| (def.column, def.kind))
+            .collect()
+    }
+
+    fn indexed_rows(
+        &self,
+        table: &[u8],
+        column: &[u8],
+        kind: IndexKind,
+        probes: &Probes,
+    ) -> Result<Option<Vec<Record>>, ()> {
+        self.inner
+            .indexed_rows(table, column, kind, probes)
+            .map_err(|_| ())
+    }
+
+    fn check_indexes(&self, table: &[u8]) -> Result<Vec<String>, ()> {
+        self.inner.check_indexes(table).map_err(|_| ())
     }
 }
 

@@ -5,14 +5,17 @@
 //! `out`, `count`, `hint`, `mstype` and `next`).
 //!
 //! Where kura differs from ttserver: `count` after `next` (a meta-search)
-//! is the number found, where ttserver answers "0"; `setindex` checks its
-//! arguments but builds no index yet (queries scan the table, with the
-//! same results); `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
+//! is the number found, where ttserver answers "0"; a meta-search scans
+//! the table (a single query uses an index as Tokyo Cabinet would);
+//! `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
 
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::columns::join_zero_separated;
-use kura_table::{metasearch, number, Condition, Operator, Order, OrderKind, Query, SetOperation};
+use kura_table::{
+    metasearch, number, plan, Condition, IndexCommand, IndexPlan, Operator, Order, OrderKind,
+    Query, SetOperation,
+};
 
 use super::{next_key, start_iterator, stat_lines, Action, Context};
 
@@ -165,6 +168,20 @@ impl Db<'_> {
         rows
     }
 
+    /// The rows a query must look at: those its index finds, or all.
+    fn candidates(&self, query: &Query) -> (Vec<Record>, Option<IndexPlan>) {
+        let indexes = self.tables.indexes(self.table);
+        if let Some(plan) = plan(&query.conditions, &indexes) {
+            let found = self
+                .tables
+                .indexed_rows(self.table, &plan.column, plan.kind, &plan.probes);
+            if let Ok(Some(rows)) = found {
+                return (rows, Some(plan));
+            }
+        }
+        (self.rows(), None)
+    }
+
     fn vanish(&self) -> bool {
         self.rows().iter().all(|row| {
             matches!(
@@ -294,11 +311,15 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             Some(vec![key, row.zero_separated()])
         }
         b"setindex" => {
-            let valid = !args.is_empty()
-                && args.chunks(2).all(|pair| {
-                    pair.len() == 2 && std::str::from_utf8(pair[1]).is_ok_and(index_type_is_known)
-                });
-            valid.then(Vec::new)
+            if args.is_empty() {
+                return None;
+            }
+            for pair in args.chunks(2) {
+                let [column, kind] = pair else { return None };
+                let command = IndexCommand::parse(std::str::from_utf8(kind).ok()?)?;
+                db.tables.set_index(db.table, column, command).ok()?;
+            }
+            Some(Vec::new())
         }
         b"genuid" => Some(vec![db.new_uid().to_string().into_bytes()]),
         b"search" | b"metasearch" => search(db, args),
@@ -306,30 +327,6 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         b"vanish" => db.vanish().then(Vec::new),
         _ => None,
     }
-}
-
-/// Index types as `tctdbstrtoindextype` reads them (a `+` keeps an
-/// existing index).
-fn index_type_is_known(text: &str) -> bool {
-    let text = text.strip_prefix('+').unwrap_or(text).to_ascii_uppercase();
-    matches!(
-        text.as_str(),
-        "LEX"
-            | "LEXICAL"
-            | "STR"
-            | "DEC"
-            | "DECIMAL"
-            | "NUM"
-            | "TOK"
-            | "TOKEN"
-            | "QGR"
-            | "QGRAM"
-            | "FTS"
-            | "OPT"
-            | "OPTIMIZE"
-            | "VOID"
-            | "NULL"
-    ) || text.parse::<i64>().is_ok()
 }
 
 /// A `search` as `misc` carries it: each argument is a command and its
@@ -414,13 +411,12 @@ fn c_atoi(text: &str) -> i64 {
 
 fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     let request = SearchRequest::parse(args);
-    let rows = db.rows();
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let found = query.search(&rows);
+        let (rows, _) = db.candidates(query);
         let mut items = Vec::new();
-        for row in found {
+        for row in query.search(&rows) {
             if db.remove(&row.key) {
                 if let Some(columns) = &request.columns {
                     items.push(project(row, columns));
@@ -429,6 +425,11 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         }
         return Some(items);
     }
+    // One query may use an index; a meta-search scans.
+    let (rows, plan) = match &request.queries[..] {
+        [query] => db.candidates(query),
+        _ => (db.rows(), None),
+    };
     let found = match request.queries.len() {
         1 => request.queries[0].search(&rows),
         _ => metasearch(
@@ -446,7 +447,7 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     }
     if request.hint {
         let mut hint = b"\0\0[[HINT]]\n".to_vec();
-        hint.extend_from_slice(explain(&request.queries, &rows).as_bytes());
+        hint.extend_from_slice(explain(&request.queries, &rows, plan.as_ref()).as_bytes());
         items.push(hint);
     }
     Some(items)
@@ -467,11 +468,15 @@ fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
     }))
 }
 
-/// The plan in Tokyo Cabinet's hint format: kura scans the table.
-pub fn explain(queries: &[Query], rows: &[Record]) -> String {
+/// The plan in Tokyo Cabinet's hint format: the index a single query used
+/// (its rows are `rows`), or a scan of the whole table.
+pub fn explain(queries: &[Query], rows: &[Record], plan: Option<&IndexPlan>) -> String {
     let one = |query: &Query| {
         let matches = rows.iter().filter(|row| query.matches(row)).count();
-        let mut lines = vec!["scanning the whole table".to_string()];
+        let mut lines = vec![match plan {
+            Some(plan) => plan.hint(&query.conditions[plan.condition]),
+            None => "scanning the whole table".to_string(),
+        }];
         let mut size = matches;
         if let (None, Some(limit)) = (&query.order, query.limit) {
             let fetch = limit.saturating_add(query.skip);
@@ -556,12 +561,12 @@ mod tests {
         let rows = vec![Record::new(&b"a"[..]), Record::new(&b"b"[..])];
         let mut query = Query::default();
         assert_eq!(
-            explain(std::slice::from_ref(&query), &rows),
+            explain(std::slice::from_ref(&query), &rows, None),
             "scanning the whole table\nresult set size: 2\nleaving the natural order\n"
         );
         query.set_limit(1, 0);
         assert_eq!(
-            explain(&[query.clone(), Query::default()], &rows),
+            explain(&[query.clone(), Query::default()], &rows, None),
             "[0] scanning the whole table\n[0] limited matching: 1\n[0] result set size: 1\n[0] leaving the natural order\n\
              [1] scanning the whole table\n[1] result set size: 2\n[1] leaving the natural order\n"
         );

@@ -1,0 +1,348 @@
+//! Secondary indexes of tables: which exist (`IndexDefs`, kept in `meta`
+//! and in memory) and their entries (the `indexes` database: the index's
+//! id and a key of `kura_table::index`, each with the primary keys of the
+//! rows that have it). The applier updates a row's entries in the same
+//! transaction as the row (`apply_row`), so an index never disagrees with
+//! its table; `setindex` builds one in a transaction of its own, which
+//! LMDB's one writer orders with the applier's rounds.
+//!
+//! Indexes are derived from the rows, not entries of the update log: a
+//! restore brings those of its snapshot, and a replay keeps them current.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+
+use heed::types::Bytes;
+use heed::{Database, RoTxn, RwTxn};
+use kura_table::index::{index_keys, IndexCommand, IndexKind, KeyRange, Probes};
+use kura_table::Record;
+use parking_lot::RwLock;
+
+use super::rows::{row_key, split_row_key};
+use super::Inner;
+
+/// `meta` keys of index definitions: this, then the table's name with its
+/// length byte, then the column.
+const DEF_PREFIX: &[u8] = b"idx:";
+/// `meta` key: the last index id handed out (u32 LE).
+const LAST_ID: &[u8] = b"idx_last";
+
+/// One index of a table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexDef {
+    pub id: u32,
+    pub column: Vec<u8>,
+    pub kind: IndexKind,
+}
+
+/// Every table's indexes, by table name.
+#[derive(Default)]
+pub struct IndexDefs(RwLock<HashMap<Vec<u8>, Vec<IndexDef>>>);
+
+impl IndexDefs {
+    /// The definitions `meta` holds.
+    pub fn load(meta: &Database<Bytes, Bytes>, txn: &RoTxn<'_>) -> heed::Result<IndexDefs> {
+        let mut defs: HashMap<Vec<u8>, Vec<IndexDef>> = HashMap::new();
+        for entry in meta.prefix_iter(txn, DEF_PREFIX)? {
+            let (key, value) = entry?;
+            let (Some((table, column)), Some(def)) =
+                (split_row_key(&key[DEF_PREFIX.len()..]), decode_def(value))
+            else {
+                tracing::error!("skipped a damaged index definition");
+                continue;
+            };
+            defs.entry(table.to_vec()).or_default().push(IndexDef {
+                column: column.to_vec(),
+                ..def
+            });
+        }
+        Ok(IndexDefs(RwLock::new(defs)))
+    }
+
+    pub fn of(&self, table: &[u8]) -> Vec<IndexDef> {
+        self.0.read().get(table).cloned().unwrap_or_default()
+    }
+}
+
+fn decode_def(value: &[u8]) -> Option<IndexDef> {
+    let (id, kind) = value.split_first_chunk::<4>()?;
+    Some(IndexDef {
+        id: u32::from_le_bytes(*id),
+        column: Vec::new(),
+        kind: IndexKind::from_code(*kind.first()?)?,
+    })
+}
+
+fn def_key(table: &[u8], column: &[u8]) -> Option<Vec<u8>> {
+    let mut key = DEF_PREFIX.to_vec();
+    key.extend_from_slice(&row_key(table, column)?);
+    Some(key)
+}
+
+fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
+    let mut entry = id.to_be_bytes().to_vec();
+    entry.extend_from_slice(key);
+    entry
+}
+
+/// The keys a row has in an index (none without the column).
+fn keys_of(def: &IndexDef, row: Option<&Record>) -> BTreeSet<Vec<u8>> {
+    let value = row.and_then(|row| {
+        row.columns
+            .iter()
+            .find(|(name, _)| *name == def.column)
+            .map(|(_, value)| value)
+    });
+    value
+        .map(|value| index_keys(def.kind, value).into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// Why `setindex` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("there is an index on that column already")]
+    Exists,
+    #[error("there is no index on that column")]
+    Missing,
+    #[error("an empty or too long table or column name")]
+    Invalid,
+    #[error(transparent)]
+    Lmdb(#[from] heed::Error),
+}
+
+impl Inner {
+    /// Moves a row's index entries from its old columns to its new ones
+    /// (`new`: `None` when it is removed), in the row's transaction.
+    pub(super) fn reindex_row(
+        &self,
+        txn: &mut RwTxn<'_>,
+        table: &[u8],
+        old: Option<&Record>,
+        new: Option<&Record>,
+    ) -> heed::Result<()> {
+        let Some(primary_key) = new.or(old).map(|row| &row.key[..]) else {
+            return Ok(());
+        };
+        for def in self.index_defs.of(table) {
+            let before = keys_of(&def, old);
+            let after = keys_of(&def, new);
+            for gone in before.difference(&after) {
+                self.indexes
+                    .delete_one_duplicate(txn, &entry_key(def.id, gone), primary_key)?;
+            }
+            for added in after.difference(&before) {
+                self.indexes
+                    .put(txn, &entry_key(def.id, added), primary_key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `setindex`: builds, rebuilds, optimizes or drops the index of a
+    /// table's column, once every write made before is applied.
+    pub(super) fn set_index(
+        &self,
+        table: &[u8],
+        column: &[u8],
+        command: IndexCommand,
+    ) -> Result<(), IndexError> {
+        let key = def_key(table, column).ok_or(IndexError::Invalid)?;
+        self.wait_until_applied(self.pending.last_seq());
+        // LMDB's writer first, then the definitions: the applier takes them
+        // in the same order (it reads them inside its transaction).
+        let mut txn = self.env.write_txn()?;
+        let mut defs = self.index_defs.0.write();
+        let existing = defs
+            .get(table)
+            .and_then(|list| list.iter().find(|def| def.column == column))
+            .cloned();
+        let kind = match (command, &existing) {
+            (IndexCommand::Build { keep: true, .. }, Some(_)) => return Err(IndexError::Exists),
+            (IndexCommand::Optimize, Some(_)) => return Ok(()),
+            (IndexCommand::Optimize | IndexCommand::Void, None) => return Err(IndexError::Missing),
+            (IndexCommand::Build { kind, .. }, _) => Some(kind),
+            (IndexCommand::Void, Some(_)) => None,
+        };
+        if let Some(old) = &existing {
+            self.drop_entries(&mut txn, old.id)?;
+            self.meta.delete(&mut txn, &key)?;
+        }
+        let mut list: Vec<IndexDef> = defs.get(table).cloned().unwrap_or_default();
+        list.retain(|def| def.column != column);
+        if let Some(kind) = kind {
+            let id = self
+                .meta
+                .get(&txn, LAST_ID)?
+                .and_then(|bytes| bytes.try_into().ok())
+                .map_or(0, u32::from_le_bytes)
+                + 1;
+            self.meta.put(&mut txn, LAST_ID, &id.to_le_bytes())?;
+            let mut value = id.to_le_bytes().to_vec();
+            value.push(kind as u8);
+            self.meta.put(&mut txn, &key, &value)?;
+            let def = IndexDef {
+                id,
+                column: column.to_vec(),
+                kind,
+            };
+            self.build_entries(&mut txn, table, &def)?;
+            list.push(def);
+        }
+        self.config.io.commit(txn)?;
+        defs.insert(table.to_vec(), list);
+        Ok(())
+    }
+
+    fn drop_entries(&self, txn: &mut RwTxn<'_>, id: u32) -> heed::Result<()> {
+        let keys: Vec<Vec<u8>> = self
+            .indexes
+            .prefix_iter(txn, &id.to_be_bytes())?
+            .map(|entry| entry.map(|(key, _)| key.to_vec()))
+            .collect::<heed::Result<_>>()?;
+        for key in keys {
+            self.indexes.delete(txn, &key)?;
+        }
+        Ok(())
+    }
+
+    fn build_entries(&self, txn: &mut RwTxn<'_>, table: &[u8], def: &IndexDef) -> heed::Result<()> {
+        let Some(prefix) = table_prefix(table) else {
+            return Ok(());
+        };
+        let mut entries = Vec::new();
+        for entry in self.rows.prefix_iter(txn, &prefix)? {
+            let (key, stored) = entry?;
+            let primary_key = &key[prefix.len()..];
+            if let Some(row) = Record::decode_columns(primary_key, stored) {
+                for index_key in keys_of(def, Some(&row)) {
+                    entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
+                }
+            }
+        }
+        for (key, primary_key) in entries {
+            self.indexes.put(txn, &key, &primary_key)?;
+        }
+        Ok(())
+    }
+
+    /// The primary keys under `probes` in the index `def`, sorted.
+    pub(super) fn probe(
+        &self,
+        txn: &RoTxn<'_>,
+        def: &IndexDef,
+        probes: &Probes,
+    ) -> heed::Result<BTreeSet<Vec<u8>>> {
+        let mut result: Option<BTreeSet<Vec<u8>>> = None;
+        for range in &probes.ranges {
+            let found = self.keys_in(txn, def.id, range)?;
+            result = Some(match result {
+                None => found,
+                Some(so_far) if probes.every => so_far.intersection(&found).cloned().collect(),
+                Some(mut so_far) => {
+                    so_far.extend(found);
+                    so_far
+                }
+            });
+        }
+        Ok(result.unwrap_or_default())
+    }
+
+    fn keys_in(
+        &self,
+        txn: &RoTxn<'_>,
+        id: u32,
+        range: &KeyRange,
+    ) -> heed::Result<BTreeSet<Vec<u8>>> {
+        let mut found = BTreeSet::new();
+        match range {
+            KeyRange::Prefix(prefix) => {
+                for entry in self.indexes.prefix_iter(txn, &entry_key(id, prefix))? {
+                    found.insert(entry?.1.to_vec());
+                }
+            }
+            KeyRange::Span(from, to) => {
+                let bound = |bound: &Bound<Vec<u8>>, edge: Bound<Vec<u8>>| match bound {
+                    Bound::Included(key) => Bound::Included(entry_key(id, key)),
+                    Bound::Excluded(key) => Bound::Excluded(entry_key(id, key)),
+                    Bound::Unbounded => edge,
+                };
+                let from = bound(from, Bound::Included(id.to_be_bytes().to_vec()));
+                let to = bound(
+                    to,
+                    match id.checked_add(1) {
+                        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
+                        None => Bound::Unbounded,
+                    },
+                );
+                let range = (
+                    from.as_ref().map(Vec::as_slice),
+                    to.as_ref().map(Vec::as_slice),
+                );
+                for entry in self.indexes.range(txn, &range)? {
+                    found.insert(entry?.1.to_vec());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether every index of `table` holds exactly what its rows say;
+    /// returns what disagrees.
+    pub(super) fn check_indexes(&self, table: &[u8]) -> heed::Result<Vec<String>> {
+        self.wait_until_applied(self.pending.last_seq());
+        let txn = self.env.read_txn()?;
+        let mut problems = Vec::new();
+        let Some(prefix) = table_prefix(table) else {
+            return Ok(problems);
+        };
+        for def in self.index_defs.of(table) {
+            let mut expected = BTreeSet::new();
+            for entry in self.rows.prefix_iter(&txn, &prefix)? {
+                let (key, stored) = entry?;
+                let primary_key = &key[prefix.len()..];
+                let Some(row) = Record::decode_columns(primary_key, stored) else {
+                    problems.push(format!(
+                        "row {} is damaged",
+                        String::from_utf8_lossy(primary_key)
+                    ));
+                    continue;
+                };
+                for index_key in keys_of(&def, Some(&row)) {
+                    expected.insert((index_key, primary_key.to_vec()));
+                }
+            }
+            let mut found = BTreeSet::new();
+            for entry in self.indexes.prefix_iter(&txn, &def.id.to_be_bytes())? {
+                let (key, primary_key) = entry?;
+                found.insert((key[4..].to_vec(), primary_key.to_vec()));
+            }
+            let column = String::from_utf8_lossy(&def.column);
+            for (key, primary_key) in expected.difference(&found) {
+                problems.push(format!(
+                    "index {column} ({}) lacks {:?} for row {}",
+                    def.kind.name(),
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(primary_key)
+                ));
+            }
+            for (key, primary_key) in found.difference(&expected) {
+                problems.push(format!(
+                    "index {column} ({}) has {:?} for row {}, which its row does not",
+                    def.kind.name(),
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(primary_key)
+                ));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+/// The first key of a table's rows.
+pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
+    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
+    let mut prefix = vec![len];
+    prefix.extend_from_slice(table);
+    Some(prefix)
+}

@@ -1,0 +1,482 @@
+//! Secondary indexes as key sets: what a row's value puts into an index of
+//! each of Tokyo Cabinet's four kinds, and which index keys can hold the
+//! rows a condition matches. An index only narrows the rows a query looks
+//! at: every condition is still checked on every row it yields, so a query
+//! finds exactly what a scan finds, in the same order.
+
+use std::ops::Bound;
+
+use crate::condition::{Condition, Operator};
+use crate::{number, text};
+
+/// Tokyo Cabinet's index kinds (`TDBIT*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexKind {
+    /// The value (STREQ, STRBW, STROREQ).
+    Lexical = 0,
+    /// The value as a number (NUMEQ … NUMOREQ).
+    Decimal = 1,
+    /// Each word (STRAND, STROR).
+    Token = 2,
+    /// Each three characters of the folded text (the full-text operators).
+    QGram = 3,
+}
+
+/// What `setindex` asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexCommand {
+    /// Build (or rebuild) an index; `keep`: fail if there is one.
+    Build { kind: IndexKind, keep: bool },
+    /// Optimize an index (kura's need nothing).
+    Optimize,
+    /// Drop an index.
+    Void,
+}
+
+impl IndexCommand {
+    /// Reads an index type as `tctdbstrtoindextype` does.
+    pub fn parse(text: &str) -> Option<IndexCommand> {
+        let (keep, rest) = match text.strip_prefix('+') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let kind = match rest.to_ascii_uppercase().as_str() {
+            "LEX" | "LEXICAL" | "STR" => IndexKind::Lexical,
+            "DEC" | "DECIMAL" | "NUM" => IndexKind::Decimal,
+            "TOK" | "TOKEN" => IndexKind::Token,
+            "QGR" | "QGRAM" | "FTS" => IndexKind::QGram,
+            "OPT" | "OPTIMIZE" => return Some(IndexCommand::Optimize),
+            "VOID" | "NULL" => return Some(IndexCommand::Void),
+            other => match other.parse::<i64>().ok()? {
+                0 => IndexKind::Lexical,
+                1 => IndexKind::Decimal,
+                2 => IndexKind::Token,
+                3 => IndexKind::QGram,
+                9998 => return Some(IndexCommand::Optimize),
+                9999 => return Some(IndexCommand::Void),
+                _ => return None,
+            },
+        };
+        Some(IndexCommand::Build { kind, keep })
+    }
+}
+
+impl IndexKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Lexical => "lexical",
+            IndexKind::Decimal => "decimal",
+            IndexKind::Token => "token",
+            IndexKind::QGram => "qgram",
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<IndexKind> {
+        Some(match code {
+            0 => IndexKind::Lexical,
+            1 => IndexKind::Decimal,
+            2 => IndexKind::Token,
+            3 => IndexKind::QGram,
+            _ => return None,
+        })
+    }
+}
+
+/// The longest value part of an index key: LMDB's keys are at most 511
+/// bytes, and the engine puts the index's id in front. A longer value is
+/// cut, so its key stands for every value sharing the cut part.
+pub const MAX_INDEXED: usize = 480;
+
+/// Characters per q-gram.
+const GRAM: usize = 3;
+
+fn cut(bytes: &[u8]) -> Vec<u8> {
+    bytes[..bytes.len().min(MAX_INDEXED)].to_vec()
+}
+
+/// A number as 8 bytes that sort as the numbers do (-0 as 0).
+pub fn decimal_key(number: f64) -> [u8; 8] {
+    let bits = (number + 0.0).to_bits();
+    let ordered = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    };
+    ordered.to_be_bytes()
+}
+
+/// The keys a row whose column holds `value` has in an index of `kind`
+/// (none for a number that is NaN: no positive condition matches it).
+pub fn index_keys(kind: IndexKind, value: &[u8]) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = match kind {
+        IndexKind::Lexical => vec![cut(text::c_str(value))],
+        IndexKind::Decimal => {
+            let number = number::parse(value);
+            if number.is_nan() {
+                return Vec::new();
+            }
+            vec![decimal_key(number).to_vec()]
+        }
+        IndexKind::Token => text::words(value).map(cut).collect(),
+        IndexKind::QGram => {
+            let folded = String::from_utf8(text::normalize(value)).unwrap_or_default();
+            let chars: Vec<char> = folded.chars().collect();
+            // Every position's gram; the last ones are shorter, so a word
+            // of one or two characters is found by prefix anywhere.
+            (0..chars.len())
+                .map(|at| {
+                    let gram: String = chars[at..(at + GRAM).min(chars.len())].iter().collect();
+                    gram.into_bytes()
+                })
+                .collect()
+        }
+    };
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// A set of index keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyRange {
+    /// Keys starting with these bytes.
+    Prefix(Vec<u8>),
+    /// Keys between the bounds.
+    Span(Bound<Vec<u8>>, Bound<Vec<u8>>),
+}
+
+impl KeyRange {
+    fn exact(key: Vec<u8>) -> KeyRange {
+        KeyRange::Span(Bound::Included(key.clone()), Bound::Included(key))
+    }
+}
+
+/// Where in an index the rows a condition matches are: the rows under
+/// every range (`every`), or under any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probes {
+    pub ranges: Vec<KeyRange>,
+    pub every: bool,
+}
+
+impl Probes {
+    fn any(ranges: Vec<KeyRange>) -> Option<Probes> {
+        Some(Probes {
+            ranges,
+            every: false,
+        })
+    }
+
+    fn all(ranges: Vec<KeyRange>) -> Option<Probes> {
+        Some(Probes {
+            ranges,
+            every: true,
+        })
+    }
+}
+
+/// The index keys that hold at least every row `condition` matches, when
+/// an index of `kind` on its column can tell; `None` when it cannot (a
+/// negated or no-index condition, another kind's operator, or a condition
+/// that also matches rows the index cannot find).
+pub fn probes(condition: &Condition, kind: IndexKind) -> Option<Probes> {
+    if condition.negated || condition.no_index {
+        return None;
+    }
+    let expression = &condition.expression[..];
+    use Operator::*;
+    match (kind, condition.operator) {
+        (IndexKind::Lexical, StrEq) => {
+            Probes::any(vec![KeyRange::exact(cut(text::c_str(expression)))])
+        }
+        (IndexKind::Lexical, StrBw) => {
+            Probes::any(vec![KeyRange::Prefix(cut(text::c_str(expression)))])
+        }
+        (IndexKind::Lexical, StrOrEq) => Probes::any(
+            text::words(expression)
+                .map(|word| KeyRange::exact(cut(word)))
+                .collect(),
+        ),
+        (IndexKind::Decimal, NumEq | NumGt | NumGe | NumLt | NumLe) => {
+            let n = number::parse(expression);
+            if n.is_nan() {
+                return Probes::any(Vec::new());
+            }
+            let key = decimal_key(n).to_vec();
+            let range = match condition.operator {
+                NumEq => KeyRange::exact(key),
+                NumGt => KeyRange::Span(Bound::Excluded(key), Bound::Unbounded),
+                NumGe => KeyRange::Span(Bound::Included(key), Bound::Unbounded),
+                NumLt => KeyRange::Span(Bound::Unbounded, Bound::Excluded(key)),
+                _ => KeyRange::Span(Bound::Unbounded, Bound::Included(key)),
+            };
+            Probes::any(vec![range])
+        }
+        (IndexKind::Decimal, NumBt) => {
+            let mut words = text::number_words(expression);
+            let first = words.next().map_or(0.0, number::parse);
+            let second = words.next().map_or(0.0, number::parse);
+            if first.is_nan() || second.is_nan() {
+                return Probes::any(Vec::new());
+            }
+            let (low, high) = if first > second {
+                (second, first)
+            } else {
+                (first, second)
+            };
+            Probes::any(vec![KeyRange::Span(
+                Bound::Included(decimal_key(low).to_vec()),
+                Bound::Included(decimal_key(high).to_vec()),
+            )])
+        }
+        (IndexKind::Decimal, NumOrEq) => Probes::any(
+            text::number_words(expression)
+                .map(number::parse)
+                .filter(|n| !n.is_nan())
+                .map(|n| KeyRange::exact(decimal_key(n).to_vec()))
+                .collect(),
+        ),
+        (IndexKind::Token, StrAnd) => {
+            let ranges: Vec<KeyRange> = text::words(expression)
+                .map(|word| KeyRange::exact(cut(word)))
+                .collect();
+            // No word: every row with the column matches.
+            (!ranges.is_empty()).then_some(Probes {
+                ranges,
+                every: true,
+            })
+        }
+        (IndexKind::Token, StrOr) => Probes::any(
+            text::words(expression)
+                .map(|word| KeyRange::exact(cut(word)))
+                .collect(),
+        ),
+        (IndexKind::QGram, FtsPh | FtsAnd | FtsOr | FtsEx) => full_text_probes(condition),
+        _ => None,
+    }
+}
+
+/// The grams a text holding `word` must have: all its grams for a word of
+/// three characters or more, else a gram starting with it.
+fn grams_of(word: &[u8]) -> Option<Vec<KeyRange>> {
+    let word = std::str::from_utf8(word).ok()?;
+    let chars: Vec<char> = word.chars().collect();
+    if chars.is_empty() {
+        return None;
+    }
+    if chars.len() < GRAM {
+        return Some(vec![KeyRange::Prefix(word.as_bytes().to_vec())]);
+    }
+    Some(
+        chars
+            .windows(GRAM)
+            .map(|gram| KeyRange::exact(gram.iter().collect::<String>().into_bytes()))
+            .collect(),
+    )
+}
+
+/// The start of a word as a gram prefix: what any text holding it has.
+fn gram_start(word: &[u8]) -> Option<KeyRange> {
+    let word = std::str::from_utf8(word).ok()?;
+    let start: String = word.chars().take(GRAM).collect();
+    (!start.is_empty()).then(|| KeyRange::Prefix(start.into_bytes()))
+}
+
+fn full_text_probes(condition: &Condition) -> Option<Probes> {
+    let units: Vec<(&[Vec<u8>], bool)> = condition.full_text_units().collect();
+    match units.first() {
+        // No unit, or a negative first one: the condition matches nothing.
+        None | Some((_, false)) => return Probes::any(Vec::new()),
+        Some(_) => {}
+    }
+    match condition.operator {
+        // One word (the folded phrase), or one unit per word: every word's
+        // grams.
+        Operator::FtsPh | Operator::FtsAnd => {
+            let mut ranges = Vec::new();
+            for (words, _) in &units {
+                // A word that is not UTF-8, or empty, cannot narrow.
+                ranges.extend(grams_of(words.first()?)?);
+            }
+            Probes::all(ranges)
+        }
+        // The first unit finds one of its words: any word's start.
+        _ => {
+            let (words, _) = units[0];
+            Probes::any(
+                words
+                    .iter()
+                    .map(|word| gram_start(word))
+                    .collect::<Option<_>>()?,
+            )
+        }
+    }
+}
+
+/// The index a query uses: the first of its conditions an index of its
+/// column can narrow, as Tokyo Cabinet picks it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexPlan {
+    pub condition: usize,
+    pub column: Vec<u8>,
+    pub kind: IndexKind,
+    pub probes: Probes,
+}
+
+impl IndexPlan {
+    /// Tokyo Cabinet's hint line for it.
+    pub fn hint(&self, condition: &Condition) -> String {
+        use Operator::*;
+        let column = String::from_utf8_lossy(&self.column);
+        let how = match condition.operator {
+            StrEq | StrBw | NumEq | NumBt => format!("asc ({})", condition.operator.name()),
+            NumGt | NumGe => "asc (NUMGT/NUMGE)".to_string(),
+            NumLt | NumLe => "desc (NUMLT/NUMLE)".to_string(),
+            StrOrEq | NumOrEq => format!("skip ({})", condition.operator.name()),
+            StrAnd | StrOr => format!("inverted ({})", condition.operator.name()),
+            _ => "inverted (FTS)".to_string(),
+        };
+        format!("using an index: \"{column}\" {how}")
+    }
+}
+
+/// Plans a query over the indexes a table has (column and kind).
+pub fn plan(conditions: &[Condition], indexes: &[(Vec<u8>, IndexKind)]) -> Option<IndexPlan> {
+    conditions.iter().enumerate().find_map(|(at, condition)| {
+        indexes
+            .iter()
+            .filter(|(column, _)| *column == condition.column)
+            .find_map(|(column, kind)| {
+                Some(IndexPlan {
+                    condition: at,
+                    column: column.clone(),
+                    kind: *kind,
+                    probes: probes(condition, *kind)?,
+                })
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(operator: &str, expression: &str) -> Condition {
+        let (operator, flags) = Operator::parse(operator).unwrap();
+        Condition::new(b"c", operator, flags, expression.as_bytes())
+    }
+
+    #[test]
+    fn decimal_keys_sort_as_their_numbers() {
+        let numbers = [
+            f64::NEG_INFINITY,
+            -1e9,
+            -2.5,
+            -0.0,
+            0.0,
+            1e-9,
+            3.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        for pair in numbers.windows(2) {
+            assert!(decimal_key(pair[0]) <= decimal_key(pair[1]), "{pair:?}");
+        }
+        assert_eq!(decimal_key(-0.0), decimal_key(0.0));
+        assert!(index_keys(IndexKind::Decimal, b"nan").is_empty());
+        assert_eq!(
+            index_keys(IndexKind::Decimal, b" +7kg"),
+            [decimal_key(7.0).to_vec()]
+        );
+    }
+
+    #[test]
+    fn rows_put_words_grams_and_cut_values_in_their_indexes() {
+        assert_eq!(index_keys(IndexKind::Lexical, b"ab\0cd"), [b"ab".to_vec()]);
+        assert_eq!(
+            index_keys(IndexKind::Lexical, &[b'x'; 600])[0].len(),
+            MAX_INDEXED
+        );
+        assert_eq!(
+            index_keys(IndexKind::Token, b"red,green red"),
+            [b"green".to_vec(), b"red".to_vec()]
+        );
+        assert_eq!(
+            index_keys(IndexKind::QGram, "Héllo".as_bytes()),
+            [
+                b"ell".to_vec(),
+                b"hel".to_vec(),
+                b"llo".to_vec(),
+                b"lo".to_vec(),
+                b"o".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn conditions_find_their_index_keys_or_say_they_cannot() {
+        let exact = |key: &[u8]| KeyRange::exact(key.to_vec());
+        assert_eq!(
+            probes(&condition("STREQ", "Bob"), IndexKind::Lexical),
+            Probes::any(vec![exact(b"Bob")])
+        );
+        assert_eq!(
+            probes(&condition("!STREQ", "Bob"), IndexKind::Lexical),
+            None
+        );
+        assert_eq!(
+            probes(&condition("+STREQ", "Bob"), IndexKind::Lexical),
+            None
+        );
+        assert_eq!(probes(&condition("STRINC", "o"), IndexKind::Lexical), None);
+        assert_eq!(probes(&condition("STREQ", "Bob"), IndexKind::Decimal), None);
+        assert_eq!(
+            probes(&condition("NUMBT", "9 3"), IndexKind::Decimal),
+            Probes::any(vec![KeyRange::Span(
+                Bound::Included(decimal_key(3.0).to_vec()),
+                Bound::Included(decimal_key(9.0).to_vec())
+            )])
+        );
+        assert_eq!(probes(&condition("STRAND", ""), IndexKind::Token), None);
+        assert_eq!(
+            probes(&condition("STRAND", "a,b"), IndexKind::Token),
+            Probes::all(vec![exact(b"a"), exact(b"b")])
+        );
+        assert_eq!(
+            probes(&condition("FTSPH", "Hello"), IndexKind::QGram),
+            Probes::all(vec![exact(b"hel"), exact(b"ell"), exact(b"llo")])
+        );
+        assert_eq!(probes(&condition("FTSPH", ""), IndexKind::QGram), None);
+        assert_eq!(
+            probes(&condition("FTSOR", "ab cdef"), IndexKind::QGram),
+            Probes::any(vec![
+                KeyRange::Prefix(b"ab".to_vec()),
+                KeyRange::Prefix(b"cde".to_vec())
+            ])
+        );
+        assert_eq!(
+            probes(&condition("FTSEX", "!! x"), IndexKind::QGram),
+            Probes::any(Vec::new())
+        );
+    }
+
+    #[test]
+    fn index_types_read_as_tokyo_cabinet_reads_them() {
+        assert_eq!(
+            IndexCommand::parse("+lexical"),
+            Some(IndexCommand::Build {
+                kind: IndexKind::Lexical,
+                keep: true
+            })
+        );
+        assert_eq!(
+            IndexCommand::parse("3"),
+            Some(IndexCommand::Build {
+                kind: IndexKind::QGram,
+                keep: false
+            })
+        );
+        assert_eq!(IndexCommand::parse("void"), Some(IndexCommand::Void));
+        assert_eq!(IndexCommand::parse("bogus"), None);
+    }
+}
