@@ -3,6 +3,7 @@
 mod backup;
 mod engine_bench;
 mod log;
+mod query;
 mod serve;
 
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
     Backup(Box<backup::BackupArgs>),
     /// Make a data directory from a backup, at a point in time or an LSN.
     Restore(backup::RestoreArgs),
+    /// Query a table a server serves on its tyrant port (put, get, index, search, check).
+    Query(query::QueryArgs),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Log(args) => log::run(args),
         Command::Backup(args) => backup::run_backup(*args),
         Command::Restore(args) => backup::run_restore(args),
+        Command::Query(args) => query::run(args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),

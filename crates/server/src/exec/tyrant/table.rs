@@ -322,6 +322,11 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             Some(Vec::new())
         }
         b"genuid" => Some(vec![db.new_uid().to_string().into_bytes()]),
+        // kura's own: what disagrees between the indexes and the table.
+        b"check" => {
+            let problems = db.tables.check_indexes(db.table).ok()?;
+            Some(problems.into_iter().map(String::into_bytes).collect())
+        }
         b"search" | b"metasearch" => search(db, args),
         b"sync" | b"optimize" => Some(Vec::new()),
         b"vanish" => db.vanish().then(Vec::new),
