@@ -8,6 +8,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod handlersocket;
 pub mod line;
 pub mod meta;
 pub mod number;
