@@ -165,6 +165,22 @@ pub trait Tables: Send + Sync {
         probes: &Probes,
     ) -> Result<Option<Vec<Record>>, ()>;
 
+    /// Walks the rows in the order of an index of `column` of `kind`
+    /// (`None`: the primary key) from `start` (a key of that order):
+    /// ascending, keys at or after it (`Included`) or after it; descending,
+    /// at or before it or before it. Hands `visit` each row's key in that
+    /// order and the row, until it answers false, with every write made
+    /// before. `Ok(false)`: there is no such index.
+    #[allow(clippy::result_unit_err)]
+    fn walk_rows(
+        &self,
+        table: &[u8],
+        index: Option<(&[u8], IndexKind)>,
+        start: std::ops::Bound<&[u8]>,
+        descending: bool,
+        visit: &mut dyn FnMut(&[u8], Record) -> bool,
+    ) -> Result<bool, ()>;
+
     /// What disagrees between the table's indexes and a full scan of its
     /// rows (nothing, normally).
     #[allow(clippy::result_unit_err)]

@@ -354,3 +354,47 @@ fn a_check_finds_an_index_that_disagrees_with_its_table() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn rows_are_walked_in_key_or_index_order_either_way() {
+    use std::ops::Bound;
+
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    for (key, age) in [("a", "30"), ("b", "4"), ("c", "30"), ("d", "12")] {
+        put(tables, "t", &row(key, &[("age", age)]), RowMode::Put);
+    }
+    put(tables, "u", &row("a", &[("age", "1")]), RowMode::Put);
+    let build = IndexCommand::Build {
+        kind: IndexKind::Decimal,
+        keep: false,
+    };
+    tables.set_index(b"t", b"age", build).unwrap();
+    let walk = |index, start: Bound<&[u8]>, descending| {
+        let mut keys = Vec::new();
+        let exists = tables
+            .walk_rows(b"t", index, start, descending, &mut |_, row| {
+                keys.push(String::from_utf8(row.key).unwrap());
+                true
+            })
+            .unwrap();
+        assert!(exists);
+        keys
+    };
+    assert_eq!(walk(None, Bound::Included(b"b"), false), ["b", "c", "d"]);
+    assert_eq!(walk(None, Bound::Excluded(b"b"), false), ["c", "d"]);
+    assert_eq!(walk(None, Bound::Included(b"b"), true), ["b", "a"]);
+    assert_eq!(walk(None, Bound::Excluded(b"b"), true), ["a"]);
+    assert_eq!(walk(None, Bound::Unbounded, true), ["d", "c", "b", "a"]);
+    let age = Some((&b"age"[..], IndexKind::Decimal));
+    let twelve = kura_table::index::decimal_key(12.0);
+    assert_eq!(walk(age, Bound::Included(&twelve), false), ["d", "a", "c"]);
+    assert_eq!(walk(age, Bound::Excluded(&twelve), true), ["b"]);
+    assert_eq!(walk(age, Bound::Unbounded, false), ["b", "d", "a", "c"]);
+    let lexical = Some((&b"age"[..], IndexKind::Lexical));
+    assert!(!tables
+        .walk_rows(b"t", lexical, Bound::Unbounded, false, &mut |_, _| true)
+        .unwrap());
+}

@@ -94,6 +94,11 @@ fn cut(bytes: &[u8]) -> Vec<u8> {
     bytes[..bytes.len().min(MAX_INDEXED)].to_vec()
 }
 
+/// A value's key in a lexical index: up to a NUL, cut.
+pub fn lexical_key(value: &[u8]) -> Vec<u8> {
+    cut(text::c_str(value))
+}
+
 /// A number as 8 bytes that sort as the numbers do (-0 as 0).
 pub fn decimal_key(number: f64) -> [u8; 8] {
     let bits = (number + 0.0).to_bits();

@@ -339,6 +339,129 @@ impl Inner {
     }
 }
 
+/// The range of keys of `base` from `start` on, ascending or descending,
+/// within keys starting with `prefix`.
+fn span(prefix: &[u8], start: Bound<&[u8]>, descending: bool) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let at = |key: &[u8]| [prefix, key].concat();
+    let first = Bound::Included(prefix.to_vec());
+    let past = match prefix_end(prefix) {
+        Some(end) => Bound::Excluded(end),
+        None => Bound::Unbounded,
+    };
+    match (start, descending) {
+        (Bound::Unbounded, _) => (first, past),
+        (Bound::Included(key), false) => (Bound::Included(at(key)), past),
+        (Bound::Excluded(key), false) => (Bound::Excluded(at(key)), past),
+        (Bound::Included(key), true) => (first, Bound::Included(at(key))),
+        (Bound::Excluded(key), true) => (first, Bound::Excluded(at(key))),
+    }
+}
+
+/// The first key after every key starting with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+impl Inner {
+    /// Walks a table's rows in the order of an index (`None`: the primary
+    /// key) from `start`: ascending, keys at or after it (`Included`) or
+    /// after it; descending, keys at or before it or before it. Hands
+    /// `visit` each row's key in that order and the row until it answers
+    /// false. `Ok(false)`: there is no such index.
+    pub(super) fn walk_rows(
+        &self,
+        table: &[u8],
+        index: Option<(&[u8], IndexKind)>,
+        start: Bound<&[u8]>,
+        descending: bool,
+        visit: &mut dyn FnMut(&[u8], Record) -> bool,
+    ) -> heed::Result<bool> {
+        let Some(prefix) = table_prefix(table) else {
+            return Ok(true);
+        };
+        let def = match index {
+            None => None,
+            Some((column, kind)) => {
+                let found = self
+                    .index_defs
+                    .of(table)
+                    .into_iter()
+                    .find(|def| def.column == column && def.kind == kind);
+                match found {
+                    Some(def) => Some(def),
+                    None => return Ok(false),
+                }
+            }
+        };
+        self.wait_until_applied(self.pending.last_seq());
+        let txn = self.env.read_txn()?;
+        let row_of = |primary_key: &[u8], stored: &[u8]| Record::decode_columns(primary_key, stored);
+        match def {
+            None => {
+                let (from, to) = span(&prefix, start, descending);
+                let range = (from.as_ref().map(Vec::as_slice), to.as_ref().map(Vec::as_slice));
+                let mut step = |key: &[u8], stored: &[u8]| {
+                    let primary_key = &key[prefix.len()..];
+                    row_of(primary_key, stored).is_none_or(|row| visit(primary_key, row))
+                };
+                if descending {
+                    for entry in self.rows.rev_range(&txn, &range)? {
+                        let (key, stored) = entry?;
+                        if !step(key, stored) {
+                            break;
+                        }
+                    }
+                } else {
+                    for entry in self.rows.range(&txn, &range)? {
+                        let (key, stored) = entry?;
+                        if !step(key, stored) {
+                            break;
+                        }
+                    }
+                }
+            }
+            Some(def) => {
+                let id = def.id.to_be_bytes();
+                let (from, to) = span(&id, start, descending);
+                let range = (from.as_ref().map(Vec::as_slice), to.as_ref().map(Vec::as_slice));
+                let mut step = |key: &[u8], primary_key: &[u8]| -> heed::Result<bool> {
+                    let Some(row_key) = row_key(table, primary_key) else {
+                        return Ok(true);
+                    };
+                    Ok(match self.rows.get(&txn, &row_key)? {
+                        Some(stored) => row_of(primary_key, stored)
+                            .is_none_or(|row| visit(&key[id.len()..], row)),
+                        None => true,
+                    })
+                };
+                if descending {
+                    for entry in self.indexes.rev_range(&txn, &range)? {
+                        let (key, primary_key) = entry?;
+                        if !step(key, primary_key)? {
+                            break;
+                        }
+                    }
+                } else {
+                    for entry in self.indexes.range(&txn, &range)? {
+                        let (key, primary_key) = entry?;
+                        if !step(key, primary_key)? {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// The first key of a table's rows.
 pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
     let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;

@@ -315,6 +315,19 @@ impl Tables for DiskStore {
             .map_err(|_| ())
     }
 
+    fn walk_rows(
+        &self,
+        table: &[u8],
+        index: Option<(&[u8], IndexKind)>,
+        start: std::ops::Bound<&[u8]>,
+        descending: bool,
+        visit: &mut dyn FnMut(&[u8], Record) -> bool,
+    ) -> Result<bool, ()> {
+        self.inner
+            .walk_rows(table, index, start, descending, visit)
+            .map_err(|_| ())
+    }
+
     fn check_indexes(&self, table: &[u8]) -> Result<Vec<String>, ()> {
         self.inner.check_indexes(table).map_err(|_| ())
     }
