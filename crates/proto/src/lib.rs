@@ -89,6 +89,9 @@ pub enum Protocol {
     Binary,
     /// Tokyo Tyrant's binary protocol (`tyrant.rs`), on `--tyrant-port`.
     Tyrant,
+    /// HandlerSocket's protocol (`handlersocket.rs`), on `--hs-read-port`
+    /// and `--hs-write-port`.
+    HandlerSocket,
 }
 
 /// The first byte of a binary request; anything else is text (memcached's `-B auto`).

@@ -130,6 +130,18 @@ pub struct ServerConfig {
     pub tyrant_port: Option<u16>,
     /// The database that port serves (`--tyrant-db`).
     pub tyrant_db: TyrantDatabase,
+    /// HandlerSocket's read-only port (`--hs-read-port`, 9998 by
+    /// convention); None is off, Some(0) any free port.
+    pub hs_read_port: Option<u16>,
+    /// HandlerSocket's read-write port (`--hs-write-port`, 9999).
+    pub hs_write_port: Option<u16>,
+    /// The secret `A 1 <key>` must give on the read-only port
+    /// (`--hs-secret`; None: no authentication).
+    #[serde(skip)]
+    pub hs_read_secret: Option<String>,
+    /// The same for the read-write port (`--hs-write-secret`).
+    #[serde(skip)]
+    pub hs_write_secret: Option<String>,
     /// Over the connection limit, refuse new connections at once with an
     /// error line (`-o maxconns_fast`, memcached's default) rather than
     /// letting them wait in the backlog.
@@ -256,6 +268,10 @@ impl Default for ServerConfig {
             udp_port: None,
             tyrant_port: None,
             tyrant_db: TyrantDatabase::Hash,
+            hs_read_port: None,
+            hs_write_port: None,
+            hs_read_secret: None,
+            hs_write_secret: None,
             maxconns_fast: true,
             dumping_enabled: true,
             watch_enabled: true,

@@ -124,6 +124,7 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     local_addrs: Vec<SocketAddr>,
     tyrant_addrs: Vec<SocketAddr>,
+    handlersocket_addrs: Vec<(bool, SocketAddr)>,
     udp_addrs: Vec<SocketAddr>,
 }
 
@@ -141,6 +142,15 @@ impl ServerHandle {
     /// The first address speaking Tokyo Tyrant's protocol (`--tyrant-port`).
     pub fn tyrant_addr(&self) -> Option<SocketAddr> {
         self.tyrant_addrs.first().copied()
+    }
+
+    /// The first address speaking HandlerSocket's protocol on the read-only
+    /// port (`write` false) or the read-write one.
+    pub fn handlersocket_addr(&self, write: bool) -> Option<SocketAddr> {
+        self.handlersocket_addrs
+            .iter()
+            .find(|(is_write, _)| *is_write == write)
+            .map(|(_, addr)| *addr)
     }
 
     /// Every UDP address the server serves.
@@ -206,6 +216,18 @@ pub fn start(
     }
     let listeners = listener::bind(&config, tls.as_ref())?;
     let local_addrs: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.tcp_addr()).collect();
+    let handlersocket_addrs: Vec<(bool, SocketAddr)> = listeners
+        .iter()
+        .filter_map(|l| match l.speaks() {
+            listener::Speaks::HandlerSocket { write } => Some((write, l.tcp_addr()?)),
+            _ => None,
+        })
+        .collect();
+    if !handlersocket_addrs.is_empty() && store.tables().is_none() {
+        return Err(io::Error::other(
+            "--hs-read-port and --hs-write-port need an engine that keeps tables (--engine disk)",
+        ));
+    }
     let tyrant_addrs: Vec<SocketAddr> = listeners
         .iter()
         .filter(|l| l.speaks() == listener::Speaks::Tyrant)
@@ -290,6 +312,7 @@ pub fn start(
         threads: handles,
         local_addrs,
         tyrant_addrs,
+        handlersocket_addrs,
         udp_addrs,
     })
 }

@@ -36,6 +36,8 @@ pub enum Speaks {
     /// Tokyo Tyrant's binary protocol and memcached's text protocol, told
     /// apart by the first byte, as ttserver's port does (`--tyrant-port`).
     Tyrant,
+    /// HandlerSocket's protocol; `write`: the read-write port.
+    HandlerSocket { write: bool },
 }
 
 impl Listener {
@@ -93,13 +95,23 @@ pub fn bind(config: &ServerConfig, tls: Option<&Arc<TlsAcceptor>>) -> io::Result
         return Ok(vec![Listener::Unix(listener, path.display().to_string())]);
     }
     let mut listeners = Vec::new();
-    let tyrant = config.tyrant_port.into_iter().flat_map(|port| {
-        let mut ips: Vec<_> = config.listen.iter().map(|l| l.ip).collect();
-        ips.sort();
-        ips.dedup();
-        ips.into_iter()
-            .map(move |ip| (SocketAddr::new(ip, port), Speaks::Tyrant, false))
-    });
+    // The other protocols' ports, on the `-l` addresses, never TLS.
+    let mut ips: Vec<_> = config.listen.iter().map(|l| l.ip).collect();
+    ips.sort();
+    ips.dedup();
+    let others = [
+        (config.tyrant_port, Speaks::Tyrant),
+        (config.hs_read_port, Speaks::HandlerSocket { write: false }),
+        (config.hs_write_port, Speaks::HandlerSocket { write: true }),
+    ];
+    let tyrant: Vec<_> = others
+        .into_iter()
+        .filter_map(|(port, speaks)| Some((port?, speaks)))
+        .flat_map(|(port, speaks)| {
+            ips.iter()
+                .map(move |ip| (SocketAddr::new(*ip, port), speaks, false))
+        })
+        .collect();
     let memcached = config.listen.iter().map(|listen| {
         let addr = SocketAddr::new(listen.ip, listen.port.unwrap_or(config.port));
         (addr, Speaks::Memcached, !listen.no_tls)

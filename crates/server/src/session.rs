@@ -5,7 +5,7 @@
 //! (protocol detection, swallowing rejected data blocks) and is tested with
 //! plain byte slices.
 
-use kura_proto::{binary, detect_protocol, text, tyrant, Parse, Protocol, Recovery};
+use kura_proto::{binary, detect_protocol, handlersocket, text, tyrant, Parse, Protocol, Recovery};
 
 use crate::auth;
 use crate::cyrus::Outcome;
@@ -49,6 +49,8 @@ pub struct Session {
     /// On `--tyrant-port`: a request starting with 0xC8 is Tokyo Tyrant's,
     /// any other memcached's text protocol.
     tyrant_port: bool,
+    /// On a HandlerSocket port: its open indexes and authentication.
+    handlersocket: Option<Box<crate::exec::handlersocket::HsConnection>>,
 }
 
 impl Session {
@@ -62,6 +64,18 @@ impl Session {
             closed_on_error: false,
             cyrus: None,
             tyrant_port: false,
+            handlersocket: None,
+        }
+    }
+
+    /// A session on a HandlerSocket port (`write`: the read-write one).
+    pub fn handlersocket(write: bool) -> Self {
+        Session {
+            protocol: Some(Protocol::HandlerSocket),
+            handlersocket: Some(Box::new(crate::exec::handlersocket::HsConnection::new(
+                write,
+            ))),
+            ..Session::new(None)
         }
     }
 
@@ -131,6 +145,7 @@ impl Session {
                     }
                 }
                 Protocol::Tyrant => self.serve_tyrant(rest, out, ctx),
+                Protocol::HandlerSocket => self.serve_handlersocket(rest, out, ctx),
             };
             match action {
                 Step::Served(Action::Continue) => *budget -= 1,
@@ -393,6 +408,21 @@ impl Session {
                 (input.len(), Step::Served(Action::Close))
             }
         }
+    }
+
+    fn serve_handlersocket(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+    ) -> (usize, Step) {
+        let Some((request, consumed)) = handlersocket::parse(input) else {
+            return (0, Step::Incomplete);
+        };
+        if let Some(connection) = self.handlersocket.as_mut() {
+            connection.serve(request, ctx, out);
+        }
+        (consumed, Step::Served(Action::Continue))
     }
 
     fn recover(&mut self, recovery: Recovery) {

@@ -328,6 +328,7 @@ impl Worker {
                 session: match new.speaks {
                     Speaks::Memcached => Session::new(self.fixed_protocol),
                     Speaks::Tyrant => Session::tyrant(),
+                    Speaks::HandlerSocket { write } => Session::handlersocket(write),
                 },
                 input: Vec::new(),
                 unserved: false,

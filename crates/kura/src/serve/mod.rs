@@ -82,6 +82,27 @@ pub struct ServeArgs {
     /// the disk engine, created on first write.
     #[arg(long = "tyrant-db", default_value = "hash")]
     tyrant_db: kura_server::TyrantDatabase,
+    /// HandlerSocket's read-only port over the disk engine's tables (9998
+    /// by convention; 0: off; -1: any free port).
+    #[arg(
+        long = "hs-read-port",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    hs_read_port: i32,
+    /// HandlerSocket's read-write port (9999 by convention; 0: off).
+    #[arg(
+        long = "hs-write-port",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    hs_write_port: i32,
+    /// The secret HandlerSocket's `A 1 <secret>` must give on the read-only port.
+    #[arg(long = "hs-secret")]
+    hs_secret: Option<String>,
+    /// The secret on the read-write port (not inherited from --hs-secret).
+    #[arg(long = "hs-write-secret")]
+    hs_write_secret: Option<String>,
     /// Listen on a Unix-domain socket instead of TCP.
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
@@ -342,6 +363,8 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     };
     let udp_port = port_flag(args.udp_port, "-U")?;
     let tyrant_port = port_flag(args.tyrant_port, "--tyrant-port")?;
+    let hs_read_port = port_flag(args.hs_read_port, "--hs-read-port")?;
+    let hs_write_port = port_flag(args.hs_write_port, "--hs-write-port")?;
     let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
@@ -421,6 +444,10 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     server.udp_port = udp_port;
     server.tyrant_port = tyrant_port;
     server.tyrant_db = args.tyrant_db.clone();
+    server.hs_read_port = hs_read_port;
+    server.hs_write_port = hs_write_port;
+    server.hs_read_secret = args.hs_secret.clone();
+    server.hs_write_secret = args.hs_write_secret.clone();
     server.memory_file = args.memory_file.clone();
     server.dumping_enabled = !args.disable_dumping;
     server.watch_enabled = !args.disable_watch;

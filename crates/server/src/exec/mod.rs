@@ -2,6 +2,7 @@
 //! Ordinary functions: no sockets, so they are tested with byte slices.
 
 pub mod binary;
+pub mod handlersocket;
 pub mod meta;
 pub mod stats;
 pub mod text;

@@ -12,6 +12,7 @@ use kura_store::{DiskConfig, DiskStore, MemoryConfig, MemoryStore, Store, SyncPo
 pub struct TestServer {
     pub addr: SocketAddr,
     handle: Option<ServerHandle>,
+    store: Arc<dyn Store>,
     /// The disk engine's data directory, removed when the server is dropped.
     _dir: Option<tempfile::TempDir>,
 }
@@ -68,13 +69,20 @@ impl TestServer {
             threads: config.threads.min(2),
             ..config
         };
-        let handle = kura_server::start(config, store, evict).expect("server starts");
+        let handle = kura_server::start(config, store.clone(), evict).expect("server starts");
         let addr = handle.local_addr().expect("a TCP address");
         TestServer {
             addr,
             handle: Some(handle),
+            store,
             _dir: dir,
         }
+    }
+
+    /// The engine the server serves, for a test to look behind the protocol.
+    #[allow(dead_code)]
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     pub fn handle(&self) -> &ServerHandle {

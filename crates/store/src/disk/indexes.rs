@@ -402,11 +402,15 @@ impl Inner {
         };
         self.wait_until_applied(self.pending.last_seq());
         let txn = self.env.read_txn()?;
-        let row_of = |primary_key: &[u8], stored: &[u8]| Record::decode_columns(primary_key, stored);
+        let row_of =
+            |primary_key: &[u8], stored: &[u8]| Record::decode_columns(primary_key, stored);
         match def {
             None => {
                 let (from, to) = span(&prefix, start, descending);
-                let range = (from.as_ref().map(Vec::as_slice), to.as_ref().map(Vec::as_slice));
+                let range = (
+                    from.as_ref().map(Vec::as_slice),
+                    to.as_ref().map(Vec::as_slice),
+                );
                 let mut step = |key: &[u8], stored: &[u8]| {
                     let primary_key = &key[prefix.len()..];
                     row_of(primary_key, stored).is_none_or(|row| visit(primary_key, row))
@@ -430,7 +434,10 @@ impl Inner {
             Some(def) => {
                 let id = def.id.to_be_bytes();
                 let (from, to) = span(&id, start, descending);
-                let range = (from.as_ref().map(Vec::as_slice), to.as_ref().map(Vec::as_slice));
+                let range = (
+                    from.as_ref().map(Vec::as_slice),
+                    to.as_ref().map(Vec::as_slice),
+                );
                 let mut step = |key: &[u8], primary_key: &[u8]| -> heed::Result<bool> {
                     let Some(row_key) = row_key(table, primary_key) else {
                         return Ok(true);

@@ -1,0 +1,544 @@
+//! HandlerSocket's requests against the disk engine's tables
+//! (`--hs-read-port`, `--hs-write-port`), as DeNA's plugin serves MySQL's.
+//!
+//! How kura's tables look through it: the database name is not used; an
+//! index is `PRIMARY` (or empty: rows in primary-key order), a number
+//! (0 is PRIMARY, then the table's lexical and decimal indexes in the order
+//! `setindex` made them), or the name of a column with a lexical or decimal
+//! index; every index has one key part. The primary key is the column
+//! `_key`; any other name is a column, NULL where a row lacks it. Filters
+//! compare numbers as numbers when both sides are numbers, else bytes.
+//! An insert takes its primary key from `_key`, or a new unique id (then
+//! answered, as an auto-increment id is); one that exists answers
+//! `1 1 121` (MySQL's duplicate key). `U` leaves `_key` as it is.
+
+use std::ops::Bound;
+
+use kura_proto::handlersocket::{reply, Exec, Filter, Request};
+use kura_store::{IndexKind, Record, RowEdit, RowMode, RowOutcome, Tables};
+use kura_table::index::{decimal_key, lexical_key};
+
+use super::Context;
+
+/// The column that is a row's primary key.
+pub const KEY_COLUMN: &[u8] = b"_key";
+/// Open-index ids a connection may use (the plugin allows any, and grows
+/// a vector to it).
+const MAX_INDEX_ID: u32 = 1 << 16;
+/// MySQL's duplicate-key error, which an insert of an existing key answers.
+const DUPLICATE_KEY: &str = "121";
+
+/// What a HandlerSocket connection keeps: its open indexes and whether it
+/// authenticated.
+#[derive(Debug)]
+pub struct HsConnection {
+    write: bool,
+    authorized: bool,
+    open: Vec<Option<OpenIndex>>,
+}
+
+#[derive(Debug)]
+struct OpenIndex {
+    table: Vec<u8>,
+    /// `None`: the primary key.
+    index: Option<(Vec<u8>, IndexKind)>,
+    columns: Vec<Vec<u8>>,
+    filter_columns: Vec<Vec<u8>>,
+}
+
+impl HsConnection {
+    pub fn new(write: bool) -> Self {
+        HsConnection {
+            write,
+            authorized: false,
+            open: Vec::new(),
+        }
+    }
+
+    fn secret<'c>(&self, ctx: &'c Context<'_>) -> Option<&'c str> {
+        let config = &ctx.shared.config;
+        let secret = match self.write {
+            true => config.hs_write_secret.as_deref(),
+            false => config.hs_read_secret.as_deref(),
+        };
+        secret.filter(|secret| !secret.is_empty())
+    }
+
+    pub fn serve(&mut self, request: Request, ctx: &Context<'_>, out: &mut Vec<u8>) {
+        if matches!(request, Request::Open { .. } | Request::Exec(_))
+            && self.secret(ctx).is_some()
+            && !self.authorized
+        {
+            return reply::short(out, 3, "unauth");
+        }
+        match request {
+            Request::Unknown => reply::short(out, 2, "cmd"),
+            Request::Auth { kind, key } => {
+                if kind != b"1" {
+                    return reply::short(out, 3, "authtype");
+                }
+                let expected = self.secret(ctx).unwrap_or("").as_bytes();
+                self.authorized = key == expected;
+                match self.authorized {
+                    true => reply::short(out, 0, ""),
+                    false => reply::short(out, 3, "unauth"),
+                }
+            }
+            Request::Open {
+                id,
+                table,
+                index,
+                columns,
+                filter_columns,
+                ..
+            } => self.open(ctx, id, table, &index, &columns, &filter_columns, out),
+            Request::Exec(exec) => self.exec(ctx, &exec, out),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &mut self,
+        ctx: &Context<'_>,
+        id: u32,
+        table: Vec<u8>,
+        index: &[u8],
+        columns: &[u8],
+        filter_columns: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        let Some(tables) = ctx.shared.store.tables() else {
+            return reply::short(out, 1, "open_table");
+        };
+        if table.is_empty() || table.len() > 255 {
+            return reply::short(out, 1, "open_table");
+        }
+        if id >= MAX_INDEX_ID {
+            return reply::short(out, 2, "stmtnum");
+        }
+        let ordered: Vec<(Vec<u8>, IndexKind)> = tables
+            .indexes(&table)
+            .into_iter()
+            .filter(|(_, kind)| matches!(kind, IndexKind::Lexical | IndexKind::Decimal))
+            .collect();
+        let index = match index {
+            b"" | b"PRIMARY" => None,
+            [b'0'..=b'9', ..] => {
+                let number = kura_proto::handlersocket::number(index) as usize;
+                match number {
+                    0 => None,
+                    n => match ordered.get(n - 1) {
+                        Some(found) => Some(found.clone()),
+                        None => return reply::short(out, 2, "idxnum"),
+                    },
+                }
+            }
+            name => match ordered.iter().find(|(column, _)| column == name) {
+                Some(found) => Some(found.clone()),
+                None => return reply::short(out, 2, "idxnum"),
+            },
+        };
+        let split = |list: &[u8]| -> Option<Vec<Vec<u8>>> {
+            if list.is_empty() {
+                return Some(Vec::new());
+            }
+            list.split(|&b| b == b',')
+                .map(|name| (!name.is_empty()).then(|| name.to_vec()))
+                .collect()
+        };
+        let (Some(columns), Some(filter_columns)) = (split(columns), split(filter_columns)) else {
+            return reply::short(out, 2, "fld");
+        };
+        let slot = id as usize;
+        if self.open.len() <= slot {
+            self.open.resize_with(slot + 1, || None);
+        }
+        self.open[slot] = Some(OpenIndex {
+            table,
+            index,
+            columns,
+            filter_columns,
+        });
+        reply::short(out, 0, "");
+    }
+
+    fn exec(&self, ctx: &Context<'_>, exec: &Exec, out: &mut Vec<u8>) {
+        let Some(open) = self.open.get(exec.id as usize).and_then(Option::as_ref) else {
+            return reply::short(out, 2, "stmtnum");
+        };
+        if let Some(fault) = exec.fault {
+            return reply::short(out, 2, fault);
+        }
+        if exec
+            .filters
+            .iter()
+            .any(|filter| filter.column as usize >= open.filter_columns.len())
+        {
+            return reply::short(out, 2, "filterfld");
+        }
+        let Some(tables) = ctx.shared.store.tables() else {
+            return reply::short(out, 1, "open_table");
+        };
+        let walk = match &exec.op[..] {
+            b"=" | b">" | b">=" | b"<" | b"<=" => true,
+            b"+" => false,
+            b"S" if exec.count < 1 => return reply::short(out, 2, "syntax"),
+            b"S" => return reply::short(out, 2, "notimpl"),
+            _ => return reply::short(out, 2, "op"),
+        };
+        if exec.count == 0 {
+            return reply::short(out, 2, "klen");
+        }
+        let db = Table { open, tables, ctx };
+        match walk {
+            false if !self.write => reply::short(out, 2, "readonly"),
+            false => db.insert(exec, out),
+            true if exec.modify.is_some() && !self.write => reply::short(out, 2, "readonly"),
+            true => db.find(exec, out),
+        }
+    }
+}
+
+/// An open index and what it needs to serve a request.
+struct Table<'a> {
+    open: &'a OpenIndex,
+    tables: &'a dyn Tables,
+    ctx: &'a Context<'a>,
+}
+
+/// A row's value of a column (`_key` is the primary key).
+fn column<'r>(row: &'r Record, name: &[u8]) -> Option<&'r [u8]> {
+    if name == KEY_COLUMN {
+        return Some(&row.key);
+    }
+    row.columns
+        .iter()
+        .find(|(have, _)| have == name)
+        .map(|(_, value)| &value[..])
+}
+
+impl Table<'_> {
+    fn insert(&self, exec: &Exec, out: &mut Vec<u8>) {
+        let count = (exec.count as usize).min(self.open.columns.len());
+        let mut row = Record::new(&b""[..]);
+        for (at, name) in self.open.columns.iter().enumerate().take(count) {
+            // Announced values past the end of the line are empty.
+            let value = exec.values.get(at).cloned().unwrap_or(Some(Vec::new()));
+            match (name == KEY_COLUMN, value) {
+                (true, Some(key)) => row.key = key,
+                (false, Some(value)) => row.put(name, &value),
+                (_, None) => {}
+            }
+        }
+        let generated = row
+            .key
+            .is_empty()
+            .then(|| new_uid(self.tables, self.open, self.ctx));
+        if let Some(id) = generated {
+            row.key = id.to_string().into_bytes();
+        }
+        let table = &self.open.table;
+        match self
+            .tables
+            .put_row(table, &row, RowMode::Keep, &self.ctx.fence)
+        {
+            RowOutcome::Done => reply::number(out, generated.unwrap_or(0)),
+            RowOutcome::Kept => reply::short(out, 1, DUPLICATE_KEY),
+            RowOutcome::Invalid => reply::short(out, 2, "klen"),
+            RowOutcome::Missing | RowOutcome::Failed => reply::short(out, 1, "lock_tables"),
+        }
+    }
+
+    /// A value as a key of the open index's order.
+    fn key_of(&self, value: &[u8]) -> Vec<u8> {
+        match &self.open.index {
+            None => value.to_vec(),
+            Some((_, IndexKind::Decimal)) => decimal_key(kura_table::number::parse(value)).to_vec(),
+            Some(_) => lexical_key(value),
+        }
+    }
+
+    fn find(&self, exec: &Exec, out: &mut Vec<u8>) {
+        if let Some(modify) = &exec.modify {
+            if !matches!(modify.op.first(), Some(b'U' | b'D' | b'+' | b'-')) {
+                return reply::short(out, 2, "modop");
+            }
+        }
+        // Every index here has one key part.
+        if exec.count > 1 {
+            return reply::short(out, 2, "kpnum");
+        }
+        let limit = exec.limit.max(1) as usize;
+        let mut skip = exec.offset as usize;
+        let mut hits: Vec<Record> = Vec::new();
+        let mut visit = |row: Record| -> bool {
+            match self.filters_pass(&exec.filters, &row) {
+                Pass::Stop => return false,
+                Pass::Skip => return true,
+                Pass::Yes => {}
+            }
+            if skip > 0 {
+                skip -= 1;
+            } else {
+                hits.push(row);
+            }
+            hits.len() < limit
+        };
+        let first = exec.values.first().cloned().unwrap_or(Some(Vec::new()));
+        let mut failed = false;
+        match &exec.within {
+            // IN: one read per value, the first row each finds.
+            Some(within) if within.column == 0 => {
+                for value in &within.values {
+                    let mut found = None;
+                    failed |= !self.walk(&exec.op, Some(value), &mut |row| {
+                        found = Some(row);
+                        false
+                    });
+                    if let Some(row) = found {
+                        if !visit(row) {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => failed = !self.walk(&exec.op, first.as_deref(), &mut visit),
+        }
+        if failed {
+            return reply::short(out, 2, "idxnum");
+        }
+        let Some(modify) = &exec.modify else {
+            return self.rows(&hits, out);
+        };
+        let mut modified = 0;
+        for row in &hits {
+            let done = self.tables.modify_row(
+                &self.open.table,
+                &row.key,
+                &mut |current| match current {
+                    Some(current) => edit(current, &self.open.columns, modify),
+                    None => RowEdit::Leave,
+                },
+                &self.ctx.fence,
+            );
+            modified += u64::from(done == RowOutcome::Done);
+        }
+        match modify.returns_rows() {
+            true => self.rows(&hits, out),
+            false => reply::number(out, modified),
+        }
+    }
+
+    /// Walks from `value` as `op` says; false if the index is gone.
+    fn walk(&self, op: &[u8], value: Option<&[u8]>, visit: &mut dyn FnMut(Record) -> bool) -> bool {
+        // NULL sorts lowest, and no row has it: `>` and `>=` start at the
+        // first row, `<`, `<=` and `=` find nothing.
+        let key = value.map(|value| self.key_of(value));
+        let (start, descending) = match (op, &key) {
+            (b"<" | b"<=" | b"=", None) => return true,
+            (_, None) => (Bound::Unbounded, false),
+            (b"=" | b">=", Some(key)) => (Bound::Included(&key[..]), false),
+            (b">", Some(key)) => (Bound::Excluded(&key[..]), false),
+            (b"<", Some(key)) => (Bound::Excluded(&key[..]), true),
+            (_, Some(key)) => (Bound::Included(&key[..]), true),
+        };
+        let exact = op == b"=";
+        let index = self
+            .open
+            .index
+            .as_ref()
+            .map(|(column, kind)| (&column[..], *kind));
+        let walked = self.tables.walk_rows(
+            &self.open.table,
+            index,
+            start,
+            descending,
+            &mut |found, row| {
+                if exact && key.as_deref() != Some(found) {
+                    return false;
+                }
+                visit(row)
+            },
+        );
+        walked.unwrap_or(false)
+    }
+
+    fn filters_pass(&self, filters: &[Filter], row: &Record) -> Pass {
+        for filter in filters {
+            let name = &self.open.filter_columns[filter.column as usize];
+            if !compare(&filter.op, column(row, name), filter.value.as_deref()) {
+                return match filter.stops {
+                    true => Pass::Stop,
+                    false => Pass::Skip,
+                };
+            }
+        }
+        Pass::Yes
+    }
+
+    fn rows(&self, hits: &[Record], out: &mut Vec<u8>) {
+        let columns = &self.open.columns;
+        reply::rows(
+            out,
+            columns.len(),
+            hits.iter()
+                .flat_map(|row| columns.iter().map(move |name| column(row, name))),
+        );
+    }
+}
+
+enum Pass {
+    Yes,
+    Skip,
+    Stop,
+}
+
+/// A filter: the row's value against the filter's (NULL lowest), numbers
+/// as numbers when both are, else bytes; an operator the plugin does not
+/// know is false (one byte, or two ending in `=`) or true (otherwise).
+fn compare(op: &[u8], row: Option<&[u8]>, value: Option<&[u8]>) -> bool {
+    use std::cmp::Ordering;
+    let order = match (row, value) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(row), Some(value)) => match (as_number(row), as_number(value)) {
+            (Some(a), Some(b)) => a.total_cmp(&b),
+            _ => row.cmp(value),
+        },
+    };
+    match op {
+        b"=" => order.is_eq(),
+        b">" => order.is_gt(),
+        b"<" => order.is_lt(),
+        b">=" => order.is_ge(),
+        b"<=" => order.is_le(),
+        b"!=" => order.is_ne(),
+        [_] | [_, b'='] => false,
+        _ => true,
+    }
+}
+
+fn as_number(bytes: &[u8]) -> Option<f64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
+
+/// `atoll`: an optional sign, then the digits that follow.
+fn atoll(bytes: &[u8]) -> i64 {
+    let text = std::str::from_utf8(bytes).unwrap_or("").trim_start();
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end]
+        .parse::<i64>()
+        .map_or(0, |n| n.wrapping_mul(sign))
+}
+
+/// A row after `U`, `D`, `+` or `-` (one value per opened column; the
+/// line's missing ones are empty).
+fn edit(
+    mut row: Record,
+    columns: &[Vec<u8>],
+    modify: &kura_proto::handlersocket::Modify,
+) -> RowEdit {
+    let value = |at: usize| modify.values.get(at).cloned().unwrap_or(Some(Vec::new()));
+    match modify.op[0] {
+        b'D' => RowEdit::Remove,
+        b'U' => {
+            for (at, name) in columns.iter().enumerate() {
+                if name == KEY_COLUMN {
+                    continue;
+                }
+                match value(at) {
+                    Some(new) => row.put(name, &new),
+                    None => row.columns.retain(|(have, _)| have != name),
+                }
+            }
+            RowEdit::Put(row)
+        }
+        sign => {
+            for (at, name) in columns.iter().enumerate() {
+                let (Some(old), Some(delta)) = (column(&row, name), value(at)) else {
+                    continue;
+                };
+                if name == KEY_COLUMN {
+                    continue;
+                }
+                let old = atoll(old);
+                let delta = atoll(&delta);
+                let new = match sign {
+                    b'+' => old.wrapping_add(delta),
+                    _ => old.wrapping_sub(delta),
+                };
+                // `-` never crosses zero: the row stays as it was.
+                if sign == b'-' && ((old < 0 && new > 0) || (old > 0 && new < 0)) {
+                    return RowEdit::Leave;
+                }
+                row.put(name, new.to_string().as_bytes());
+            }
+            RowEdit::Put(row)
+        }
+    }
+}
+
+/// A new unique primary key: one more than every one handed out and every
+/// numeric key of the table.
+fn new_uid(tables: &dyn Tables, open: &OpenIndex, ctx: &Context<'_>) -> u64 {
+    let mut last = ctx.shared.tyrant_uid.lock();
+    let mut largest = 0;
+    let _ = tables.visit_rows(&open.table, &mut |row| {
+        if let Some(n) = std::str::from_utf8(&row.key)
+            .ok()
+            .and_then(|k| k.parse::<u64>().ok())
+        {
+            largest = largest.max(n);
+        }
+        true
+    });
+    *last = (*last).max(largest) + 1;
+    *last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compare_numbers_as_numbers_and_null_lowest() {
+        assert!(compare(b">", Some(b"10"), Some(b"9")));
+        assert!(compare(b"<", Some(b"abc"), Some(b"abd")));
+        assert!(compare(b"=", None, None));
+        assert!(compare(b">", Some(b""), None));
+        assert!(compare(b"!=", Some(b"a"), Some(b"b")));
+        assert!(!compare(b"~", Some(b"a"), Some(b"a")));
+        assert!(!compare(b"==", Some(b"a"), Some(b"a")));
+        assert!(compare(b"<>", Some(b"a"), Some(b"a")));
+        assert_eq!(atoll(b" -12x"), -12);
+    }
+
+    #[test]
+    fn decrements_never_cross_zero() {
+        let modify = |op: &[u8], delta: &[u8]| kura_proto::handlersocket::Modify {
+            op: op.to_vec(),
+            values: vec![Some(delta.to_vec())],
+        };
+        let row = Record::from_pairs(b"k", [&b"n"[..], b"5"]);
+        let columns = [b"n".to_vec()];
+        assert_eq!(
+            edit(row.clone(), &columns, &modify(b"-", b"7")),
+            RowEdit::Leave
+        );
+        assert_eq!(
+            edit(row.clone(), &columns, &modify(b"-", b"5")),
+            RowEdit::Put(Record::from_pairs(b"k", [&b"n"[..], b"0"]))
+        );
+        assert_eq!(
+            edit(row, &columns, &modify(b"+?", b"-7")),
+            RowEdit::Put(Record::from_pairs(b"k", [&b"n"[..], b"-2"]))
+        );
+    }
+}
