@@ -34,6 +34,8 @@ enum Command {
     Restore(backup::RestoreArgs),
     /// Query a table a server serves on its tyrant port (put, get, index, search, check).
     Query(query::QueryArgs),
+    /// Check a table's indexes against a full scan (a running server or a data directory).
+    Table(query::TableArgs),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Backup(args) => backup::run_backup(*args),
         Command::Restore(args) => backup::run_restore(args),
         Command::Query(args) => query::run(args),
+        Command::Table(args) => query::run_table(args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),

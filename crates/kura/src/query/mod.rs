@@ -79,6 +79,77 @@ enum QueryCommand {
     Check,
 }
 
+/// `kura table check`: every index of a table against a full scan, on a
+/// running server (`--server`, its tyrant port) or a stopped one's data
+/// directory (`--dir` and `--table`).
+#[derive(Args)]
+pub struct TableArgs {
+    #[command(subcommand)]
+    command: TableCommand,
+}
+
+#[derive(Subcommand)]
+enum TableCommand {
+    /// Check that every index equals a full scan of its table.
+    Check {
+        /// A running server's tyrant port (serving `--tyrant-db table:NAME`).
+        #[arg(long, conflicts_with = "dir")]
+        server: Option<String>,
+        /// A stopped server's data directory.
+        #[arg(long, requires = "table")]
+        dir: Option<std::path::PathBuf>,
+        /// The table to check in `--dir`.
+        #[arg(long)]
+        table: Option<String>,
+    },
+}
+
+pub fn run_table(args: TableArgs) -> Result<(), Failure> {
+    let TableCommand::Check { server, dir, table } = args.command;
+    let problems = match (server, dir, table) {
+        (_, Some(dir), Some(table)) => {
+            let engine = kura_store::DiskStore::open(kura_store::DiskConfig::new(&dir))
+                .map_err(|error| anyhow::anyhow!("{}: {error}", dir.display()))?;
+            let tables = kura_store::Store::tables(&engine).expect("the disk engine keeps tables");
+            tables
+                .check_indexes(table.as_bytes())
+                .map_err(|()| anyhow::anyhow!("cannot read {}", dir.display()))?
+                .into_iter()
+                .map(String::into_bytes)
+                .collect()
+        }
+        (server, None, _) => {
+            let address = server.unwrap_or_else(|| "127.0.0.1:1978".to_string());
+            let mut server =
+                Tyrant::connect(&address).with_context(|| format!("connecting to {address}"))?;
+            let (ok, problems) = server.misc(b"check", &[])?;
+            if !ok {
+                return Err(Failure::Runtime(anyhow::anyhow!(
+                    "the server cannot check its indexes (not kura, or not a table)"
+                )));
+            }
+            problems
+        }
+        (_, Some(_), None) => return Err(Failure::Usage("--dir needs --table".to_string())),
+    };
+    report_check(&problems)
+}
+
+fn report_check(problems: &[Vec<u8>]) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    for problem in problems {
+        writeln!(out, "{}", String::from_utf8_lossy(problem)).map_err(anyhow::Error::from)?;
+    }
+    if !problems.is_empty() {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "{} disagreements between the indexes and the table",
+            problems.len()
+        )));
+    }
+    writeln!(out, "every index agrees with the table").map_err(anyhow::Error::from)?;
+    Ok(())
+}
+
 pub fn run(args: QueryArgs) -> Result<(), Failure> {
     let mut server =
         Tyrant::connect(&args.server).with_context(|| format!("connecting to {}", args.server))?;
