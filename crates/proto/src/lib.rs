@@ -15,6 +15,7 @@ pub mod number;
 pub mod reply;
 pub mod text;
 pub mod tyrant;
+pub mod tyrant_http;
 
 pub use reply::ErrorReply;
 
@@ -89,6 +90,8 @@ pub enum Protocol {
     Binary,
     /// Tokyo Tyrant's binary protocol (`tyrant.rs`), on `--tyrant-port`.
     Tyrant,
+    /// Tokyo Tyrant's HTTP interface (`tyrant_http.rs`), on the same port.
+    TyrantHttp,
     /// HandlerSocket's protocol (`handlersocket.rs`), on `--hs-read-port`
     /// and `--hs-write-port`.
     HandlerSocket,

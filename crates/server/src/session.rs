@@ -5,7 +5,9 @@
 //! (protocol detection, swallowing rejected data blocks) and is tested with
 //! plain byte slices.
 
-use kura_proto::{binary, detect_protocol, handlersocket, text, tyrant, Parse, Protocol, Recovery};
+use kura_proto::{
+    binary, detect_protocol, handlersocket, text, tyrant, tyrant_http, Parse, Protocol, Recovery,
+};
 
 use crate::auth;
 use crate::cyrus::Outcome;
@@ -127,6 +129,7 @@ impl Session {
             // ttserver tells its protocols apart request by request.
             let protocol = match self.tyrant_port {
                 true if rest[0] == tyrant::MAGIC => Protocol::Tyrant,
+                true if tyrant_http::starts_request(rest) => Protocol::TyrantHttp,
                 true => Protocol::Text,
                 false => *self
                     .protocol
@@ -146,6 +149,7 @@ impl Session {
                 }
                 Protocol::Tyrant => self.serve_tyrant(rest, out, ctx),
                 Protocol::HandlerSocket => self.serve_handlersocket(rest, out, ctx),
+                Protocol::TyrantHttp => self.serve_tyrant_http(rest, out, ctx),
             };
             match action {
                 Step::Served(Action::Continue) => *budget -= 1,
@@ -405,6 +409,25 @@ impl Session {
             // ttserver answers nothing and closes.
             tyrant::Parse::Close(_) => {
                 self.closed_on_error = true;
+                (input.len(), Step::Served(Action::Close))
+            }
+        }
+    }
+
+    fn serve_tyrant_http(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &Context<'_>,
+    ) -> (usize, Step) {
+        match tyrant_http::parse(input, ctx.shared.config.max_item_size) {
+            tyrant_http::Parse::Done { request, consumed } => (
+                consumed,
+                Step::Served(exec::tyrant::http::serve(&request, ctx, out)),
+            ),
+            tyrant_http::Parse::Incomplete => (0, Step::Incomplete),
+            tyrant_http::Parse::Bad(status) => {
+                tyrant_http::reply(out, status, b"", true, false);
                 (input.len(), Step::Served(Action::Close))
             }
         }

@@ -6,11 +6,13 @@
 //!   table whose one column is `value`;
 //! - `table:NAME` (`table.rs`): a table's rows of columns, and queries.
 //!
-//! The key-value commands of the first two are here, over [`KeyValues`].
+//! The key-value commands of the first two are here, over [`KeyValues`];
+//! `http.rs` serves Tokyo Tyrant's HTTP interface on the same port.
 //! Where kura differs from ttserver: `iterinit` takes a sorted snapshot of
 //! the keys, which `iternext` walks (ttserver walks its file and sees later
 //! writes); `ext` (Lua), `restore`, `setmst` and `repl` answer failure.
 
+pub mod http;
 mod items;
 mod ordered;
 pub mod table;

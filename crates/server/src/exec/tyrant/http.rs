@@ -1,0 +1,109 @@
+//! Tokyo Tyrant's HTTP interface on the tyrant port: `GET`/`HEAD` read a
+//! record, `PUT` writes one (`X-TT-PDMODE` 1 keeps, 2 concatenates),
+//! `DELETE` removes it, in the database the port serves (a table's record
+//! is its columns as `name\0value\0…`, as the binary `get` sends it).
+//! `POST` (ttserver's Lua extensions) is not supported.
+
+use kura_proto::tyrant::PutMode;
+use kura_proto::tyrant_http::{reply, Method, PutMode as HttpMode, Request};
+use kura_store::{Record, RowMode, RowOutcome};
+
+use super::{items, ordered, KeyValues};
+use crate::config::TyrantDatabase;
+use crate::exec::{Action, Context};
+
+pub fn serve(request: &Request, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    let (status, body) = match &ctx.shared.config.tyrant_db {
+        TyrantDatabase::Hash => key_value(&items::Items { ctx }, request),
+        TyrantDatabase::Btree(name) => match ctx.shared.store.tables() {
+            Some(tables) => {
+                let keys = ordered::OrderedKeys {
+                    name: name.as_bytes(),
+                    tables,
+                    ctx,
+                };
+                key_value(&keys, request)
+            }
+            None => (500, Vec::new()),
+        },
+        TyrantDatabase::Table(name) => table(name.as_bytes(), request, ctx),
+    };
+    reply(
+        out,
+        status,
+        &body,
+        request.method != Method::Head,
+        request.keep_alive,
+    );
+    if request.keep_alive {
+        Action::Continue
+    } else {
+        Action::Close
+    }
+}
+
+fn key_value(db: &dyn KeyValues, request: &Request) -> (u16, Vec<u8>) {
+    let key = &request.key[..];
+    match request.method {
+        Method::Get | Method::Head => match db.get(key) {
+            Some(value) => (200, value),
+            None => (404, Vec::new()),
+        },
+        Method::Put => {
+            let mode = match request.mode {
+                HttpMode::Overwrite => PutMode::Put,
+                HttpMode::Keep => PutMode::Keep,
+                HttpMode::Cat => PutMode::Cat,
+            };
+            match db.put(mode, key, &request.body) {
+                true => (201, Vec::new()),
+                false if request.mode == HttpMode::Keep => (409, Vec::new()),
+                false => (500, Vec::new()),
+            }
+        }
+        Method::Delete => match db.out(key) {
+            true => (200, Vec::new()),
+            false => (404, Vec::new()),
+        },
+        Method::Options => (200, Vec::new()),
+        Method::Post => (501, Vec::new()),
+    }
+}
+
+fn table(name: &[u8], request: &Request, ctx: &Context<'_>) -> (u16, Vec<u8>) {
+    let Some(tables) = ctx.shared.store.tables() else {
+        return (500, Vec::new());
+    };
+    let key = &request.key[..];
+    match request.method {
+        Method::Get | Method::Head => match tables.get_row(name, key) {
+            Ok(Some(row)) => (200, row.zero_separated()),
+            Ok(None) => (404, Vec::new()),
+            Err(()) => (500, Vec::new()),
+        },
+        Method::Put => {
+            let row = Record::from_zero_separated(key, &request.body);
+            let mode = match request.mode {
+                HttpMode::Overwrite => RowMode::Put,
+                HttpMode::Keep => RowMode::Keep,
+                HttpMode::Cat => RowMode::Cat,
+            };
+            if row.columns.iter().any(|(column, _)| column.is_empty()) {
+                return (400, Vec::new());
+            }
+            match tables.put_row(name, &row, mode, &ctx.fence) {
+                RowOutcome::Done => (201, Vec::new()),
+                RowOutcome::Kept => (409, Vec::new()),
+                RowOutcome::Invalid => (400, Vec::new()),
+                RowOutcome::Missing | RowOutcome::Failed => (500, Vec::new()),
+            }
+        }
+        Method::Delete => match tables.remove_row(name, key, &ctx.fence) {
+            RowOutcome::Done => (200, Vec::new()),
+            RowOutcome::Missing | RowOutcome::Invalid => (404, Vec::new()),
+            _ => (500, Vec::new()),
+        },
+        Method::Options => (200, Vec::new()),
+        Method::Post => (501, Vec::new()),
+    }
+}

@@ -1,0 +1,152 @@
+//! Tokyo Tyrant's HTTP interface on the tyrant port, over real sockets:
+//! GET, HEAD, PUT (with X-TT-PDMODE), DELETE, keep-alive and close, on the
+//! same port as the binary and memcached protocols.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use kura_server::{ServerConfig, TyrantDatabase};
+use kura_store::MemoryConfig;
+use support::TestServer;
+
+fn connect(server: &TestServer) -> TcpStream {
+    let stream = TcpStream::connect(server.handle().tyrant_addr().unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+}
+
+/// Reads one HTTP reply: its status, and its body (by Content-Length).
+fn read_reply(stream: &mut TcpStream, head_only: bool) -> (u16, Vec<u8>) {
+    let mut head = Vec::new();
+    let mut byte = [0];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("Content-Length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = vec![0; if head_only { 0 } else { length }];
+    stream.read_exact(&mut body).unwrap();
+    (status, body)
+}
+
+fn http(stream: &mut TcpStream, request: &str) -> (u16, Vec<u8>) {
+    stream.write_all(request.as_bytes()).unwrap();
+    read_reply(stream, request.starts_with("HEAD"))
+}
+
+#[test]
+fn records_are_read_written_and_removed_over_http() {
+    let server = TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut s = connect(&server);
+    assert_eq!(http(&mut s, "GET /nope HTTP/1.1\r\n\r\n"), (404, vec![]));
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT /a%20key HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        ),
+        (201, vec![])
+    );
+    assert_eq!(
+        http(&mut s, "GET /a%20key HTTP/1.1\r\n\r\n"),
+        (200, b"hello".to_vec())
+    );
+    assert_eq!(http(&mut s, "HEAD /a%20key HTTP/1.1\r\n\r\n").0, 200);
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT /a%20key HTTP/1.1\r\nX-TT-PDMODE: 1\r\nContent-Length: 1\r\n\r\nx"
+        ),
+        (409, vec![])
+    );
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT /a%20key HTTP/1.1\r\nX-TT-PDMODE: 2\r\nContent-Length: 3\r\n\r\n!!!"
+        ),
+        (201, vec![])
+    );
+    // The same record through memcached's text protocol, on the same connection.
+    s.write_all(b"get a\r\n").unwrap();
+    let mut text = [0; 5];
+    s.read_exact(&mut text).unwrap();
+    assert_eq!(&text, b"END\r\n");
+    assert_eq!(
+        http(&mut s, "GET /a+key HTTP/1.1\r\n\r\n"),
+        (200, b"hello!!!".to_vec())
+    );
+    assert_eq!(
+        http(&mut s, "DELETE /a%20key HTTP/1.1\r\n\r\n"),
+        (200, vec![])
+    );
+    assert_eq!(
+        http(&mut s, "DELETE /a%20key HTTP/1.1\r\n\r\n"),
+        (404, vec![])
+    );
+    assert_eq!(http(&mut s, "POST /a HTTP/1.1\r\n\r\n"), (501, vec![]));
+    // Pipelined requests are answered in order.
+    s.write_all(b"PUT /p HTTP/1.1\r\nContent-Length: 1\r\n\r\n1GET /p HTTP/1.1\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_reply(&mut s, false), (201, vec![]));
+    assert_eq!(read_reply(&mut s, false), (200, b"1".to_vec()));
+    // HTTP/1.0 closes after its reply.
+    assert_eq!(
+        http(&mut s, "GET /p HTTP/1.0\r\n\r\n"),
+        (200, b"1".to_vec())
+    );
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0);
+    // A malformed request is answered 400 and closed.
+    let mut s = connect(&server);
+    assert_eq!(
+        http(&mut s, "GET /k HTTP/1.1\r\nContent-Length: x\r\n\r\n").0,
+        400
+    );
+}
+
+#[test]
+fn a_table_record_over_http_is_its_columns() {
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Table("t".into()),
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT /k1 HTTP/1.1\r\nContent-Length: 12\r\n\r\nname\0Bob\0a\x001"
+        ),
+        (201, vec![])
+    );
+    assert_eq!(
+        http(&mut s, "GET /k1 HTTP/1.1\r\n\r\n"),
+        (200, b"name\0Bob\0a\x001".to_vec())
+    );
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT /k1 HTTP/1.1\r\nX-TT-PDMODE: 1\r\nContent-Length: 3\r\n\r\na\x002"
+        ),
+        (409, vec![])
+    );
+    assert_eq!(http(&mut s, "DELETE /k1 HTTP/1.1\r\n\r\n"), (200, vec![]));
+    assert_eq!(http(&mut s, "GET /k1 HTTP/1.1\r\n\r\n"), (404, vec![]));
+}
