@@ -90,3 +90,42 @@ mod tests {
         assert_eq!(parse_data_length(b"5x"), None);
     }
 }
+
+/// C's `atoll`: blanks, an optional sign, then the digits that follow;
+/// anything else is 0 (as Tokyo Tyrant's and HandlerSocket's servers read
+/// numbers). Wraps on overflow.
+pub fn c_atoll(bytes: &[u8]) -> i64 {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let (negative, digits) = match &bytes[start..] {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        rest => (false, rest),
+    };
+    let magnitude = digits
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0i64, |n, b| {
+            n.wrapping_mul(10).wrapping_add(i64::from(b - b'0'))
+        });
+    if negative {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
+    }
+}
+
+#[cfg(test)]
+mod c_atoll_tests {
+    use super::c_atoll;
+
+    #[test]
+    fn reads_a_sign_and_leading_digits_only() {
+        assert_eq!(c_atoll(b" -12x"), -12);
+        assert_eq!(c_atoll(b"+7"), 7);
+        assert_eq!(c_atoll(b"x1"), 0);
+        assert_eq!(c_atoll(b""), 0);
+    }
+}

@@ -18,7 +18,9 @@ use kura_proto::handlersocket::{reply, Exec, Filter, Request};
 use kura_store::{IndexKind, Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::index::{decimal_key, lexical_key};
 
+use super::uid::new_uid;
 use super::Context;
+use kura_proto::number::c_atoll as atoll;
 
 /// The column that is a row's primary key.
 pub const KEY_COLUMN: &[u8] = b"_key";
@@ -233,7 +235,7 @@ impl Table<'_> {
         let generated = row
             .key
             .is_empty()
-            .then(|| new_uid(self.tables, self.open, self.ctx));
+            .then(|| new_uid(self.tables, &self.open.table, self.ctx));
         if let Some(id) = generated {
             row.key = id.to_string().into_bytes();
         }
@@ -423,21 +425,6 @@ fn as_number(bytes: &[u8]) -> Option<f64> {
     std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
-/// `atoll`: an optional sign, then the digits that follow.
-fn atoll(bytes: &[u8]) -> i64 {
-    let text = std::str::from_utf8(bytes).unwrap_or("").trim_start();
-    let (sign, digits) = match text.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, text.strip_prefix('+').unwrap_or(text)),
-    };
-    let end = digits
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(digits.len());
-    digits[..end]
-        .parse::<i64>()
-        .map_or(0, |n| n.wrapping_mul(sign))
-}
-
 /// A row after `U`, `D`, `+` or `-` (one value per opened column; the
 /// line's missing ones are empty).
 fn edit(
@@ -485,24 +472,6 @@ fn edit(
     }
 }
 
-/// A new unique primary key: one more than every one handed out and every
-/// numeric key of the table.
-fn new_uid(tables: &dyn Tables, open: &OpenIndex, ctx: &Context<'_>) -> u64 {
-    let mut last = ctx.shared.tyrant_uid.lock();
-    let mut largest = 0;
-    let _ = tables.visit_rows(&open.table, &mut |row| {
-        if let Some(n) = std::str::from_utf8(&row.key)
-            .ok()
-            .and_then(|k| k.parse::<u64>().ok())
-        {
-            largest = largest.max(n);
-        }
-        true
-    });
-    *last = (*last).max(largest) + 1;
-    *last
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,7 +486,6 @@ mod tests {
         assert!(!compare(b"~", Some(b"a"), Some(b"a")));
         assert!(!compare(b"==", Some(b"a"), Some(b"a")));
         assert!(compare(b"<>", Some(b"a"), Some(b"a")));
-        assert_eq!(atoll(b" -12x"), -12);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! the table (a single query uses an index as Tokyo Cabinet would);
 //! `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
 
+use kura_proto::number::c_atoll;
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::columns::join_zero_separated;
@@ -192,18 +193,9 @@ impl Db<'_> {
         })
     }
 
-    /// A number greater than every one handed out before and every numeric
-    /// primary key (`genuid`).
+    /// A new unique primary key (`genuid`).
     fn new_uid(&self) -> u64 {
-        let mut last = self.ctx.shared.tyrant_uid.lock();
-        let largest_key = self
-            .rows()
-            .iter()
-            .filter_map(|row| std::str::from_utf8(&row.key).ok()?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0);
-        *last = (*last).max(largest_key) + 1;
-        *last
+        crate::exec::uid::new_uid(self.tables, self.table, self.ctx)
     }
 
     /// `addint`/`adddouble` on a table: the column `_num` of the row (made
@@ -376,7 +368,7 @@ impl SearchRequest {
                     }
                 }
                 b"setlimit" | b"limit" | b"setmax" | b"max" if fields.len() > 1 => {
-                    let number = |i| text(i).map_or(0, |t| c_atoi(&t));
+                    let number = |i: usize| fields.get(i).map_or(0, |f| c_atoll(f));
                     query.set_limit(number(1), number(2));
                 }
                 b"get" | b"columns" => {
@@ -399,19 +391,6 @@ impl SearchRequest {
         }
         request
     }
-}
-
-/// `atoi`: an optional sign and the digits that follow; anything else 0.
-fn c_atoi(text: &str) -> i64 {
-    let text = text.trim_start();
-    let (sign, digits) = match text.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, text.strip_prefix('+').unwrap_or(text)),
-    };
-    let end = digits
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(digits.len());
-    digits[..end].parse::<i64>().map_or(0, |n| sign * n)
 }
 
 fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
@@ -547,8 +526,6 @@ mod tests {
         assert_eq!(request.operation, Some(SetOperation::Intersection));
         assert_eq!(request.columns, Some(vec![b"name".to_vec(), b"".to_vec()]));
         assert!(request.count && request.hint && !request.remove);
-        assert_eq!(c_atoi(" -12abc"), -12);
-        assert_eq!(c_atoi("x"), 0);
     }
 
     #[test]
