@@ -214,6 +214,26 @@ fn secondary_indexes_order_finds_by_their_values() {
         b"0\t2\tk1\t30\tk3\t41\n"
     );
     assert_eq!(hs.call(&[b"3", b"<", b"1", b"41", b"1"]), b"0\t2\tk1\t30\n");
+    // Down from a value several rows share: all of them, last key first.
+    assert_eq!(
+        hs.call(&[b"3", b"<=", b"1", b"25", b"10"]),
+        b"0\t2\tk4\t25\tk2\t25\n"
+    );
+    assert_eq!(
+        hs.call(&[b"3", b"<=", b"1", b"29", b"10"]),
+        b"0\t2\tk4\t25\tk2\t25\n"
+    );
+    // `=` compares the numbers: 25.0 is 25.
+    assert_eq!(
+        hs.call(&[b"3", b"=", b"1", b"25.0", b"10"]),
+        b"0\t2\tk2\t25\tk4\t25\n"
+    );
+    // Any id, not a vector's worth of them.
+    assert_eq!(
+        hs.call(&[b"P", b"4000000000", b"db", b"users", b"age", b"_key"]),
+        b"0\t1\n"
+    );
+    assert_eq!(hs.call(&[b"4000000000", b"=", b"1", b"41"]), b"0\t1\tk3\n");
     // By number: 0 is PRIMARY, 1 the first index.
     assert_eq!(
         hs.call(&[b"P", b"4", b"db", b"users", b"1", b"_key"]),

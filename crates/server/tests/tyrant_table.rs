@@ -230,6 +230,12 @@ fn misc_carries_every_table_function() {
     assert_eq!(misc(&mut s, b"put", &[b"41", b"name", b"N"]).0, 0);
     assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["42"]);
     assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["43"]);
+    // Once the ids run out, genuid and a put without a key fail.
+    let largest: &[u8] = b"18446744073709551615";
+    assert_eq!(misc(&mut s, b"put", &[largest, b"name", b"Max"]).0, 0);
+    assert_eq!(misc(&mut s, b"genuid", &[]), (1, vec![]));
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"", b"name\0x"), 1), [1]);
+    assert_eq!(misc(&mut s, b"out", &[largest]).0, 0);
     // setindex checks its types.
     assert_eq!(misc(&mut s, b"setindex", &[b"age", b"DECIMAL"]).0, 0);
     assert_eq!(misc(&mut s, b"setindex", &[b"age", b"BOGUS"]).0, 1);

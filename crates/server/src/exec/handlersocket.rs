@@ -24,9 +24,12 @@ use kura_proto::number::c_atoll as atoll;
 
 /// The column that is a row's primary key.
 pub const KEY_COLUMN: &[u8] = b"_key";
-/// Open-index ids a connection may use (the plugin allows any, and grows
-/// a vector to it).
-const MAX_INDEX_ID: u32 = 1 << 16;
+/// Indexes a connection may hold open at once (the plugin bounds only the
+/// id, by the memory of a vector it grows to it); ids may be any number.
+const MAX_OPEN_INDEXES: usize = 256;
+/// MySQL's "auto-increment value out of range": an insert without a key
+/// once the ids run out.
+const IDS_EXHAUSTED: &str = "168";
 /// MySQL's duplicate-key error, which an insert of an existing key answers.
 const DUPLICATE_KEY: &str = "121";
 
@@ -36,7 +39,7 @@ const DUPLICATE_KEY: &str = "121";
 pub struct HsConnection {
     write: bool,
     authorized: bool,
-    open: Vec<Option<OpenIndex>>,
+    open: std::collections::HashMap<u32, OpenIndex>,
 }
 
 #[derive(Debug)]
@@ -53,7 +56,7 @@ impl HsConnection {
         HsConnection {
             write,
             authorized: false,
-            open: Vec::new(),
+            open: std::collections::HashMap::new(),
         }
     }
 
@@ -115,7 +118,7 @@ impl HsConnection {
         if table.is_empty() || table.len() > 255 {
             return reply::short(out, 1, "open_table");
         }
-        if id >= MAX_INDEX_ID {
+        if self.open.len() >= MAX_OPEN_INDEXES && !self.open.contains_key(&id) {
             return reply::short(out, 2, "stmtnum");
         }
         let ordered: Vec<(Vec<u8>, IndexKind)> = tables
@@ -151,21 +154,20 @@ impl HsConnection {
         let (Some(columns), Some(filter_columns)) = (split(columns), split(filter_columns)) else {
             return reply::short(out, 2, "fld");
         };
-        let slot = id as usize;
-        if self.open.len() <= slot {
-            self.open.resize_with(slot + 1, || None);
-        }
-        self.open[slot] = Some(OpenIndex {
-            table,
-            index,
-            columns,
-            filter_columns,
-        });
+        self.open.insert(
+            id,
+            OpenIndex {
+                table,
+                index,
+                columns,
+                filter_columns,
+            },
+        );
         reply::short(out, 0, "");
     }
 
     fn exec(&self, ctx: &Context<'_>, exec: &Exec, out: &mut Vec<u8>) {
-        let Some(open) = self.open.get(exec.id as usize).and_then(Option::as_ref) else {
+        let Some(open) = self.open.get(&exec.id) else {
             return reply::short(out, 2, "stmtnum");
         };
         if let Some(fault) = exec.fault {
@@ -232,12 +234,15 @@ impl Table<'_> {
                 (_, None) => {}
             }
         }
-        let generated = row
-            .key
-            .is_empty()
-            .then(|| new_uid(self.tables, &self.open.table, self.ctx));
-        if let Some(id) = generated {
-            row.key = id.to_string().into_bytes();
+        let mut generated = None;
+        if row.key.is_empty() {
+            match new_uid(self.tables, &self.open.table, self.ctx) {
+                Some(id) => {
+                    row.key = id.to_string().into_bytes();
+                    generated = Some(id);
+                }
+                None => return reply::short(out, 1, IDS_EXHAUSTED),
+            }
         }
         let table = &self.open.table;
         match self
@@ -318,6 +323,14 @@ impl Table<'_> {
                 &self.open.table,
                 &row.key,
                 &mut |current| match current {
+                    // Changed since it was found so that it no longer
+                    // would be: left alone.
+                    Some(current)
+                        if self.index_value(&current) != self.index_value(row)
+                            || !matches!(self.filters_pass(&exec.filters, &current), Pass::Yes) =>
+                    {
+                        RowEdit::Leave
+                    }
                     Some(current) => edit(current, &self.open.columns, modify),
                     None => RowEdit::Leave,
                 },
@@ -359,10 +372,36 @@ impl Table<'_> {
                 if exact && key.as_deref() != Some(found) {
                     return false;
                 }
+                // An index key stands for every value it was cut from (or
+                // every text of a number): `=` wants the value itself.
+                if exact && !value.is_some_and(|value| self.equals(&row, value)) {
+                    return true;
+                }
                 visit(row)
             },
         );
         walked.unwrap_or(false)
+    }
+
+    /// Whether a row's value in the open index equals `value` (the
+    /// primary key's bytes, a column's bytes, or its number).
+    fn equals(&self, row: &Record, value: &[u8]) -> bool {
+        match &self.open.index {
+            None => row.key == value,
+            Some((name, IndexKind::Decimal)) => column(row, name).is_some_and(|have| {
+                kura_table::number::parse(have) == kura_table::number::parse(value)
+            }),
+            Some((name, _)) => column(row, name) == Some(value),
+        }
+    }
+
+    /// The row's value in the open index's order (its primary key, or the
+    /// indexed column's value).
+    fn index_value<'r>(&self, row: &'r Record) -> Option<&'r [u8]> {
+        match &self.open.index {
+            None => Some(&row.key),
+            Some((name, _)) => column(row, name),
+        }
     }
 
     fn filters_pass(&self, filters: &[Filter], row: &Record) -> Pass {

@@ -6,7 +6,8 @@ use kura_store::Tables;
 
 use super::Context;
 
-pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> u64 {
+/// `None` once the ids run out (a key of 2^64 - 1 exists).
+pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let mut last = ctx.shared.tyrant_uid.lock();
     let mut largest = 0;
     let _ = tables.visit_rows(table, &mut |row| {
@@ -16,6 +17,6 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> u64 {
         largest = largest.max(numeric.unwrap_or(0));
         true
     });
-    *last = (*last).max(largest) + 1;
-    *last
+    *last = (*last).max(largest).checked_add(1)?;
+    Some(*last)
 }

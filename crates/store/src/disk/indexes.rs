@@ -19,7 +19,7 @@ use kura_table::Record;
 use parking_lot::RwLock;
 
 use super::rows::{row_key, split_row_key};
-use super::Inner;
+use super::{Inner, WriteFailed};
 
 /// `meta` keys of index definitions: this, then the table's name with its
 /// length byte, then the column.
@@ -55,6 +55,10 @@ impl IndexDefs {
                 column: column.to_vec(),
                 ..def
             });
+        }
+        // In the order `setindex` made them (HandlerSocket numbers them so).
+        for list in defs.values_mut() {
+            list.sort_by_key(|def| def.id);
         }
         Ok(IndexDefs(RwLock::new(defs)))
     }
@@ -107,8 +111,29 @@ pub enum IndexError {
     Missing,
     #[error("an empty or too long table or column name")]
     Invalid,
+    #[error("the engine cannot apply writes now (disk full or failed)")]
+    Unavailable,
     #[error(transparent)]
     Lmdb(#[from] heed::Error),
+}
+
+/// The definition of the index of `column` of `kind` as the snapshot
+/// `txn` sees it (a `setindex` since may have rebuilt or dropped it).
+pub(super) fn def_in(
+    meta: &Database<Bytes, Bytes>,
+    txn: &RoTxn<'_>,
+    table: &[u8],
+    column: &[u8],
+    kind: IndexKind,
+) -> heed::Result<Option<IndexDef>> {
+    let Some(key) = def_key(table, column) else {
+        return Ok(None);
+    };
+    let def = meta.get(txn, &key)?.and_then(decode_def);
+    Ok(def.filter(|def| def.kind == kind).map(|def| IndexDef {
+        column: column.to_vec(),
+        ..def
+    }))
 }
 
 impl Inner {
@@ -148,7 +173,7 @@ impl Inner {
         command: IndexCommand,
     ) -> Result<(), IndexError> {
         let key = def_key(table, column).ok_or(IndexError::Invalid)?;
-        self.wait_until_applied(self.pending.last_seq());
+        self.catch_up().map_err(|_| IndexError::Unavailable)?;
         // LMDB's writer first, then the definitions: the applier takes them
         // in the same order (it reads them inside its transaction).
         let mut txn = self.env.write_txn()?;
@@ -289,8 +314,8 @@ impl Inner {
 
     /// Whether every index of `table` holds exactly what its rows say;
     /// returns what disagrees.
-    pub(super) fn check_indexes(&self, table: &[u8]) -> heed::Result<Vec<String>> {
-        self.wait_until_applied(self.pending.last_seq());
+    pub(super) fn check_indexes(&self, table: &[u8]) -> Result<Vec<String>, WriteFailed> {
+        self.catch_up()?;
         let txn = self.env.read_txn()?;
         let mut problems = Vec::new();
         let Some(prefix) = table_prefix(table) else {
@@ -352,7 +377,10 @@ fn span(prefix: &[u8], start: Bound<&[u8]>, descending: bool) -> (Bound<Vec<u8>>
         (Bound::Unbounded, _) => (first, past),
         (Bound::Included(key), false) => (Bound::Included(at(key)), past),
         (Bound::Excluded(key), false) => (Bound::Excluded(at(key)), past),
-        (Bound::Included(key), true) => (first, Bound::Included(at(key))),
+        // Every key equal to `key` (an index key's duplicates too) is
+        // before `key ‖ 0`, and nothing else is between them: LMDB's reverse
+        // walk from an included bound would start at the first duplicate.
+        (Bound::Included(key), true) => (first, Bound::Excluded([&at(key)[..], &[0]].concat())),
         (Bound::Excluded(key), true) => (first, Bound::Excluded(at(key))),
     }
 }
@@ -382,26 +410,19 @@ impl Inner {
         start: Bound<&[u8]>,
         descending: bool,
         visit: &mut dyn FnMut(&[u8], Record) -> bool,
-    ) -> heed::Result<bool> {
+    ) -> Result<bool, WriteFailed> {
         let Some(prefix) = table_prefix(table) else {
             return Ok(true);
         };
+        self.catch_up()?;
+        let txn = self.env.read_txn()?;
         let def = match index {
             None => None,
-            Some((column, kind)) => {
-                let found = self
-                    .index_defs
-                    .of(table)
-                    .into_iter()
-                    .find(|def| def.column == column && def.kind == kind);
-                match found {
-                    Some(def) => Some(def),
-                    None => return Ok(false),
-                }
-            }
+            Some((column, kind)) => match def_in(&self.meta, &txn, table, column, kind)? {
+                Some(def) => Some(def),
+                None => return Ok(false),
+            },
         };
-        self.wait_until_applied(self.pending.last_seq());
-        let txn = self.env.read_txn()?;
         let row_of =
             |primary_key: &[u8], stored: &[u8]| Record::decode_columns(primary_key, stored);
         match def {

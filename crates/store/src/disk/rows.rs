@@ -178,16 +178,11 @@ impl Inner {
         kind: IndexKind,
         probes: &Probes,
     ) -> Result<Option<Vec<Record>>, WriteFailed> {
-        let Some(def) = self
-            .index_defs
-            .of(table)
-            .into_iter()
-            .find(|def| def.column == column && def.kind == kind)
-        else {
+        self.catch_up()?;
+        let txn = self.env.read_txn()?;
+        let Some(def) = super::indexes::def_in(&self.meta, &txn, table, column, kind)? else {
             return Ok(None);
         };
-        self.wait_until_applied(self.pending.last_seq());
-        let txn = self.env.read_txn()?;
         let mut rows = Vec::new();
         for primary_key in self.probe(&txn, &def, probes)? {
             let Some(key) = row_key(table, &primary_key) else {
@@ -211,7 +206,7 @@ impl Inner {
         let Some(prefix) = table_prefix(table) else {
             return Ok(());
         };
-        self.wait_until_applied(self.pending.last_seq());
+        self.catch_up()?;
         let txn = self.env.read_txn()?;
         for entry in self.rows.prefix_iter(&txn, &prefix)? {
             let (key, stored) = entry?;
@@ -222,6 +217,28 @@ impl Inner {
             if !visit(record) {
                 break;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Brings LMDB up to every write made so far, for a read of a whole
+    /// table or an index; fails rather than waits for ever when the
+    /// engine cannot apply (disk full, failed, stopping), where LMDB would
+    /// not show acknowledged rows.
+    pub(super) fn catch_up(&self) -> Result<(), WriteFailed> {
+        let seq = self.pending.last_seq();
+        while self.applied.decided() < seq {
+            self.signals.wake_writer();
+            self.signals.wake_applier();
+            let stuck = self.poisoned.load(std::sync::atomic::Ordering::Acquire)
+                || self.out_of_space.load(std::sync::atomic::Ordering::Acquire)
+                || self.signals.stopping();
+            if stuck {
+                return Err(WriteFailed);
+            }
+            self.applied.wait(seq, std::time::Duration::from_millis(10));
         }
         Ok(())
     }

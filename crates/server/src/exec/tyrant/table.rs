@@ -146,7 +146,10 @@ impl Db<'_> {
             return false;
         }
         if row.key.is_empty() {
-            row.key = self.new_uid().to_string().into_bytes();
+            match self.new_uid() {
+                Some(id) => row.key = id.to_string().into_bytes(),
+                None => return false,
+            }
         }
         self.tables.put_row(self.table, &row, mode, &self.ctx.fence) == RowOutcome::Done
     }
@@ -193,8 +196,8 @@ impl Db<'_> {
         })
     }
 
-    /// A new unique primary key (`genuid`).
-    fn new_uid(&self) -> u64 {
+    /// A new unique primary key (`genuid`); `None` once they run out.
+    fn new_uid(&self) -> Option<u64> {
         crate::exec::uid::new_uid(self.tables, self.table, self.ctx)
     }
 
@@ -313,7 +316,7 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             }
             Some(Vec::new())
         }
-        b"genuid" => Some(vec![db.new_uid().to_string().into_bytes()]),
+        b"genuid" => Some(vec![db.new_uid()?.to_string().into_bytes()]),
         // kura's own: what disagrees between the indexes and the table.
         b"check" => {
             let problems = db.tables.check_indexes(db.table).ok()?;
