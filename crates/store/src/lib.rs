@@ -215,6 +215,8 @@ pub enum RowOutcome {
     Missing,
     /// An empty or too long table name or primary key.
     Invalid,
+    /// The row would be larger than the engine allows (`-I`).
+    TooLarge,
     /// The engine refuses writes (disk full or failed).
     Failed,
 }

@@ -398,3 +398,29 @@ fn rows_are_walked_in_key_or_index_order_either_way() {
         .walk_rows(b"t", lexical, Bound::Unbounded, false, &mut |_, _| true)
         .unwrap());
 }
+
+#[test]
+fn a_row_may_not_grow_past_the_limit_by_any_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        reserve_bytes: 0,
+        max_row_bytes: 100,
+        ..DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let tables = engine.tables().unwrap();
+    let long = "x".repeat(60);
+    let first = row("k", &[("a", &long)]);
+    assert_eq!(put(tables, "t", &first, RowMode::Put), RowOutcome::Done);
+    // Each column alone fits; merged, they would not.
+    let more = row("k", &[("b", &long)]);
+    assert_eq!(put(tables, "t", &more, RowMode::Cat), RowOutcome::TooLarge);
+    let too_long = row("j", &[("a", &"y".repeat(200))]);
+    assert_eq!(
+        put(tables, "t", &too_long, RowMode::Put),
+        RowOutcome::TooLarge
+    );
+    assert_eq!(get(tables, "t", "k"), Some(first));
+    assert_eq!(get(tables, "t", "j"), None);
+}

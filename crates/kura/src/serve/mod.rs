@@ -599,6 +599,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 log_values_from: disk.log_values_from_bytes,
                 background_expiry: resolved.server.lru_maintainer,
                 server_id: disk.server_id,
+                max_row_bytes: resolved.server.max_item_size,
                 log_retention: LogRetention {
                     max_age: disk
                         .log_retention_seconds

@@ -252,6 +252,8 @@ impl Table<'_> {
             RowOutcome::Done => reply::number(out, generated.unwrap_or(0)),
             RowOutcome::Kept => reply::short(out, 1, DUPLICATE_KEY),
             RowOutcome::Invalid => reply::short(out, 2, "klen"),
+            // MySQL's "row too big".
+            RowOutcome::TooLarge => reply::short(out, 1, "139"),
             RowOutcome::Missing | RowOutcome::Failed => reply::short(out, 1, "lock_tables"),
         }
     }

@@ -38,6 +38,9 @@ pub struct DiskConfig {
     pub server_id: Option<u32>,
     /// How long and how much of the update log is kept once applied.
     pub log_retention: LogRetention,
+    /// The largest a table row may be, its columns encoded (`-I`): a write
+    /// or an edit that would make one larger is refused.
+    pub max_row_bytes: usize,
     /// A restore's replay: the entries after this LSN are not applied.
     pub replay_until: Option<u64>,
     /// The file operations (the fault tests inject failures here).
@@ -58,6 +61,7 @@ impl DiskConfig {
             background_expiry: true,
             server_id: None,
             log_retention: LogRetention::default(),
+            max_row_bytes: 1 << 20,
             replay_until: None,
             io: Arc::new(OsIo),
         }

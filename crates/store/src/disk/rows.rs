@@ -125,7 +125,13 @@ impl Inner {
         };
         let change = match edit(current) {
             RowEdit::Leave => return Ok(RowOutcome::Kept),
-            RowEdit::Put(row) => Change::Put(Keyed::new(&key, &row.encode_columns())),
+            RowEdit::Put(row) => {
+                let stored = row.encode_columns();
+                if stored.len() > self.config.max_row_bytes {
+                    return Ok(RowOutcome::TooLarge);
+                }
+                Change::Put(Keyed::new(&key, &stored))
+            }
             RowEdit::Remove => Change::Remove,
         };
         fence.raise(shard.put(&key, change));

@@ -95,6 +95,7 @@ fn table(name: &[u8], request: &Request, ctx: &Context<'_>) -> (u16, Vec<u8>) {
                 RowOutcome::Done => (201, Vec::new()),
                 RowOutcome::Kept => (409, Vec::new()),
                 RowOutcome::Invalid => (400, Vec::new()),
+                RowOutcome::TooLarge => (413, Vec::new()),
                 RowOutcome::Missing | RowOutcome::Failed => (500, Vec::new()),
             }
         }
