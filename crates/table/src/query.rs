@@ -234,13 +234,14 @@ pub fn metasearch<'r>(
         return first.search(records);
     }
     let mut set: Vec<&Record> = Vec::new();
-    let position = |set: &Vec<&Record>, r: &Record| set.iter().any(|s| std::ptr::eq(*s, r));
     match operation {
         SetOperation::Union => {
+            let mut seen: std::collections::HashSet<*const Record> =
+                std::collections::HashSet::new();
             for query in queries {
                 let fetch = query.limit.map(|limit| limit.saturating_add(query.skip));
                 for record in limited(query.matching_sorted(records), 0, fetch) {
-                    if !position(&set, record) {
+                    if seen.insert(record as *const Record) {
                         set.push(record);
                     }
                 }

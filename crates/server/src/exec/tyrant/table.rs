@@ -57,7 +57,7 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::IterInit => {
-            start_iterator(ctx, db.rows().into_iter().map(|row| row.key).collect());
+            start_iterator(ctx, db.keys_from(b"", b""));
             reply::status(out, true);
         }
         Request::IterNext => match next_key(ctx) {
@@ -65,12 +65,7 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::Fwmkeys { prefix, max } => {
-            let mut keys: Vec<Vec<u8>> = db
-                .rows()
-                .into_iter()
-                .map(|row| row.key)
-                .filter(|key| key.starts_with(prefix))
-                .collect();
+            let mut keys = db.keys_from(prefix, prefix);
             if let Ok(max) = usize::try_from(*max) {
                 keys.truncate(max);
             }
@@ -90,22 +85,11 @@ pub fn execute(
         Request::Sync | Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, db.vanish()),
         Request::Copy { path } => reply::status(out, super::copy(ctx, path)),
-        Request::Rnum => reply::count(out, db.rows().len() as u64),
-        Request::Size => {
-            let bytes = db
-                .rows()
-                .iter()
-                .map(|row| (row.key.len() + row.encode_columns().len()) as u64)
-                .sum();
-            reply::count(out, bytes)
-        }
+        Request::Rnum => reply::count(out, db.count_and_size().0),
+        Request::Size => reply::count(out, db.count_and_size().1),
         Request::Stat => {
-            let rows = db.rows();
-            let size = rows
-                .iter()
-                .map(|row| (row.key.len() + row.encode_columns().len()) as u64)
-                .sum();
-            reply::stat(out, stat_lines("table", rows.len() as u64, size))
+            let (count, size) = db.count_and_size();
+            reply::stat(out, stat_lines("table", count, size))
         }
         Request::Misc { name, args, .. } => match misc(&db, name, args) {
             Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
@@ -162,17 +146,51 @@ impl Db<'_> {
         self.tables.get_row(self.table, key).ok().flatten()
     }
 
-    /// Every row, in primary-key order.
-    fn rows(&self) -> Vec<Record> {
+    /// The rows any of `queries` matches, in primary-key order: a scan
+    /// keeps in memory only what it will answer with.
+    fn matching(&self, queries: &[Query]) -> Vec<Record> {
         let mut rows = Vec::new();
         let _ = self.tables.visit_rows(self.table, &mut |row| {
-            rows.push(row);
+            if queries.iter().any(|query| query.matches(&row)) {
+                rows.push(row);
+            }
             true
         });
         rows
     }
 
-    /// The rows a query must look at: those its index finds, or all.
+    /// The primary keys from `start` on that begin with `prefix`, in order.
+    fn keys_from(&self, start: &[u8], prefix: &[u8]) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        let _ = self.tables.walk_rows(
+            self.table,
+            None,
+            std::ops::Bound::Included(start),
+            false,
+            &mut |key, _| {
+                let more = key.starts_with(prefix);
+                if more {
+                    keys.push(key.to_vec());
+                }
+                more
+            },
+        );
+        keys
+    }
+
+    /// Rows, and their keys' and columns' bytes (`rnum`, `size`).
+    fn count_and_size(&self) -> (u64, u64) {
+        let (mut count, mut size) = (0, 0);
+        let _ = self.tables.visit_rows(self.table, &mut |row| {
+            count += 1;
+            size += (row.key.len() + row.encode_columns().len()) as u64;
+            true
+        });
+        (count, size)
+    }
+
+    /// The rows a query must look at: those its index finds, or those it
+    /// matches in a scan.
     fn candidates(&self, query: &Query) -> (Vec<Record>, Option<IndexPlan>) {
         let indexes = self.tables.indexes(self.table);
         if let Some(plan) = plan(&query.conditions, &indexes) {
@@ -183,14 +201,13 @@ impl Db<'_> {
                 return (rows, Some(plan));
             }
         }
-        (self.rows(), None)
+        (self.matching(std::slice::from_ref(query)), None)
     }
 
     fn vanish(&self) -> bool {
-        self.rows().iter().all(|row| {
+        self.keys_from(b"", b"").iter().all(|key| {
             matches!(
-                self.tables
-                    .remove_row(self.table, &row.key, &self.ctx.fence),
+                self.tables.remove_row(self.table, key, &self.ctx.fence),
                 RowOutcome::Done | RowOutcome::Missing
             )
         })
@@ -292,12 +309,8 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
                 .collect(),
         ),
         b"iterinit" => {
-            let keys = db.rows().into_iter().map(|row| row.key).collect::<Vec<_>>();
             let start = args.first().copied().unwrap_or_default();
-            start_iterator(
-                db.ctx,
-                keys.into_iter().filter(|k| &k[..] >= start).collect(),
-            );
+            start_iterator(db.ctx, db.keys_from(start, b""));
             Some(Vec::new())
         }
         b"iternext" => {
@@ -412,10 +425,11 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         }
         return Some(items);
     }
-    // One query may use an index; a meta-search scans.
+    // One query may use an index; a meta-search scans, keeping the rows
+    // any of its queries matches.
     let (rows, plan) = match &request.queries[..] {
         [query] => db.candidates(query),
-        _ => (db.rows(), None),
+        queries => (db.matching(queries), None),
     };
     let found = match request.queries.len() {
         1 => request.queries[0].search(&rows),
