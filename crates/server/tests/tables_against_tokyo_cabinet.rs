@@ -353,31 +353,10 @@ fn random_case(rng: &mut SmallRng, path: &str) -> Case {
     }
 }
 
-/// A `misc` call over Tokyo Tyrant's protocol: its status and list.
+/// A `misc` call with owned arguments.
 fn misc(stream: &mut TcpStream, name: &'static [u8], args: &[Vec<u8>]) -> (u8, Vec<Vec<u8>>) {
-    let mut bytes = Vec::new();
-    compose(
-        &mut bytes,
-        &Request::Misc {
-            name,
-            opts: 0,
-            args: args.iter().map(Vec::as_slice).collect(),
-        },
-    );
-    stream.write_all(&bytes).unwrap();
-    let mut head = [0; 5];
-    stream.read_exact(&mut head).unwrap();
-    let count = u32::from_be_bytes(head[1..].try_into().unwrap());
-    let items = (0..count)
-        .map(|_| {
-            let mut len = [0; 4];
-            stream.read_exact(&mut len).unwrap();
-            let mut item = vec![0; u32::from_be_bytes(len) as usize];
-            stream.read_exact(&mut item).unwrap();
-            item
-        })
-        .collect();
-    (head[0], items)
+    let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    support::tyrant::misc(stream, name, &args)
 }
 
 /// `misc search`: the primary keys found.

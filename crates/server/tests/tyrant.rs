@@ -4,12 +4,11 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 use kura_proto::tyrant::{compose, pack_double, PutMode, Request};
 use kura_server::ServerConfig;
 use kura_store::MemoryConfig;
+use support::tyrant::{call, connect, iterate, put, stat};
 use support::TestServer;
 
 fn server() -> TestServer {
@@ -20,28 +19,6 @@ fn server() -> TestServer {
         },
         MemoryConfig::default(),
     )
-}
-
-fn connect(server: &TestServer) -> TcpStream {
-    let stream = TcpStream::connect(server.handle().tyrant_addr().expect("a tyrant port")).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream
-}
-
-/// Sends `request` and reads exactly `reply_len` bytes back.
-fn call(stream: &mut TcpStream, request: &Request<'_>, reply_len: usize) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    compose(&mut bytes, request);
-    stream.write_all(&bytes).unwrap();
-    let mut reply = vec![0; reply_len];
-    stream.read_exact(&mut reply).unwrap();
-    reply
-}
-
-fn put<'a>(mode: PutMode, key: &'a [u8], value: &'a [u8]) -> Request<'a> {
-    Request::Put { mode, key, value }
 }
 
 #[test]
@@ -168,22 +145,7 @@ fn prefixes_and_the_iterator_list_keys_in_byte_order() {
         b"\0\0\0\0\x01\0\0\0\x06user:1"
     );
     assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
-    let mut seen = Vec::new();
-    loop {
-        let mut bytes = Vec::new();
-        compose(&mut bytes, &Request::IterNext);
-        s.write_all(&bytes).unwrap();
-        let mut code = [0; 1];
-        s.read_exact(&mut code).unwrap();
-        if code[0] == 1 {
-            break;
-        }
-        let mut len = [0; 4];
-        s.read_exact(&mut len).unwrap();
-        let mut key = vec![0; u32::from_be_bytes(len) as usize];
-        s.read_exact(&mut key).unwrap();
-        seen.push(String::from_utf8(key).unwrap());
-    }
+    let seen = iterate(&mut s);
     assert_eq!(seen, ["item:1", "user:1", "user:10", "user:2"]);
 }
 
@@ -215,15 +177,7 @@ fn misc_lists_stat_and_vanish() {
     assert_eq!(call(&mut s, &misc(b"get", vec![b"a"]), 5), b"\x01\0\0\0\0");
     // An unknown function: status 1 and an empty list.
     assert_eq!(call(&mut s, &misc(b"nosuch", vec![]), 5), b"\x01\0\0\0\0");
-    let mut bytes = Vec::new();
-    compose(&mut bytes, &Request::Stat);
-    s.write_all(&bytes).unwrap();
-    let mut head = [0; 5];
-    s.read_exact(&mut head).unwrap();
-    assert_eq!(head[0], 0);
-    let mut text = vec![0; u32::from_be_bytes(head[1..].try_into().unwrap()) as usize];
-    s.read_exact(&mut text).unwrap();
-    let text = String::from_utf8(text).unwrap();
+    let text = stat(&mut s);
     assert!(text.lines().any(|line| line == "type\thash"), "{text}");
     assert!(text.lines().any(|line| line == "rnum\t1"), "{text}");
     assert_eq!(call(&mut s, &Request::Vanish, 1), [0]);

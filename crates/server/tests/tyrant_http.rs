@@ -6,19 +6,11 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
 use kura_server::{ServerConfig, TyrantDatabase};
 use kura_store::MemoryConfig;
+use support::tyrant::connect;
 use support::TestServer;
-
-fn connect(server: &TestServer) -> TcpStream {
-    let stream = TcpStream::connect(server.handle().tyrant_addr().unwrap()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream
-}
 
 /// Reads one HTTP reply: its status, and its body (by Content-Length).
 fn read_reply(stream: &mut TcpStream, head_only: bool) -> (u16, Vec<u8>) {

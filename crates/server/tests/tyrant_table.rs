@@ -4,12 +4,11 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
-use kura_proto::tyrant::{compose, PutMode, Request};
+use kura_proto::tyrant::{PutMode, Request};
 use kura_server::{ServerConfig, TyrantDatabase};
+use support::tyrant::{call, connect, misc, put, read_n, send, stat};
 use support::TestServer;
 
 fn server() -> TestServer {
@@ -18,61 +17,6 @@ fn server() -> TestServer {
         tyrant_db: TyrantDatabase::Table("users".into()),
         ..ServerConfig::default()
     })
-}
-
-fn connect(server: &TestServer) -> TcpStream {
-    let stream = TcpStream::connect(server.handle().tyrant_addr().expect("a tyrant port")).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream
-}
-
-fn send(stream: &mut TcpStream, request: &Request<'_>) {
-    let mut bytes = Vec::new();
-    compose(&mut bytes, request);
-    stream.write_all(&bytes).unwrap();
-}
-
-fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
-    let mut bytes = vec![0; n];
-    stream.read_exact(&mut bytes).unwrap();
-    bytes
-}
-
-fn read_u32(stream: &mut TcpStream) -> usize {
-    u32::from_be_bytes(read_n(stream, 4).try_into().unwrap()) as usize
-}
-
-/// Sends `request` and reads exactly `reply_len` bytes back.
-fn call(stream: &mut TcpStream, request: &Request<'_>, reply_len: usize) -> Vec<u8> {
-    send(stream, request);
-    read_n(stream, reply_len)
-}
-
-/// A `misc` call: its status and its list.
-fn misc(stream: &mut TcpStream, name: &'static [u8], args: &[&[u8]]) -> (u8, Vec<Vec<u8>>) {
-    send(
-        stream,
-        &Request::Misc {
-            name,
-            opts: 0,
-            args: args.to_vec(),
-        },
-    );
-    let code = read_n(stream, 1)[0];
-    let count = read_u32(stream);
-    let items = (0..count)
-        .map(|_| {
-            let len = read_u32(stream);
-            read_n(stream, len)
-        })
-        .collect();
-    (code, items)
-}
-
-fn put<'a>(mode: PutMode, key: &'a [u8], value: &'a [u8]) -> Request<'a> {
-    Request::Put { mode, key, value }
 }
 
 fn strings(items: &[Vec<u8>]) -> Vec<String> {
@@ -170,10 +114,7 @@ fn records_are_columns_and_the_binary_commands_answer_as_ttserver_does() {
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [0]);
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [1]);
     // stat says what the database is.
-    send(&mut s, &Request::Stat);
-    assert_eq!(read_n(&mut s, 1), [0]);
-    let len = read_u32(&mut s);
-    let text = String::from_utf8(read_n(&mut s, len)).unwrap();
+    let text = stat(&mut s);
     assert!(text.lines().any(|line| line == "type\ttable"), "{text}");
     assert!(text.lines().any(|line| line == "rnum\t2"), "{text}");
     // The iterator and fwmkeys walk primary keys in order.

@@ -163,3 +163,5 @@ pub fn closes(stream: &mut TcpStream) -> bool {
     }
     false
 }
+
+pub mod tyrant;
