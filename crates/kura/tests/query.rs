@@ -6,20 +6,11 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use support::{free_port, wait_until_ready};
+use support::{free_port, wait_until_ready, Running};
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Runs `kura query --server … ARGS`; returns its exit success and stdout.
 fn query(tyrant: u16, args: &[&str]) -> (bool, String) {
@@ -59,7 +50,7 @@ fn a_table_is_filled_indexed_and_queried_from_the_command_line() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut server = Server(child);
+    let mut server = Running(child);
     wait_until_ready(&mut server.0, SocketAddr::from(([127, 0, 0, 1], port)));
     for row in [
         ["k1", "name=Bob Smith", "age=30"],

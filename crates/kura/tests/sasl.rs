@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -16,19 +16,10 @@ use kura_proto::binary::{compose_request, opcode};
 #[allow(dead_code)]
 mod support;
 
-use support::free_port;
+use support::{free_port, Running};
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 const REALM: &str = "kura.realm";
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A SASL configuration offering PLAIN and CRAM-MD5 from a sasldb holding
 /// `alice`'s password, as memcached's binary-sasl.t sets one up.
@@ -58,7 +49,7 @@ fn sasl_config(dir: &Path) {
     assert!(sasldb.exists());
 }
 
-fn start(conf: Option<&Path>) -> Result<(Server, SocketAddr), String> {
+fn start(conf: Option<&Path>) -> Result<(Running, SocketAddr), String> {
     let port = free_port();
     let mut command = Command::new(KURA);
     command
@@ -85,7 +76,7 @@ fn start(conf: Option<&Path>) -> Result<(Server, SocketAddr), String> {
         return Err(format!("{status}: {stderr}"));
     }
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let server = Server(child);
+    let server = Running(child);
     // -B binary: ready once a binary `version` is answered.
     for _ in 0..2000 {
         if let Ok(mut stream) = TcpStream::connect(addr) {

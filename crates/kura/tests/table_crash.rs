@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kura_proto::tyrant::{compose, Request};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::{free_port, wait_until_ready};
+use support::{free_port, wait_until_ready, Running};
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 const WRITERS: usize = 2;
@@ -26,7 +26,7 @@ const KEYS: usize = 40;
 const POLICIES: [&str; 2] = ["batch", "always"];
 
 struct Server {
-    child: Child,
+    process: Running,
     tyrant: SocketAddr,
 }
 
@@ -59,20 +59,13 @@ impl Server {
             .expect("kura starts");
         wait_until_ready(&mut child, SocketAddr::from(([127, 0, 0, 1], port)));
         Server {
-            child,
+            process: Running(child),
             tyrant: SocketAddr::from(([127, 0, 0, 1], tyrant)),
         }
     }
 
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.kill();
     }
 }
 

@@ -40,3 +40,23 @@ pub fn wait_until_ready(child: &mut Child, addr: SocketAddr) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A started process (a `kura serve`), killed with SIGKILL and reaped when
+/// dropped, so a failing test leaves no server behind. (Not every test
+/// that shares this module starts one.)
+#[allow(dead_code)]
+pub struct Running(pub Child);
+
+#[allow(dead_code)]
+impl Running {
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
