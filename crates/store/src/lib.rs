@@ -14,7 +14,7 @@ pub mod warm;
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
 pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
-pub use kura_table::{IndexCommand, IndexKind, Probes, Record};
+pub use kura_table::{IndexCommand, IndexKind, Lookup, Probes, Record};
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.
@@ -153,17 +153,19 @@ pub trait Tables: Send + Sync {
     /// The table's indexes: column and kind.
     fn indexes(&self, table: &[u8]) -> Vec<(Vec<u8>, IndexKind)>;
 
-    /// The rows the index of `column` of `kind` finds under `probes`, in
-    /// primary-key order, with every write made before; `None` when there
-    /// is no such index.
+    /// Hands `visit`, in primary-key order, each row that every lookup's
+    /// index holds under its probes (so at least every row their conditions
+    /// match), with every write made before, until it answers false;
+    /// `lazily`: the caller expects to stop after a few. `None` when one of
+    /// the indexes does not exist; else how many rows it read.
     #[allow(clippy::result_unit_err)]
-    fn indexed_rows(
+    fn lookup_rows(
         &self,
         table: &[u8],
-        column: &[u8],
-        kind: IndexKind,
-        probes: &Probes,
-    ) -> Result<Option<Vec<Record>>, ()>;
+        lookups: &[Lookup],
+        lazily: bool,
+        visit: &mut dyn FnMut(Record) -> bool,
+    ) -> Result<Option<u64>, ()>;
 
     /// Walks the rows in the order of an index of `column` of `kind`
     /// (`None`: the primary key) from `start` (a key of that order):

@@ -207,14 +207,26 @@ fn indexed_keys(
     let (operator, flags) = kura_table::Operator::parse(condition.0).unwrap();
     let condition =
         kura_table::Condition::new(column.as_bytes(), operator, flags, condition.1.as_bytes());
-    let probes = kura_table::index::probes(&condition, kind).unwrap();
-    tables
-        .indexed_rows(b"t", column.as_bytes(), kind, &probes)
-        .unwrap()
-        .expect("the index exists")
-        .into_iter()
-        .map(|row| String::from_utf8(row.key).unwrap())
-        .collect()
+    let lookup = kura_table::Lookup {
+        condition: 0,
+        column: column.as_bytes().to_vec(),
+        kind,
+        probes: kura_table::index::probes(&condition, kind).unwrap(),
+    };
+    let mut keys = Vec::new();
+    for lazily in [false, true] {
+        let mut found = Vec::new();
+        tables
+            .lookup_rows(b"t", std::slice::from_ref(&lookup), lazily, &mut |row| {
+                found.push(String::from_utf8(row.key).unwrap());
+                true
+            })
+            .unwrap()
+            .expect("the index exists");
+        keys.push(found);
+    }
+    assert_eq!(keys[0], keys[1], "found lazily or narrowed, the same rows");
+    keys.pop().unwrap()
 }
 
 #[test]

@@ -318,22 +318,23 @@ fn full_text_probes(condition: &Condition) -> Option<Probes> {
     }
 }
 
-/// The index a query uses: the first of its conditions an index of its
-/// column can narrow, as Tokyo Cabinet picks it.
+/// One condition's lookup in an index: the rows it can match are among
+/// those the index holds under `probes`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct IndexPlan {
+pub struct Lookup {
     pub condition: usize,
     pub column: Vec<u8>,
     pub kind: IndexKind,
     pub probes: Probes,
 }
 
-impl IndexPlan {
-    /// Tokyo Cabinet's hint line for it.
-    pub fn hint(&self, condition: &Condition) -> String {
+impl Lookup {
+    /// Tokyo Cabinet's hint line for it: the main index, or an auxiliary one.
+    pub fn hint(&self, condition: &Condition, main: bool) -> String {
         use Operator::*;
         let column = String::from_utf8_lossy(&self.column);
         let how = match condition.operator {
+            StrEq if !main => "one (STREQ)".to_string(),
             StrEq | StrBw | NumEq | NumBt => format!("asc ({})", condition.operator.name()),
             NumGt | NumGe => "asc (NUMGT/NUMGE)".to_string(),
             NumLt | NumLe => "desc (NUMLT/NUMLE)".to_string(),
@@ -341,25 +342,34 @@ impl IndexPlan {
             StrAnd | StrOr => format!("inverted ({})", condition.operator.name()),
             _ => "inverted (FTS)".to_string(),
         };
-        format!("using an index: \"{column}\" {how}")
+        match main {
+            true => format!("using an index: \"{column}\" {how}"),
+            false => format!("using an auxiliary index: \"{column}\" {how}"),
+        }
     }
 }
 
-/// Plans a query over the indexes a table has (column and kind).
-pub fn plan(conditions: &[Condition], indexes: &[(Vec<u8>, IndexKind)]) -> Option<IndexPlan> {
-    conditions.iter().enumerate().find_map(|(at, condition)| {
-        indexes
-            .iter()
-            .filter(|(column, _)| *column == condition.column)
-            .find_map(|(column, kind)| {
-                Some(IndexPlan {
-                    condition: at,
-                    column: column.clone(),
-                    kind: *kind,
-                    probes: probes(condition, *kind)?,
+/// The lookups a query can make: one for each of its conditions an index
+/// of its column can narrow (Tokyo Cabinet uses the first two; the engine
+/// intersects them all, which only narrows further what it reads).
+pub fn plan(conditions: &[Condition], indexes: &[(Vec<u8>, IndexKind)]) -> Vec<Lookup> {
+    conditions
+        .iter()
+        .enumerate()
+        .filter_map(|(at, condition)| {
+            indexes
+                .iter()
+                .filter(|(column, _)| *column == condition.column)
+                .find_map(|(column, kind)| {
+                    Some(Lookup {
+                        condition: at,
+                        column: column.clone(),
+                        kind: *kind,
+                        probes: probes(condition, *kind)?,
+                    })
                 })
-            })
-    })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,5 +13,5 @@ pub mod text;
 
 pub use columns::Record;
 pub use condition::{Condition, Operator};
-pub use index::{plan, IndexCommand, IndexKind, IndexPlan, KeyRange, Probes};
+pub use index::{plan, IndexCommand, IndexKind, KeyRange, Lookup, Probes};
 pub use query::{metasearch, Order, OrderKind, Query, SetOperation};

@@ -173,6 +173,25 @@ impl Query {
         limited(found, self.skip, self.limit)
     }
 
+    /// Records that all match (in primary-key order), ordered, skipped and
+    /// limited.
+    pub fn arrange<'r>(&self, matched: &'r [Record]) -> Vec<&'r Record> {
+        let mut found: Vec<&Record> = matched.iter().collect();
+        if let Some(order) = &self.order {
+            found.sort_by(|a, b| order.compare(a, b));
+        }
+        limited(found, self.skip, self.limit)
+    }
+
+    /// How many matches, the first in primary-key order, the answer needs:
+    /// `None` when it needs them all (no limit, or an order to sort by).
+    pub fn matches_needed(&self) -> Option<usize> {
+        match (&self.order, self.limit) {
+            (None, Some(limit)) => Some(limit.saturating_add(self.skip)),
+            _ => None,
+        }
+    }
+
     fn matching_sorted<'r>(&self, records: &'r [Record]) -> Vec<&'r Record> {
         let mut found: Vec<&Record> = records.iter().filter(|r| self.matches(r)).collect();
         if let Some(order) = &self.order {

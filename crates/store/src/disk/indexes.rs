@@ -14,7 +14,7 @@ use std::ops::Bound;
 
 use heed::types::Bytes;
 use heed::{Database, RoTxn, RwTxn};
-use kura_table::index::{index_keys, IndexCommand, IndexKind, KeyRange, Probes};
+use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
 use parking_lot::RwLock;
 
@@ -83,7 +83,7 @@ fn def_key(table: &[u8], column: &[u8]) -> Option<Vec<u8>> {
     Some(key)
 }
 
-fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
+pub(super) fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
     let mut entry = id.to_be_bytes().to_vec();
     entry.extend_from_slice(key);
     entry
@@ -249,67 +249,6 @@ impl Inner {
             self.indexes.put(txn, &key, &primary_key)?;
         }
         Ok(())
-    }
-
-    /// The primary keys under `probes` in the index `def`, sorted.
-    pub(super) fn probe(
-        &self,
-        txn: &RoTxn<'_>,
-        def: &IndexDef,
-        probes: &Probes,
-    ) -> heed::Result<BTreeSet<Vec<u8>>> {
-        let mut result: Option<BTreeSet<Vec<u8>>> = None;
-        for range in &probes.ranges {
-            let found = self.keys_in(txn, def.id, range)?;
-            result = Some(match result {
-                None => found,
-                Some(so_far) if probes.every => so_far.intersection(&found).cloned().collect(),
-                Some(mut so_far) => {
-                    so_far.extend(found);
-                    so_far
-                }
-            });
-        }
-        Ok(result.unwrap_or_default())
-    }
-
-    fn keys_in(
-        &self,
-        txn: &RoTxn<'_>,
-        id: u32,
-        range: &KeyRange,
-    ) -> heed::Result<BTreeSet<Vec<u8>>> {
-        let mut found = BTreeSet::new();
-        match range {
-            KeyRange::Prefix(prefix) => {
-                for entry in self.indexes.prefix_iter(txn, &entry_key(id, prefix))? {
-                    found.insert(entry?.1.to_vec());
-                }
-            }
-            KeyRange::Span(from, to) => {
-                let bound = |bound: &Bound<Vec<u8>>, edge: Bound<Vec<u8>>| match bound {
-                    Bound::Included(key) => Bound::Included(entry_key(id, key)),
-                    Bound::Excluded(key) => Bound::Excluded(entry_key(id, key)),
-                    Bound::Unbounded => edge,
-                };
-                let from = bound(from, Bound::Included(id.to_be_bytes().to_vec()));
-                let to = bound(
-                    to,
-                    match id.checked_add(1) {
-                        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
-                        None => Bound::Unbounded,
-                    },
-                );
-                let range = (
-                    from.as_ref().map(Vec::as_slice),
-                    to.as_ref().map(Vec::as_slice),
-                );
-                for entry in self.indexes.range(txn, &range)? {
-                    found.insert(entry?.1.to_vec());
-                }
-            }
-        }
-        Ok(found)
     }
 
     /// Whether every index of `table` holds exactly what its rows say;

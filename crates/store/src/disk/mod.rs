@@ -38,6 +38,7 @@ mod identity;
 mod indexes;
 pub mod io;
 mod journal;
+mod lookups;
 mod marks;
 mod open;
 mod page_window;

@@ -18,7 +18,7 @@ use super::pending::{Change, Pending, Space};
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
-use kura_table::{IndexCommand, IndexKind, Probes};
+use kura_table::{IndexCommand, IndexKind, Lookup};
 
 /// The longest table name.
 pub const MAX_TABLE_NAME: usize = 255;
@@ -174,34 +174,6 @@ impl Inner {
         }
     }
 
-    /// The rows an index finds under `probes`, in primary-key order, once
-    /// every write made before is in LMDB; `None` when there is no such
-    /// index.
-    fn indexed_rows(
-        &self,
-        table: &[u8],
-        column: &[u8],
-        kind: IndexKind,
-        probes: &Probes,
-    ) -> Result<Option<Vec<Record>>, WriteFailed> {
-        self.catch_up()?;
-        let txn = self.env.read_txn()?;
-        let Some(def) = super::indexes::def_in(&self.meta, &txn, table, column, kind)? else {
-            return Ok(None);
-        };
-        let mut rows = Vec::new();
-        for primary_key in self.probe(&txn, &def, probes)? {
-            let Some(key) = row_key(table, &primary_key) else {
-                continue;
-            };
-            // An entry whose row is gone would be a bug; skip it.
-            if let Some(stored) = self.rows.get(&txn, &key)? {
-                rows.push(Record::decode_columns(&primary_key, stored).ok_or(WriteFailed)?);
-            }
-        }
-        Ok(Some(rows))
-    }
-
     /// Every row of `table` in primary-key order, once every write made
     /// before is in LMDB.
     fn visit_rows(
@@ -326,15 +298,15 @@ impl Tables for DiskStore {
             .collect()
     }
 
-    fn indexed_rows(
+    fn lookup_rows(
         &self,
         table: &[u8],
-        column: &[u8],
-        kind: IndexKind,
-        probes: &Probes,
-    ) -> Result<Option<Vec<Record>>, ()> {
+        lookups: &[Lookup],
+        lazily: bool,
+        visit: &mut dyn FnMut(Record) -> bool,
+    ) -> Result<Option<u64>, ()> {
         self.inner
-            .indexed_rows(table, column, kind, probes)
+            .lookup_rows(table, lookups, lazily, visit)
             .map_err(|_| ())
     }
 

@@ -8,6 +8,7 @@ pub mod dist;
 pub mod engine;
 pub mod html;
 pub mod ketama;
+pub mod requests;
 pub mod results;
 pub mod scenario;
 pub mod summary;
@@ -55,6 +56,9 @@ pub enum BenchCommand {
     /// Run a scenario against several targets in turn (A B A B …) and print
     /// the ratios round by round with their median.
     Compare(scenario::CompareArgs),
+    /// One kind of request (Tokyo Tyrant search or put, HandlerSocket
+    /// find or insert, memcached get or set) over blocking connections.
+    Requests(requests::RequestsArgs),
 }
 
 /// One load: mcperf's options first, then kura's.
@@ -449,8 +453,10 @@ pub fn write_reports(
 
 /// The `kura bench` command.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
-    if let Some(BenchCommand::Compare(compare)) = args.command {
-        return scenario::compare(&compare);
+    match args.command {
+        Some(BenchCommand::Compare(compare)) => return scenario::compare(&compare),
+        Some(BenchCommand::Requests(requests)) => return requests::run(requests),
+        None => {}
     }
     let load = args.load;
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -14,8 +14,8 @@ use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::columns::join_zero_separated;
 use kura_table::{
-    metasearch, number, plan, Condition, IndexCommand, IndexPlan, Operator, Order, OrderKind,
-    Query, SetOperation,
+    metasearch, number, plan, Condition, IndexCommand, Lookup, Operator, Order, OrderKind, Query,
+    SetOperation,
 };
 
 use super::{next_key, start_iterator, stat_lines, Action, Context};
@@ -189,19 +189,40 @@ impl Db<'_> {
         (count, size)
     }
 
-    /// The rows a query must look at: those its index finds, or those it
-    /// matches in a scan.
-    fn candidates(&self, query: &Query) -> (Vec<Record>, Option<IndexPlan>) {
-        let indexes = self.tables.indexes(self.table);
-        if let Some(plan) = plan(&query.conditions, &indexes) {
-            let found = self
-                .tables
-                .indexed_rows(self.table, &plan.column, plan.kind, &plan.probes);
-            if let Ok(Some(rows)) = found {
-                return (rows, Some(plan));
-            }
+    /// The rows `query` matches, in primary-key order, and the lookups
+    /// that found them (none: a scan): only as many as its answer needs.
+    fn found(&self, query: &Query) -> (Vec<Record>, Vec<Lookup>) {
+        let needed = query.matches_needed();
+        if needed == Some(0) {
+            return (Vec::new(), Vec::new());
         }
-        (self.matching(std::slice::from_ref(query)), None)
+        let mut rows = Vec::new();
+        let mut keep = |row: Record| {
+            if query.matches(&row) {
+                rows.push(row);
+            }
+            needed.is_none_or(|needed| rows.len() < needed)
+        };
+        let lookups = plan(&query.conditions, &self.tables.indexes(self.table));
+        if !lookups.is_empty() {
+            let lazily = needed.is_some();
+            if let Ok(Some(_)) = self
+                .tables
+                .lookup_rows(self.table, &lookups, lazily, &mut keep)
+            {
+                return (rows, lookups);
+            }
+            // An index dropped meanwhile, or unreadable: scan instead.
+            rows.clear();
+        }
+        let mut keep = |row: Record| {
+            if query.matches(&row) {
+                rows.push(row);
+            }
+            needed.is_none_or(|needed| rows.len() < needed)
+        };
+        let _ = self.tables.visit_rows(self.table, &mut keep);
+        (rows, Vec::new())
     }
 
     fn vanish(&self) -> bool {
@@ -414,9 +435,9 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let (rows, _) = db.candidates(query);
+        let (rows, _) = db.found(query);
         let mut items = Vec::new();
-        for row in query.search(&rows) {
+        for row in query.arrange(&rows) {
             if db.remove(&row.key) {
                 if let Some(columns) = &request.columns {
                     items.push(project(row, columns));
@@ -425,16 +446,16 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         }
         return Some(items);
     }
-    // One query may use an index; a meta-search scans, keeping the rows
+    // One query may use its indexes; a meta-search scans, keeping the rows
     // any of its queries matches.
-    let (rows, plan) = match &request.queries[..] {
-        [query] => db.candidates(query),
-        queries => (db.matching(queries), None),
+    let (rows, lookups) = match &request.queries[..] {
+        [query] => db.found(query),
+        queries => (db.matching(queries), Vec::new()),
     };
-    let found = match request.queries.len() {
-        1 => request.queries[0].search(&rows),
-        _ => metasearch(
-            &request.queries,
+    let found = match &request.queries[..] {
+        [query] => query.arrange(&rows),
+        queries => metasearch(
+            queries,
             request.operation.unwrap_or(SetOperation::Union),
             &rows,
         ),
@@ -448,7 +469,7 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     }
     if request.hint {
         let mut hint = b"\0\0[[HINT]]\n".to_vec();
-        hint.extend_from_slice(explain(&request.queries, &rows, plan.as_ref()).as_bytes());
+        hint.extend_from_slice(explain(&request.queries, &rows, &lookups).as_bytes());
         items.push(hint);
     }
     Some(items)
@@ -469,18 +490,20 @@ fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
     }))
 }
 
-/// The plan in Tokyo Cabinet's hint format: the index a single query used
-/// (its rows are `rows`), or a scan of the whole table.
-pub fn explain(queries: &[Query], rows: &[Record], plan: Option<&IndexPlan>) -> String {
+/// The plan in Tokyo Cabinet's hint format: the indexes a single query
+/// looked up (the first is the main one, the others auxiliary), or a scan
+/// of the whole table; `rows` are those it read that a query may match.
+pub fn explain(queries: &[Query], rows: &[Record], lookups: &[Lookup]) -> String {
     let one = |query: &Query| {
         let matches = rows.iter().filter(|row| query.matches(row)).count();
-        let mut lines = vec![match plan {
-            Some(plan) => plan.hint(&query.conditions[plan.condition]),
+        let hint = |lookup: &Lookup, main| lookup.hint(&query.conditions[lookup.condition], main);
+        let mut lines: Vec<String> = lookups.iter().skip(1).map(|l| hint(l, false)).collect();
+        lines.push(match lookups.first() {
+            Some(lookup) => hint(lookup, true),
             None => "scanning the whole table".to_string(),
-        }];
+        });
         let mut size = matches;
-        if let (None, Some(limit)) = (&query.order, query.limit) {
-            let fetch = limit.saturating_add(query.skip);
+        if let Some(fetch) = query.matches_needed() {
             lines.push(format!("limited matching: {fetch}"));
             size = size.min(fetch);
         }
@@ -560,12 +583,12 @@ mod tests {
         let rows = vec![Record::new(&b"a"[..]), Record::new(&b"b"[..])];
         let mut query = Query::default();
         assert_eq!(
-            explain(std::slice::from_ref(&query), &rows, None),
+            explain(std::slice::from_ref(&query), &rows, &[]),
             "scanning the whole table\nresult set size: 2\nleaving the natural order\n"
         );
         query.set_limit(1, 0);
         assert_eq!(
-            explain(&[query.clone(), Query::default()], &rows, None),
+            explain(&[query.clone(), Query::default()], &rows, &[]),
             "[0] scanning the whole table\n[0] limited matching: 1\n[0] result set size: 1\n[0] leaving the natural order\n\
              [1] scanning the whole table\n[1] result set size: 2\n[1] leaving the natural order\n"
         );

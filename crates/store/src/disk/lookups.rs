@@ -1,0 +1,526 @@
+//! Index lookups: the rows a query's indexed conditions leave, in
+//! primary-key order, found from the `indexes` database without reading
+//! rows that every lookup does not hold.
+//!
+//! Under one index key, LMDB keeps the primary keys sorted (the database is
+//! DUP_SORT), so each lookup is a sorted stream of primary keys: one key's
+//! duplicates, a merge of a few keys' (a range, a prefix, an OR of words),
+//! or, over many keys, a list collected and sorted. The rows every lookup
+//! holds are found in one of two ways:
+//!
+//! - `lazily` (a limit without an order: the caller stops after a few
+//!   rows): the sorted streams are intersected step by step (each stream
+//!   catches up with the furthest), so a query reads as little of each as
+//!   the rows it answers with need;
+//! - `narrowed` (every match is needed): the streams race, a chunk each
+//!   in turn; the first to end is the shortest, and each one that ends
+//!   narrows the candidates. The race stops when the steps still to take
+//!   would cost more than reading the candidates' rows, so a condition
+//!   that holds most of the table costs about as much as its rarest
+//!   companion.
+//!
+//! Every condition is checked again on each row, so a lookup only has to
+//! hold at least the rows its condition matches.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::ops::Bound;
+
+use heed::RoTxn;
+use kura_table::{KeyRange, Lookup, Record};
+
+use super::indexes::{def_in, entry_key};
+use super::rows::row_key;
+use super::{Inner, WriteFailed};
+
+/// Index keys a lookup merges as sorted streams; with more, it collects
+/// and sorts its primary keys instead.
+const MAX_MERGED_KEYS: usize = 64;
+/// Primary keys a racing stream takes in a turn.
+const CHUNK: usize = 256;
+/// What reading a row costs, in steps of an index stream (measured: a row
+/// read and decoded takes about as long as 64 duplicates walked).
+const ROW_STEPS: usize = 64;
+/// A stream this many times denser than the sparsest narrows too little
+/// to be worth walking: the rows' own check is cheaper.
+const DENSER: usize = 8;
+/// Keys each stream shows before a lazy intersection picks its streams.
+const PILOT: usize = 64;
+
+type Keys<'t> = Box<dyn Iterator<Item = heed::Result<&'t [u8]>> + 't>;
+
+/// One lookup's primary keys.
+enum Stream<'t> {
+    /// In ascending order, each once.
+    Sorted(Keys<'t>),
+    /// In index order, perhaps more than once.
+    Unsorted(Keys<'t>),
+}
+
+impl Inner {
+    /// Hands `visit`, in primary-key order, each row of `table` that every
+    /// lookup holds, until it answers false; `lazily`: the caller expects
+    /// to stop after a few. `Ok(None)` when one of the indexes does not
+    /// exist; else how many rows it read.
+    pub(super) fn lookup_rows(
+        &self,
+        table: &[u8],
+        lookups: &[Lookup],
+        lazily: bool,
+        visit: &mut dyn FnMut(Record) -> bool,
+    ) -> Result<Option<u64>, WriteFailed> {
+        self.catch_up()?;
+        let txn = self.env.read_txn()?;
+        let mut streams = Vec::new();
+        for lookup in lookups {
+            let Some(def) = def_in(&self.meta, &txn, table, &lookup.column, lookup.kind)? else {
+                return Ok(None);
+            };
+            let ranges = &lookup.probes.ranges;
+            if lookup.probes.every {
+                for range in ranges {
+                    streams.push(self.stream(&txn, def.id, std::slice::from_ref(range))?);
+                }
+            } else {
+                streams.push(self.stream(&txn, def.id, ranges)?);
+            }
+        }
+        let mut read = 0;
+        let mut rows = |primary_key: &[u8]| -> Result<bool, WriteFailed> {
+            let Some(key) = row_key(table, primary_key) else {
+                return Ok(true);
+            };
+            // An entry whose row is gone would be a bug; skip it.
+            let Some(stored) = self.rows.get(&txn, &key)? else {
+                return Ok(true);
+            };
+            read += 1;
+            let row = Record::decode_columns(primary_key, stored).ok_or(WriteFailed)?;
+            Ok(visit(row))
+        };
+        let sorted = streams
+            .iter()
+            .any(|stream| matches!(stream, Stream::Sorted(_)));
+        if lazily && sorted {
+            let streams = streams
+                .into_iter()
+                .filter_map(|stream| match stream {
+                    Stream::Sorted(keys) => Some(keys),
+                    Stream::Unsorted(_) => None,
+                })
+                .collect();
+            intersect_lazily(sparse_only(streams)?, &mut rows)?;
+        } else {
+            for primary_key in narrow(streams)? {
+                if !rows(primary_key)? {
+                    break;
+                }
+            }
+        }
+        Ok(Some(read))
+    }
+
+    /// The primary keys under any of `ranges` of index `id`.
+    fn stream<'t>(
+        &self,
+        txn: &'t RoTxn<'_>,
+        id: u32,
+        ranges: &[KeyRange],
+    ) -> heed::Result<Stream<'t>> {
+        let mut keys = Vec::new();
+        for range in ranges {
+            for entry in self.distinct_keys(txn, id, range)? {
+                keys.push(entry?);
+                if keys.len() > MAX_MERGED_KEYS {
+                    return self.collected(txn, id, ranges.to_vec());
+                }
+            }
+        }
+        let mut streams = Vec::new();
+        for key in keys {
+            if let Some(duplicates) = self.indexes.get_duplicates(txn, key)? {
+                streams.push(Box::new(duplicates.map(|entry| entry.map(|(_, pk)| pk))) as Keys);
+            }
+        }
+        Ok(Stream::Sorted(match streams.len() {
+            1 => streams.pop().expect("one stream"),
+            _ => Box::new(Merged::new(streams)?),
+        }))
+    }
+
+    /// The index keys (with the index's id) under `range`, each once.
+    fn distinct_keys<'t>(
+        &self,
+        txn: &'t RoTxn<'_>,
+        id: u32,
+        range: &KeyRange,
+    ) -> heed::Result<Keys<'t>> {
+        Ok(match range {
+            KeyRange::Prefix(prefix) => Box::new(
+                self.indexes
+                    .prefix_iter(txn, &entry_key(id, prefix))?
+                    .move_between_keys()
+                    .map(|entry| entry.map(|(key, _)| key)),
+            ),
+            KeyRange::Span(from, to) => {
+                let (from, to) = entry_bounds(id, from, to);
+                let bounds = (
+                    from.as_ref().map(Vec::as_slice),
+                    to.as_ref().map(Vec::as_slice),
+                );
+                Box::new(
+                    self.indexes
+                        .range(txn, &bounds)?
+                        .move_between_keys()
+                        .map(|entry| entry.map(|(key, _)| key)),
+                )
+            }
+        })
+    }
+
+    /// Every primary key under `ranges`, in index order.
+    fn collected<'t>(
+        &self,
+        txn: &'t RoTxn<'_>,
+        id: u32,
+        ranges: Vec<KeyRange>,
+    ) -> heed::Result<Stream<'t>> {
+        let mut parts: Vec<Keys<'t>> = Vec::new();
+        for range in ranges {
+            parts.push(match range {
+                KeyRange::Prefix(prefix) => Box::new(
+                    self.indexes
+                        .prefix_iter(txn, &entry_key(id, &prefix))?
+                        .map(|entry| entry.map(|(_, pk)| pk)),
+                ),
+                KeyRange::Span(from, to) => {
+                    let (from, to) = entry_bounds(id, &from, &to);
+                    let bounds = (
+                        from.as_ref().map(Vec::as_slice),
+                        to.as_ref().map(Vec::as_slice),
+                    );
+                    Box::new(
+                        self.indexes
+                            .range(txn, &bounds)?
+                            .map(|entry| entry.map(|(_, pk)| pk)),
+                    )
+                }
+            });
+        }
+        Ok(Stream::Unsorted(Box::new(parts.into_iter().flatten())))
+    }
+}
+
+/// The bounds of `from..to` (index keys) among the entries of index `id`.
+pub(super) fn entry_bounds(
+    id: u32,
+    from: &Bound<Vec<u8>>,
+    to: &Bound<Vec<u8>>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let bound = |bound: &Bound<Vec<u8>>, edge: Bound<Vec<u8>>| match bound {
+        Bound::Included(key) => Bound::Included(entry_key(id, key)),
+        Bound::Excluded(key) => Bound::Excluded(entry_key(id, key)),
+        Bound::Unbounded => edge,
+    };
+    let first = Bound::Included(id.to_be_bytes().to_vec());
+    let past = match id.checked_add(1) {
+        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
+        None => Bound::Unbounded,
+    };
+    (bound(from, first), bound(to, past))
+}
+
+/// Sorted streams merged into one, each key once.
+struct Merged<'t> {
+    streams: Vec<Keys<'t>>,
+    heads: BinaryHeap<Reverse<(&'t [u8], usize)>>,
+    last: Option<&'t [u8]>,
+}
+
+impl<'t> Merged<'t> {
+    fn new(mut streams: Vec<Keys<'t>>) -> heed::Result<Merged<'t>> {
+        let mut heads = BinaryHeap::new();
+        for (at, stream) in streams.iter_mut().enumerate() {
+            if let Some(key) = stream.next().transpose()? {
+                heads.push(Reverse((key, at)));
+            }
+        }
+        Ok(Merged {
+            streams,
+            heads,
+            last: None,
+        })
+    }
+
+    fn step(&mut self) -> heed::Result<Option<&'t [u8]>> {
+        while let Some(Reverse((key, at))) = self.heads.pop() {
+            if let Some(next) = self.streams[at].next().transpose()? {
+                self.heads.push(Reverse((next, at)));
+            }
+            if self.last != Some(key) {
+                self.last = Some(key);
+                return Ok(Some(key));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl<'t> Iterator for Merged<'t> {
+    type Item = heed::Result<&'t [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step().transpose()
+    }
+}
+
+/// The sparsest of sorted streams and those at most `DENSER` times as
+/// dense, found by how far into the key space each gets: the sparsest
+/// gets furthest with `PILOT` keys. The keys looked at are not lost.
+fn sparse_only(streams: Vec<Keys<'_>>) -> heed::Result<Vec<Keys<'_>>> {
+    if streams.len() < 2 {
+        return Ok(streams);
+    }
+    let mut shown = Vec::with_capacity(streams.len());
+    for mut stream in streams {
+        let mut keys = Vec::new();
+        let mut ended = false;
+        while keys.len() < PILOT {
+            match stream.next().transpose()? {
+                Some(key) => keys.push(key),
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        shown.push((keys, ended, stream));
+    }
+    // A stream that ended holds every key it has; of those, the shortest.
+    let sparsest = (0..shown.len())
+        .max_by(|&a, &b| {
+            let reach = |at: usize| {
+                let (keys, ended, _) = &shown[at];
+                (*ended, (!*ended).then(|| keys.last().copied()), Reverse(keys.len()))
+            };
+            reach(a).cmp(&reach(b))
+        })
+        .expect("two streams");
+    let (reach, whole) = {
+        let (keys, ended, _) = &shown[sparsest];
+        (keys.last().copied(), *ended)
+    };
+    let budget = DENSER * shown[sparsest].0.len().max(1);
+    let mut kept = Vec::new();
+    for (at, (mut keys, ended, mut stream)) in shown.into_iter().enumerate() {
+        let mut keep = at == sparsest || (ended && keys.len() <= budget);
+        if !keep && !ended {
+            // Walk on to where the sparsest got (its end, if it ended).
+            let mut ended = false;
+            while keys.len() <= budget
+                && (whole || keys.last().copied() < reach)
+                && !ended
+            {
+                match stream.next().transpose()? {
+                    Some(key) => keys.push(key),
+                    None => ended = true,
+                }
+            }
+            keep = keys.len() <= budget;
+        }
+        if keep {
+            kept.push(Box::new(keys.into_iter().map(Ok).chain(stream)) as Keys);
+        }
+    }
+    Ok(kept)
+}
+
+/// Hands `found` each key every sorted stream holds, in order, until it
+/// answers false: each stream in turn catches up with the furthest.
+fn intersect_lazily<'t>(
+    mut streams: Vec<Keys<'t>>,
+    found: &mut dyn FnMut(&'t [u8]) -> Result<bool, WriteFailed>,
+) -> Result<(), WriteFailed> {
+    let mut heads = Vec::with_capacity(streams.len());
+    for stream in &mut streams {
+        match stream.next().transpose()? {
+            Some(key) => heads.push(key),
+            None => return Ok(()),
+        }
+    }
+    loop {
+        let target = *heads.iter().max().expect("one stream at least");
+        let mut agreed = true;
+        for (head, stream) in heads.iter_mut().zip(&mut streams) {
+            while *head < target {
+                match stream.next().transpose()? {
+                    Some(key) => *head = key,
+                    None => return Ok(()),
+                }
+            }
+            agreed &= *head == target;
+        }
+        if !agreed {
+            continue;
+        }
+        if !found(target)? {
+            return Ok(());
+        }
+        for (head, stream) in heads.iter_mut().zip(&mut streams) {
+            match stream.next().transpose()? {
+                Some(key) => *head = key,
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The keys every stream holds, or a few more: the streams race until
+/// reading the candidates' rows would cost less than racing on.
+fn narrow<'t>(streams: Vec<Stream<'t>>) -> heed::Result<Vec<&'t [u8]>> {
+    struct Runner<'t> {
+        keys: Keys<'t>,
+        sorted: bool,
+        seen: Vec<&'t [u8]>,
+        done: bool,
+    }
+    let mut runners: Vec<Runner<'t>> = streams
+        .into_iter()
+        .map(|stream| {
+            let (keys, sorted) = match stream {
+                Stream::Sorted(keys) => (keys, true),
+                Stream::Unsorted(keys) => (keys, false),
+            };
+            Runner {
+                keys,
+                sorted,
+                seen: Vec::new(),
+                done: false,
+            }
+        })
+        .collect();
+    let mut candidates: Option<Vec<&'t [u8]>> = None;
+    let mut steps_since = 0;
+    // The length of the shortest stream that ended.
+    let mut shortest = usize::MAX;
+    loop {
+        let mut racing = false;
+        for runner in runners.iter_mut().filter(|runner| !runner.done) {
+            for _ in 0..CHUNK {
+                match runner.keys.next().transpose()? {
+                    Some(key) => runner.seen.push(key),
+                    None => {
+                        runner.done = true;
+                        break;
+                    }
+                }
+                if candidates.is_some() {
+                    steps_since += 1;
+                }
+            }
+            if !runner.done && runner.seen.len() > DENSER.saturating_mul(shortest) {
+                // Much denser than the shortest: leave it to the rows' check.
+                runner.done = true;
+                runner.seen = Vec::new();
+                continue;
+            }
+            if !runner.done {
+                racing = true;
+                continue;
+            }
+            let mut keys = std::mem::take(&mut runner.seen);
+            if !runner.sorted {
+                keys.sort_unstable();
+                keys.dedup();
+            }
+            shortest = shortest.min(keys.len().max(1));
+            candidates = Some(match candidates {
+                None => keys,
+                Some(so_far) => intersection(&so_far, &keys),
+            });
+        }
+        let Some(found) = &candidates else {
+            continue;
+        };
+        if !racing || found.is_empty() || steps_since > ROW_STEPS * found.len() {
+            return Ok(candidates.unwrap_or_default());
+        }
+    }
+}
+
+/// The keys two sorted lists both hold.
+fn intersection<'t>(a: &[&'t [u8]], b: &[&'t [u8]]) -> Vec<&'t [u8]> {
+    let (mut i, mut j) = (0, 0);
+    let mut both = Vec::new();
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(b[j]) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => {
+                both.push(a[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    both
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(list: &[&'static str]) -> Keys<'static> {
+        Box::new(
+            list.iter()
+                .map(|key| Ok(key.as_bytes()))
+                .collect::<Vec<_>>()
+                .into_iter(),
+        )
+    }
+
+    #[test]
+    fn merged_streams_come_out_sorted_and_each_once() {
+        let merged = Merged::new(vec![keys(&["a", "c", "e"]), keys(&["b", "c", "f"]), keys(&[])]);
+        let out: Vec<&[u8]> = merged.unwrap().map(Result::unwrap).collect();
+        assert_eq!(out, [&b"a"[..], b"b", b"c", b"e", b"f"]);
+    }
+
+    #[test]
+    fn lazy_intersection_finds_what_every_stream_holds_and_stops_when_told() {
+        let mut found = Vec::new();
+        let streams = vec![keys(&["a", "b", "d", "f", "g"]), keys(&["b", "c", "d", "g"])];
+        intersect_lazily(streams, &mut |key| {
+            found.push(key);
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(found, [&b"b"[..], b"d", b"g"]);
+
+        let mut first = Vec::new();
+        let streams = vec![keys(&["a", "b", "d"]), keys(&["a", "b", "d"])];
+        intersect_lazily(streams, &mut |key| {
+            first.push(key);
+            Ok(first.len() < 2)
+        })
+        .unwrap();
+        assert_eq!(first, [&b"a"[..], b"b"]);
+    }
+
+    #[test]
+    fn the_race_narrows_to_what_every_stream_holds() {
+        let many: Vec<String> = (0..2000).map(|n| format!("k{n:05}")).collect();
+        let many: &'static [String] = Box::leak(many.into_boxed_slice());
+        let all: Keys<'static> = Box::new(many.iter().map(|k| Ok(k.as_bytes())));
+        let unsorted = Stream::Unsorted(keys(&["k00007", "k00003", "k00007", "zz"]));
+        let found = narrow(vec![Stream::Sorted(all), unsorted]).unwrap();
+        // The short stream ends first; the long one may be cut short, so
+        // its keys narrow only as far as it got.
+        assert!(found.contains(&&b"k00003"[..]) && found.contains(&&b"k00007"[..]));
+        assert!(found.len() <= 3, "{found:?}");
+        assert_eq!(
+            narrow(vec![Stream::Sorted(keys(&["a"])), Stream::Sorted(keys(&["b"]))]).unwrap(),
+            Vec::<&[u8]>::new()
+        );
+    }
+}
