@@ -64,7 +64,7 @@ pub struct Shared {
     /// shared by every connection, as ttserver's is.
     pub tyrant_iterator: Mutex<Option<std::vec::IntoIter<Vec<u8>>>>,
     /// The last unique id `genuid` (or a put without a key) handed out.
-    pub tyrant_uid: Mutex<u64>,
+    pub tyrant_uid: Mutex<exec::uid::LastIds>,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
@@ -268,7 +268,7 @@ pub fn start(
         watchers,
         lru_crawler,
         tyrant_iterator: Mutex::new(None),
-        tyrant_uid: Mutex::new(0),
+        tyrant_uid: Mutex::new(Default::default()),
         stopping: AtomicBool::new(false),
         graceful: AtomicBool::new(false),
         wakers: OnceLock::new(),

@@ -167,16 +167,25 @@ fn misc_carries_every_table_function() {
     assert_eq!(misc(&mut s, b"outlist", &[b"c", b"zz"]), (0, vec![]));
     assert_eq!(misc(&mut s, b"out", &[b"d"]), (0, vec![]));
     assert_eq!(misc(&mut s, b"out", &[b"d"]).0, 1);
-    // genuid: beyond every numeric key and every id handed out.
+    // genuid: beyond the numeric keys there were, then one more each time,
+    // stepping past every numeric key once an id is found taken.
     assert_eq!(misc(&mut s, b"put", &[b"41", b"name", b"N"]).0, 0);
     assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["42"]);
     assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["43"]);
-    // Once the ids run out, genuid and a put without a key fail.
+    assert_eq!(misc(&mut s, b"put", &[b"45", b"name", b"N"]).0, 0);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["44"]);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["46"]);
+    // A key past every id fails genuid, and a put without a key, only once
+    // it must be stepped past.
     let largest: &[u8] = b"18446744073709551615";
     assert_eq!(misc(&mut s, b"put", &[largest, b"name", b"Max"]).0, 0);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["47"]);
+    assert_eq!(misc(&mut s, b"put", &[b"48", b"name", b"N"]).0, 0);
     assert_eq!(misc(&mut s, b"genuid", &[]), (1, vec![]));
     assert_eq!(call(&mut s, &put(PutMode::Put, b"", b"name\0x"), 1), [1]);
-    assert_eq!(misc(&mut s, b"out", &[largest]).0, 0);
+    for key in [largest, b"41", b"45", b"48"] {
+        assert_eq!(misc(&mut s, b"out", &[key]).0, 0);
+    }
     // setindex checks its types.
     assert_eq!(misc(&mut s, b"setindex", &[b"age", b"DECIMAL"]).0, 0);
     assert_eq!(misc(&mut s, b"setindex", &[b"age", b"BOGUS"]).0, 1);

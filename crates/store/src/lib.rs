@@ -14,7 +14,7 @@ pub mod warm;
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
 pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
-pub use kura_table::{IndexCommand, IndexKind, Lookup, Probes, Record};
+pub use kura_table::{IndexCommand, IndexKind, Lookup, Probes, Record, StoredRecord};
 pub use memory::{MemoryConfig, MemoryStore};
 
 /// What an engine offers a memcached server.
@@ -144,7 +144,11 @@ pub trait Tables: Send + Sync {
     /// Hands `visit` every row of the table in primary-key order until it
     /// answers false, after every write made before is applied.
     #[allow(clippy::result_unit_err)]
-    fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()>;
+    fn visit_rows(
+        &self,
+        table: &[u8],
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
+    ) -> Result<(), ()>;
 
     /// `setindex`: builds, rebuilds, optimizes or drops an index of a
     /// column; `Err` says why not.
@@ -164,7 +168,7 @@ pub trait Tables: Send + Sync {
         table: &[u8],
         lookups: &[Lookup],
         lazily: bool,
-        visit: &mut dyn FnMut(Record) -> bool,
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
     ) -> Result<Option<u64>, ()>;
 
     /// Walks the rows in the order of an index of `column` of `kind`

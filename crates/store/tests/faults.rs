@@ -578,6 +578,7 @@ fn a_power_cut_keeps_every_row_acknowledged_under_always() {
         .tables()
         .unwrap()
         .visit_rows(b"t", &mut |row| {
+            let row = row.to_record();
             assert_eq!(row.get(b"n"), Some(&row.key[..]));
             keys.push(String::from_utf8(row.key).unwrap());
             true

@@ -39,7 +39,7 @@ fn keys(tables: &dyn Tables, table: &str) -> Vec<String> {
     let mut keys = Vec::new();
     tables
         .visit_rows(table.as_bytes(), &mut |record| {
-            keys.push(String::from_utf8(record.key).unwrap());
+            keys.push(String::from_utf8(record.key().to_vec()).unwrap());
             true
         })
         .unwrap();
@@ -218,7 +218,7 @@ fn indexed_keys(
         let mut found = Vec::new();
         tables
             .lookup_rows(b"t", std::slice::from_ref(&lookup), lazily, &mut |row| {
-                found.push(String::from_utf8(row.key).unwrap());
+                found.push(String::from_utf8(row.key().to_vec()).unwrap());
                 true
             })
             .unwrap()

@@ -62,6 +62,88 @@ impl Record {
     }
 }
 
+/// What a condition reads of a record: a column's value by name, the name
+/// `""` being the primary key.
+pub trait Columns {
+    fn get(&self, name: &[u8]) -> Option<&[u8]>;
+}
+
+impl<C: Columns + ?Sized> Columns for &C {
+    fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        (**self).get(name)
+    }
+}
+
+impl Columns for Record {
+    fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        Record::get(self, name)
+    }
+}
+
+/// A record read where the engine keeps it (`Record::encode_columns`), so
+/// that a scan checks a row's conditions without copying it.
+#[derive(Clone, Copy, Debug)]
+pub struct StoredRecord<'a> {
+    key: &'a [u8],
+    columns: &'a [u8],
+}
+
+impl<'a> StoredRecord<'a> {
+    /// `None` when the stored columns are damaged.
+    pub fn new(key: &'a [u8], columns: &'a [u8]) -> Option<StoredRecord<'a>> {
+        let mut rest = columns;
+        while !rest.is_empty() {
+            take_field(&mut rest)?;
+            take_field(&mut rest)?;
+        }
+        Some(StoredRecord { key, columns })
+    }
+
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+
+    /// The bytes of its stored columns.
+    pub fn columns_size(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// The columns, name and value, in their order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        let mut rest = self.columns;
+        std::iter::from_fn(move || Some((take_field(&mut rest)?, take_field(&mut rest)?)))
+    }
+
+    pub fn to_record(&self) -> Record {
+        let mut record = Record::new(self.key);
+        record.columns = self
+            .pairs()
+            .map(|(name, value)| (name.to_vec(), value.to_vec()))
+            .collect();
+        record
+    }
+}
+
+impl Columns for StoredRecord<'_> {
+    fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        if name.is_empty() {
+            return Some(self.key);
+        }
+        self.pairs()
+            .find(|(column, _)| *column == name)
+            .map(|(_, value)| value)
+    }
+}
+
+/// One length-prefixed field of stored columns.
+fn take_field<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (len, rest) = bytes.split_first_chunk::<4>()?;
+    let len = u32::from_le_bytes(*len) as usize;
+    let field = rest.get(..len)?;
+    *bytes = &rest[len..];
+    Some(field)
+}
+
 impl Record {
     /// The columns as the engine stores them: for each, its name's length
     /// (u32 LE), the name, its value's length (u32 LE), the value.
@@ -83,21 +165,8 @@ impl Record {
 
     /// Reads columns [`encode_columns`](Self::encode_columns) wrote; `None`
     /// if they are damaged.
-    pub fn decode_columns(key: &[u8], mut bytes: &[u8]) -> Option<Record> {
-        let mut record = Record::new(key);
-        let take = |bytes: &mut &[u8]| -> Option<Vec<u8>> {
-            let (len, rest) = bytes.split_first_chunk::<4>()?;
-            let len = u32::from_le_bytes(*len) as usize;
-            let field = rest.get(..len)?.to_vec();
-            *bytes = &rest[len..];
-            Some(field)
-        };
-        while !bytes.is_empty() {
-            let name = take(&mut bytes)?;
-            let value = take(&mut bytes)?;
-            record.columns.push((name, value));
-        }
-        Some(record)
+    pub fn decode_columns(key: &[u8], bytes: &[u8]) -> Option<Record> {
+        StoredRecord::new(key, bytes).map(|stored| stored.to_record())
     }
 }
 

@@ -3,6 +3,8 @@
 
 use regex::bytes::{Regex, RegexBuilder};
 
+use crate::columns::Columns;
+#[cfg(test)]
 use crate::columns::Record;
 use crate::{number, text};
 
@@ -195,7 +197,7 @@ impl Condition {
 
     /// Whether a record passes: a missing column fails the condition, or
     /// passes it when negated (Tokyo Cabinet's rule).
-    pub fn matches(&self, record: &Record) -> bool {
+    pub fn matches<R: Columns + ?Sized>(&self, record: &R) -> bool {
         match record.get(&self.column) {
             Some(value) => self.holds(value) != self.negated,
             None => self.negated,

@@ -11,7 +11,7 @@ pub mod number;
 pub mod query;
 pub mod text;
 
-pub use columns::Record;
+pub use columns::{Columns, Record, StoredRecord};
 pub use condition::{Condition, Operator};
 pub use index::{plan, IndexCommand, IndexKind, KeyRange, Lookup, Probes};
 pub use query::{metasearch, Order, OrderKind, Query, SetOperation};

@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::columns::Record;
+use crate::columns::{Columns, Record};
 use crate::condition::Condition;
 use crate::number;
 
@@ -160,7 +160,7 @@ impl Query {
         self.skip = usize::try_from(skip).unwrap_or(0);
     }
 
-    pub fn matches(&self, record: &Record) -> bool {
+    pub fn matches<R: Columns + ?Sized>(&self, record: &R) -> bool {
         self.conditions
             .iter()
             .all(|condition| condition.matches(record))

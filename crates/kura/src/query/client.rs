@@ -14,9 +14,9 @@ pub struct Tyrant {
 }
 
 impl Tyrant {
-    pub fn connect(address: &str) -> anyhow::Result<Tyrant> {
+    pub fn connect(address: &str, timeout: Option<Duration>) -> anyhow::Result<Tyrant> {
         let stream = TcpStream::connect(address)?;
-        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.set_read_timeout(timeout)?;
         Ok(Tyrant {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,

@@ -24,6 +24,10 @@ pub struct QueryArgs {
     /// The server's tyrant port.
     #[arg(long, default_value = "127.0.0.1:1978")]
     server: String,
+    /// Seconds to wait for an answer (building an index of a large table
+    /// takes a while; 0: wait as long as it takes).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
     /// Print JSON, one object per line, instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -120,8 +124,9 @@ pub fn run_table(args: TableArgs) -> Result<(), Failure> {
         }
         (server, None, _) => {
             let address = server.unwrap_or_else(|| "127.0.0.1:1978".to_string());
-            let mut server =
-                Tyrant::connect(&address).with_context(|| format!("connecting to {address}"))?;
+            // A check reads every row and index entry: no time limit.
+            let mut server = Tyrant::connect(&address, None)
+                .with_context(|| format!("connecting to {address}"))?;
             let (ok, problems) = server.misc(b"check", &[])?;
             if !ok {
                 return Err(Failure::Runtime(anyhow::anyhow!(
@@ -151,8 +156,9 @@ fn report_check(problems: &[Vec<u8>]) -> Result<(), Failure> {
 }
 
 pub fn run(args: QueryArgs) -> Result<(), Failure> {
-    let mut server =
-        Tyrant::connect(&args.server).with_context(|| format!("connecting to {}", args.server))?;
+    let timeout = (args.timeout > 0).then(|| std::time::Duration::from_secs(args.timeout));
+    let mut server = Tyrant::connect(&args.server, timeout)
+        .with_context(|| format!("connecting to {}", args.server))?;
     let mut out = std::io::stdout().lock();
     let json = args.json;
     match args.command {

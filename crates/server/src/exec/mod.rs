@@ -7,7 +7,7 @@ pub mod meta;
 pub mod stats;
 pub mod text;
 pub mod tyrant;
-mod uid;
+pub(crate) mod uid;
 
 use kura_proto::text::Limits;
 use kura_store::{AckFence, DeleteCommand};

@@ -231,24 +231,48 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes the entries of every row of `table` into a new index, a batch
+    /// of rows at a time (sorted, which LMDB takes fastest), so a large
+    /// table does not hold all its entries in memory at once.
     fn build_entries(&self, txn: &mut RwTxn<'_>, table: &[u8], def: &IndexDef) -> heed::Result<()> {
+        const BATCH_ENTRIES: usize = 1 << 20;
         let Some(prefix) = table_prefix(table) else {
             return Ok(());
         };
-        let mut entries = Vec::new();
-        for entry in self.rows.prefix_iter(txn, &prefix)? {
-            let (key, stored) = entry?;
-            let primary_key = &key[prefix.len()..];
-            if let Some(row) = Record::decode_columns(primary_key, stored) {
-                for index_key in keys_of(def, Some(&row)) {
-                    entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
+        let past = prefix_end(&prefix);
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut entries = Vec::new();
+            let from = match &after {
+                Some(key) => Bound::Excluded(&key[..]),
+                None => Bound::Included(&prefix[..]),
+            };
+            let to = match &past {
+                Some(end) => Bound::Excluded(&end[..]),
+                None => Bound::Unbounded,
+            };
+            for entry in self.rows.range(txn, &(from, to))? {
+                let (key, stored) = entry?;
+                let primary_key = &key[prefix.len()..];
+                if let Some(row) = Record::decode_columns(primary_key, stored) {
+                    for index_key in keys_of(def, Some(&row)) {
+                        entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
+                    }
+                }
+                if entries.len() >= BATCH_ENTRIES {
+                    after = Some(key.to_vec());
+                    break;
                 }
             }
+            let more = entries.len() >= BATCH_ENTRIES;
+            entries.sort_unstable();
+            for (key, primary_key) in entries {
+                self.indexes.put(txn, &key, &primary_key)?;
+            }
+            if !more {
+                return Ok(());
+            }
         }
-        for (key, primary_key) in entries {
-            self.indexes.put(txn, &key, &primary_key)?;
-        }
-        Ok(())
     }
 
     /// Whether every index of `table` holds exactly what its rows say;

@@ -27,7 +27,7 @@ use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use heed::RoTxn;
-use kura_table::{KeyRange, Lookup, Record};
+use kura_table::{KeyRange, Lookup, StoredRecord};
 
 use super::indexes::{def_in, entry_key};
 use super::rows::row_key;
@@ -67,7 +67,7 @@ impl Inner {
         table: &[u8],
         lookups: &[Lookup],
         lazily: bool,
-        visit: &mut dyn FnMut(Record) -> bool,
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
     ) -> Result<Option<u64>, WriteFailed> {
         self.catch_up()?;
         let txn = self.env.read_txn()?;
@@ -95,7 +95,7 @@ impl Inner {
                 return Ok(true);
             };
             read += 1;
-            let row = Record::decode_columns(primary_key, stored).ok_or(WriteFailed)?;
+            let row = StoredRecord::new(primary_key, stored).ok_or(WriteFailed)?;
             Ok(visit(row))
         };
         let sorted = streams

@@ -10,7 +10,7 @@
 //! A row's key is one length byte, its table's name (1 to 255 bytes) and
 //! its primary key: a table's rows lie together, in primary-key order.
 
-use kura_table::Record;
+use kura_table::{Record, StoredRecord};
 
 use super::change::Write;
 use super::indexes::table_prefix;
@@ -179,7 +179,7 @@ impl Inner {
     fn visit_rows(
         &self,
         table: &[u8],
-        visit: &mut dyn FnMut(Record) -> bool,
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
     ) -> Result<(), WriteFailed> {
         let Some(prefix) = table_prefix(table) else {
             return Ok(());
@@ -188,7 +188,7 @@ impl Inner {
         let txn = self.env.read_txn()?;
         for entry in self.rows.prefix_iter(&txn, &prefix)? {
             let (key, stored) = entry?;
-            let Some(record) = Record::decode_columns(&key[prefix.len()..], stored) else {
+            let Some(record) = StoredRecord::new(&key[prefix.len()..], stored) else {
                 tracing::error!(table = %String::from_utf8_lossy(table), "a damaged row");
                 return Err(WriteFailed);
             };
@@ -276,7 +276,11 @@ impl Tables for DiskStore {
         self.inner.get_row(table, primary_key).map_err(|_| ())
     }
 
-    fn visit_rows(&self, table: &[u8], visit: &mut dyn FnMut(Record) -> bool) -> Result<(), ()> {
+    fn visit_rows(
+        &self,
+        table: &[u8],
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
+    ) -> Result<(), ()> {
         self.inner.visit_rows(table, visit).map_err(|_| ())
     }
 
@@ -303,7 +307,7 @@ impl Tables for DiskStore {
         table: &[u8],
         lookups: &[Lookup],
         lazily: bool,
-        visit: &mut dyn FnMut(Record) -> bool,
+        visit: &mut dyn FnMut(StoredRecord<'_>) -> bool,
     ) -> Result<Option<u64>, ()> {
         self.inner
             .lookup_rows(table, lookups, lazily, visit)

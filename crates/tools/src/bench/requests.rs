@@ -430,7 +430,7 @@ mod tests {
         let put = encode_line(RequestKind::TyrantPut, "k1\tname\tann\tage\t30").unwrap();
         let mut expected = vec![0xC8, 0x10];
         expected.extend_from_slice(&2u32.to_be_bytes());
-        expected.extend_from_slice(&17u32.to_be_bytes());
+        expected.extend_from_slice(&15u32.to_be_bytes());
         expected.extend_from_slice(b"k1name\0ann\0age\x0030");
         assert_eq!(put, expected);
 

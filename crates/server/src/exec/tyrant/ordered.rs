@@ -36,7 +36,7 @@ impl OrderedKeys<'_> {
     /// Every record from `begin` on, in key order, until `visit` says stop.
     fn walk(&self, begin: &[u8], visit: &mut dyn FnMut(&Record) -> bool) {
         let _ = self.tables.visit_rows(self.name, &mut |row| {
-            row.key.as_slice() < begin || visit(&row)
+            row.key() < begin || visit(&row.to_record())
         });
     }
 }

@@ -11,7 +11,7 @@
 
 use kura_proto::number::c_atoll;
 use kura_proto::tyrant::{reply, PutMode, Request};
-use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
+use kura_store::{Record, RowEdit, RowMode, RowOutcome, StoredRecord, Tables};
 use kura_table::columns::join_zero_separated;
 use kura_table::{
     metasearch, number, plan, Condition, IndexCommand, Lookup, Operator, Order, OrderKind, Query,
@@ -152,7 +152,7 @@ impl Db<'_> {
         let mut rows = Vec::new();
         let _ = self.tables.visit_rows(self.table, &mut |row| {
             if queries.iter().any(|query| query.matches(&row)) {
-                rows.push(row);
+                rows.push(row.to_record());
             }
             true
         });
@@ -183,7 +183,7 @@ impl Db<'_> {
         let (mut count, mut size) = (0, 0);
         let _ = self.tables.visit_rows(self.table, &mut |row| {
             count += 1;
-            size += (row.key.len() + row.encode_columns().len()) as u64;
+            size += (row.key().len() + row.columns_size()) as u64;
             true
         });
         (count, size)
@@ -197,9 +197,9 @@ impl Db<'_> {
             return (Vec::new(), Vec::new());
         }
         let mut rows = Vec::new();
-        let mut keep = |row: Record| {
+        let mut keep = |row: StoredRecord<'_>| {
             if query.matches(&row) {
-                rows.push(row);
+                rows.push(row.to_record());
             }
             needed.is_none_or(|needed| rows.len() < needed)
         };
@@ -215,9 +215,9 @@ impl Db<'_> {
             // An index dropped meanwhile, or unreadable: scan instead.
             rows.clear();
         }
-        let mut keep = |row: Record| {
+        let mut keep = |row: StoredRecord<'_>| {
             if query.matches(&row) {
-                rows.push(row);
+                rows.push(row.to_record());
             }
             needed.is_none_or(|needed| rows.len() < needed)
         };
