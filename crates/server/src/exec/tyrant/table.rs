@@ -190,8 +190,9 @@ impl Db<'_> {
     }
 
     /// The rows `query` matches, in primary-key order, and the lookups
-    /// that found them (none: a scan): only as many as its answer needs.
-    fn found(&self, query: &Query) -> (Vec<Record>, Vec<Lookup>) {
+    /// that found them (none: a scan): only as many as its answer needs,
+    /// with their columns or, when `keys_only`, just their keys.
+    fn found(&self, query: &Query, keys_only: bool) -> (Vec<Record>, Vec<Lookup>) {
         let needed = query.matches_needed();
         if needed == Some(0) {
             return (Vec::new(), Vec::new());
@@ -199,7 +200,10 @@ impl Db<'_> {
         let mut rows = Vec::new();
         let mut keep = |row: StoredRecord<'_>| {
             if query.matches(&row) {
-                rows.push(row.to_record());
+                rows.push(match keys_only {
+                    true => Record::new(row.key()),
+                    false => row.to_record(),
+                });
             }
             needed.is_none_or(|needed| rows.len() < needed)
         };
@@ -217,7 +221,10 @@ impl Db<'_> {
         }
         let mut keep = |row: StoredRecord<'_>| {
             if query.matches(&row) {
-                rows.push(row.to_record());
+                rows.push(match keys_only {
+                    true => Record::new(row.key()),
+                    false => row.to_record(),
+                });
             }
             needed.is_none_or(|needed| rows.len() < needed)
         };
@@ -435,7 +442,8 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let (rows, _) = db.found(query);
+        let keys_only = query.order.is_none() && request.columns.is_none();
+        let (rows, _) = db.found(query, keys_only);
         let mut items = Vec::new();
         for row in query.arrange(&rows) {
             if db.remove(&row.key) {
@@ -449,7 +457,11 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     // One query may use its indexes; a meta-search scans, keeping the rows
     // any of its queries matches.
     let (rows, lookups) = match &request.queries[..] {
-        [query] => db.found(query),
+        // The answer is keys, unless it sorts, projects or explains.
+        [query] => db.found(
+            query,
+            query.order.is_none() && request.columns.is_none() && !request.hint,
+        ),
         queries => (db.matching(queries), Vec::new()),
     };
     let found = match &request.queries[..] {
