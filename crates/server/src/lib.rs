@@ -62,7 +62,7 @@ pub struct Shared {
     pub watchers: Arc<watch::Hub>,
     /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per database,
     /// shared by every connection, as ttserver's is.
-    pub tyrant_iterator: Mutex<Option<std::vec::IntoIter<Vec<u8>>>>,
+    pub tyrant_iterator: Mutex<Option<exec::tyrant::KeyIterator>>,
     /// The last unique id `genuid` (or a put without a key) handed out.
     pub tyrant_uid: Mutex<exec::uid::LastIds>,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;

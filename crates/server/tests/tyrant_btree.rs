@@ -42,6 +42,22 @@ fn keys_come_in_byte_order_with_prefixes_and_ranges() {
     assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
     let seen = iterate(&mut s);
     assert_eq!(seen, ["a1", "a10", "a2", "b", "c"]);
+    // The iterator walks the keys from where it is, as ttserver's walks its
+    // file: a key written ahead of it is seen, one behind it is not.
+    assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
+    assert_eq!(call(&mut s, &Request::IterNext, 7), b"\0\0\0\0\x02a1");
+    for key in [&b"a0"[..], b"a11"] {
+        let put = Request::Put {
+            mode: PutMode::Put,
+            key,
+            value: b"v",
+        };
+        assert_eq!(call(&mut s, &put, 1), [0]);
+    }
+    assert_eq!(iterate(&mut s), ["a10", "a11", "a2", "b", "c"]);
+    for key in [&b"a0"[..], b"a11"] {
+        assert_eq!(call(&mut s, &Request::Out { key }, 1), [0]);
+    }
     // range: from the first key on, before the second, at most the third.
     let (code, items) = misc(&mut s, b"range", &[b"a10", b"c"]);
     assert_eq!(code, 0);

@@ -183,6 +183,21 @@ impl Query {
         limited(found, self.skip, self.limit)
     }
 
+    /// With an order and a limit the answer needs only the best `limit +
+    /// skip` matches: once `matched` holds twice that many (and at least
+    /// 64), it keeps the best, sorted, ties in the order they came. A
+    /// search that calls this after each match holds a bounded number.
+    pub fn trim(&self, matched: &mut Vec<Record>) {
+        let (Some(order), Some(limit)) = (&self.order, self.limit) else {
+            return;
+        };
+        let best = limit.saturating_add(self.skip);
+        if matched.len() >= best.saturating_mul(2).max(64) {
+            matched.sort_by(|a, b| order.compare(a, b));
+            matched.truncate(best);
+        }
+    }
+
     /// How many matches, the first in primary-key order, the answer needs:
     /// `None` when it needs them all (no limit, or an order to sort by).
     pub fn matches_needed(&self) -> Option<usize> {
@@ -346,6 +361,40 @@ mod tests {
             column: column.as_bytes().to_vec(),
             kind,
         })
+    }
+
+    #[test]
+    fn trimming_as_rows_come_keeps_the_answer_a_full_sort_gives() {
+        // Many ties, so a trim that lost their order would show.
+        let records: Vec<Record> = (0..500)
+            .map(|n| {
+                let mut record = Record::new(format!("k{n:03}").into_bytes());
+                record.put(b"age", (n % 7).to_string().as_bytes());
+                record
+            })
+            .collect();
+        for (kind, max, skip) in [
+            (OrderKind::NumAsc, 5, 3),
+            (OrderKind::NumDesc, 40, 0),
+            (OrderKind::StrAsc, 1, 90),
+        ] {
+            let mut query = Query {
+                order: ordered("age", kind),
+                ..Query::default()
+            };
+            query.set_limit(max, skip);
+            let mut kept = Vec::new();
+            for record in &records {
+                kept.push(record.clone());
+                query.trim(&mut kept);
+                assert!(kept.len() < 2 * (max + skip).max(64) as usize);
+            }
+            assert_eq!(
+                keys(&query.arrange(&kept)),
+                keys(&query.search(&records)),
+                "{kind:?} {max} {skip}"
+            );
+        }
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u
     };
     let mut next = last.checked_add(1)?;
     if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes()) {
-        next = largest_numeric_key(tables, table).max(next).checked_add(1)?;
+        next = largest_numeric_key(tables, table)
+            .max(next)
+            .checked_add(1)?;
     }
     last_ids.insert(table.to_vec(), next);
     Some(next)

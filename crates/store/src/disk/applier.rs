@@ -372,8 +372,18 @@ impl Inner {
             writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
             applied += writes.len();
             for (_, key, write) in writes {
-                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
-                dirty += 4096 + key.len() + write.weight();
+                let weight = key.len() + write.weight();
+                let index_entries = match write {
+                    Write::RowPut { .. } | Write::RowRemove => {
+                        self.apply_row(&mut txn, key, write)?
+                    }
+                    _ => {
+                        self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+                        0
+                    }
+                };
+                // Each index entry a row's write changes may dirty a page.
+                dirty += 4096 * (1 + index_entries) + weight;
                 if dirty >= dirty_limit {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
@@ -649,7 +659,9 @@ impl Inner {
                 return self.items.put(txn, key, &record);
             }
             Write::Remove => self.stored_old(txn, key)?,
-            Write::RowPut { .. } | Write::RowRemove => return self.apply_row(txn, key, write),
+            Write::RowPut { .. } | Write::RowRemove => {
+                return self.apply_row(txn, key, write).map(drop);
+            }
         };
         if old.is_some() {
             self.forget_old(txn, key, old, counts, 0)?;

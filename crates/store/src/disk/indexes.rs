@@ -138,27 +138,55 @@ pub(super) fn def_in(
 
 impl Inner {
     /// Moves a row's index entries from its old columns to its new ones
-    /// (`new`: `None` when it is removed), in the row's transaction.
+    /// (`new`: `None` when it is removed), in the row's transaction;
+    /// returns how many entries it put or deleted.
     pub(super) fn reindex_row(
         &self,
         txn: &mut RwTxn<'_>,
         table: &[u8],
         old: Option<&Record>,
         new: Option<&Record>,
-    ) -> heed::Result<()> {
+    ) -> heed::Result<usize> {
         let Some(primary_key) = new.or(old).map(|row| &row.key[..]) else {
-            return Ok(());
+            return Ok(0);
         };
+        let mut changed = 0;
         for def in self.index_defs.of(table) {
             let before = keys_of(&def, old);
             let after = keys_of(&def, new);
             for gone in before.difference(&after) {
                 self.indexes
                     .delete_one_duplicate(txn, &entry_key(def.id, gone), primary_key)?;
+                changed += 1;
             }
             for added in after.difference(&before) {
                 self.indexes
                     .put(txn, &entry_key(def.id, added), primary_key)?;
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Takes `primary_key` out of every index of `table`, under whatever
+    /// keys: for a row whose stored columns are damaged, so its keys cannot
+    /// be known. Walks every entry of the table's indexes; damage is rare.
+    pub(super) fn unindex_row(
+        &self,
+        txn: &mut RwTxn<'_>,
+        table: &[u8],
+        primary_key: &[u8],
+    ) -> heed::Result<()> {
+        for def in self.index_defs.of(table) {
+            let mut stale = Vec::new();
+            for entry in self.indexes.prefix_iter(txn, &def.id.to_be_bytes())? {
+                let (key, row) = entry?;
+                if row == primary_key {
+                    stale.push(key.to_vec());
+                }
+            }
+            for key in stale {
+                self.indexes.delete_one_duplicate(txn, &key, primary_key)?;
             }
         }
         Ok(())

@@ -301,7 +301,11 @@ fn sparse_only(streams: Vec<Keys<'_>>) -> heed::Result<Vec<Keys<'_>>> {
         .max_by(|&a, &b| {
             let reach = |at: usize| {
                 let (keys, ended, _) = &shown[at];
-                (*ended, (!*ended).then(|| keys.last().copied()), Reverse(keys.len()))
+                (
+                    *ended,
+                    (!*ended).then(|| keys.last().copied()),
+                    Reverse(keys.len()),
+                )
             };
             reach(a).cmp(&reach(b))
         })
@@ -317,10 +321,7 @@ fn sparse_only(streams: Vec<Keys<'_>>) -> heed::Result<Vec<Keys<'_>>> {
         if !keep && !ended {
             // Walk on to where the sparsest got (its end, if it ended).
             let mut ended = false;
-            while keys.len() <= budget
-                && (whole || keys.last().copied() < reach)
-                && !ended
-            {
+            while keys.len() <= budget && (whole || keys.last().copied() < reach) && !ended {
                 match stream.next().transpose()? {
                     Some(key) => keys.push(key),
                     None => ended = true,
@@ -481,7 +482,11 @@ mod tests {
 
     #[test]
     fn merged_streams_come_out_sorted_and_each_once() {
-        let merged = Merged::new(vec![keys(&["a", "c", "e"]), keys(&["b", "c", "f"]), keys(&[])]);
+        let merged = Merged::new(vec![
+            keys(&["a", "c", "e"]),
+            keys(&["b", "c", "f"]),
+            keys(&[]),
+        ]);
         let out: Vec<&[u8]> = merged.unwrap().map(Result::unwrap).collect();
         assert_eq!(out, [&b"a"[..], b"b", b"c", b"e", b"f"]);
     }
@@ -489,7 +494,10 @@ mod tests {
     #[test]
     fn lazy_intersection_finds_what_every_stream_holds_and_stops_when_told() {
         let mut found = Vec::new();
-        let streams = vec![keys(&["a", "b", "d", "f", "g"]), keys(&["b", "c", "d", "g"])];
+        let streams = vec![
+            keys(&["a", "b", "d", "f", "g"]),
+            keys(&["b", "c", "d", "g"]),
+        ];
         intersect_lazily(streams, &mut |key| {
             found.push(key);
             Ok(true)
@@ -519,7 +527,11 @@ mod tests {
         assert!(found.contains(&&b"k00003"[..]) && found.contains(&&b"k00007"[..]));
         assert!(found.len() <= 3, "{found:?}");
         assert_eq!(
-            narrow(vec![Stream::Sorted(keys(&["a"])), Stream::Sorted(keys(&["b"]))]).unwrap(),
+            narrow(vec![
+                Stream::Sorted(keys(&["a"])),
+                Stream::Sorted(keys(&["b"]))
+            ])
+            .unwrap(),
             Vec::<&[u8]>::new()
         );
     }

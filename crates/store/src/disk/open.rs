@@ -281,11 +281,11 @@ impl Inner {
                     }
                     journal::Record::RowPut { key, record } => {
                         let write = change::Write::RowPut { stored: record };
-                        self.apply_row(&mut txn, key, write)
+                        self.apply_row(&mut txn, key, write).map(drop)
                     }
-                    journal::Record::RowRemove { key } => {
-                        self.apply_row(&mut txn, key, change::Write::RowRemove)
-                    }
+                    journal::Record::RowRemove { key } => self
+                        .apply_row(&mut txn, key, change::Write::RowRemove)
+                        .map(drop),
                     journal::Record::Flush(boundary) => {
                         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
                         counts.clear();

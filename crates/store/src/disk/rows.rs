@@ -49,12 +49,13 @@ pub fn split_row_key(key: &[u8]) -> Option<(&[u8], &[u8])> {
 impl Inner {
     /// Applies a row's write to LMDB (in the applier's transaction, or the
     /// replay's). A record no row write makes (a damaged log) is skipped.
+    /// Returns how many index entries it changed.
     pub(super) fn apply_row(
         &self,
         txn: &mut heed::RwTxn<'_>,
         key: &[u8],
         write: Write<'_>,
-    ) -> heed::Result<()> {
+    ) -> heed::Result<usize> {
         let sound = match (split_row_key(key), write) {
             (Some((_, primary_key)), Write::RowPut { stored }) => {
                 key.len() <= MAX_ROW_KEY && Record::decode_columns(primary_key, stored).is_some()
@@ -64,24 +65,36 @@ impl Inner {
         };
         if !sound {
             tracing::error!("skipped a damaged row record in the log");
-            return Ok(());
+            return Ok(0);
         }
         let Some((table, primary_key)) = split_row_key(key) else {
-            return Ok(());
+            return Ok(0);
         };
-        let old = self
-            .rows
-            .get(txn, key)?
-            .and_then(|stored| Record::decode_columns(primary_key, stored));
+        let (old, damaged) = match self.rows.get(txn, key)? {
+            Some(stored) => {
+                let old = Record::decode_columns(primary_key, stored);
+                let damaged = old.is_none();
+                (old, damaged)
+            }
+            None => (None, false),
+        };
+        if damaged {
+            // Its index keys cannot be read from it: take the row out of
+            // every index of its table wherever it is.
+            tracing::error!(table = %String::from_utf8_lossy(table), "replaced a damaged row");
+            self.unindex_row(txn, table, primary_key)?;
+        }
         match write {
             Write::RowPut { stored } => {
                 let new = Record::decode_columns(primary_key, stored);
-                self.reindex_row(txn, table, old.as_ref(), new.as_ref())?;
-                self.rows.put(txn, key, stored)
+                let changed = self.reindex_row(txn, table, old.as_ref(), new.as_ref())?;
+                self.rows.put(txn, key, stored)?;
+                Ok(changed)
             }
             Write::RowRemove => {
-                self.reindex_row(txn, table, old.as_ref(), None)?;
-                self.rows.delete(txn, key).map(|_| ())
+                let changed = self.reindex_row(txn, table, old.as_ref(), None)?;
+                self.rows.delete(txn, key)?;
+                Ok(changed)
             }
             Write::Put { .. } | Write::Move { .. } | Write::Remove => {
                 unreachable!("an item's write is applied to the items")
@@ -119,10 +132,11 @@ impl Inner {
             return Ok(RowOutcome::Invalid);
         };
         let mut shard = self.pending.lock_in(Space::Row, &key);
-        let current = match self.stored_row(&shard, &key)? {
-            Some(stored) => Some(Record::decode_columns(primary_key, &stored).ok_or(WriteFailed)?),
-            None => None,
-        };
+        // A row whose stored columns are damaged is edited as if absent, so
+        // that a write repairs it (reads of it fail until then).
+        let current = self
+            .stored_row(&shard, &key)?
+            .and_then(|stored| Record::decode_columns(primary_key, &stored));
         let change = match edit(current) {
             RowEdit::Leave => return Ok(RowOutcome::Kept),
             RowEdit::Put(row) => {
@@ -347,5 +361,62 @@ mod tests {
         assert_eq!(row_key(b"t", &[b'k'; 510]), None);
         assert!(row_key(b"t", &[b'k'; 509]).is_some());
         assert_eq!(split_row_key(b"\x05user"), None);
+    }
+}
+
+#[cfg(test)]
+mod damage_tests {
+    use super::*;
+    use crate::{AckFence, DiskConfig, IndexCommand, IndexKind};
+
+    fn row(key: &str, city: &str) -> Record {
+        let mut row = Record::new(key.as_bytes());
+        row.put(b"city", city.as_bytes());
+        row
+    }
+
+    #[test]
+    fn a_damaged_row_written_over_leaves_no_stale_index_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(DiskConfig {
+            map_size: 16 << 20,
+            reserve_bytes: 0,
+            background_expiry: false,
+            ..DiskConfig::new(dir.path())
+        })
+        .unwrap();
+        let fence = AckFence::default();
+        for (key, city) in [("a", "Kyoto"), ("b", "Osaka")] {
+            let done = store.put_row(b"t", &row(key, city), RowMode::Put, &fence);
+            assert_eq!(done, RowOutcome::Done);
+        }
+        let lexical = IndexCommand::Build {
+            kind: IndexKind::Lexical,
+            keep: false,
+        };
+        store.set_index(b"t", b"city", lexical).unwrap();
+        store.wait_until_all_applied();
+        // The stored columns of "a" go bad where LMDB keeps them.
+        let key = row_key(b"t", b"a").unwrap();
+        let mut txn = store.inner.env.write_txn().unwrap();
+        store.inner.rows.put(&mut txn, &key, b"\xff\xff").unwrap();
+        txn.commit().unwrap();
+        assert_eq!(
+            store.check_indexes(b"t").unwrap().len(),
+            2,
+            "damaged, and an entry no row has"
+        );
+
+        let done = store.put_row(b"t", &row("a", "Nara"), RowMode::Put, &fence);
+        assert_eq!(done, RowOutcome::Done);
+        store.wait_until_all_applied();
+        assert_eq!(store.check_indexes(b"t").unwrap(), Vec::<String>::new());
+
+        let mut txn = store.inner.env.write_txn().unwrap();
+        store.inner.rows.put(&mut txn, &key, b"\xff\xff").unwrap();
+        txn.commit().unwrap();
+        assert_eq!(store.remove_row(b"t", b"a", &fence), RowOutcome::Done);
+        store.wait_until_all_applied();
+        assert_eq!(store.check_indexes(b"t").unwrap(), Vec::<String>::new());
     }
 }

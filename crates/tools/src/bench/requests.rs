@@ -134,7 +134,9 @@ impl Requests {
             RequestKind::TyrantSearch | RequestKind::TyrantPut => {
                 out.extend_from_slice(&self.lines[index as usize])
             }
-            RequestKind::HsFind => out.extend_from_slice(format!("1\t=\t1\t{}\n", key()).as_bytes()),
+            RequestKind::HsFind => {
+                out.extend_from_slice(format!("1\t=\t1\t{}\n", key()).as_bytes())
+            }
             RequestKind::HsInsert => {
                 out.extend_from_slice(format!("1\t+\t2\t{}\t", key()).as_bytes());
                 out.extend_from_slice(&self.value);
@@ -366,7 +368,10 @@ fn read_reply(kind: RequestKind, reader: &mut impl BufRead) -> io::Result<Option
                 return Ok(None);
             }
             let columns = fields.next().map_or(1, |n| {
-                std::str::from_utf8(n).ok().and_then(|n| n.parse().ok()).unwrap_or(1)
+                std::str::from_utf8(n)
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1)
             });
             Ok(Some(fields.count() as u64 / u64::max(columns, 1)))
         }
@@ -416,8 +421,11 @@ mod tests {
 
     #[test]
     fn input_lines_become_tyrant_requests() {
-        let search = encode_line(RequestKind::TyrantSearch, r#"["addcond\u0000a\u0000STREQ\u0000x"]"#)
-            .unwrap();
+        let search = encode_line(
+            RequestKind::TyrantSearch,
+            r#"["addcond\u0000a\u0000STREQ\u0000x"]"#,
+        )
+        .unwrap();
         let mut expected = vec![0xC8, 0x90];
         expected.extend_from_slice(&6u32.to_be_bytes());
         expected.extend_from_slice(&0u32.to_be_bytes());
@@ -449,6 +457,9 @@ mod tests {
         let mut mc = &b"END\r\n"[..];
         assert_eq!(read_reply(RequestKind::McGet, &mut mc).unwrap(), Some(0));
         let mut tt = &[0u8, 0, 0, 0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 1, b'b'][..];
-        assert_eq!(read_reply(RequestKind::TyrantSearch, &mut tt).unwrap(), Some(2));
+        assert_eq!(
+            read_reply(RequestKind::TyrantSearch, &mut tt).unwrap(),
+            Some(2)
+        );
     }
 }

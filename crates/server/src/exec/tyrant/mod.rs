@@ -17,6 +17,7 @@ mod items;
 mod ordered;
 pub mod table;
 
+use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 
 use kura_proto::tyrant::{reply, PutMode, Request};
@@ -46,6 +47,10 @@ trait KeyValues {
     fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>>;
     /// Records and bytes.
     fn count_and_size(&self) -> (u64, u64);
+    /// A new iterator over every key (`iterinit`).
+    fn iterator(&self) -> KeyIterator {
+        KeyIterator::Snapshot(self.keys(b"").into_iter())
+    }
     /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
     /// to `end` (exclusive), at most `max` records.
     fn range(
@@ -115,7 +120,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             None => reply::status(out, false),
         },
         Request::IterInit => {
-            start_iterator(ctx, db.keys(b""));
+            start_iterator(ctx, db.iterator());
             reply::status(out, true);
         }
         Request::IterNext => match next_key(ctx) {
@@ -191,18 +196,42 @@ fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
     ctx.shared.store.backup(to, None).is_ok()
 }
 
-/// The iterator is one per server, shared by every connection, as
-/// ttserver's is.
-fn start_iterator(ctx: &Context<'_>, keys: Vec<Vec<u8>>) {
-    *ctx.shared.tyrant_iterator.lock() = Some(keys.into_iter());
+/// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per server,
+/// shared by every connection, as ttserver's is.
+pub enum KeyIterator {
+    /// A snapshot of the keys (memcached's items, which have no order to
+    /// resume from).
+    Snapshot(std::vec::IntoIter<Vec<u8>>),
+    /// A table's rows in primary-key order: the next key is the first
+    /// within `from`, so the iterator holds one key, not the table's.
+    Rows {
+        table: Vec<u8>,
+        from: Bound<Vec<u8>>,
+    },
+}
+
+fn start_iterator(ctx: &Context<'_>, iterator: KeyIterator) {
+    *ctx.shared.tyrant_iterator.lock() = Some(iterator);
 }
 
 fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
-    ctx.shared
-        .tyrant_iterator
-        .lock()
-        .as_mut()
-        .and_then(|keys| keys.next())
+    let mut iterator = ctx.shared.tyrant_iterator.lock();
+    match iterator.as_mut()? {
+        KeyIterator::Snapshot(keys) => keys.next(),
+        KeyIterator::Rows { table, from } => {
+            let tables = ctx.shared.store.tables()?;
+            let mut next = None;
+            let start = from.as_ref().map(Vec::as_slice);
+            let _ = tables.walk_rows(table, None, start, false, &mut |key, _| {
+                next = Some(key.to_vec());
+                false
+            });
+            if let Some(key) = &next {
+                *from = Bound::Excluded(key.clone());
+            }
+            next
+        }
+    }
 }
 
 /// Removes every record (`rnum` falls to 0, as ttserver's does).

@@ -6,7 +6,7 @@
 use kura_proto::tyrant::PutMode;
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 
-use super::{KeyValues, ValueChange};
+use super::{KeyIterator, KeyValues, ValueChange};
 use crate::exec::Context;
 
 /// The one column of an ordered keyspace's rows.
@@ -35,9 +35,10 @@ fn value_of(row: &Record) -> Vec<u8> {
 impl OrderedKeys<'_> {
     /// Every record from `begin` on, in key order, until `visit` says stop.
     fn walk(&self, begin: &[u8], visit: &mut dyn FnMut(&Record) -> bool) {
-        let _ = self.tables.visit_rows(self.name, &mut |row| {
-            row.key() < begin || visit(&row.to_record())
-        });
+        let start = std::ops::Bound::Included(begin);
+        let _ = self
+            .tables
+            .walk_rows(self.name, None, start, false, &mut |_, row| visit(&row));
     }
 }
 
@@ -98,6 +99,13 @@ impl KeyValues for OrderedKeys<'_> {
             &self.ctx.fence,
         );
         written.filter(|_| outcome == RowOutcome::Done)
+    }
+
+    fn iterator(&self) -> KeyIterator {
+        KeyIterator::Rows {
+            table: self.name.to_vec(),
+            from: std::ops::Bound::Unbounded,
+        }
     }
 
     fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>> {

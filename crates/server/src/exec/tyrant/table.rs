@@ -18,7 +18,9 @@ use kura_table::{
     SetOperation,
 };
 
-use super::{next_key, start_iterator, stat_lines, Action, Context};
+use std::ops::Bound;
+
+use super::{next_key, start_iterator, stat_lines, Action, Context, KeyIterator};
 
 pub fn execute(
     table: &[u8],
@@ -57,7 +59,7 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::IterInit => {
-            start_iterator(ctx, db.keys_from(b"", b""));
+            start_iterator(ctx, db.iterator(Bound::Unbounded));
             reply::status(out, true);
         }
         Request::IterNext => match next_key(ctx) {
@@ -65,10 +67,7 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::Fwmkeys { prefix, max } => {
-            let mut keys = db.keys_from(prefix, prefix);
-            if let Ok(max) = usize::try_from(*max) {
-                keys.truncate(max);
-            }
+            let keys = db.keys_with(prefix, usize::try_from(*max).ok());
             reply::list(out, true, keys.iter().map(|key| &key[..]));
         }
         Request::AddInt { key, delta } => {
@@ -159,20 +158,31 @@ impl Db<'_> {
         rows
     }
 
-    /// The primary keys from `start` on that begin with `prefix`, in order.
-    fn keys_from(&self, start: &[u8], prefix: &[u8]) -> Vec<Vec<u8>> {
+    /// An iterator over the table's keys within `from`.
+    fn iterator(&self, from: Bound<Vec<u8>>) -> KeyIterator {
+        KeyIterator::Rows {
+            table: self.table.to_vec(),
+            from,
+        }
+    }
+
+    /// The primary keys that begin with `prefix`, in order, at most `max`.
+    fn keys_with(&self, prefix: &[u8], max: Option<usize>) -> Vec<Vec<u8>> {
         let mut keys = Vec::new();
+        if max == Some(0) {
+            return keys;
+        }
         let _ = self.tables.walk_rows(
             self.table,
             None,
-            std::ops::Bound::Included(start),
+            Bound::Included(prefix),
             false,
             &mut |key, _| {
                 let more = key.starts_with(prefix);
                 if more {
                     keys.push(key.to_vec());
                 }
-                more
+                more && max.is_none_or(|max| keys.len() < max)
             },
         );
         keys
@@ -190,50 +200,37 @@ impl Db<'_> {
     }
 
     /// The rows `query` matches, in primary-key order, and the lookups
-    /// that found them (none: a scan): only as many as its answer needs,
-    /// with their columns or, when `keys_only`, just their keys.
-    fn found(&self, query: &Query, keys_only: bool) -> (Vec<Record>, Vec<Lookup>) {
-        let needed = query.matches_needed();
-        if needed == Some(0) {
+    /// that found them (none: a scan): only those its answer needs, kept
+    /// as `kept` says.
+    fn found(&self, query: &Query, kept: Kept) -> (Vec<Record>, Vec<Lookup>) {
+        let mut matches = Matches {
+            query,
+            kept,
+            rows: Vec::new(),
+        };
+        if query.matches_needed() == Some(0) {
             return (Vec::new(), Vec::new());
         }
-        let mut rows = Vec::new();
-        let mut keep = |row: StoredRecord<'_>| {
-            if query.matches(&row) {
-                rows.push(match keys_only {
-                    true => Record::new(row.key()),
-                    false => row.to_record(),
-                });
-            }
-            needed.is_none_or(|needed| rows.len() < needed)
-        };
         let lookups = plan(&query.conditions, &self.tables.indexes(self.table));
         if !lookups.is_empty() {
-            let lazily = needed.is_some();
-            if let Ok(Some(_)) = self
+            let lazily = query.matches_needed().is_some();
+            let found = self
                 .tables
-                .lookup_rows(self.table, &lookups, lazily, &mut keep)
-            {
-                return (rows, lookups);
+                .lookup_rows(self.table, &lookups, lazily, &mut |row| matches.offer(row));
+            if let Ok(Some(_)) = found {
+                return (matches.rows, lookups);
             }
             // An index dropped meanwhile, or unreadable: scan instead.
-            rows.clear();
+            matches.rows.clear();
         }
-        let mut keep = |row: StoredRecord<'_>| {
-            if query.matches(&row) {
-                rows.push(match keys_only {
-                    true => Record::new(row.key()),
-                    false => row.to_record(),
-                });
-            }
-            needed.is_none_or(|needed| rows.len() < needed)
-        };
-        let _ = self.tables.visit_rows(self.table, &mut keep);
-        (rows, Vec::new())
+        let _ = self
+            .tables
+            .visit_rows(self.table, &mut |row| matches.offer(row));
+        (matches.rows, Vec::new())
     }
 
     fn vanish(&self) -> bool {
-        self.keys_from(b"", b"").iter().all(|key| {
+        self.keys_with(b"", None).iter().all(|key| {
             matches!(
                 self.tables.remove_row(self.table, key, &self.ctx.fence),
                 RowOutcome::Done | RowOutcome::Missing
@@ -278,6 +275,43 @@ impl Db<'_> {
             &self.ctx.fence,
         );
         sum.filter(|_| outcome == RowOutcome::Done)
+    }
+}
+
+/// What a search keeps of the rows it reads: those its query matches, as
+/// its answer needs them (the first few, or the best few by its order).
+struct Matches<'q> {
+    query: &'q Query,
+    kept: Kept,
+    rows: Vec<Record>,
+}
+
+/// How a search keeps the rows its query matches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// Only their keys: the answer is keys in primary-key order.
+    Keys,
+    /// With their columns, only the best by the order when it has a limit.
+    Best,
+    /// Every one with its columns (a hint counts them).
+    All,
+}
+
+impl Matches<'_> {
+    /// Takes a row if it matches; false once no more are needed.
+    fn offer(&mut self, row: StoredRecord<'_>) -> bool {
+        if self.query.matches(&row) {
+            self.rows.push(match self.kept {
+                Kept::Keys => Record::new(row.key()),
+                Kept::Best | Kept::All => row.to_record(),
+            });
+            if self.kept == Kept::Best {
+                self.query.trim(&mut self.rows);
+            }
+        }
+        self.query
+            .matches_needed()
+            .is_none_or(|needed| self.rows.len() < needed)
     }
 }
 
@@ -338,7 +372,7 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         ),
         b"iterinit" => {
             let start = args.first().copied().unwrap_or_default();
-            start_iterator(db.ctx, db.keys_from(start, b""));
+            start_iterator(db.ctx, db.iterator(Bound::Included(start.to_vec())));
             Some(Vec::new())
         }
         b"iternext" => {
@@ -442,8 +476,11 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let keys_only = query.order.is_none() && request.columns.is_none();
-        let (rows, _) = db.found(query, keys_only);
+        let kept = match query.order.is_none() && request.columns.is_none() {
+            true => Kept::Keys,
+            false => Kept::Best,
+        };
+        let (rows, _) = db.found(query, kept);
         let mut items = Vec::new();
         for row in query.arrange(&rows) {
             if db.remove(&row.key) {
@@ -458,10 +495,16 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     // any of its queries matches.
     let (rows, lookups) = match &request.queries[..] {
         // The answer is keys, unless it sorts, projects or explains.
-        [query] => db.found(
-            query,
-            query.order.is_none() && request.columns.is_none() && !request.hint,
-        ),
+        [query] => {
+            let kept = if request.hint {
+                Kept::All
+            } else if query.order.is_none() && request.columns.is_none() {
+                Kept::Keys
+            } else {
+                Kept::Best
+            };
+            db.found(query, kept)
+        }
         queries => (db.matching(queries), Vec::new()),
     };
     let found = match &request.queries[..] {
