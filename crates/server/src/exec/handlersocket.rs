@@ -365,6 +365,19 @@ impl Table<'_> {
             .index
             .as_ref()
             .map(|(column, kind)| (&column[..], *kind));
+        if let (true, None, Some(primary_key)) = (exact, index, value) {
+            // One row at most: a point read, which sees pending writes
+            // without waiting for them to reach LMDB.
+            return match self.tables.get_row(&self.open.table, primary_key) {
+                Ok(row) => {
+                    if let Some(row) = row {
+                        visit(row);
+                    }
+                    true
+                }
+                Err(()) => false,
+            };
+        }
         let walked = self.tables.walk_rows(
             &self.open.table,
             index,
