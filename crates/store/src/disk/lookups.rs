@@ -48,6 +48,7 @@ const DENSER: usize = 8;
 const PILOT: usize = 64;
 
 type Keys<'t> = Box<dyn Iterator<Item = heed::Result<&'t [u8]>> + 't>;
+type Entries<'t> = Box<dyn Iterator<Item = heed::Result<(&'t [u8], &'t [u8])>> + 't>;
 
 /// One lookup's primary keys.
 enum Stream<'t> {
@@ -155,27 +156,8 @@ impl Inner {
         id: u32,
         range: &KeyRange,
     ) -> heed::Result<Keys<'t>> {
-        Ok(match range {
-            KeyRange::Prefix(prefix) => Box::new(
-                self.indexes
-                    .prefix_iter(txn, &entry_key(id, prefix))?
-                    .move_between_keys()
-                    .map(|entry| entry.map(|(key, _)| key)),
-            ),
-            KeyRange::Span(from, to) => {
-                let (from, to) = entry_bounds(id, from, to);
-                let bounds = (
-                    from.as_ref().map(Vec::as_slice),
-                    to.as_ref().map(Vec::as_slice),
-                );
-                Box::new(
-                    self.indexes
-                        .range(txn, &bounds)?
-                        .move_between_keys()
-                        .map(|entry| entry.map(|(key, _)| key)),
-                )
-            }
-        })
+        let entries = self.entries(txn, id, range, true)?;
+        Ok(Box::new(entries.map(|entry| entry.map(|(key, _)| key))))
     }
 
     /// Every primary key under `ranges`, in index order.
@@ -187,27 +169,42 @@ impl Inner {
     ) -> heed::Result<Stream<'t>> {
         let mut parts: Vec<Keys<'t>> = Vec::new();
         for range in ranges {
-            parts.push(match range {
-                KeyRange::Prefix(prefix) => Box::new(
-                    self.indexes
-                        .prefix_iter(txn, &entry_key(id, &prefix))?
-                        .map(|entry| entry.map(|(_, pk)| pk)),
-                ),
-                KeyRange::Span(from, to) => {
-                    let (from, to) = entry_bounds(id, &from, &to);
-                    let bounds = (
-                        from.as_ref().map(Vec::as_slice),
-                        to.as_ref().map(Vec::as_slice),
-                    );
-                    Box::new(
-                        self.indexes
-                            .range(txn, &bounds)?
-                            .map(|entry| entry.map(|(_, pk)| pk)),
-                    )
-                }
-            });
+            let entries = self.entries(txn, id, &range, false)?;
+            parts.push(Box::new(entries.map(|entry| entry.map(|(_, pk)| pk))));
         }
         Ok(Stream::Unsorted(Box::new(parts.into_iter().flatten())))
+    }
+
+    /// The entries of index `id` under `range`: every one, or the first of
+    /// each index key (`first_of_each`).
+    fn entries<'t>(
+        &self,
+        txn: &'t RoTxn<'_>,
+        id: u32,
+        range: &KeyRange,
+        first_of_each: bool,
+    ) -> heed::Result<Entries<'t>> {
+        Ok(match range {
+            KeyRange::Prefix(prefix) => {
+                let entries = self.indexes.prefix_iter(txn, &entry_key(id, prefix))?;
+                match first_of_each {
+                    true => Box::new(entries.move_between_keys()),
+                    false => Box::new(entries),
+                }
+            }
+            KeyRange::Span(from, to) => {
+                let (from, to) = entry_bounds(id, from, to);
+                let bounds = (
+                    from.as_ref().map(Vec::as_slice),
+                    to.as_ref().map(Vec::as_slice),
+                );
+                let entries = self.indexes.range(txn, &bounds)?;
+                match first_of_each {
+                    true => Box::new(entries.move_between_keys()),
+                    false => Box::new(entries),
+                }
+            }
+        })
     }
 }
 
