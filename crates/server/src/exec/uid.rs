@@ -13,7 +13,8 @@ use super::Context;
 /// The last id handed out, by table.
 pub type LastIds = HashMap<Vec<u8>, u64>;
 
-/// `None` once the ids run out (a key of 2^64 - 1 exists).
+/// `None` once the ids run out: the last id, or a numeric key it must
+/// step past, is 2^64 - 1.
 pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let mut last_ids = ctx.shared.tyrant_uid.lock();
     let last = match last_ids.get(table) {

@@ -9,6 +9,8 @@
 //! the table (a single query uses an index as Tokyo Cabinet would);
 //! `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
 
+use std::ops::Bound;
+
 use kura_proto::number::c_atoll;
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, StoredRecord, Tables};
@@ -17,8 +19,6 @@ use kura_table::{
     metasearch, number, plan, Condition, IndexCommand, Lookup, Operator, Order, OrderKind, Query,
     SetOperation,
 };
-
-use std::ops::Bound;
 
 use super::{next_key, start_iterator, stat_lines, Action, Context, KeyIterator};
 
@@ -203,14 +203,14 @@ impl Db<'_> {
     /// that found them (none: a scan): only those its answer needs, kept
     /// as `kept` says.
     fn found(&self, query: &Query, kept: Kept) -> (Vec<Record>, Vec<Lookup>) {
+        if query.matches_needed() == Some(0) {
+            return (Vec::new(), Vec::new());
+        }
         let mut matches = Matches {
             query,
             kept,
             rows: Vec::new(),
         };
-        if query.matches_needed() == Some(0) {
-            return (Vec::new(), Vec::new());
-        }
         let lookups = plan(&query.conditions, &self.tables.indexes(self.table));
         if !lookups.is_empty() {
             let lazily = query.matches_needed().is_some();
