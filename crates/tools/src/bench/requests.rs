@@ -202,8 +202,8 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
             return Err(usage(format!("{}: no requests", path.display())));
         }
     }
-    if args.conns == 0 || args.pipeline == 0 {
-        return Err(usage("--conns and --pipeline must be at least 1"));
+    if args.conns == 0 || args.pipeline == 0 || args.keys == 0 {
+        return Err(usage("--conns, --pipeline and --keys must be at least 1"));
     }
     let duration = args.duration.as_deref().map(parse_duration).transpose()?;
     let value = (0..args.value_size)
@@ -444,6 +444,30 @@ mod tests {
 
         assert_eq!(encode_line(RequestKind::TyrantSearch, "not json"), None);
         assert_eq!(encode_line(RequestKind::TyrantPut, "no-columns"), None);
+    }
+
+    #[test]
+    fn bad_options_are_usage_errors_before_any_connection() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: RequestsArgs,
+        }
+        let parse = |line: &str| {
+            let words = std::iter::once("requests").chain(line.split_whitespace());
+            <Cli as clap::Parser>::parse_from(words).args
+        };
+        for line in [
+            "--kind mc-get --keys 0 --duration 1s",
+            "--kind mc-get --conns 0",
+            "--kind hs-find --pipeline 0",
+            "--kind tyrant-search",
+            "--kind tyrant-put --input /nonexistent/rows.tsv",
+            "--kind mc-get --duration 10q",
+        ] {
+            let outcome = run(parse(line));
+            assert!(matches!(outcome, Err(BenchError::Usage(_))), "{line}");
+        }
     }
 
     #[test]
