@@ -18,7 +18,7 @@ use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
 use parking_lot::RwLock;
 
-use super::rows::{row_key, split_row_key};
+use super::rows::{row_key, split_row_key, table_prefix};
 use super::{Inner, WriteFailed};
 
 /// `meta` keys of index definitions: this, then the table's name with its
@@ -479,12 +479,4 @@ impl Inner {
         }
         Ok(true)
     }
-}
-
-/// The first key of a table's rows.
-pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
-    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
-    let mut prefix = vec![len];
-    prefix.extend_from_slice(table);
-    Some(prefix)
 }

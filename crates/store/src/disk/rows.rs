@@ -13,7 +13,6 @@
 use kura_table::{Record, StoredRecord};
 
 use super::change::Write;
-use super::indexes::table_prefix;
 use super::pending::{Change, Pending, Space};
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
@@ -24,6 +23,14 @@ use kura_table::{IndexCommand, IndexKind, Lookup};
 pub const MAX_TABLE_NAME: usize = 255;
 /// LMDB's longest key: a row's key must fit.
 const MAX_ROW_KEY: usize = 511;
+
+/// The first key of a table's rows.
+pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
+    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
+    let mut prefix = vec![len];
+    prefix.extend_from_slice(table);
+    Some(prefix)
+}
 
 /// The key of a row: `None` when the table name or the primary key is
 /// empty, or they are too long together.
