@@ -219,7 +219,7 @@ pub fn start(
     let handlersocket_addrs: Vec<(bool, SocketAddr)> = listeners
         .iter()
         .filter_map(|l| match l.speaks() {
-            listener::Speaks::HandlerSocket { write } => Some((write, l.tcp_addr()?)),
+            session::Speaks::HandlerSocket { write } => Some((write, l.tcp_addr()?)),
             _ => None,
         })
         .collect();
@@ -230,7 +230,7 @@ pub fn start(
     }
     let tyrant_addrs: Vec<SocketAddr> = listeners
         .iter()
-        .filter(|l| l.speaks() == listener::Speaks::Tyrant)
+        .filter(|l| l.speaks() == session::Speaks::Tyrant)
         .filter_map(|l| l.tcp_addr())
         .collect();
     // memcached's -s turns the network off, UDP included.

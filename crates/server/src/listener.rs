@@ -13,6 +13,7 @@ use std::time::Duration;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::session::Speaks;
 use crate::tls::TlsAcceptor;
 use crate::worker::{Inbox, NewConnection, Stream};
 use crate::{ServerConfig, Shared};
@@ -26,18 +27,6 @@ pub enum Listener {
     /// With an acceptor, every connection speaks TLS.
     Tcp(TcpListener, SocketAddr, Option<Arc<TlsAcceptor>>, Speaks),
     Unix(UnixListener, String),
-}
-
-/// What a listener's connections speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Speaks {
-    /// memcached's protocols (`-p`, `-l`, `-s`).
-    Memcached,
-    /// Tokyo Tyrant's binary protocol and memcached's text protocol, told
-    /// apart by the first byte, as ttserver's port does (`--tyrant-port`).
-    Tyrant,
-    /// HandlerSocket's protocol; `write`: the read-write port.
-    HandlerSocket { write: bool },
 }
 
 impl Listener {

@@ -35,6 +35,18 @@ pub enum Stop {
     Watch(u32),
 }
 
+/// What a connection speaks: its listener says (a session is made for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    /// memcached's protocols (`-p`, `-l`, `-s`).
+    Memcached,
+    /// Tokyo Tyrant's binary protocol and memcached's text protocol, told
+    /// apart by the first byte, as ttserver's port does (`--tyrant-port`).
+    Tyrant,
+    /// HandlerSocket's protocol; `write`: the read-write port.
+    HandlerSocket { write: bool },
+}
+
 #[derive(Debug, Default)]
 pub struct Session {
     protocol: Option<Protocol>,

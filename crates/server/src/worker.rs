@@ -22,8 +22,7 @@ use kura_proto::Protocol;
 use kura_store::{AckFence, AckState, AckTicket};
 
 use crate::exec::Context;
-use crate::listener::Speaks;
-use crate::session::{Session, Stop};
+use crate::session::{Session, Speaks, Stop};
 use crate::tls::TlsStream;
 use crate::watch::{CloseReason, Watcher};
 use crate::{ConnInfo, ProtocolChoice, Shared};
@@ -40,7 +39,7 @@ pub struct NewConnection {
     pub stream: Stream,
     pub peer: String,
     pub listen: String,
-    pub speaks: crate::listener::Speaks,
+    pub speaks: Speaks,
 }
 
 /// How the acceptor reaches a worker.
