@@ -176,11 +176,7 @@ impl Query {
     /// Records that all match (in primary-key order), ordered, skipped and
     /// limited.
     pub fn arrange<'r>(&self, matched: &'r [Record]) -> Vec<&'r Record> {
-        let mut found: Vec<&Record> = matched.iter().collect();
-        if let Some(order) = &self.order {
-            found.sort_by(|a, b| order.compare(a, b));
-        }
-        limited(found, self.skip, self.limit)
+        limited(self.sorted(matched.iter().collect()), self.skip, self.limit)
     }
 
     /// With an order and a limit the answer needs only the best `limit +
@@ -208,7 +204,11 @@ impl Query {
     }
 
     fn matching_sorted<'r>(&self, records: &'r [Record]) -> Vec<&'r Record> {
-        let mut found: Vec<&Record> = records.iter().filter(|r| self.matches(r)).collect();
+        self.sorted(records.iter().filter(|r| self.matches(r)).collect())
+    }
+
+    /// In the query's order, if it has one (a stable sort).
+    fn sorted<'r>(&self, mut found: Vec<&'r Record>) -> Vec<&'r Record> {
         if let Some(order) = &self.order {
             found.sort_by(|a, b| order.compare(a, b));
         }
