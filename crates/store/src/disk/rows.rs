@@ -65,7 +65,7 @@ impl Inner {
     ) -> heed::Result<usize> {
         let sound = match (split_row_key(key), write) {
             (Some((_, primary_key)), Write::RowPut { stored }) => {
-                key.len() <= MAX_ROW_KEY && Record::decode_columns(primary_key, stored).is_some()
+                key.len() <= MAX_ROW_KEY && StoredRecord::new(primary_key, stored).is_some()
             }
             (Some(_), _) => key.len() <= MAX_ROW_KEY,
             (None, _) => false,
