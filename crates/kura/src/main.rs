@@ -1,5 +1,6 @@
 //! `kura`: one binary, several tools. `kura serve` runs the server.
 
+mod admin;
 mod backup;
 mod engine_bench;
 mod log;
@@ -36,6 +37,8 @@ enum Command {
     Query(query::QueryArgs),
     /// Check a table's indexes against a full scan (a running server or a data directory).
     Table(query::TableArgs),
+    /// A running server's replication: replicas and lag, promote, follow a master.
+    Admin(admin::AdminArgs),
 }
 
 /// Exit code for bad command lines (BSD's EX_USAGE), as scripts expect.
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Restore(args) => backup::run_restore(args),
         Command::Query(args) => query::run(args),
         Command::Table(args) => query::run_table(args),
+        Command::Admin(args) => admin::run(args),
         Command::Bench(args) => kura_tools::bench::run(*args).map_err(|e| match e {
             kura_tools::bench::BenchError::Usage(message) => Failure::Usage(message),
             kura_tools::bench::BenchError::Io(error) => Failure::Runtime(error.into()),

@@ -12,6 +12,7 @@ pub mod handlersocket;
 pub mod line;
 pub mod meta;
 pub mod number;
+pub mod replication;
 pub mod reply;
 pub mod text;
 pub mod tyrant;

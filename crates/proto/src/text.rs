@@ -75,6 +75,17 @@ pub enum Request<'a> {
         to: &'a [u8],
         since: Option<&'a [u8]>,
     },
+    /// `replicate <replica id> <lsn> <µs>|none` (kura's own): a replica
+    /// asks for the log after its position; the connection then carries
+    /// replication frames (`replication.rs`).
+    Replicate(crate::replication::ReplicaHello),
+    /// `replicaof <host> <port>` follows a master from now on; `replicaof
+    /// no one` stops following and takes writes (promotes), as in Redis.
+    ReplicaOf {
+        master: Option<(&'a [u8], u16)>,
+    },
+    /// `replicas`: this server's replication state and attached replicas.
+    Replicas,
     /// `stats` and its arguments (`settings`, `items`, `slabs`, …), raw.
     Stats {
         args: Keys<'a>,
@@ -463,6 +474,41 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             Request::Backup { to, since }
         }
         (b"backup", _) => return reject(ErrorReply::BadCommandLine, line_len),
+        (b"replicate", 2 | 3) => {
+            let replica = tokens
+                .next()
+                .and_then(parse_u64)
+                .and_then(|id| u32::try_from(id).ok());
+            let after = match (tokens.next(), tokens.next()) {
+                (Some(b"none"), None) => Some(None),
+                (Some(lsn), Some(micros)) => parse_u64(lsn).zip(parse_u64(micros)).map(Some),
+                _ => None,
+            };
+            match (replica, after) {
+                (Some(replica), Some(after)) => {
+                    Request::Replicate(crate::replication::ReplicaHello { replica, after })
+                }
+                _ => return reject(ErrorReply::BadCommandLine, line_len),
+            }
+        }
+        (b"replicaof", 2) => {
+            let (host, port) = (
+                tokens.next().unwrap_or_default(),
+                tokens.next().unwrap_or_default(),
+            );
+            if host.eq_ignore_ascii_case(b"no") && port.eq_ignore_ascii_case(b"one") {
+                Request::ReplicaOf { master: None }
+            } else {
+                match parse_u64(port).and_then(|port| u16::try_from(port).ok()) {
+                    Some(port) if port > 0 => Request::ReplicaOf {
+                        master: Some((host, port)),
+                    },
+                    _ => return reject(ErrorReply::BadCommandLine, line_len),
+                }
+            }
+        }
+        (b"replicate" | b"replicaof", _) => return reject(ErrorReply::BadCommandLine, line_len),
+        (b"replicas", 0) => Request::Replicas,
         (b"stats", _) => Request::Stats {
             args: Keys(tokens.rest()),
         },
@@ -853,6 +899,48 @@ mod tests {
             parse_ok(b"refresh_certs noreply\r\n").0,
             Request::RefreshCerts { noreply: true }
         );
+    }
+
+    #[test]
+    fn replication_commands_name_a_position_or_a_master() {
+        use crate::replication::ReplicaHello;
+        assert_eq!(
+            parse_ok(b"replicate 7 120 1700000000000000\r\n").0,
+            Request::Replicate(ReplicaHello {
+                replica: 7,
+                after: Some((120, 1_700_000_000_000_000))
+            })
+        );
+        assert_eq!(
+            parse_ok(b"replicate 7 none\r\n").0,
+            Request::Replicate(ReplicaHello {
+                replica: 7,
+                after: None
+            })
+        );
+        assert_eq!(
+            parse_ok(b"replicaof 10.0.0.1 11211\r\n").0,
+            Request::ReplicaOf {
+                master: Some((b"10.0.0.1", 11211))
+            }
+        );
+        assert_eq!(
+            parse_ok(b"replicaof NO ONE\r\n").0,
+            Request::ReplicaOf { master: None }
+        );
+        assert_eq!(parse_ok(b"replicas\r\n").0, Request::Replicas);
+        for bad in [
+            &b"replicate\r\n"[..],
+            b"replicate x none\r\n",
+            b"replicate 7 12\r\n",
+            b"replicate 7 a b\r\n",
+            b"replicate 99999999999 none\r\n",
+            b"replicaof host\r\n",
+            b"replicaof host 0\r\n",
+            b"replicaof host 70000\r\n",
+        ] {
+            assert_eq!(rejected(bad).0, ErrorReply::BadCommandLine, "{bad:?}");
+        }
     }
 
     #[test]

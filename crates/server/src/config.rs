@@ -130,6 +130,9 @@ pub struct ServerConfig {
     pub tyrant_port: Option<u16>,
     /// The database that port serves (`--tyrant-db`).
     pub tyrant_db: TyrantDatabase,
+    /// Follow this master (`host:port`, its memcached port) from the start
+    /// (`--replica-of`); the server is then a read-only replica.
+    pub replica_of: Option<String>,
     /// HandlerSocket's read-only port (`--hs-read-port`, 9998 by
     /// convention); None is off, Some(0) any free port.
     pub hs_read_port: Option<u16>,
@@ -268,6 +271,7 @@ impl Default for ServerConfig {
             udp_port: None,
             tyrant_port: None,
             tyrant_db: TyrantDatabase::Hash,
+            replica_of: None,
             hs_read_port: None,
             hs_write_port: None,
             hs_read_secret: None,

@@ -16,6 +16,7 @@ pub mod config;
 mod cyrus;
 pub mod exec;
 mod listener;
+pub mod replication;
 mod reply_budget;
 pub mod session;
 pub mod stats;
@@ -65,6 +66,8 @@ pub struct Shared {
     pub tyrant_iterator: Mutex<Option<exec::tyrant::KeyIterator>>,
     /// The last unique id `genuid` (or a put without a key) handed out.
     pub tyrant_uid: Mutex<exec::uid::LastIds>,
+    /// Replication: the master this server follows, the replicas it feeds.
+    pub replication: replication::Replication,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
@@ -73,6 +76,8 @@ pub struct Shared {
     /// the memory engine is kept for the next start (`-e`).
     graceful: AtomicBool,
     wakers: OnceLock<Vec<Arc<mio::Waker>>>,
+    /// This state itself, for what outlives a request (a follower thread).
+    me: std::sync::Weak<Shared>,
 }
 
 impl Shared {
@@ -82,6 +87,11 @@ impl Shared {
         for waker in self.wakers.get().into_iter().flatten() {
             let _ = waker.wake();
         }
+    }
+
+    /// This state, shared, while the server runs.
+    pub fn this(&self) -> Option<Arc<Shared>> {
+        self.me.upgrade()
     }
 
     pub fn stopping(&self) -> bool {
@@ -253,7 +263,8 @@ pub fn start(
     let watchers = Arc::new(watch::Hub::new(config.watcher_buffer_bytes));
     store.watch_evictions(watchers.clone());
     let lru_crawler = AtomicBool::new(config.lru_crawler);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new_cyclic(|me| Shared {
+        me: me.clone(),
         config,
         store,
         // One set per worker, and the last for the UDP thread.
@@ -267,6 +278,7 @@ pub fn start(
         sasl,
         watchers,
         lru_crawler,
+        replication: replication::Replication::default(),
         tyrant_iterator: Mutex::new(None),
         tyrant_uid: Mutex::new(Default::default()),
         stopping: AtomicBool::new(false),
@@ -301,6 +313,13 @@ pub fn start(
         handles.push(spawn_loudly("kura-udp".into(), move || {
             udp::run(udp_sockets, &udp, &udp.counters[threads])
         })?);
+    }
+
+    if let Some(master) = &shared.config.replica_of {
+        shared
+            .replication
+            .follow(&shared, Some(master.clone()))
+            .map_err(io::Error::other)?;
     }
 
     let maintenance = shared.clone();

@@ -33,6 +33,8 @@ pub enum Stop {
     Shutdown,
     /// `watch`: the connection becomes a log watcher of these kinds.
     Watch(u32),
+    /// `replicate`: the connection becomes a replica's link.
+    Replicate(kura_proto::replication::ReplicaHello),
 }
 
 /// What a connection speaks: its listener says (a session is made for it).
@@ -175,6 +177,9 @@ impl Session {
                 }
                 Step::Served(Action::Watch { kinds }) => {
                     return (used + consumed, Stop::Watch(kinds))
+                }
+                Step::Served(Action::Replicate(hello)) => {
+                    return (used + consumed, Stop::Replicate(hello))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 // As memcached: the connection goes, with the replies composed

@@ -180,6 +180,8 @@ enum Next {
     Close,
     /// It asked to become a log watcher of these kinds.
     Watch(u32),
+    /// It asked to become a replica's link.
+    Replicate(kura_proto::replication::ReplicaHello),
 }
 
 /// Buffers shared by all connections of a worker.
@@ -430,6 +432,7 @@ impl Worker {
                 self.close(key, reason)
             }
             Next::Watch(kinds) => self.start_watching(key, kinds),
+            Next::Replicate(hello) => self.hand_to_replication(key, hello),
         }
     }
 
@@ -456,6 +459,31 @@ impl Worker {
                 .extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n"),
         }
         self.serve(key);
+    }
+
+    /// Gives a connection that sent `replicate` to a replication thread:
+    /// it leaves this loop (and the connection count) for good.
+    fn hand_to_replication(&mut self, key: usize, hello: kura_proto::replication::ReplicaHello) {
+        let Some(mut connection) = self.connections.try_remove(key) else {
+            return;
+        };
+        let _ = connection.stream.deregister(self.poll.registry());
+        self.shared
+            .connections_registry
+            .lock()
+            .remove(&connection.info.id);
+        self.shared
+            .connections
+            .current
+            .fetch_sub(1, Ordering::Relaxed);
+        let stream = match connection.stream {
+            Stream::Tcp(stream) => crate::replication::LinkStream::Tcp(stream.into()),
+            Stream::Unix(stream) => crate::replication::LinkStream::Unix(stream.into()),
+            // Replication does not run over TLS: the connection closes.
+            Stream::Tls(_) => return,
+        };
+        let peer = connection.info.peer.clone();
+        crate::replication::serve_replica(self.shared.clone(), stream, hello, peer);
     }
 
     /// Sends the log lines queued for this worker's watchers.
@@ -672,6 +700,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 return Next::Close;
             }
             Stop::Watch(kinds) => return Next::Watch(kinds),
+            Stop::Replicate(hello) => return Next::Replicate(hello),
             Stop::Budget if budget == 0 => return Next::Yield,
             Stop::NeedInput if drained => {
                 return if connection.output.is_empty() {

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod counter;
 pub mod disk;
 pub mod memory;
+pub mod replication;
 pub mod semantics;
 mod sweep;
 pub mod warm;
@@ -114,6 +115,11 @@ pub trait Store: Send + Sync {
 
     /// The engine's tables, if it keeps any (the disk engine does).
     fn tables(&self) -> Option<&dyn Tables> {
+        None
+    }
+
+    /// Replication from and to the engine's update log (the disk engine).
+    fn replication(&self) -> Option<&dyn replication::Replication> {
         None
     }
 }

@@ -211,6 +211,16 @@ pub struct ServeArgs {
     /// a size (4GiB, 512MiB) or both (24h,4GiB); 0 keeps none.
     #[arg(long = "log-retention", default_value = "24h,4GiB")]
     log_retention: String,
+    /// Disk engine: the most update log kept beyond --log-retention for
+    /// attached replicas that have not read it (a size, as 16GiB); a replica
+    /// further behind resynchronizes from a snapshot.
+    #[arg(long = "log-retention-max", default_value = "16GiB")]
+    log_retention_max: String,
+    /// Follow this master (HOST:PORT, its memcached port) as a read-only
+    /// replica (disk engine). At run time: `replicaof HOST PORT`, and
+    /// `replicaof no one` (`kura admin promote`) to take writes.
+    #[arg(long = "replica-of", value_name = "HOST:PORT")]
+    replica_of: Option<String>,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -258,6 +268,8 @@ struct DiskSettings {
     /// How long and how much applied log is kept (`None`: no limit).
     log_retention_seconds: Option<u64>,
     log_retention_bytes: Option<u64>,
+    /// The most log kept beyond retention for lagging replicas.
+    log_retention_max_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -424,7 +436,15 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 .log_retention
                 .parse::<LogRetention>()
                 .map_err(|e| usage(format!("--log-retention: {e}")))?;
+            let retention_max = args
+                .log_retention_max
+                .parse::<LogRetention>()
+                .ok()
+                .filter(|limit| limit.max_age.is_none())
+                .and_then(|limit| limit.max_bytes)
+                .ok_or_else(|| usage("--log-retention-max: a size, as 16GiB or 512MiB"))?;
             Some(DiskSettings {
+                log_retention_max_bytes: retention_max,
                 dir: args.dir.clone(),
                 map_size_bytes: map_size,
                 sync: args.sync.clone(),
@@ -444,6 +464,17 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     server.udp_port = udp_port;
     server.tyrant_port = tyrant_port;
     server.tyrant_db = args.tyrant_db.clone();
+    if let Some(master) = &args.replica_of {
+        if args.engine != EngineArg::Disk {
+            return Err(usage("--replica-of needs the disk engine (--engine disk)"));
+        }
+        if !master.contains(':') {
+            return Err(usage(
+                "--replica-of: HOST:PORT, the master's memcached port",
+            ));
+        }
+    }
+    server.replica_of = args.replica_of.clone();
     server.hs_read_port = hs_read_port;
     server.hs_write_port = hs_write_port;
     server.hs_read_secret = args.hs_secret.clone();
@@ -606,6 +637,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                         .map(std::time::Duration::from_secs),
                     max_bytes: disk.log_retention_bytes,
                 },
+                log_retention_max: disk.log_retention_max_bytes,
                 ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,

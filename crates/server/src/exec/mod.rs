@@ -34,6 +34,9 @@ pub enum Action {
     Watch {
         kinds: u32,
     },
+    /// `replicate`: the connection becomes a replica's link and is served
+    /// by a thread of its own from now on.
+    Replicate(kura_proto::replication::ReplicaHello),
 }
 
 /// What executing a request may touch.

@@ -149,6 +149,7 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
         "sizes" => Some(sizes(ctx)),
         "conns" => Some(conns(ctx)),
         "kura" => Some(kura(ctx)),
+        "replication" => Some(replication(ctx)),
         "reset" => {
             reset(ctx);
             Some(Vec::new())
@@ -365,6 +366,17 @@ fn kura(ctx: &Context<'_>) -> Lines {
     line(&mut lines, "engine", &ctx.shared.config.engine);
     for (name, value) in ctx.shared.store.engine_stats() {
         line(&mut lines, name, value);
+    }
+    lines.extend(replication(ctx));
+    lines
+}
+
+/// `stats replication` (also in `stats kura`): the role, the link to the
+/// master, each attached replica's LSN, lag and state.
+fn replication(ctx: &Context<'_>) -> Lines {
+    let mut lines = Vec::new();
+    for (name, value) in ctx.shared.replication.stats(ctx.shared) {
+        line(&mut lines, &name, value);
     }
     lines
 }

@@ -119,6 +119,9 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         Request::Backup { to, since } => backup(to, since, ctx, out),
         Request::LruCrawler(command) => lru_crawler(command, ctx, out),
         Request::Watch { kinds } => return start_watch(kinds, ctx, out),
+        Request::Replicate(hello) => return start_replicate(hello, ctx, out),
+        Request::ReplicaOf { master } => replica_of(master, ctx, out),
+        Request::Replicas => ctx.shared.replication.report(ctx.shared, out),
         Request::Meta(request) => meta::execute(request, ctx, out),
     }
     Action::Continue
@@ -409,6 +412,47 @@ fn start_watch(kinds: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action 
         None => {
             ErrorReply::UnknownCommand.compose(out);
             Action::Continue
+        }
+    }
+}
+
+/// `replicate …`: a replica asks for this server's log. The connection
+/// then belongs to the replication link (`replication/feeder.rs`).
+fn start_replicate(
+    hello: kura_proto::replication::ReplicaHello,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) -> Action {
+    if ctx.shared.store.replication().is_none() {
+        out.extend_from_slice(b"SERVER_ERROR replication needs the disk engine\r\n");
+        return Action::Continue;
+    }
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before replicate\r\n");
+        return Action::Continue;
+    }
+    Action::Replicate(hello)
+}
+
+/// `replicaof <host> <port>` / `replicaof no one`.
+fn replica_of(master: Option<(&[u8], u16)>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+    let Some(shared) = ctx.shared.this() else {
+        out.extend_from_slice(b"SERVER_ERROR the server is stopping\r\n");
+        return;
+    };
+    let master = master.map(|(host, port)| {
+        let host = String::from_utf8_lossy(host);
+        match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        }
+    });
+    match ctx.shared.replication.follow(&shared, master) {
+        Ok(()) => out.extend_from_slice(b"OK\r\n"),
+        Err(reason) => {
+            out.extend_from_slice(b"SERVER_ERROR ");
+            out.extend_from_slice(reason.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
     }
 }

@@ -106,6 +106,18 @@ impl Inner {
     /// their replies go. Returns false when there was nothing to do. The
     /// caller holds the journal's leader lock, whose buffer is `group`.
     pub(super) fn journal_round(&self, group: &mut Vec<u8>) -> bool {
+        self.journal_round_as(group, None) != Some(0)
+    }
+
+    /// [`journal_round`](Self::journal_round), numbering the group with
+    /// `replicated`'s LSNs, time and origin when it is a master's group
+    /// (`replica.rs`). Returns the entries appended (`None`: the append
+    /// failed).
+    pub(super) fn journal_round_as(
+        &self,
+        group: &mut Vec<u8>,
+        replicated: Option<GroupHead>,
+    ) -> Option<usize> {
         let (flush, batch) = {
             let mut request = self.flush_request.lock();
             (request.take(), self.pending.drain())
@@ -115,7 +127,7 @@ impl Inner {
         if writes == 0 && flush.is_none() {
             self.logged.lock().through = through;
             self.acks.advance(through, false);
-            return false;
+            return Some(0);
         }
         self.check_space_if_due();
         // Encoded for the current segment, outside the lock; in the rare
@@ -124,11 +136,11 @@ impl Inner {
         // Where each write lands, so LMDB can point to large values there.
         let mut offsets = Vec::with_capacity(writes);
         // Entries are numbered here: this thread holds the leader lock.
-        let head = GroupHead {
+        let head = replicated.unwrap_or_else(|| GroupHead {
             first_lsn: self.journal.last_lsn() + 1,
             micros: unix_micros(),
             origin: self.server_id,
-        };
+        });
         let last = LogPosition {
             lsn: head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1,
             micros: head.micros,
@@ -195,9 +207,10 @@ impl Inner {
                 // and reads go back to what was there before.
                 self.pending.drop_failed(batch);
                 self.acks.advance(through, true);
+                return None;
             }
         }
-        true
+        Some(writes + usize::from(flush.is_some()))
     }
 
     /// Appends a group to the journal; under `always`, fsyncs it too.

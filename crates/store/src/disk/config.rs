@@ -38,6 +38,9 @@ pub struct DiskConfig {
     pub server_id: Option<u32>,
     /// How long and how much of the update log is kept once applied.
     pub log_retention: LogRetention,
+    /// The most log kept for attached replicas beyond `log_retention`
+    /// (bytes): a replica further behind resynchronizes from a snapshot.
+    pub log_retention_max: u64,
     /// The largest a table row may be, its columns encoded (`-I`): a write
     /// or an edit that would make one larger is refused.
     pub max_row_bytes: usize,
@@ -61,6 +64,7 @@ impl DiskConfig {
             background_expiry: true,
             server_id: None,
             log_retention: LogRetention::default(),
+            log_retention_max: 16 << 30,
             max_row_bytes: 1 << 20,
             replay_until: None,
             io: Arc::new(OsIo),

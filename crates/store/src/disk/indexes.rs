@@ -66,6 +66,28 @@ impl IndexDefs {
     pub fn of(&self, table: &[u8]) -> Vec<IndexDef> {
         self.0.read().get(table).cloned().unwrap_or_default()
     }
+
+    /// Every table's indexes, in the order they were made.
+    pub(super) fn all(&self) -> Vec<(Vec<u8>, IndexDef)> {
+        let mut all: Vec<(Vec<u8>, IndexDef)> = self
+            .0
+            .read()
+            .iter()
+            .flat_map(|(table, defs)| defs.iter().map(|def| (table.clone(), def.clone())))
+            .collect();
+        all.sort_by_key(|(_, def)| def.id);
+        all
+    }
+
+    /// Forgets every definition (a replica about to load a snapshot).
+    pub(super) fn clear(&self) {
+        self.0.write().clear();
+    }
+}
+
+/// Whether a `meta` key is an index's definition or the last id.
+pub(super) fn is_index_meta(key: &[u8]) -> bool {
+    key.starts_with(DEF_PREFIX) || key == LAST_ID
 }
 
 fn decode_def(value: &[u8]) -> Option<IndexDef> {

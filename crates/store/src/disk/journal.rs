@@ -533,6 +533,14 @@ impl Journal {
         self.last_lsn.store(current.last.lsn, Ordering::Release);
     }
 
+    /// Numbers entries on after `at`, whatever came before (a replica's
+    /// new log after a snapshot).
+    pub fn restart_at(&self, at: LogPosition) {
+        let mut current = self.current.lock();
+        current.last = at;
+        self.last_lsn.store(at.lsn, Ordering::Release);
+    }
+
     /// Keeps every segment until the hold is dropped (a backup copies them).
     pub fn hold_history(&self) -> HistoryHold<'_> {
         self.holds.fetch_add(1, Ordering::AcqRel);

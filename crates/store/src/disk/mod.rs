@@ -33,6 +33,7 @@ mod compactor;
 mod config;
 mod dir_lock;
 mod expiry;
+mod feed;
 pub mod history;
 mod identity;
 mod indexes;
@@ -48,10 +49,12 @@ mod read;
 mod record;
 #[cfg(test)]
 mod replay_fuzz;
+mod replica;
 mod resident;
 pub mod restore;
 mod retention;
 pub mod rows;
+mod snapshot;
 mod space;
 mod stats;
 mod syncer;
@@ -137,6 +140,14 @@ struct Inner {
     poisoned: AtomicBool,
     /// Too little room left: writes are refused until space is freed.
     out_of_space: AtomicBool,
+    /// A replica: clients' writes are refused; only the master's log
+    /// changes the data (`replica.rs`).
+    read_only: AtomicBool,
+    /// A snapshot load was cut short: the data is incomplete, and the
+    /// next attach to a master takes a snapshot again.
+    base_incomplete: AtomicBool,
+    /// The log segments attached replicas still need (`feed.rs`).
+    replica_holds: feed::ReplicaHolds,
     /// The live data is larger than the memory budget, so a write's leaf
     /// page is likely on the device: the applier reads a round's pages with
     /// several threads at once before its transaction, rather than one by
@@ -327,8 +338,9 @@ impl Inner {
     }
 
     fn writable(&self) -> bool {
-        let ok =
-            !self.poisoned.load(Ordering::Acquire) && !self.out_of_space.load(Ordering::Acquire);
+        let ok = !self.poisoned.load(Ordering::Acquire)
+            && !self.out_of_space.load(Ordering::Acquire)
+            && !self.read_only.load(Ordering::Acquire);
         if !ok {
             self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
         }
@@ -384,7 +396,9 @@ impl Store for DiskStore {
 
     fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome {
         // Deletes free space, so they go on while the disk is full.
-        if self.inner.poisoned.load(Ordering::Acquire) {
+        if self.inner.poisoned.load(Ordering::Acquire)
+            || self.inner.read_only.load(Ordering::Acquire)
+        {
             return DeleteOutcome::Failed;
         }
         self.inner
@@ -411,6 +425,9 @@ impl Store for DiskStore {
     }
 
     fn flush_all(&self, delay: i64, fence: &AckFence) {
+        if self.inner.read_only.load(Ordering::Acquire) {
+            return;
+        }
         if delay <= 0 {
             self.inner.flush_deadline.store(0, Ordering::Relaxed);
             self.inner.flush(fence);
@@ -592,5 +609,51 @@ impl Store for DiskStore {
 
     fn tables(&self) -> Option<&dyn crate::Tables> {
         Some(self)
+    }
+
+    fn replication(&self) -> Option<&dyn crate::replication::Replication> {
+        Some(self)
+    }
+}
+
+impl crate::replication::Replication for DiskStore {
+    fn server_id(&self) -> u32 {
+        self.inner.server_id
+    }
+
+    fn position(&self) -> Option<LogPosition> {
+        let inner = &self.inner;
+        (!inner.base_is_incomplete()).then(|| inner.journal.current_end().2)
+    }
+
+    fn feed(
+        &self,
+        after: LogPosition,
+    ) -> Result<Box<dyn crate::replication::LogFeed>, crate::replication::FeedRefused> {
+        feed::Feed::open(&self.inner, after).map(|feed| Box::new(feed) as _)
+    }
+
+    fn snapshot(
+        &self,
+        send: &mut dyn FnMut(crate::replication::SnapshotPart<'_>) -> std::io::Result<()>,
+    ) -> std::io::Result<(LogPosition, Box<dyn crate::replication::LogFeed>)> {
+        let (at, feed) = self.inner.snapshot(send)?;
+        Ok((at, Box::new(feed)))
+    }
+
+    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String> {
+        self.inner.apply_group(group)
+    }
+
+    fn load_base(&self) -> Result<Box<dyn crate::replication::BaseLoad + '_>, String> {
+        self.inner.load_base().map(|load| Box::new(load) as _)
+    }
+
+    fn set_read_only(&self, read_only: bool) {
+        self.inner.read_only.store(read_only, Ordering::Release);
+    }
+
+    fn read_only(&self) -> bool {
+        self.inner.read_only.load(Ordering::Acquire)
     }
 }

@@ -11,13 +11,13 @@ use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
-use super::indexes;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
     ack, appender, change, dir_lock, identity, journal, marks, threads, Counters, DiskConfig,
     DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
 };
+use super::{indexes, replica};
 use crate::clock::Clock;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
@@ -110,6 +110,7 @@ impl DiskStore {
             .map(u64::from_le_bytes)
             .unwrap_or(0);
         let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
+        let base_incomplete = meta.get(&txn, replica::BASE_INCOMPLETE)?.is_some();
         let applied_lsn = meta
             .get(&txn, APPLIED_LSN)?
             .and_then(LogPosition::decode)
@@ -151,6 +152,9 @@ impl DiskStore {
             flush_deadline: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
+            read_only: AtomicBool::new(false),
+            base_incomplete: AtomicBool::new(base_incomplete),
+            replica_holds: Default::default(),
             fetch_before_write: AtomicBool::new(false),
             applied_segment: AtomicU64::new(applied_segment),
             lmdb_usage: Mutex::new(None),

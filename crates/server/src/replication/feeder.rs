@@ -1,0 +1,164 @@
+//! The master side of a replica's link: one thread per replica sends the
+//! log after the replica's position (or a snapshot first, when the log no
+//! longer reaches back or the position is not a point of this log), then
+//! every group as it is appended, and a heartbeat when there is none. A
+//! second thread reads the replica's acknowledgements: they let the log go
+//! (retention follows replicas) and measure the lag.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kura_proto::replication::{self as wire, Frame, ReplicaHello};
+use kura_store::replication::{LogFeed, LogPosition, Replication, SnapshotPart};
+
+use super::{LinkState, LinkStream, ReplicaLink};
+use crate::Shared;
+
+/// A heartbeat goes out when no group came for this long.
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
+/// The longest a write to a replica may wait for it to read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves a replica on `stream` (its `replicate` line was `hello`) until
+/// it goes or the server stops; runs on a thread of its own.
+pub(crate) fn serve_replica(
+    shared: Arc<Shared>,
+    mut stream: LinkStream,
+    hello: ReplicaHello,
+    peer: String,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("kura-repl-feed".to_string())
+        .spawn(move || {
+            let Some(replication) = shared.store.replication() else {
+                let _ = stream.write_all(b"SERVER_ERROR replication needs the disk engine\r\n");
+                return;
+            };
+            let link = shared.replication.attach(hello.replica, peer.clone());
+            tracing::info!(replica = hello.replica, %peer, "replica attached");
+            let result = feed(&shared, replication, &mut stream, hello, &link);
+            stream.shutdown();
+            shared.replication.detach(&link);
+            match result {
+                Ok(()) => tracing::info!(replica = hello.replica, %peer, "replica detached"),
+                Err(error) => {
+                    tracing::info!(replica = hello.replica, %peer, %error, "replica detached")
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start a replica's feed");
+    }
+}
+
+fn feed(
+    shared: &Shared,
+    replication: &dyn Replication,
+    stream: &mut LinkStream,
+    hello: ReplicaHello,
+    link: &Arc<ReplicaLink>,
+) -> io::Result<()> {
+    stream.make_blocking(WRITE_TIMEOUT)?;
+    let master = replication.server_id();
+    let opened = hello
+        .after
+        .map(|(lsn, micros)| replication.feed(LogPosition { lsn, micros }));
+    let mut frame = Vec::new();
+    let mut feed: Box<dyn LogFeed> = match opened {
+        Some(Ok(feed)) => {
+            stream.write_all(format!("STREAM {master}\r\n").as_bytes())?;
+            feed
+        }
+        refused => {
+            let reason = match refused {
+                Some(Err(refused)) => refused.to_string(),
+                _ => "the replica has no position".to_string(),
+            };
+            let line = format!(
+                "SNAPSHOT {master} {}\r\n",
+                reason.replace(['\r', '\n'], " ")
+            );
+            stream.write_all(line.as_bytes())?;
+            link.set_state(LinkState::Snapshot);
+            let (at, feed) = replication.snapshot(&mut |part| {
+                frame.clear();
+                let part = match part {
+                    SnapshotPart::Records(bytes) => Frame::Snapshot(bytes),
+                    SnapshotPart::Index {
+                        table,
+                        column,
+                        kind,
+                    } => Frame::Index {
+                        table,
+                        column,
+                        kind: kind as u8,
+                    },
+                };
+                wire::encode(part, &mut frame);
+                stream.write_all(&frame)
+            })?;
+            frame.clear();
+            wire::encode(
+                Frame::SnapshotEnd {
+                    lsn: at.lsn,
+                    micros: at.micros,
+                },
+                &mut frame,
+            );
+            stream.write_all(&frame)?;
+            shared
+                .replication
+                .snapshots_sent
+                .fetch_add(1, Ordering::Relaxed);
+            link.acknowledge(at.lsn);
+            feed
+        }
+    };
+    link.set_state(LinkState::Streaming);
+    let mut acks = stream.try_clone()?;
+    let ack_link = link.clone();
+    std::thread::Builder::new()
+        .name("kura-repl-acks".to_string())
+        .spawn(move || read_acks(&mut acks, &ack_link))?;
+    let mut acknowledged = 0;
+    while !shared.stopping() && !link.closed.load(Ordering::Acquire) {
+        let acked = link.acked();
+        if acked != acknowledged {
+            feed.acknowledged(acked);
+            acknowledged = acked;
+        }
+        frame.clear();
+        match feed.next_group(HEARTBEAT_EVERY)? {
+            Some(group) => {
+                wire::encode(Frame::Group(&group.bytes), &mut frame);
+                link.sent_group(group.last_lsn, group.micros, frame.len());
+            }
+            None => {
+                let last = feed.last_position();
+                wire::encode(
+                    Frame::Heartbeat {
+                        lsn: last.lsn,
+                        micros: last.micros,
+                    },
+                    &mut frame,
+                );
+            }
+        }
+        stream.write_all(&frame)?;
+    }
+    Ok(())
+}
+
+/// Reads acknowledgements until the replica goes (or sends anything else).
+fn read_acks(stream: &mut LinkStream, link: &ReplicaLink) {
+    let mut ack = [0; wire::ACK_LEN];
+    while stream.read_exact(&mut ack).is_ok() {
+        match wire::parse_ack(&ack) {
+            Some(lsn) => link.acknowledge(lsn),
+            None => break,
+        }
+    }
+    link.closed.store(true, Ordering::Release);
+}

@@ -1,0 +1,265 @@
+//! The replica side: one thread connects to the master, says where this
+//! server's log ends, loads a snapshot if the master sends one, then
+//! applies each group the master sends as this server's next group and
+//! acknowledges it. Any failure (the master gone, a group out of step)
+//! closes the link; the thread connects again a second later from wherever
+//! the log now ends, until it is told to stop.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kura_proto::replication::{self as wire, Frame, MasterAnswer, ReplicaHello};
+use kura_store::replication::{LogPosition, Replication, SnapshotPart};
+use kura_store::IndexKind;
+
+use super::{LinkState, MasterLink};
+use crate::Shared;
+
+/// How long a connection to the master may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a blocked read looks whether the link is to stop.
+const READ_TICK: Duration = Duration::from_millis(100);
+/// A master silent this long (it sends a heartbeat every 200 ms) is gone.
+const SILENCE_LIMIT: Duration = Duration::from_secs(10);
+/// The wait before connecting again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+pub(super) fn start(
+    shared: Arc<Shared>,
+    link: Arc<MasterLink>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("kura-repl-follow".to_string())
+        .spawn(move || run(&shared, &link, &stop))?;
+    Ok(())
+}
+
+fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
+    let stopped = || stop.load(Ordering::Acquire) || shared.stopping();
+    while !stopped() {
+        link.set_state(LinkState::Connecting);
+        if let Err(error) = follow_once(shared, link, &stopped) {
+            if !stopped() {
+                tracing::warn!(master = %link.master, %error, "replication link lost");
+                *link.last_error.lock() = error;
+            }
+        }
+        let resume = Instant::now() + RETRY_AFTER;
+        while !stopped() && Instant::now() < resume {
+            std::thread::sleep(READ_TICK);
+        }
+    }
+    link.set_state(LinkState::Stopped);
+}
+
+/// Reads exactly `buf.len()` bytes, looking at `stopped` every tick and
+/// giving up after [`SILENCE_LIMIT`] without a byte.
+fn read_full(
+    reader: &mut impl Read,
+    buf: &mut [u8],
+    stopped: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let mut filled = 0;
+    let mut heard = Instant::now();
+    while filled < buf.len() {
+        if stopped() {
+            return Err("stopped".to_string());
+        }
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => return Err("the master closed the link".to_string()),
+            Ok(read) => {
+                filled += read;
+                heard = Instant::now();
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if heard.elapsed() > SILENCE_LIMIT {
+                    return Err("the master fell silent".to_string());
+                }
+            }
+            Err(error) => return Err(format!("reading from the master: {error}")),
+        }
+    }
+    Ok(())
+}
+
+/// The next frame's kind and payload (in `payload`).
+fn read_frame(
+    reader: &mut impl Read,
+    payload: &mut Vec<u8>,
+    max_len: usize,
+    stopped: &dyn Fn() -> bool,
+) -> Result<u8, String> {
+    let mut head = [0; wire::FRAME_HEAD];
+    read_full(reader, &mut head, stopped)?;
+    let (kind, len) = wire::frame_head(&head, max_len)?;
+    payload.resize(len, 0);
+    read_full(reader, payload, stopped)?;
+    Ok(kind)
+}
+
+fn follow_once(
+    shared: &Shared,
+    link: &MasterLink,
+    stopped: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let replication = shared
+        .store
+        .replication()
+        .ok_or_else(|| "replication needs the disk engine".to_string())?;
+    let address = link
+        .master
+        .to_socket_addrs()
+        .map_err(|error| format!("cannot resolve {}: {error}", link.master))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", link.master))?;
+    let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
+        .map_err(|error| format!("cannot connect to {}: {error}", link.master))?;
+    let io_error = |error: io::Error| format!("talking to the master: {error}");
+    stream.set_nodelay(true).map_err(io_error)?;
+    stream.set_read_timeout(Some(READ_TICK)).map_err(io_error)?;
+    let mut writer = stream.try_clone().map_err(io_error)?;
+    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let hello = ReplicaHello {
+        replica: replication.server_id(),
+        after: replication
+            .position()
+            .map(|position| (position.lsn, position.micros)),
+    };
+    writer
+        .write_all(hello.line().as_bytes())
+        .map_err(io_error)?;
+    let answer = read_answer(&mut reader, stopped)?;
+    // A group holds every write of one append: allow more than one item.
+    let max_frame = shared.config.max_item_size.saturating_mul(64).max(1 << 30);
+    let mut payload = Vec::new();
+    match wire::parse_answer(&answer) {
+        MasterAnswer::Stream { master } => {
+            link.master_id.store(master, Ordering::Relaxed);
+        }
+        MasterAnswer::Snapshot { master, reason } => {
+            link.master_id.store(master, Ordering::Relaxed);
+            tracing::info!(master = %link.master, %reason, "taking a snapshot of the master");
+            link.set_state(LinkState::Snapshot);
+            let at = load_snapshot(replication, &mut reader, &mut payload, max_frame, stopped)?;
+            link.snapshots.fetch_add(1, Ordering::Relaxed);
+            shared
+                .replication
+                .snapshots_loaded
+                .fetch_add(1, Ordering::Relaxed);
+            link.applied_to(at.lsn, at.micros);
+            tracing::info!(master = %link.master, lsn = at.lsn, "snapshot loaded");
+        }
+        MasterAnswer::Refused(line) => return Err(format!("the master refused: {line}")),
+    }
+    link.set_state(LinkState::Streaming);
+    if let Some(position) = replication.position() {
+        link.applied_to(position.lsn, position.micros);
+    }
+    let mut unacknowledged = None;
+    loop {
+        let kind = read_frame(&mut reader, &mut payload, max_frame, stopped)?;
+        match wire::frame(kind, &payload)? {
+            Frame::Group(group) => {
+                let at = replication.apply_group(group)?;
+                shared
+                    .replication
+                    .groups_applied
+                    .fetch_add(1, Ordering::Relaxed);
+                link.applied_to(at.lsn, at.micros);
+                unacknowledged = Some(at.lsn);
+            }
+            Frame::Heartbeat { lsn, micros } => link.heard(lsn, micros),
+            other => return Err(format!("an unexpected frame from the master: {other:?}")),
+        }
+        // Once everything received is applied: one acknowledgement for a
+        // burst of groups.
+        if reader.buffer().is_empty() {
+            if let Some(lsn) = unacknowledged.take() {
+                writer.write_all(&wire::ack(lsn)).map_err(io_error)?;
+            }
+        }
+    }
+}
+
+/// The master's answer line, without its CRLF.
+fn read_answer(
+    reader: &mut BufReader<TcpStream>,
+    stopped: &dyn Fn() -> bool,
+) -> Result<String, String> {
+    let started = Instant::now();
+    let mut line = Vec::new();
+    loop {
+        if stopped() {
+            return Err("stopped".to_string());
+        }
+        match reader.by_ref().take(4096).read_until(b'\n', &mut line) {
+            Ok(0) => return Err("the master closed the link".to_string()),
+            Ok(_) if line.ends_with(b"\n") => break,
+            Ok(_) if line.len() >= 4096 => {
+                return Err("the master's answer is too long".to_string())
+            }
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if started.elapsed() > SILENCE_LIMIT {
+                    return Err("the master did not answer".to_string());
+                }
+            }
+            Err(error) => return Err(format!("reading from the master: {error}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&line);
+    Ok(text.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// Replaces this server's data with the master's snapshot; returns the
+/// position it holds.
+fn load_snapshot(
+    replication: &dyn Replication,
+    reader: &mut impl Read,
+    payload: &mut Vec<u8>,
+    max_frame: usize,
+    stopped: &dyn Fn() -> bool,
+) -> Result<LogPosition, String> {
+    let mut base = replication.load_base()?;
+    loop {
+        let kind = read_frame(reader, payload, max_frame, stopped)?;
+        match wire::frame(kind, payload)? {
+            Frame::Snapshot(records) => base.add(SnapshotPart::Records(records))?,
+            Frame::Index {
+                table,
+                column,
+                kind,
+            } => {
+                let kind = IndexKind::from_code(kind)
+                    .ok_or_else(|| format!("an index of unknown kind {kind}"))?;
+                base.add(SnapshotPart::Index {
+                    table,
+                    column,
+                    kind,
+                })?;
+            }
+            Frame::SnapshotEnd { lsn, micros } => {
+                let at = LogPosition { lsn, micros };
+                base.finish(at)?;
+                return Ok(at);
+            }
+            other => return Err(format!("an unexpected frame in a snapshot: {other:?}")),
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Replication between kura servers, over the update log (`docs/DESIGN.md`,
+//! "Replication"). The master side feeds each attached replica its log
+//! (`feeder.rs`); the replica side follows one master (`follower.rs`).
+//! This module keeps what both sides show and what changes the role:
+//! `--replica-of`, `replicaof`, Tokyo Tyrant's `setmst`.
+
+mod feeder;
+mod follower;
+mod link_stream;
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub(crate) use feeder::serve_replica;
+pub(crate) use link_stream::LinkStream;
+
+use crate::Shared;
+
+/// A link's state, as `stats` and `kura admin replicas` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkState {
+    Connecting = 0,
+    Snapshot = 1,
+    Streaming = 2,
+    Stopped = 3,
+}
+
+impl LinkState {
+    fn of(value: u8) -> LinkState {
+        match value {
+            0 => LinkState::Connecting,
+            1 => LinkState::Snapshot,
+            2 => LinkState::Streaming,
+            _ => LinkState::Stopped,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkState::Connecting => "connecting",
+            LinkState::Snapshot => "snapshot",
+            LinkState::Streaming => "streaming",
+            LinkState::Stopped => "stopped",
+        }
+    }
+}
+
+/// How far a replica is behind its master.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lag {
+    pub entries: u64,
+    pub millis: u64,
+    pub bytes: u64,
+}
+
+/// A replica attached to this server (the master side).
+pub struct ReplicaLink {
+    pub replica: u32,
+    pub peer: String,
+    state: AtomicU8,
+    /// The newest entry sent, and the newest the replica applied.
+    sent: AtomicU64,
+    acked: AtomicU64,
+    /// Groups sent and not acknowledged: last LSN, time (µs), frame bytes.
+    unacked: Mutex<VecDeque<(u64, u64, u64)>>,
+    closed: AtomicBool,
+}
+
+impl ReplicaLink {
+    fn set_state(&self, state: LinkState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub fn state(&self) -> LinkState {
+        LinkState::of(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    fn sent_group(&self, last_lsn: u64, micros: u64, bytes: usize) {
+        self.sent.store(last_lsn, Ordering::Release);
+        self.unacked
+            .lock()
+            .push_back((last_lsn, micros, bytes as u64));
+    }
+
+    fn acknowledge(&self, lsn: u64) {
+        self.acked.fetch_max(lsn, Ordering::AcqRel);
+        let mut unacked = self.unacked.lock();
+        while unacked.front().is_some_and(|(last, _, _)| *last <= lsn) {
+            unacked.pop_front();
+        }
+    }
+
+    /// Behind the master's newest entry `master_last`: in entries, in time
+    /// since the oldest group it has not acknowledged was appended, and in
+    /// bytes sent and not acknowledged.
+    pub fn lag(&self, master_last: u64, now_micros: u64) -> Lag {
+        let unacked = self.unacked.lock();
+        Lag {
+            entries: master_last.saturating_sub(self.acked()),
+            millis: unacked.front().map_or(0, |(_, micros, _)| {
+                now_micros.saturating_sub(*micros) / 1000
+            }),
+            bytes: unacked.iter().map(|(_, _, bytes)| bytes).sum(),
+        }
+    }
+}
+
+/// This server's link to its master (the replica side).
+pub struct MasterLink {
+    pub master: String,
+    state: AtomicU8,
+    master_id: AtomicU32,
+    /// The newest entry applied here, and its time.
+    applied: AtomicU64,
+    applied_micros: AtomicU64,
+    /// The master's newest entry as last heard, and its time.
+    master_last: AtomicU64,
+    master_micros: AtomicU64,
+    /// Snapshots taken since this link was made.
+    snapshots: AtomicU64,
+    last_error: Mutex<String>,
+}
+
+impl MasterLink {
+    fn new(master: String) -> MasterLink {
+        MasterLink {
+            master,
+            state: AtomicU8::new(LinkState::Connecting as u8),
+            master_id: AtomicU32::new(0),
+            applied: AtomicU64::new(0),
+            applied_micros: AtomicU64::new(0),
+            master_last: AtomicU64::new(0),
+            master_micros: AtomicU64::new(0),
+            snapshots: AtomicU64::new(0),
+            last_error: Mutex::new(String::new()),
+        }
+    }
+
+    fn set_state(&self, state: LinkState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub fn state(&self) -> LinkState {
+        LinkState::of(self.state.load(Ordering::Acquire))
+    }
+
+    fn applied_to(&self, lsn: u64, micros: u64) {
+        self.applied.store(lsn, Ordering::Release);
+        self.applied_micros.store(micros, Ordering::Release);
+        self.master_last.fetch_max(lsn, Ordering::AcqRel);
+        self.master_micros.fetch_max(micros, Ordering::AcqRel);
+    }
+
+    fn heard(&self, lsn: u64, micros: u64) {
+        self.master_last.fetch_max(lsn, Ordering::AcqRel);
+        self.master_micros.fetch_max(micros, Ordering::AcqRel);
+    }
+
+    pub fn applied(&self) -> (u64, u64) {
+        (
+            self.applied.load(Ordering::Acquire),
+            self.applied_micros.load(Ordering::Acquire),
+        )
+    }
+
+    /// Behind the master as last heard: entries, and the time between the
+    /// master's newest entry and the newest applied here.
+    pub fn lag(&self) -> Lag {
+        let (applied, applied_micros) = self.applied();
+        let entries = self
+            .master_last
+            .load(Ordering::Acquire)
+            .saturating_sub(applied);
+        let millis = if entries == 0 {
+            0
+        } else {
+            self.master_micros
+                .load(Ordering::Acquire)
+                .saturating_sub(applied_micros)
+                / 1000
+        };
+        Lag {
+            entries,
+            millis,
+            bytes: 0,
+        }
+    }
+
+    /// The master as host and port.
+    pub fn host_and_port(&self) -> (&str, u16) {
+        match self.master.rsplit_once(':') {
+            Some((host, port)) => (
+                host.trim_start_matches('[').trim_end_matches(']'),
+                port.parse().unwrap_or(0),
+            ),
+            None => (&self.master, 0),
+        }
+    }
+}
+
+/// The follower thread of the current master link.
+struct Following {
+    link: Arc<MasterLink>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The replication state of a server.
+#[derive(Default)]
+pub struct Replication {
+    following: Mutex<Option<Following>>,
+    replicas: Mutex<Vec<Arc<ReplicaLink>>>,
+    /// Groups applied from a master since start, and snapshots loaded.
+    pub groups_applied: AtomicU64,
+    pub snapshots_loaded: AtomicU64,
+    /// Snapshots sent to replicas since start.
+    pub snapshots_sent: AtomicU64,
+}
+
+impl Replication {
+    /// Follows `master` (`host:port`) from now on, or stops following
+    /// (`None`: this server takes writes again, a promotion).
+    pub fn follow(&self, shared: &Arc<Shared>, master: Option<String>) -> Result<(), String> {
+        let Some(replication) = shared.store.replication() else {
+            return Err("replication needs the disk engine (--engine disk)".to_string());
+        };
+        let mut following = self.following.lock();
+        if let Some(old) = following.take() {
+            old.stop.store(true, Ordering::Release);
+        }
+        match master {
+            None => {
+                replication.set_read_only(false);
+                Ok(())
+            }
+            Some(master) => {
+                replication.set_read_only(true);
+                let link = Arc::new(MasterLink::new(master));
+                let stop = Arc::new(AtomicBool::new(false));
+                follower::start(shared.clone(), link.clone(), stop.clone())
+                    .map_err(|error| format!("cannot start the follower: {error}"))?;
+                *following = Some(Following { link, stop });
+                Ok(())
+            }
+        }
+    }
+
+    /// The link to the master this server follows, if any.
+    pub fn master(&self) -> Option<Arc<MasterLink>> {
+        self.following
+            .lock()
+            .as_ref()
+            .map(|following| following.link.clone())
+    }
+
+    fn attach(&self, replica: u32, peer: String) -> Arc<ReplicaLink> {
+        let link = Arc::new(ReplicaLink {
+            replica,
+            peer,
+            state: AtomicU8::new(LinkState::Connecting as u8),
+            sent: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            unacked: Mutex::new(VecDeque::new()),
+            closed: AtomicBool::new(false),
+        });
+        self.replicas.lock().push(link.clone());
+        link
+    }
+
+    fn detach(&self, link: &Arc<ReplicaLink>) {
+        link.set_state(LinkState::Stopped);
+        self.replicas
+            .lock()
+            .retain(|other| !Arc::ptr_eq(other, link));
+    }
+
+    /// The replicas attached now.
+    pub fn replicas(&self) -> Vec<Arc<ReplicaLink>> {
+        self.replicas.lock().clone()
+    }
+
+    /// `stats` lines: the role, the master link, the attached replicas.
+    pub fn stats(&self, shared: &Shared) -> Vec<(String, String)> {
+        let mut lines = Vec::new();
+        let Some(replication) = shared.store.replication() else {
+            return lines;
+        };
+        let master = self.master();
+        let role = match (&master, replication.read_only()) {
+            (Some(_), _) | (None, true) => "replica",
+            (None, false) => "master",
+        };
+        lines.push(("repl_role".to_string(), role.to_string()));
+        if let Some(position) = replication.position() {
+            lines.push(("repl_lsn".to_string(), position.lsn.to_string()));
+        }
+        if let Some(link) = master {
+            let (host, port) = link.host_and_port();
+            lines.push(("repl_master_host".to_string(), host.to_string()));
+            lines.push(("repl_master_port".to_string(), port.to_string()));
+            lines.push((
+                "repl_master_id".to_string(),
+                link.master_id.load(Ordering::Relaxed).to_string(),
+            ));
+            lines.push(("repl_master_state".to_string(), link.state().name().into()));
+            let lag = link.lag();
+            lines.push(("repl_lag_entries".to_string(), lag.entries.to_string()));
+            lines.push(("repl_lag_ms".to_string(), lag.millis.to_string()));
+            lines.push((
+                "repl_snapshots_loaded".to_string(),
+                link.snapshots.load(Ordering::Relaxed).to_string(),
+            ));
+        }
+        lines.push((
+            "repl_groups_applied".to_string(),
+            self.groups_applied.load(Ordering::Relaxed).to_string(),
+        ));
+        lines.push((
+            "repl_snapshots_sent".to_string(),
+            self.snapshots_sent.load(Ordering::Relaxed).to_string(),
+        ));
+        let replicas = self.replicas();
+        lines.push(("repl_replicas".to_string(), replicas.len().to_string()));
+        let last = replication.position().map_or(0, |position| position.lsn);
+        let now = unix_micros();
+        for (n, replica) in replicas.iter().enumerate() {
+            let lag = replica.lag(last, now);
+            let mut value = String::new();
+            let _ = write!(
+                value,
+                "id={},peer={},state={},lsn={},lag_entries={},lag_ms={},bytes_behind={}",
+                replica.replica,
+                replica.peer,
+                replica.state().name(),
+                replica.acked(),
+                lag.entries,
+                lag.millis,
+                lag.bytes
+            );
+            lines.push((format!("repl_replica_{n}"), value));
+        }
+        lines
+    }
+
+    /// `replicas`: one line per attached replica, then `END`.
+    pub fn report(&self, shared: &Shared, out: &mut Vec<u8>) {
+        let last = shared
+            .store
+            .replication()
+            .and_then(|replication| replication.position())
+            .map_or(0, |position| position.lsn);
+        let now = unix_micros();
+        if let Some(link) = self.master() {
+            let (applied, _) = link.applied();
+            let lag = link.lag();
+            let _ = writeln_crlf(
+                out,
+                format_args!(
+                    "MASTER {} state={} lsn={applied} lag_entries={} lag_ms={}",
+                    link.master,
+                    link.state().name(),
+                    lag.entries,
+                    lag.millis
+                ),
+            );
+        }
+        for replica in self.replicas() {
+            let lag = replica.lag(last, now);
+            let _ = writeln_crlf(
+                out,
+                format_args!(
+                    "REPLICA {} {} state={} lsn={} lag_entries={} lag_ms={} bytes_behind={}",
+                    replica.replica,
+                    replica.peer,
+                    replica.state().name(),
+                    replica.acked(),
+                    lag.entries,
+                    lag.millis,
+                    lag.bytes
+                ),
+            );
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+}
+
+fn writeln_crlf(out: &mut Vec<u8>, line: std::fmt::Arguments<'_>) -> std::fmt::Result {
+    let mut text = String::new();
+    text.write_fmt(line)?;
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// µs since the Unix epoch.
+pub(crate) fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}

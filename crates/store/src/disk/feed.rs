@@ -1,0 +1,426 @@
+//! Replication's master side: the update log read as it grows, from a
+//! replica's position on, one group at a time. Each group goes out as the
+//! journal's own records (head, then entries), checksummed with seed 0 and
+//! with every value in place: a put whose value the log keeps elsewhere (a
+//! touch of a large value) is sent with the value read from there. Moves
+//! are the compactor's, not changes, and are not sent.
+//!
+//! A group is read only once the journal says it is whole (its first LSN
+//! is at most the journal's last), so a group being appended is never sent
+//! half.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::journal::{self, GroupHead, LogPosition, Record};
+use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
+use super::Inner;
+use crate::replication::{FedGroup, FeedRefused, LogFeed, REPLICATION_SEED};
+
+/// How often a waiting feed looks at the journal again.
+const POLL: Duration = Duration::from_millis(1);
+/// Bytes read from a segment at once.
+const READ_CHUNK: usize = 1 << 20;
+
+/// The segments that attached replicas still need, by feed: retention
+/// keeps them (`compactor.rs`), up to `--log-retention-max`.
+#[derive(Default)]
+pub(super) struct ReplicaHolds {
+    next_id: AtomicU64,
+    /// (feed id, the oldest segment it still needs)
+    held: parking_lot::Mutex<Vec<(u64, u64)>>,
+}
+
+impl ReplicaHolds {
+    fn add(&self, segment: u64) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.held.lock().push((id, segment));
+        id
+    }
+
+    fn set(&self, id: u64, segment: u64) {
+        if let Some(held) = self.held.lock().iter_mut().find(|(found, _)| *found == id) {
+            held.1 = segment;
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.held.lock().retain(|(found, _)| *found != id);
+    }
+
+    /// The oldest segment an attached replica needs.
+    pub(super) fn oldest(&self) -> Option<u64> {
+        self.held.lock().iter().map(|(_, segment)| *segment).min()
+    }
+
+    /// Lets every replica's hold go: it is past the limit, and those
+    /// replicas will resynchronize.
+    pub(super) fn release_all(&self) {
+        self.held.lock().clear();
+    }
+}
+
+/// A replica's feed: where it reads, and what it sent and the replica has
+/// not acknowledged.
+pub(super) struct Feed {
+    inner: Arc<Inner>,
+    segment: u64,
+    file: File,
+    /// Where the next record starts.
+    offset: u64,
+    /// Bytes of the segment read ahead, from `buffer_at`.
+    buffer: Vec<u8>,
+    buffer_at: u64,
+    hold: u64,
+    /// Groups sent and not acknowledged: last LSN and segment.
+    unacknowledged: VecDeque<(u64, u64)>,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.inner.replica_holds.remove(self.hold);
+    }
+}
+
+/// What reading at the feed's place found.
+enum Found {
+    /// A whole record, its framed length.
+    Record(usize),
+    /// Nothing (yet) at this place.
+    End,
+}
+
+impl Feed {
+    /// A feed of the groups after `after`, or why there is none: the log
+    /// no longer holds them (retention), or `after` is not a point of this
+    /// log (another history, or one the replica has and the master not).
+    pub(super) fn open(inner: &Arc<Inner>, after: LogPosition) -> Result<Feed, FeedRefused> {
+        let (current, current_len, last) = inner.journal.current_end();
+        if after.lsn > last.lsn {
+            return Err(FeedRefused::Diverged(format!(
+                "the replica is at LSN {}, past this server's last entry {}",
+                after.lsn, last.lsn
+            )));
+        }
+        if after == last {
+            return Self::at(inner, current, current_len).map_err(io_refused);
+        }
+        let segments = journal::segments(&inner.config.dir).map_err(io_refused)?;
+        // The newest segment whose first entry is at or before `after`
+        // (for a replica with no entries: the one holding LSN 1).
+        let mut chosen = None;
+        for (number, path) in segments.iter().rev() {
+            let groups = groups_of(path, *number).map_err(io_refused)?;
+            let Some(first) = groups.first().map(|group| group.head.first_lsn) else {
+                continue;
+            };
+            if first <= after.lsn || (after.lsn == 0 && first == 1) {
+                chosen = Some((*number, groups));
+                break;
+            }
+        }
+        let Some((number, groups)) = chosen else {
+            return Err(FeedRefused::Gone(format!(
+                "this server's log no longer holds LSN {}",
+                after.lsn + 1
+            )));
+        };
+        if after.lsn == 0 {
+            return Self::at(inner, number, groups[0].offset).map_err(io_refused);
+        }
+        // The group holding `after` must end with it and have its time.
+        let holding = groups.iter().find(|group| {
+            group.head.first_lsn <= after.lsn && after.lsn < group.head.first_lsn + group.entries
+        });
+        match holding {
+            Some(group)
+                if group.head.first_lsn + group.entries - 1 == after.lsn
+                    && group.head.micros == after.micros =>
+            {
+                Self::at(inner, number, group.end).map_err(io_refused)
+            }
+            _ => Err(FeedRefused::Diverged(format!(
+                "LSN {} at {} µs is not the end of a group of this server's log",
+                after.lsn, after.micros
+            ))),
+        }
+    }
+
+    /// A feed from the group after `at`, a position of this server's own
+    /// LMDB (a snapshot's): it ends a group, so nothing is checked.
+    pub(super) fn open_at_group_after(inner: &Arc<Inner>, at: LogPosition) -> io::Result<Feed> {
+        let (current, current_len, last) = inner.journal.current_end();
+        if at.lsn >= last.lsn {
+            return Self::at(inner, current, current_len);
+        }
+        for (number, path) in journal::segments(&inner.config.dir)?.iter().rev() {
+            let groups = groups_of(path, *number)?;
+            if let Some(group) = groups.iter().find(|g| g.head.first_lsn == at.lsn + 1) {
+                return Self::at(inner, *number, group.offset);
+            }
+            if groups.first().is_some_and(|g| g.head.first_lsn <= at.lsn) {
+                break;
+            }
+        }
+        Err(io::Error::other(format!(
+            "the log lacks the group after LSN {}",
+            at.lsn
+        )))
+    }
+
+    fn at(inner: &Arc<Inner>, segment: u64, offset: u64) -> io::Result<Feed> {
+        let file = File::open(journal::segment_path(&inner.config.dir, segment))?;
+        Ok(Feed {
+            hold: inner.replica_holds.add(segment),
+            inner: inner.clone(),
+            segment,
+            file,
+            offset,
+            buffer: Vec::new(),
+            buffer_at: offset,
+            unacknowledged: VecDeque::new(),
+        })
+    }
+
+    /// The record at `offset`, if it is whole.
+    fn look(&mut self) -> io::Result<Found> {
+        let frame_head = 8;
+        for _ in 0..2 {
+            let start = (self.offset - self.buffer_at) as usize;
+            let available = &self.buffer[start.min(self.buffer.len())..];
+            if available.len() >= frame_head {
+                let len = u32::from_le_bytes(available[..4].try_into().expect("4 bytes")) as usize;
+                let framed = frame_head + len;
+                if available.len() >= framed {
+                    return Ok(
+                        match journal::decode(available, journal::seed_of(self.segment)) {
+                            Some((_, framed)) => Found::Record(framed),
+                            None => Found::End,
+                        },
+                    );
+                }
+                self.fill(framed.max(READ_CHUNK))?;
+            } else {
+                self.fill(READ_CHUNK)?;
+            }
+        }
+        let start = (self.offset - self.buffer_at) as usize;
+        Ok(
+            match journal::decode(&self.buffer[start..], journal::seed_of(self.segment)) {
+                Some((_, framed)) => Found::Record(framed),
+                None => Found::End,
+            },
+        )
+    }
+
+    /// Reads up to `want` bytes of the segment from `offset`.
+    fn fill(&mut self, want: usize) -> io::Result<()> {
+        self.buffer.resize(want, 0);
+        let mut filled = 0;
+        while filled < want {
+            let read = self
+                .file
+                .read_at(&mut self.buffer[filled..], self.offset + filled as u64)?;
+            if read == 0 {
+                break;
+            }
+            filled += read;
+        }
+        self.buffer.truncate(filled);
+        self.buffer_at = self.offset;
+        Ok(())
+    }
+
+    fn record_at(&self, framed: usize) -> Record<'_> {
+        let start = (self.offset - self.buffer_at) as usize;
+        journal::decode(
+            &self.buffer[start..start + framed],
+            journal::seed_of(self.segment),
+        )
+        .expect("looked at")
+        .0
+    }
+
+    /// Goes on to the next segment once this one is retired and read to
+    /// its end. Returns false when there is none yet.
+    fn next_segment(&mut self) -> io::Result<bool> {
+        if self.segment >= self.inner.journal.current_number() {
+            return Ok(false);
+        }
+        let next = self.segment + 1;
+        let path = journal::segment_path(&self.inner.config.dir, next);
+        self.file = File::open(path)?;
+        self.segment = next;
+        self.offset = 0;
+        self.buffer.clear();
+        self.buffer_at = 0;
+        if self.unacknowledged.is_empty() {
+            self.inner.replica_holds.set(self.hold, next);
+        }
+        Ok(true)
+    }
+
+    /// The next whole group, or `None` if none came within `wait`.
+    fn next(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let bound = self.inner.journal.last_lsn();
+            match self.look()? {
+                Found::Record(framed) => match self.record_at(framed) {
+                    Record::Group(head) if head.first_lsn <= bound => {
+                        return self.read_group(head, framed).map(Some);
+                    }
+                    Record::Group(_) => {}
+                    // Moves, and anything before the first head.
+                    _ => {
+                        self.offset += framed as u64;
+                        continue;
+                    }
+                },
+                Found::End => {
+                    if self.next_segment()? {
+                        continue;
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
+        let segment = self.segment;
+        let mut out = Vec::new();
+        journal::encode(&mut out, Record::Group(head), REPLICATION_SEED);
+        self.offset += head_len as u64;
+        let mut entries = 0u64;
+        while let Found::Record(framed) = self.look()? {
+            let record = self.record_at(framed);
+            if !record.is_entry() {
+                break;
+            }
+            match record {
+                Record::Put { key, record } => {
+                    let resolved = self.inner.resolved_put(key, record);
+                    match &resolved {
+                        Some(record) => {
+                            journal::encode(&mut out, Record::Put { key, record }, REPLICATION_SEED)
+                        }
+                        None => journal::encode(&mut out, Record::Remove { key }, REPLICATION_SEED),
+                    }
+                }
+                other => journal::encode(&mut out, other, REPLICATION_SEED),
+            }
+            entries += 1;
+            self.offset += framed as u64;
+        }
+        let last_lsn = head.first_lsn + entries.saturating_sub(1);
+        self.unacknowledged.push_back((last_lsn, segment));
+        Ok(FedGroup {
+            bytes: out,
+            first_lsn: head.first_lsn,
+            last_lsn,
+            micros: head.micros,
+        })
+    }
+}
+
+impl LogFeed for Feed {
+    fn next_group(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
+        self.next(wait)
+    }
+
+    fn acknowledged(&mut self, lsn: u64) {
+        while self
+            .unacknowledged
+            .front()
+            .is_some_and(|(last, _)| *last <= lsn)
+        {
+            self.unacknowledged.pop_front();
+        }
+        let oldest = self
+            .unacknowledged
+            .front()
+            .map_or(self.segment, |(_, segment)| *segment);
+        self.inner.replica_holds.set(self.hold, oldest);
+    }
+
+    fn last_position(&self) -> LogPosition {
+        self.inner.journal.current_end().2
+    }
+}
+
+impl Inner {
+    /// A journalled put's record with its value in place: a pointer record
+    /// (a touch of a value the log keeps) is read where it leads, else the
+    /// key's current item stands in (a later entry of the key follows it
+    /// in the log anyway). `None`: the key has no item now.
+    fn resolved_put(&self, key: &[u8], stored: &[u8]) -> Option<Vec<u8>> {
+        let Some((header, value)) = Header::decode(stored) else {
+            return Some(stored.to_vec());
+        };
+        let Some(pointer) = LogPointer::of_stored(&header, value) else {
+            return Some(stored.to_vec());
+        };
+        let inline = Header {
+            bits: header.bits & !IN_LOG,
+            ..header
+        };
+        if let Ok(from_log) = self.read_logged(key, &pointer) {
+            let value = record::value_of(from_log.record());
+            return Some(Keyed::encode(key, &inline, &[value]).record().to_vec());
+        }
+        let mut shard = self.pending.lock(key);
+        self.with_record(&mut shard, key, |found| {
+            found.map(|(header, value)| Keyed::encode(key, &header, &[value]).record().to_vec())
+        })
+        .ok()
+        .flatten()
+    }
+}
+
+fn io_refused(error: io::Error) -> FeedRefused {
+    FeedRefused::Gone(format!("reading the log: {error}"))
+}
+
+/// A group of a segment: its head, where it starts, its entries and
+/// where the record after its last entry starts.
+struct GroupSpan {
+    head: GroupHead,
+    offset: u64,
+    entries: u64,
+    end: u64,
+}
+
+fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
+    let mut groups: Vec<GroupSpan> = Vec::new();
+    let mut scratch = Vec::new();
+    journal::replay(path, number, |record, offset| {
+        scratch.clear();
+        journal::encode(&mut scratch, record, 0);
+        let end = offset + scratch.len() as u64;
+        match record {
+            Record::Group(head) => groups.push(GroupSpan {
+                head,
+                offset,
+                entries: 0,
+                end,
+            }),
+            _ if record.is_entry() => {
+                if let Some(group) = groups.last_mut() {
+                    group.entries += 1;
+                    group.end = end;
+                }
+            }
+            _ => {}
+        }
+    })?;
+    Ok(groups)
+}

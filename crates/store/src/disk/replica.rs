@@ -1,0 +1,286 @@
+//! Replication's replica side. A replica's update log is its master's: each
+//! group the master sends is appended as one group with the master's LSNs,
+//! time and origin, through the same pending table, journal and applier as
+//! a client's writes. So the replica's position is simply its own last
+//! entry, kept as every write is kept (journal, then LMDB's `meta` in the
+//! transaction that applies it): a crash loses no applied group and
+//! applies none twice, and a promoted replica's log goes on where its
+//! master's stopped.
+//!
+//! A snapshot (the master's log no longer reaches back to the replica's
+//! position) replaces everything: the data is cleared under a marker in
+//! `meta`, the snapshot's records are applied straight into LMDB, and the
+//! last transaction records the snapshot's position, removes the marker and
+//! starts a new log after it. A replica stopped before that starts without
+//! a position and takes a snapshot again.
+
+use std::sync::atomic::Ordering;
+
+use parking_lot::MutexGuard;
+
+use super::change::Write;
+use super::journal::{self, LogPosition, Record};
+use super::pending::{Change, Pending, Space};
+use super::record::{self, Counts, Header, Keyed};
+use super::Inner;
+use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
+
+/// `meta` key: present while a snapshot is being loaded.
+pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
+
+/// Snapshot bytes applied per LMDB transaction at most.
+const BASE_TXN_BYTES: usize = 64 << 20;
+
+/// The records of a frame of the master's, after its checks.
+fn records(bytes: &[u8]) -> Result<Vec<Record<'_>>, String> {
+    let mut records = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (record, len) = journal::decode(rest, REPLICATION_SEED)
+            .ok_or_else(|| "a damaged record from the master".to_string())?;
+        records.push(record);
+        rest = &rest[len..];
+    }
+    Ok(records)
+}
+
+impl Inner {
+    /// Appends one of the master's groups as this server's next group and
+    /// leaves it to the applier; returns its last entry's position.
+    pub(super) fn apply_group(&self, bytes: &[u8]) -> Result<LogPosition, String> {
+        let records = records(bytes)?;
+        let Some((Record::Group(head), entries)) = records.split_first() else {
+            return Err("a group without its head".to_string());
+        };
+        let mut leader = self.journal_leader.lock();
+        if self.pending.is_dirty() {
+            // Local writes (a replica refuses them; a promoted one not).
+            self.journal_round(&mut leader);
+        }
+        let due = self.journal.last_lsn() + 1;
+        if head.first_lsn != due {
+            return Err(format!(
+                "out of step: the master sent LSN {} where {due} was due",
+                head.first_lsn
+            ));
+        }
+        let mut flush = None;
+        for record in entries {
+            match *record {
+                Record::Put { key, record } => {
+                    if let Some((header, _)) = Header::decode(record) {
+                        self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
+                    }
+                    let mut shard = self.pending.lock(key);
+                    shard.put(key, Change::Put(Keyed::new(key, record)));
+                }
+                Record::Remove { key } => {
+                    self.pending.lock(key).put(key, Change::Remove);
+                }
+                Record::RowPut { key, record } => {
+                    let mut shard = self.pending.lock_in(Space::Row, key);
+                    shard.put(key, Change::Put(Keyed::new(key, record)));
+                }
+                Record::RowRemove { key } => {
+                    self.pending
+                        .lock_in(Space::Row, key)
+                        .put(key, Change::Remove);
+                }
+                Record::Flush(boundary) => flush = Some(boundary),
+                Record::Group(_) | Record::Move { .. } => {
+                    return Err("a group holding more than entries".to_string())
+                }
+            }
+        }
+        if let Some(boundary) = flush {
+            let mut request = self.flush_request.lock();
+            self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+            self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+            *request = Some(boundary);
+            self.pending.next_seq();
+            drop(request);
+            self.pending.clear_cache();
+        }
+        let appended = self.journal_round_as(&mut leader, Some(*head));
+        drop(leader);
+        match appended {
+            Some(count) if count == entries.len() => {}
+            Some(count) => {
+                return Err(format!(
+                    "the master's group of {} entries made {count} here (a key twice?)",
+                    entries.len()
+                ))
+            }
+            None => return Err("cannot append to the update log".to_string()),
+        }
+        self.wait_for_pending_room();
+        Ok(LogPosition {
+            lsn: head.first_lsn + entries.len() as u64 - 1,
+            micros: head.micros,
+        })
+    }
+
+    /// Clears this server for a snapshot (see the module's notes).
+    pub(super) fn load_base(&self) -> Result<BaseLoader<'_>, String> {
+        let failed = |error: heed::Error| format!("clearing for a snapshot: {error}");
+        let mut leader = self.journal_leader.lock();
+        if self.pending.is_dirty() {
+            self.journal_round(&mut leader);
+        }
+        self.catch_up()
+            .map_err(|_| "the engine cannot apply writes (disk full or failed)".to_string())?;
+        let mut txn = self.env.write_txn().map_err(failed)?;
+        let cleared = (|| {
+            self.items.clear(&mut txn)?;
+            self.expiry.clear(&mut txn)?;
+            self.rows.clear(&mut txn)?;
+            self.indexes.clear(&mut txn)?;
+            let stale: Vec<Vec<u8>> = self
+                .meta
+                .iter(&txn)?
+                .filter_map(Result::ok)
+                .map(|(key, _)| key.to_vec())
+                .filter(|key| {
+                    record::log_live_segment(key).is_some()
+                        || super::indexes::is_index_meta(key)
+                        || key == b"classes"
+                })
+                .collect();
+            for key in stale {
+                self.meta.delete(&mut txn, &key)?;
+            }
+            self.meta.put(&mut txn, BASE_INCOMPLETE, &[1])
+        })();
+        cleared.map_err(failed)?;
+        self.config.io.commit(txn).map_err(failed)?;
+        self.base_incomplete.store(true, Ordering::Release);
+        *self.applied_counts.lock() = Counts::default();
+        self.index_defs.clear();
+        self.flushed_through.store(0, Ordering::Release);
+        self.pending.clear_cache();
+        Ok(BaseLoader {
+            inner: self,
+            _leader: leader,
+            max_cas: 0,
+        })
+    }
+
+    /// Whether a snapshot load was cut short (`meta` says so).
+    pub(super) fn base_is_incomplete(&self) -> bool {
+        self.base_incomplete.load(Ordering::Acquire)
+    }
+}
+
+/// A snapshot being loaded: it holds the journal's leader lock, so nothing
+/// is appended meanwhile.
+pub(super) struct BaseLoader<'s> {
+    inner: &'s Inner,
+    _leader: MutexGuard<'s, Vec<u8>>,
+    max_cas: u64,
+}
+
+impl BaseLoader<'_> {
+    fn add_records(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let inner = self.inner;
+        let failed = |error: heed::Error| format!("loading a snapshot: {error}");
+        let records = records(bytes)?;
+        let mut txn = inner.env.write_txn().map_err(failed)?;
+        let mut counts = inner.applied_counts.lock().clone();
+        let mut written = 0;
+        for record in records {
+            let result = match record {
+                Record::Put { key, record } => {
+                    if let Some((header, _)) = Header::decode(record) {
+                        self.max_cas = self.max_cas.max(header.cas);
+                    }
+                    written += key.len() + record.len();
+                    let write = Write::Put {
+                        stored: record,
+                        logged: None,
+                    };
+                    inner.apply(&mut txn, key, write, 0, &mut counts)
+                }
+                Record::RowPut { key, record } => {
+                    written += key.len() + record.len();
+                    let write = Write::of(Space::Row, Pending::Put(record), None);
+                    inner.apply_row(&mut txn, key, write).map(drop)
+                }
+                _ => return Err("a snapshot holds puts only".to_string()),
+            };
+            result.map_err(failed)?;
+            if written >= BASE_TXN_BYTES {
+                inner
+                    .put_meta(&mut txn, &mut counts, None)
+                    .map_err(failed)?;
+                *inner.applied_counts.lock() = counts.clone();
+                inner.config.io.commit(txn).map_err(failed)?;
+                txn = inner.env.write_txn().map_err(failed)?;
+                written = 0;
+            }
+        }
+        inner
+            .put_meta(&mut txn, &mut counts, None)
+            .map_err(failed)?;
+        *inner.applied_counts.lock() = counts;
+        inner.config.io.commit(txn).map_err(failed)
+    }
+}
+
+impl BaseLoad for BaseLoader<'_> {
+    fn add(&mut self, part: SnapshotPart<'_>) -> Result<(), String> {
+        match part {
+            SnapshotPart::Records(bytes) => self.add_records(bytes),
+            SnapshotPart::Index {
+                table,
+                column,
+                kind,
+            } => self
+                .inner
+                .set_index(
+                    table,
+                    column,
+                    kura_table::IndexCommand::Build { kind, keep: false },
+                )
+                .map_err(|error| format!("making an index of the snapshot: {error}")),
+        }
+    }
+
+    fn finish(self: Box<Self>, at: LogPosition) -> Result<(), String> {
+        let inner = self.inner;
+        let failed = |error: heed::Error| format!("finishing a snapshot: {error}");
+        let io_failed = |error: std::io::Error| format!("finishing a snapshot: {error}");
+        // What the log held is older than the snapshot: a new log starts
+        // after it, in a new segment.
+        let next = inner.journal.prepare().map_err(io_failed)?;
+        let retired = {
+            let _logged = inner.logged.lock();
+            inner.journal.switch(next)
+        };
+        retired.sync().map_err(io_failed)?;
+        inner.last_cas.fetch_max(self.max_cas, Ordering::AcqRel);
+        let mut txn = inner.env.write_txn().map_err(failed)?;
+        let mut counts = inner.applied_counts.lock().clone();
+        inner
+            .put_meta(&mut txn, &mut counts, Some((retired.number, at)))
+            .map_err(failed)?;
+        inner
+            .meta
+            .delete(&mut txn, BASE_INCOMPLETE)
+            .map_err(failed)?;
+        inner.config.io.commit(txn).map_err(failed)?;
+        *inner.applied_counts.lock() = counts;
+        inner.config.io.sync_data(&inner.env).map_err(failed)?;
+        inner
+            .applied_segment
+            .fetch_max(retired.number, Ordering::AcqRel);
+        for segment in inner.journal.older_segments() {
+            if let Err(error) = inner.journal.remove(segment.number) {
+                tracing::warn!(%error, segment = segment.number, "cannot remove a journal segment older than a snapshot");
+            }
+        }
+        inner.journal.restart_at(at);
+        inner.base_incomplete.store(false, Ordering::Release);
+        inner.measure_lmdb_usage();
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! A master's whole state for a replica whose position the log no longer
+//! reaches: one LMDB read transaction's items (values the log keeps read
+//! from there) and rows, after the tables' index definitions, as journal
+//! records; then a feed from the snapshot's position on.
+//!
+//! The applier may have committed part of a later round when the
+//! transaction began (large rounds commit in parts, with the position of
+//! the round before): the feed repeats those entries, and since every entry
+//! is a key's whole state, the replica ends where the master is.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::feed::Feed;
+use super::journal::{self, LogPosition, Record};
+use super::record::{Header, Keyed, LogPointer, IN_LOG};
+use super::{indexes, Inner, APPLIED_LSN};
+use crate::replication::{SnapshotPart, REPLICATION_SEED};
+
+/// Bytes of records sent in one part.
+const PART_BYTES: usize = 1 << 20;
+
+impl Inner {
+    pub(super) fn snapshot(
+        self: &Arc<Self>,
+        send: &mut dyn FnMut(SnapshotPart<'_>) -> io::Result<()>,
+    ) -> io::Result<(LogPosition, Feed)> {
+        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
+        // Before the transaction: the segments holding what follows the
+        // snapshot (and the values it points to) stay until it is sent.
+        let _hold = self.journal.hold_history();
+        let txn = self.env.read_txn().map_err(lmdb)?;
+        let at = self
+            .meta
+            .get(&txn, APPLIED_LSN)
+            .map_err(lmdb)?
+            .and_then(LogPosition::decode)
+            .unwrap_or_default();
+        let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(lmdb)?;
+        for (table, def) in defs.all() {
+            send(SnapshotPart::Index {
+                table: &table,
+                column: &def.column,
+                kind: def.kind,
+            })?;
+        }
+        let flushed_through = self.flushed_through.load(Ordering::Acquire);
+        let mut part = Vec::with_capacity(PART_BYTES);
+        for entry in self.items.iter(&txn).map_err(lmdb)? {
+            let (key, stored) = entry.map_err(lmdb)?;
+            let Some((header, value)) = Header::decode(stored) else {
+                continue;
+            };
+            if header.cas <= flushed_through {
+                continue;
+            }
+            match LogPointer::of_stored(&header, value) {
+                Some(pointer) => {
+                    let from_log = self.read_logged(key, &pointer)?;
+                    let inline = Header {
+                        bits: header.bits & !IN_LOG,
+                        ..header
+                    };
+                    let value = super::record::value_of(from_log.record());
+                    let keyed = Keyed::encode(key, &inline, &[value]);
+                    let record = Record::Put {
+                        key,
+                        record: keyed.record(),
+                    };
+                    journal::encode(&mut part, record, REPLICATION_SEED);
+                }
+                None => {
+                    let record = Record::Put {
+                        key,
+                        record: stored,
+                    };
+                    journal::encode(&mut part, record, REPLICATION_SEED);
+                }
+            }
+            if part.len() >= PART_BYTES {
+                send(SnapshotPart::Records(&part))?;
+                part.clear();
+            }
+        }
+        for entry in self.rows.iter(&txn).map_err(lmdb)? {
+            let (key, stored) = entry.map_err(lmdb)?;
+            let record = Record::RowPut {
+                key,
+                record: stored,
+            };
+            journal::encode(&mut part, record, REPLICATION_SEED);
+            if part.len() >= PART_BYTES {
+                send(SnapshotPart::Records(&part))?;
+                part.clear();
+            }
+        }
+        if !part.is_empty() {
+            send(SnapshotPart::Records(&part))?;
+        }
+        drop(txn);
+        let feed = Feed::open_at_group_after(self, at)?;
+        Ok((at, feed))
+    }
+}

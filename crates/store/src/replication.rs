@@ -1,0 +1,100 @@
+//! What replication asks of an engine: on a master, a feed of its update
+//! log from a replica's position and a snapshot when the log no longer
+//! reaches back; on a replica, applying the master's groups as its own log
+//! (same LSNs, times and origins) and loading a snapshot as a new base.
+//!
+//! Groups and snapshot parts travel as the journal's records
+//! (`disk/journal.rs`), checksummed with [`REPLICATION_SEED`].
+
+use std::io;
+use std::time::Duration;
+
+pub use crate::disk::LogPosition;
+use kura_table::IndexKind;
+
+/// The checksum seed of records sent between servers (the journal's are
+/// seeded per segment).
+pub const REPLICATION_SEED: u32 = 0x6b75_7261;
+
+/// One group of the master's log, ready to send.
+#[derive(Debug, Clone)]
+pub struct FedGroup {
+    /// The head record, then the entries.
+    pub bytes: Vec<u8>,
+    pub first_lsn: u64,
+    pub last_lsn: u64,
+    /// When the master appended it (µs since the Unix epoch).
+    pub micros: u64,
+}
+
+/// Why a master cannot feed a replica from its position: it must take a
+/// snapshot instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeedRefused {
+    /// The log no longer holds the entries after the position (retention).
+    #[error("{0}")]
+    Gone(String),
+    /// The position is not a point of this log.
+    #[error("{0}")]
+    Diverged(String),
+}
+
+/// A master's log as a replica reads it.
+pub trait LogFeed: Send {
+    /// The next group, or `None` if none came within `wait`.
+    fn next_group(&mut self, wait: Duration) -> io::Result<Option<FedGroup>>;
+    /// The replica holds every entry up to `lsn`: the log need not keep
+    /// them for it any more.
+    fn acknowledged(&mut self, lsn: u64);
+    /// The master's newest entry.
+    fn last_position(&self) -> LogPosition;
+}
+
+/// A part of a snapshot.
+#[derive(Debug, Clone, Copy)]
+pub enum SnapshotPart<'a> {
+    /// Journal records (puts and row puts) of the state.
+    Records(&'a [u8]),
+    /// An index of a table.
+    Index {
+        table: &'a [u8],
+        column: &'a [u8],
+        kind: IndexKind,
+    },
+}
+
+/// A snapshot being loaded on a replica; dropped unfinished, it leaves the
+/// replica without a position (the next attach takes a snapshot again).
+pub trait BaseLoad {
+    fn add(&mut self, part: SnapshotPart<'_>) -> Result<(), String>;
+    /// The snapshot is whole and holds the master's log up to `at`.
+    fn finish(self: Box<Self>, at: LogPosition) -> Result<(), String>;
+}
+
+/// An engine that replicates (the disk engine: it has an update log).
+pub trait Replication: Send + Sync {
+    /// The origin id of this server's own entries.
+    fn server_id(&self) -> u32;
+    /// The newest entry this server holds, or `None` when a snapshot load
+    /// was cut short and the data is incomplete.
+    fn position(&self) -> Option<LogPosition>;
+    /// The log after `after`, for a replica.
+    fn feed(&self, after: LogPosition) -> Result<Box<dyn LogFeed>, FeedRefused>;
+    /// Sends the whole state, consistent as of the returned position (a
+    /// state between two groups whose later entries the feed from that
+    /// position repeats: every entry is a key's whole state), and returns
+    /// the feed from there.
+    fn snapshot(
+        &self,
+        send: &mut dyn FnMut(SnapshotPart<'_>) -> io::Result<()>,
+    ) -> io::Result<(LogPosition, Box<dyn LogFeed>)>;
+    /// Appends and applies one of the master's groups, with its LSNs, time
+    /// and origin; returns its last entry's position.
+    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String>;
+    /// Empties this server for a snapshot.
+    fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String>;
+    /// Refuses (or allows again) client writes: a replica's data changes
+    /// only by its master's log.
+    fn set_read_only(&self, read_only: bool);
+    fn read_only(&self) -> bool;
+}
