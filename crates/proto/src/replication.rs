@@ -12,6 +12,7 @@
 //!   G  a group of the log: journal records (head, then entries)
 //!   I  a table's index: table length u8 | table | column length u8 | column | kind u8
 //!   S  snapshot records (puts and row puts)
+//!   D  every table's indexes, when they changed: I's payloads back to back
 //!   E  end of the snapshot: LSN u64 BE | µs u64 BE (the feed goes on after it)
 //!   H  heartbeat, when idle: the master's newest entry, LSN u64 BE | µs u64 BE
 //! replica ─▶ master   A | LSN u64 BE: every entry up to it is applied
@@ -26,6 +27,7 @@ const GROUP: u8 = b'G';
 const INDEX: u8 = b'I';
 const SNAPSHOT: u8 = b'S';
 const SNAPSHOT_END: u8 = b'E';
+const INDEXES: u8 = b'D';
 const HEARTBEAT: u8 = b'H';
 const ACK: u8 = b'A';
 
@@ -39,6 +41,8 @@ pub enum Frame<'a> {
         kind: u8,
     },
     Snapshot(&'a [u8]),
+    /// Every index of every table (see [`indexes`]).
+    Indexes(&'a [u8]),
     SnapshotEnd {
         lsn: u64,
         micros: u64,
@@ -53,7 +57,10 @@ pub enum Frame<'a> {
 pub fn frame_head(head: &[u8; FRAME_HEAD], max_len: usize) -> Result<(u8, usize), String> {
     let kind = head[0];
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if !matches!(kind, GROUP | INDEX | SNAPSHOT | SNAPSHOT_END | HEARTBEAT) {
+    if !matches!(
+        kind,
+        GROUP | INDEX | SNAPSHOT | INDEXES | SNAPSHOT_END | HEARTBEAT
+    ) {
         return Err(format!("unknown frame kind {kind:#04x}"));
     }
     if len > max_len {
@@ -78,21 +85,17 @@ pub fn frame(kind: u8, payload: &[u8]) -> Result<Frame<'_>, String> {
     Ok(match kind {
         GROUP => Frame::Group(payload),
         SNAPSHOT => Frame::Snapshot(payload),
-        INDEX => {
-            let damaged = || "a damaged index frame".to_string();
-            let (&table_len, rest) = payload.split_first().ok_or_else(damaged)?;
-            let table = rest.get(..table_len as usize).ok_or_else(damaged)?;
-            let rest = &rest[table_len as usize..];
-            let (&column_len, rest) = rest.split_first().ok_or_else(damaged)?;
-            let column = rest.get(..column_len as usize).ok_or_else(damaged)?;
-            match &rest[column_len as usize..] {
-                &[kind] => Frame::Index {
-                    table,
-                    column,
-                    kind,
-                },
-                _ => return Err(damaged()),
-            }
+        INDEX => match index_entry(payload)? {
+            ((table, column, kind), []) => Frame::Index {
+                table,
+                column,
+                kind,
+            },
+            _ => return Err("a damaged index frame".to_string()),
+        },
+        INDEXES => {
+            indexes(payload)?;
+            Frame::Indexes(payload)
         }
         SNAPSHOT_END => {
             let (lsn, micros) = position(payload)?;
@@ -104,6 +107,51 @@ pub fn frame(kind: u8, payload: &[u8]) -> Result<Frame<'_>, String> {
         }
         other => return Err(format!("unknown frame kind {other:#04x}")),
     })
+}
+
+/// A table, a column and an index kind.
+pub type IndexEntry<'a> = (&'a [u8], &'a [u8], u8);
+
+/// The index at the start of `bytes`, and what follows it.
+fn index_entry(bytes: &[u8]) -> Result<(IndexEntry<'_>, &[u8]), String> {
+    let damaged = || "a damaged index frame".to_string();
+    let (&table_len, rest) = bytes.split_first().ok_or_else(damaged)?;
+    let table = rest.get(..table_len as usize).ok_or_else(damaged)?;
+    let rest = &rest[table_len as usize..];
+    let (&column_len, rest) = rest.split_first().ok_or_else(damaged)?;
+    let column = rest.get(..column_len as usize).ok_or_else(damaged)?;
+    let rest = &rest[column_len as usize..];
+    let (&kind, rest) = rest.split_first().ok_or_else(damaged)?;
+    Ok(((table, column, kind), rest))
+}
+
+fn push_index_entry(out: &mut Vec<u8>, (table, column, kind): IndexEntry<'_>) {
+    out.push(table.len().min(255) as u8);
+    out.extend_from_slice(&table[..table.len().min(255)]);
+    out.push(column.len().min(255) as u8);
+    out.extend_from_slice(&column[..column.len().min(255)]);
+    out.push(kind);
+}
+
+/// The indexes a `D` frame's payload lists.
+pub fn indexes(payload: &[u8]) -> Result<Vec<IndexEntry<'_>>, String> {
+    let mut list = Vec::new();
+    let mut rest = payload;
+    while !rest.is_empty() {
+        let (entry, after) = index_entry(rest)?;
+        list.push(entry);
+        rest = after;
+    }
+    Ok(list)
+}
+
+/// A `D` frame's payload listing `entries`.
+pub fn index_list<'a>(entries: impl IntoIterator<Item = IndexEntry<'a>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in entries {
+        push_index_entry(&mut out, entry);
+    }
+    out
 }
 
 /// Appends `frame`, framed, to `out`. Tables and columns longer than 255
@@ -125,12 +173,12 @@ pub fn encode(frame: Frame<'_>, out: &mut Vec<u8>) {
             column,
             kind,
         } => {
-            out.push(table.len().min(255) as u8);
-            out.extend_from_slice(&table[..table.len().min(255)]);
-            out.push(column.len().min(255) as u8);
-            out.extend_from_slice(&column[..column.len().min(255)]);
-            out.push(kind);
+            push_index_entry(out, (table, column, kind));
             INDEX
+        }
+        Frame::Indexes(payload) => {
+            out.extend_from_slice(payload);
+            INDEXES
         }
         Frame::SnapshotEnd { lsn, micros } | Frame::Heartbeat { lsn, micros } => {
             out.extend_from_slice(&lsn.to_be_bytes());
@@ -222,6 +270,10 @@ mod tests {
             column: b"age",
             kind: 1,
         });
+        let list = index_list([(&b"t"[..], &b"a"[..], 0), (&b"t"[..], &b"b"[..], 3)]);
+        round_trip(Frame::Indexes(&list));
+        assert_eq!(indexes(&list).unwrap()[1], (&b"t"[..], &b"b"[..], 3));
+        round_trip(Frame::Indexes(&[]));
         round_trip(Frame::SnapshotEnd {
             lsn: 7,
             micros: 1_700_000_000_000_000,
@@ -242,6 +294,10 @@ mod tests {
         assert!(frame(b'E', &[0; 15]).is_err());
         assert!(frame(b'I', &[5, b'a']).is_err());
         assert!(frame(b'I', &[1, b'a', 1, b'b']).is_err(), "no kind");
+        assert!(
+            frame(b'D', &[1, b'a', 1, b'b', 0, 9]).is_err(),
+            "a cut entry"
+        );
     }
 
     #[test]

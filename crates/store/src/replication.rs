@@ -93,6 +93,11 @@ pub trait Replication: Send + Sync {
     fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String>;
     /// Empties this server for a snapshot.
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String>;
+    /// Every table's indexes: table, column, kind.
+    fn indexes(&self) -> Vec<(Vec<u8>, Vec<u8>, IndexKind)>;
+    /// Makes this server's indexes `wanted` (the master's): builds the
+    /// missing ones and drops the others.
+    fn adopt_indexes(&self, wanted: &[(Vec<u8>, Vec<u8>, IndexKind)]) -> Result<(), String>;
     /// Refuses (or allows again) client writes: a replica's data changes
     /// only by its master's log.
     fn set_read_only(&self, read_only: bool);

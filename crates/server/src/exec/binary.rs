@@ -358,6 +358,9 @@ fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         return Err(Status::InvalidArguments);
     }
     ctx.counters.cmd_flush.incr();
+    if ctx.read_only() {
+        return Err(Status::InternalError);
+    }
     ctx.shared
         .store
         .flush_all(i64::from(delay as i32), &ctx.fence);

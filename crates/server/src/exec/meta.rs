@@ -191,7 +191,7 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
             ctx.remove_stale(&command.key.bytes);
             ErrorReply::OutOfMemory.compose(out);
         }
-        StoreOutcome::Failed => ErrorReply::StorageFailed.compose(out),
+        StoreOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
 }
 
@@ -218,7 +218,7 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             compose_status(b"NF", command, None, ctx, out);
         }
         DeleteOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
-        DeleteOutcome::Failed => ErrorReply::StorageFailed.compose(out),
+        DeleteOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
 }
 
@@ -287,7 +287,7 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         ArithOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
         ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
-        ArithOutcome::Failed => ErrorReply::StorageFailed.compose(out),
+        ArithOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
 }
 

@@ -60,6 +60,24 @@ impl Context<'_> {
             .delete(key, &DeleteCommand::default(), &self.fence);
     }
 
+    /// This server is a replica: clients' writes are refused.
+    pub fn read_only(&self) -> bool {
+        self.shared
+            .store
+            .replication()
+            .is_some_and(|replication| replication.read_only())
+    }
+
+    /// The reply to a write the engine refused: a replica's own words, or
+    /// memcached's for a failed storage write.
+    pub fn write_failed_line(&self) -> &'static [u8] {
+        if self.read_only() {
+            b"SERVER_ERROR read-only replica: writes go to its master\r\n"
+        } else {
+            b"SERVER_ERROR storage write failed\r\n"
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_item_size: self.shared.config.max_item_size,

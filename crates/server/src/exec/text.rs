@@ -40,7 +40,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
                         ctx.counters.delete_hits.incr();
                         b"DELETED\r\n"
                     }
-                    DeleteOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
+                    DeleteOutcome::Failed => ctx.write_failed_line(),
                     _ => {
                         ctx.counters.delete_misses.incr();
                         b"NOT_FOUND\r\n"
@@ -75,6 +75,10 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             ctx.counters.cmd_flush.incr();
             if !ctx.shared.config.flush_enabled {
                 error_unless(noreply, ErrorReply::FlushDisabled, out);
+                return Action::Continue;
+            }
+            if ctx.read_only() {
+                reply_unless(noreply, ctx.write_failed_line(), out);
                 return Action::Continue;
             }
             ctx.shared.store.flush_all(delay, &ctx.fence);
@@ -327,7 +331,7 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             }
             b"SERVER_ERROR out of memory storing object\r\n"
         }
-        StoreOutcome::Failed => b"SERVER_ERROR storage write failed\r\n",
+        StoreOutcome::Failed => ctx.write_failed_line(),
     };
     if ctx.shared.watchers.wants(watch::kind::MUTATIONS) {
         log_store(request, outcome, ctx);
@@ -575,7 +579,7 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
         }
         ArithOutcome::NonNumeric => ErrorReply::NonNumeric.compose(out),
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
-        ArithOutcome::Failed => ErrorReply::StorageFailed.compose(out),
+        ArithOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kura_proto::replication::{self as wire, Frame, ReplicaHello};
 use kura_store::replication::{LogFeed, LogPosition, Replication, SnapshotPart};
@@ -123,6 +123,9 @@ fn feed(
         .name("kura-repl-acks".to_string())
         .spawn(move || read_acks(&mut acks, &ack_link))?;
     let mut acknowledged = 0;
+    // Index definitions are not log entries: they go when they change.
+    let mut indexes_sent = None;
+    let mut indexes_checked = Instant::now() - HEARTBEAT_EVERY;
     while !shared.stopping() && !link.closed.load(Ordering::Acquire) {
         let acked = link.acked();
         if acked != acknowledged {
@@ -130,6 +133,21 @@ fn feed(
             acknowledged = acked;
         }
         frame.clear();
+        if indexes_checked.elapsed() >= HEARTBEAT_EVERY {
+            indexes_checked = Instant::now();
+            let indexes = replication.indexes();
+            if indexes_sent.as_ref() != Some(&indexes) {
+                let list = wire::index_list(
+                    indexes
+                        .iter()
+                        .map(|(table, column, kind)| (&table[..], &column[..], *kind as u8)),
+                );
+                wire::encode(Frame::Indexes(&list), &mut frame);
+                stream.write_all(&frame)?;
+                frame.clear();
+                indexes_sent = Some(indexes);
+            }
+        }
         match feed.next_group(HEARTBEAT_EVERY)? {
             Some(group) => {
                 wire::encode(Frame::Group(&group.bytes), &mut frame);

@@ -180,6 +180,15 @@ fn follow_once(
                 unacknowledged = Some(at.lsn);
             }
             Frame::Heartbeat { lsn, micros } => link.heard(lsn, micros),
+            Frame::Indexes(list) => {
+                let mut wanted = Vec::new();
+                for (table, column, kind) in wire::indexes(list)? {
+                    let kind = IndexKind::from_code(kind)
+                        .ok_or_else(|| format!("an index of unknown kind {kind}"))?;
+                    wanted.push((table.to_vec(), column.to_vec(), kind));
+                }
+                replication.adopt_indexes(&wanted)?;
+            }
             other => return Err(format!("an unexpected frame from the master: {other:?}")),
         }
         // Once everything received is applied: one acknowledgement for a

@@ -100,6 +100,16 @@ impl Feed {
     /// no longer holds them (retention), or `after` is not a point of this
     /// log (another history, or one the replica has and the master not).
     pub(super) fn open(inner: &Arc<Inner>, after: LogPosition) -> Result<Feed, FeedRefused> {
+        // Every segment stays while the start is looked for.
+        let hold = inner.replica_holds.add(0);
+        let opened = Self::open_held(inner, after, hold);
+        if opened.is_err() {
+            inner.replica_holds.remove(hold);
+        }
+        opened
+    }
+
+    fn open_held(inner: &Arc<Inner>, after: LogPosition, hold: u64) -> Result<Feed, FeedRefused> {
         let (current, current_len, last) = inner.journal.current_end();
         if after.lsn > last.lsn {
             return Err(FeedRefused::Diverged(format!(
@@ -108,7 +118,7 @@ impl Feed {
             )));
         }
         if after == last {
-            return Self::at(inner, current, current_len).map_err(io_refused);
+            return Self::at(inner, current, current_len, hold).map_err(io_refused);
         }
         let segments = journal::segments(&inner.config.dir).map_err(io_refused)?;
         // The newest segment whose first entry is at or before `after`
@@ -130,8 +140,21 @@ impl Feed {
                 after.lsn + 1
             )));
         };
+        // Segments nothing points into go before older ones that hold
+        // values: every one from the start on must still be there.
+        let present = |n: u64| {
+            segments
+                .binary_search_by_key(&n, |(found, _)| *found)
+                .is_ok()
+        };
+        if let Some(gone) = (number..current).find(|&n| !present(n)) {
+            return Err(FeedRefused::Gone(format!(
+                "this server's log no longer holds segment {gone}, after LSN {}",
+                after.lsn
+            )));
+        }
         if after.lsn == 0 {
-            return Self::at(inner, number, groups[0].offset).map_err(io_refused);
+            return Self::at(inner, number, groups[0].offset, hold).map_err(io_refused);
         }
         // The group holding `after` must end with it and have its time.
         let holding = groups.iter().find(|group| {
@@ -142,7 +165,7 @@ impl Feed {
                 if group.head.first_lsn + group.entries - 1 == after.lsn
                     && group.head.micros == after.micros =>
             {
-                Self::at(inner, number, group.end).map_err(io_refused)
+                Self::at(inner, number, group.end, hold).map_err(io_refused)
             }
             _ => Err(FeedRefused::Diverged(format!(
                 "LSN {} at {} µs is not the end of a group of this server's log",
@@ -156,12 +179,22 @@ impl Feed {
     pub(super) fn open_at_group_after(inner: &Arc<Inner>, at: LogPosition) -> io::Result<Feed> {
         let (current, current_len, last) = inner.journal.current_end();
         if at.lsn >= last.lsn {
-            return Self::at(inner, current, current_len);
+            return Self::at(
+                inner,
+                current,
+                current_len,
+                inner.replica_holds.add(current),
+            );
         }
         for (number, path) in journal::segments(&inner.config.dir)?.iter().rev() {
             let groups = groups_of(path, *number)?;
             if let Some(group) = groups.iter().find(|g| g.head.first_lsn == at.lsn + 1) {
-                return Self::at(inner, *number, group.offset);
+                return Self::at(
+                    inner,
+                    *number,
+                    group.offset,
+                    inner.replica_holds.add(*number),
+                );
             }
             if groups.first().is_some_and(|g| g.head.first_lsn <= at.lsn) {
                 break;
@@ -173,10 +206,19 @@ impl Feed {
         )))
     }
 
-    fn at(inner: &Arc<Inner>, segment: u64, offset: u64) -> io::Result<Feed> {
-        let file = File::open(journal::segment_path(&inner.config.dir, segment))?;
+    /// The feed from `offset` in `segment`, keeping the log from there on
+    /// with `hold`.
+    fn at(inner: &Arc<Inner>, segment: u64, offset: u64, hold: u64) -> io::Result<Feed> {
+        inner.replica_holds.set(hold, segment);
+        let file = match File::open(journal::segment_path(&inner.config.dir, segment)) {
+            Ok(file) => file,
+            Err(error) => {
+                inner.replica_holds.remove(hold);
+                return Err(error);
+            }
+        };
         Ok(Feed {
-            hold: inner.replica_holds.add(segment),
+            hold,
             inner: inner.clone(),
             segment,
             file,

@@ -649,6 +649,41 @@ impl crate::replication::Replication for DiskStore {
         self.inner.load_base().map(|load| Box::new(load) as _)
     }
 
+    fn indexes(&self) -> Vec<(Vec<u8>, Vec<u8>, kura_table::IndexKind)> {
+        self.inner
+            .index_defs
+            .all()
+            .into_iter()
+            .map(|(table, def)| (table, def.column, def.kind))
+            .collect()
+    }
+
+    fn adopt_indexes(
+        &self,
+        wanted: &[(Vec<u8>, Vec<u8>, kura_table::IndexKind)],
+    ) -> Result<(), String> {
+        let have = crate::replication::Replication::indexes(self);
+        for (table, column, kind) in &have {
+            if !wanted.contains(&(table.clone(), column.clone(), *kind)) {
+                self.inner
+                    .set_index(table, column, kura_table::IndexCommand::Void)
+                    .map_err(|error| error.to_string())?;
+            }
+        }
+        for (table, column, kind) in wanted {
+            if !have.contains(&(table.clone(), column.clone(), *kind)) {
+                let build = kura_table::IndexCommand::Build {
+                    kind: *kind,
+                    keep: false,
+                };
+                self.inner
+                    .set_index(table, column, build)
+                    .map_err(|error| error.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
     fn set_read_only(&self, read_only: bool) {
         self.inner.read_only.store(read_only, Ordering::Release);
     }

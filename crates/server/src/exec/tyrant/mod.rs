@@ -175,19 +175,37 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
         Request::Size => reply::count(out, db.count_and_size().1),
         Request::Stat => {
             let (count, size) = db.count_and_size();
-            reply::stat(out, stat_lines(db.kind(), count, size))
+            reply::stat(out, stat_lines(ctx, db.kind(), count, size))
         }
+        Request::SetMaster { host, port, .. } => reply::status(out, set_master(ctx, host, *port)),
         Request::Misc { name, args, .. } => match misc(db, name, args) {
             Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
             // An unknown function, too few arguments or a failure: status
             // 1 and no elements, as ttserver answers.
             None => reply::list(out, false, std::iter::empty()),
         },
-        Request::Ext { .. }
-        | Request::Restore { .. }
-        | Request::SetMaster { .. }
-        | Request::Repl { .. } => reply::status(out, false),
+        Request::Ext { .. } | Request::Restore { .. } | Request::Repl { .. } => {
+            reply::status(out, false)
+        }
     }
+}
+
+/// `setmst`: follow the master whose tyrant port is `host:port` (it
+/// answers kura's `replicate` there too), or, with an empty host or port
+/// 0, follow none and take writes. ttserver's replication timestamp and
+/// options are not needed: the replica's log says where it stands.
+fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
+    let Some(shared) = ctx.shared.this() else {
+        return false;
+    };
+    let master = (!host.is_empty() && port != 0).then(|| {
+        let host = String::from_utf8_lossy(host);
+        match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        }
+    });
+    ctx.shared.replication.follow(&shared, master).is_ok()
 }
 
 /// `copy`: a hot backup into a directory on the server's machine.
@@ -290,11 +308,35 @@ fn misc(db: &dyn KeyValues, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>>
 }
 
 /// `stat`'s lines, as ttserver's begin (`type`: `hash`, `B+ tree` or `table`).
-fn stat_lines(kind: &str, rnum: u64, size: u64) -> Vec<(&'static str, String)> {
+/// A replica adds its master (`mhost`, `mport`), the time of the newest
+/// entry it holds from it (`rts`, µs) and how far behind that is (`delay`,
+/// seconds; 0 when it holds all the master has), as ttserver does.
+fn stat_lines(ctx: &Context<'_>, kind: &str, rnum: u64, size: u64) -> Vec<(&'static str, String)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
+    let mut lines = base_stat_lines(now, kind, rnum, size);
+    if let Some(replication) = ctx.shared.store.replication() {
+        lines.push(("sid", replication.server_id().to_string()));
+    }
+    if let Some(master) = ctx.shared.replication.master() {
+        let (host, port) = master.host_and_port();
+        let (_, applied_micros) = master.applied();
+        let lag = master.lag();
+        let delay = match lag.entries {
+            0 => 0.0,
+            _ => (now - applied_micros as f64 / 1e6).max(0.0),
+        };
+        lines.push(("mhost", host.to_string()));
+        lines.push(("mport", port.to_string()));
+        lines.push(("rts", applied_micros.to_string()));
+        lines.push(("delay", format!("{delay:.6}")));
+    }
+    lines
+}
+
+fn base_stat_lines(now: f64, kind: &str, rnum: u64, size: u64) -> Vec<(&'static str, String)> {
     vec![
         ("version", TYRANT_VERSION.to_string()),
         ("protver", "0.91".to_string()),

@@ -88,16 +88,18 @@ pub fn execute(
         Request::Size => reply::count(out, db.count_and_size().1),
         Request::Stat => {
             let (count, size) = db.count_and_size();
-            reply::stat(out, stat_lines("table", count, size))
+            reply::stat(out, stat_lines(ctx, "table", count, size))
         }
         Request::Misc { name, args, .. } => match misc(&db, name, args) {
             Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
             None => reply::list(out, false, std::iter::empty()),
         },
+        Request::SetMaster { host, port, .. } => {
+            reply::status(out, super::set_master(ctx, host, *port))
+        }
         Request::PutShl { .. }
         | Request::Ext { .. }
         | Request::Restore { .. }
-        | Request::SetMaster { .. }
         | Request::Repl { .. } => reply::status(out, false),
     }
     Action::Continue

@@ -1,0 +1,485 @@
+//! Replication between real `kura serve` processes.
+//!
+//! `replicas_survive_kills_and_a_resync_and_equal_the_master`: a master
+//! under a mixed write load (sets with and without expiry, appends, incr
+//! counters, deletes, touches) with two replicas. Replica A is killed
+//! (SIGKILL) and restarted several times; replica B is killed while a
+//! burst of large values pushes the master's log past B's position (the
+//! master keeps 4 MiB of log), so B must take a snapshot when it comes
+//! back. After the load stops every replica must equal the master key for
+//! key (value, flags, expiry, CAS), and every counter must hold exactly the
+//! number of increments the master acknowledged.
+//!
+//! `tokyo_tyrant_setmst_and_stat_show_the_master`: a Tokyo Tyrant client
+//! makes a server a replica with `setmst` and reads `mhost`, `mport`,
+//! `rts` and `delay` from `stat`, then promotes it with `setmst` to no
+//! master.
+//!
+//! Environment: `KURA_BIN` (default: the binary cargo built with this test).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod support;
+
+use support::{free_port, wait_until_ready, Running};
+
+const WRITERS: usize = 4;
+const KEYS_PER_WRITER: usize = 60;
+const COUNTERS_PER_WRITER: usize = 4;
+const KILLS_OF_A: usize = 4;
+
+fn kura_bin() -> String {
+    std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
+}
+
+/// Starts `kura serve` on the disk engine in `dir` with `extra` flags.
+fn serve(dir: &Path, port: u16, extra: &[String]) -> Running {
+    let mut child = Command::new(kura_bin())
+        .args([
+            "serve",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "2",
+        ])
+        .args(["-m", "64", "--engine", "disk", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kura starts");
+    wait_until_ready(&mut child, addr(port));
+    Running(child)
+}
+
+fn addr(port: u16) -> SocketAddr {
+    format!("127.0.0.1:{port}").parse().unwrap()
+}
+
+/// A memcached text connection.
+struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(addr(port)).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("a reply line");
+        assert!(line.ends_with("\r\n"), "a cut reply: {line:?}");
+        line.truncate(line.len() - 2);
+        line
+    }
+
+    /// Sends `request` (with its data, CRLFs included) and returns the
+    /// first reply line.
+    fn call(&mut self, request: &[u8]) -> String {
+        self.writer.write_all(request).expect("sends");
+        self.line()
+    }
+
+    /// Lines up to `END`.
+    fn lines(&mut self, request: &str) -> Vec<String> {
+        self.writer.write_all(request.as_bytes()).expect("sends");
+        let mut lines = Vec::new();
+        loop {
+            let line = self.line();
+            if line == "END" {
+                return lines;
+            }
+            lines.push(line);
+        }
+    }
+
+    fn stats(&mut self, group: &str) -> BTreeMap<String, String> {
+        self.lines(&format!("stats {group}\r\n"))
+            .into_iter()
+            .filter_map(|line| {
+                let mut words = line.splitn(3, ' ');
+                let (_, name, value) = (words.next()?, words.next()?, words.next()?);
+                Some((name.to_string(), value.to_string()))
+            })
+            .collect()
+    }
+
+    /// `gets key`: flags, value and CAS.
+    fn gets(&mut self, key: &str) -> Option<(u32, Vec<u8>, u64)> {
+        let head = self.call(format!("gets {key}\r\n").as_bytes());
+        if head == "END" {
+            return None;
+        }
+        let words: Vec<&str> = head.split(' ').collect();
+        assert_eq!(words[0], "VALUE", "{head}");
+        let flags = words[2].parse().unwrap();
+        let len: usize = words[3].parse().unwrap();
+        let cas = words[4].parse().unwrap();
+        let mut data = vec![0; len + 2];
+        self.reader.read_exact(&mut data).unwrap();
+        data.truncate(len);
+        assert_eq!(self.line(), "END");
+        Some((flags, data, cas))
+    }
+
+    /// Every item as `lru_crawler metadump all` lists it: key → expiry,
+    /// CAS and size.
+    fn items(&mut self) -> BTreeMap<String, String> {
+        self.lines("lru_crawler metadump all\r\n")
+            .into_iter()
+            .map(|line| {
+                let fields: BTreeMap<&str, &str> = line
+                    .split(' ')
+                    .filter_map(|field| field.split_once('='))
+                    .collect();
+                (
+                    fields["key"].to_string(),
+                    format!(
+                        "exp={} cas={} size={}",
+                        fields["exp"], fields["cas"], fields["size"]
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+/// What the master acknowledged of one writer's counters.
+type Increments = Vec<u64>;
+
+/// Mixed writes on keys of its own until `stop`; returns the increments
+/// the master acknowledged per counter.
+fn write_load(port: u16, writer: usize, seed: u64, stop: &AtomicBool) -> Increments {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut client = Client::connect(port);
+    let mut increments = vec![0; COUNTERS_PER_WRITER];
+    for counter in 0..COUNTERS_PER_WRITER {
+        let key = format!("ctr:{writer}:{counter}");
+        assert_eq!(
+            client.call(format!("set {key} 0 0 1\r\n0\r\n").as_bytes()),
+            "STORED"
+        );
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("w{writer}:{}", rng.random_range(0..KEYS_PER_WRITER));
+        match rng.random_range(0..100) {
+            0..40 => {
+                let len = rng.random_range(1..1500);
+                let value: Vec<u8> = (0..len).map(|_| rng.random_range(b'a'..=b'z')).collect();
+                let flags: u32 = rng.random();
+                let ttl = if rng.random_bool(0.3) { 3600 } else { 0 };
+                let mut request = format!("set {key} {flags} {ttl} {len}\r\n").into_bytes();
+                request.extend_from_slice(&value);
+                request.extend_from_slice(b"\r\n");
+                assert_eq!(client.call(&request), "STORED");
+            }
+            40..55 => {
+                let reply = client.call(format!("append {key} 0 0 3\r\n+++\r\n").as_bytes());
+                assert!(reply == "STORED" || reply == "NOT_STORED", "{reply}");
+            }
+            55..80 => {
+                let counter = rng.random_range(0..COUNTERS_PER_WRITER);
+                let reply = client.call(format!("incr ctr:{writer}:{counter} 1\r\n").as_bytes());
+                increments[counter] += 1;
+                assert_eq!(reply, increments[counter].to_string());
+            }
+            80..90 => {
+                let reply = client.call(format!("delete {key}\r\n").as_bytes());
+                assert!(reply == "DELETED" || reply == "NOT_FOUND", "{reply}");
+            }
+            _ => {
+                let reply = client.call(format!("touch {key} 7200\r\n").as_bytes());
+                assert!(reply == "TOUCHED" || reply == "NOT_FOUND", "{reply}");
+            }
+        }
+    }
+    increments
+}
+
+/// Waits until the replica on `port` holds the master's last entry.
+fn wait_for_catch_up(master: u16, replica: u16) {
+    let last = Client::connect(master).stats("replication")["repl_lsn"].clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stats = Client::connect(replica).stats("replication");
+        if stats.get("repl_lsn") == Some(&last) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica on {replica} stuck at {:?}, master at {last}: {stats:?}",
+            stats.get("repl_lsn")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The first difference between the master's items and the replica's,
+/// if any.
+fn difference(master: u16, replica: u16) -> Option<String> {
+    let (mut on_master, mut on_replica) = (Client::connect(master), Client::connect(replica));
+    let (items, replica_items) = (on_master.items(), on_replica.items());
+    assert!(
+        items.len() > WRITERS * COUNTERS_PER_WRITER,
+        "the load wrote"
+    );
+    let missing: Vec<_> = items
+        .keys()
+        .filter(|k| !replica_items.contains_key(*k))
+        .collect();
+    let extra: Vec<_> = replica_items
+        .keys()
+        .filter(|k| !items.contains_key(*k))
+        .collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        return Some(format!("keys missing {missing:?}, extra {extra:?}"));
+    }
+    for (key, meta) in &items {
+        if &replica_items[key] != meta {
+            return Some(format!(
+                "{key}: {meta} on the master, {}",
+                replica_items[key]
+            ));
+        }
+        let (here, there) = (on_master.gets(key), on_replica.gets(key));
+        if here != there {
+            return Some(format!("{key}: {here:?} on the master, {there:?}"));
+        }
+    }
+    None
+}
+
+/// The replica holds what the master holds, key for key. (`metadump`
+/// reads what the applier has applied, which may be up to a round late:
+/// a difference must last to count.)
+fn assert_same_data(master: u16, replica: u16, name: &str) {
+    let mut last = None;
+    for _ in 0..20 {
+        last = difference(master, replica);
+        if last.is_none() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!(
+        "{name} differs from the master: {}",
+        last.unwrap_or_default()
+    );
+}
+
+#[test]
+fn replicas_survive_kills_and_a_resync_and_equal_the_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, a_port, b_port) = (free_port(), free_port(), free_port());
+    let _master = serve(
+        &dir.path().join("master"),
+        master_port,
+        &["--log-retention".to_string(), "4MiB".to_string()],
+    );
+    let follow = vec![
+        "--replica-of".to_string(),
+        format!("127.0.0.1:{master_port}"),
+    ];
+    let mut replica_a = serve(&dir.path().join("a"), a_port, &follow);
+    let mut replica_b = serve(&dir.path().join("b"), b_port, &follow);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seed = rand::random::<u64>();
+    eprintln!("replication load seed {seed}");
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                write_load(master_port, writer, seed.wrapping_add(writer as u64), &stop)
+            })
+        })
+        .collect();
+
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for kill in 0..KILLS_OF_A {
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..700)));
+        replica_a.kill();
+        if kill == 1 {
+            // B goes too, and the master's log moves on past it: 16 MiB of
+            // large values against 4 MiB of retention.
+            replica_b.kill();
+            let mut client = Client::connect(master_port);
+            let big = vec![b'B'; 64 * 1024];
+            for n in 0..256 {
+                let mut request = format!("set big:{n} 1 0 {}\r\n", big.len()).into_bytes();
+                request.extend_from_slice(&big);
+                request.extend_from_slice(b"\r\n");
+                assert_eq!(client.call(&request), "STORED");
+            }
+            // Retention lets segments go once applied (about a second).
+            std::thread::sleep(Duration::from_millis(2500));
+            replica_b = serve(&dir.path().join("b"), b_port, &follow);
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..300)));
+        replica_a = serve(&dir.path().join("a"), a_port, &follow);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let increments: Vec<Increments> = writers
+        .into_iter()
+        .map(|writer| writer.join().expect("a writer"))
+        .collect();
+
+    for (port, name) in [(a_port, "replica A"), (b_port, "replica B")] {
+        wait_for_catch_up(master_port, port);
+        assert_same_data(master_port, port, name);
+        let mut client = Client::connect(port);
+        for (writer, counts) in increments.iter().enumerate() {
+            for (counter, count) in counts.iter().enumerate() {
+                let (_, value, _) = client.gets(&format!("ctr:{writer}:{counter}")).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&value).trim_end(),
+                    count.to_string(),
+                    "{name}: counter {writer}:{counter} (applied twice or skipped?)"
+                );
+            }
+        }
+        let reply = client.call(b"set nope 0 0 1\r\nx\r\n");
+        assert!(
+            reply.starts_with("SERVER_ERROR read-only replica"),
+            "{reply}"
+        );
+    }
+    let b_stats = Client::connect(b_port).stats("replication");
+    assert_eq!(
+        b_stats["repl_snapshots_loaded"], "1",
+        "B came back past the master's log: {b_stats:?}"
+    );
+    let master_stats = Client::connect(master_port).stats("replication");
+    assert_eq!(master_stats["repl_replicas"], "2", "{master_stats:?}");
+    assert!(master_stats["repl_snapshots_sent"].parse::<u64>().unwrap() >= 1);
+}
+
+/// A Tokyo Tyrant request: magic, command, then its fields.
+fn tyrant_call(stream: &mut TcpStream, command: u8, fields: &[u8]) -> u8 {
+    let mut request = vec![0xC8, command];
+    request.extend_from_slice(fields);
+    stream.write_all(&request).unwrap();
+    let mut status = [0];
+    stream.read_exact(&mut status).unwrap();
+    status[0]
+}
+
+fn tyrant_stat(port: u16) -> BTreeMap<String, String> {
+    let mut stream = TcpStream::connect(addr(port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(tyrant_call(&mut stream, 0x88, &[]), 0);
+    let mut size = [0; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut text = vec![0; u32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut text).unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+fn setmst(port: u16, host: &str, master_port: u32) -> u8 {
+    let mut stream = TcpStream::connect(addr(port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut fields = Vec::new();
+    fields.extend_from_slice(&(host.len() as u32).to_be_bytes());
+    fields.extend_from_slice(&master_port.to_be_bytes());
+    fields.extend_from_slice(&0u64.to_be_bytes());
+    fields.extend_from_slice(&0u32.to_be_bytes());
+    fields.extend_from_slice(host.as_bytes());
+    tyrant_call(&mut stream, 0x78, &fields)
+}
+
+#[test]
+fn tokyo_tyrant_setmst_and_stat_show_the_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, master_tyrant) = (free_port(), free_port());
+    let (replica_port, replica_tyrant) = (free_port(), free_port());
+    let tyrant = |port: u16| vec!["--tyrant-port".to_string(), port.to_string()];
+    let _master = serve(
+        &dir.path().join("master"),
+        master_port,
+        &tyrant(master_tyrant),
+    );
+    let _replica = serve(
+        &dir.path().join("replica"),
+        replica_port,
+        &tyrant(replica_tyrant),
+    );
+    let mut client = Client::connect(master_port);
+    assert_eq!(client.call(b"set k 0 0 2\r\nv1\r\n"), "STORED");
+
+    let before = tyrant_stat(replica_tyrant);
+    assert!(
+        !before.contains_key("mhost"),
+        "not a replica yet: {before:?}"
+    );
+    // The master's tyrant port: it answers kura's replication there too.
+    assert_eq!(
+        setmst(replica_tyrant, "127.0.0.1", u32::from(master_tyrant)),
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Client::connect(replica_port).gets("k").is_none() {
+        assert!(Instant::now() < deadline, "the replica never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stat = tyrant_stat(replica_tyrant);
+    assert_eq!(stat["mhost"], "127.0.0.1");
+    assert_eq!(stat["mport"], master_tyrant.to_string());
+    let rts: u64 = stat["rts"].parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    assert!(
+        rts > 0 && rts <= now,
+        "rts is the applied entry's time: {stat:?}"
+    );
+    assert!(now - rts < 60_000_000, "{stat:?}");
+    let delay: f64 = stat["delay"].parse().unwrap();
+    assert!((0.0..60.0).contains(&delay), "{stat:?}");
+    assert_eq!(stat["sid"].is_empty(), false);
+    let reply = Client::connect(replica_port).call(b"set k 0 0 2\r\nv2\r\n");
+    assert!(
+        reply.starts_with("SERVER_ERROR read-only replica"),
+        "{reply}"
+    );
+
+    // No master: a promotion.
+    assert_eq!(setmst(replica_tyrant, "", 0), 0);
+    assert!(!tyrant_stat(replica_tyrant).contains_key("mhost"));
+    assert_eq!(
+        Client::connect(replica_port).call(b"set k 0 0 2\r\nv3\r\n"),
+        "STORED"
+    );
+}
