@@ -4,7 +4,8 @@
 //! (same LSNs, times and origins) and loading a snapshot as a new base.
 //!
 //! Groups and snapshot parts travel as the journal's records
-//! (`disk/journal.rs`), checksummed with [`REPLICATION_SEED`].
+//! (`disk/journal.rs`): a group as the master's segment holds it, with
+//! that segment's checksum seed; a snapshot with [`REPLICATION_SEED`].
 
 use std::io;
 use std::time::Duration;
@@ -19,8 +20,10 @@ pub const REPLICATION_SEED: u32 = 0x6b75_7261;
 /// One group of the master's log, ready to send.
 #[derive(Debug, Clone)]
 pub struct FedGroup {
-    /// The head record, then the entries.
+    /// The head record, then the entries, checksummed with `seed` (the
+    /// master's segment's: its bytes go unchanged).
     pub bytes: Vec<u8>,
+    pub seed: u32,
     pub first_lsn: u64,
     pub last_lsn: u64,
     /// When the master appended it (µs since the Unix epoch).
@@ -90,7 +93,7 @@ pub trait Replication: Send + Sync {
     ) -> io::Result<(LogPosition, Box<dyn LogFeed>)>;
     /// Appends and applies one of the master's groups, with its LSNs, time
     /// and origin; returns its last entry's position.
-    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String>;
+    fn apply_group(&self, seed: u32, group: &[u8]) -> Result<LogPosition, String>;
     /// Empties this server for a snapshot.
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String>;
     /// Every table's indexes: table, column, kind.

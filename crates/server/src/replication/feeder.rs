@@ -150,7 +150,14 @@ fn feed(
         }
         match feed.next_group(HEARTBEAT_EVERY)? {
             Some(group) => {
-                wire::encode(Frame::Group(&group.bytes), &mut frame);
+                let records = &group.bytes;
+                wire::encode(
+                    Frame::Group {
+                        seed: group.seed,
+                        records,
+                    },
+                    &mut frame,
+                );
                 link.sent_group(group.last_lsn, group.micros, frame.len());
             }
             None => {

@@ -170,8 +170,8 @@ fn follow_once(
     loop {
         let kind = read_frame(&mut reader, &mut payload, max_frame, stopped)?;
         match wire::frame(kind, &payload)? {
-            Frame::Group(group) => {
-                let at = replication.apply_group(group)?;
+            Frame::Group { seed, records } => {
+                let at = replication.apply_group(seed, records)?;
                 shared
                     .replication
                     .groups_applied

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::journal::{self, GroupHead, LogPosition, Record};
 use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
 use super::Inner;
-use crate::replication::{FedGroup, FeedRefused, LogFeed, REPLICATION_SEED};
+use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
 /// How often a waiting feed looks at the journal again.
 const POLL: Duration = Duration::from_millis(1);
@@ -73,8 +73,10 @@ pub(super) struct Feed {
     file: File,
     /// Where the next record starts.
     offset: u64,
-    /// Bytes of the segment read ahead, from `buffer_at`.
+    /// Bytes of the segment read ahead, from `buffer_at`: the first
+    /// `filled` (the rest is room, kept so reads need not zero it again).
     buffer: Vec<u8>,
+    filled: usize,
     buffer_at: u64,
     hold: u64,
     /// Groups sent and not acknowledged: last LSN and segment.
@@ -224,6 +226,7 @@ impl Feed {
             file,
             offset,
             buffer: Vec::new(),
+            filled: 0,
             buffer_at: offset,
             unacknowledged: VecDeque::new(),
         })
@@ -234,7 +237,7 @@ impl Feed {
         let frame_head = 8;
         for _ in 0..2 {
             let start = (self.offset - self.buffer_at) as usize;
-            let available = &self.buffer[start.min(self.buffer.len())..];
+            let available = &self.buffer[start.min(self.filled)..self.filled];
             if available.len() >= frame_head {
                 let len = u32::from_le_bytes(available[..4].try_into().expect("4 bytes")) as usize;
                 let framed = frame_head + len;
@@ -252,8 +255,9 @@ impl Feed {
             }
         }
         let start = (self.offset - self.buffer_at) as usize;
+        let available = &self.buffer[start.min(self.filled)..self.filled];
         Ok(
-            match journal::decode(&self.buffer[start..], journal::seed_of(self.segment)) {
+            match journal::decode(available, journal::seed_of(self.segment)) {
                 Some((_, framed)) => Found::Record(framed),
                 None => Found::End,
             },
@@ -262,20 +266,28 @@ impl Feed {
 
     /// Reads up to `want` bytes of the segment from `offset`.
     fn fill(&mut self, want: usize) -> io::Result<()> {
-        self.buffer.resize(want, 0);
+        if self.buffer.len() < want {
+            self.buffer.resize(want, 0);
+        }
         let mut filled = 0;
         while filled < want {
             let read = self
                 .file
-                .read_at(&mut self.buffer[filled..], self.offset + filled as u64)?;
+                .read_at(&mut self.buffer[filled..want], self.offset + filled as u64)?;
             if read == 0 {
                 break;
             }
             filled += read;
         }
-        self.buffer.truncate(filled);
+        self.filled = filled;
         self.buffer_at = self.offset;
         Ok(())
+    }
+
+    /// The whole record of `framed` bytes at `offset`, as the segment holds it.
+    fn raw_at(&self, framed: usize) -> &[u8] {
+        let start = (self.offset - self.buffer_at) as usize;
+        &self.buffer[start..start + framed]
     }
 
     fn record_at(&self, framed: usize) -> Record<'_> {
@@ -289,17 +301,24 @@ impl Feed {
     }
 
     /// Goes on to the next segment once this one is retired and read to
-    /// its end. Returns false when there is none yet.
+    /// its end. Returns false when there is none yet (true also when the
+    /// retired one turned out to hold more).
     fn next_segment(&mut self) -> io::Result<bool> {
         if self.segment >= self.inner.journal.current_number() {
             return Ok(false);
+        }
+        // Retired: nothing more comes to it, but a group may have been
+        // appended between the read that found its end and the switch.
+        self.filled = 0;
+        if let Found::Record(_) = self.look()? {
+            return Ok(true);
         }
         let next = self.segment + 1;
         let path = journal::segment_path(&self.inner.config.dir, next);
         self.file = File::open(path)?;
         self.segment = next;
         self.offset = 0;
-        self.buffer.clear();
+        self.filled = 0;
         self.buffer_at = 0;
         if self.unacknowledged.is_empty() {
             self.inner.replica_holds.set(self.hold, next);
@@ -339,8 +358,11 @@ impl Feed {
 
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
         let segment = self.segment;
-        let mut out = Vec::new();
-        journal::encode(&mut out, Record::Group(head), REPLICATION_SEED);
+        let seed = journal::seed_of(segment);
+        // The segment's own bytes go as they are, checksummed with its seed;
+        // only a put whose value lies elsewhere in the log is made anew.
+        let mut out = Vec::with_capacity(head_len);
+        out.extend_from_slice(self.raw_at(head_len));
         self.offset += head_len as u64;
         let mut entries = 0u64;
         while let Found::Record(framed) = self.look()? {
@@ -349,16 +371,17 @@ impl Feed {
                 break;
             }
             match record {
-                Record::Put { key, record } => {
+                Record::Put { key, record } if points_into_log(record) => {
                     let resolved = self.inner.resolved_put(key, record);
+                    let key = key.to_vec();
                     match &resolved {
                         Some(record) => {
-                            journal::encode(&mut out, Record::Put { key, record }, REPLICATION_SEED)
+                            journal::encode(&mut out, Record::Put { key: &key, record }, seed)
                         }
-                        None => journal::encode(&mut out, Record::Remove { key }, REPLICATION_SEED),
+                        None => journal::encode(&mut out, Record::Remove { key: &key }, seed),
                     }
                 }
-                other => journal::encode(&mut out, other, REPLICATION_SEED),
+                _ => out.extend_from_slice(self.raw_at(framed)),
             }
             entries += 1;
             self.offset += framed as u64;
@@ -366,12 +389,18 @@ impl Feed {
         let last_lsn = head.first_lsn + entries.saturating_sub(1);
         self.unacknowledged.push_back((last_lsn, segment));
         Ok(FedGroup {
+            seed,
             bytes: out,
             first_lsn: head.first_lsn,
             last_lsn,
             micros: head.micros,
         })
     }
+}
+
+/// Whether a put's stored record is a pointer into the log.
+fn points_into_log(stored: &[u8]) -> bool {
+    Header::decode(stored).is_some_and(|(header, _)| header.has(IN_LOG))
 }
 
 impl LogFeed for Feed {

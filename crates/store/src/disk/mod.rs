@@ -641,8 +641,8 @@ impl crate::replication::Replication for DiskStore {
         Ok((at, Box::new(feed)))
     }
 
-    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String> {
-        self.inner.apply_group(group)
+    fn apply_group(&self, seed: u32, group: &[u8]) -> Result<LogPosition, String> {
+        self.inner.apply_group(seed, group)
     }
 
     fn load_base(&self) -> Result<Box<dyn crate::replication::BaseLoad + '_>, String> {

@@ -32,11 +32,11 @@ pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 const BASE_TXN_BYTES: usize = 64 << 20;
 
 /// The records of a frame of the master's, after its checks.
-fn records(bytes: &[u8]) -> Result<Vec<Record<'_>>, String> {
+fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
     let mut records = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
-        let (record, len) = journal::decode(rest, REPLICATION_SEED)
+        let (record, len) = journal::decode(rest, seed)
             .ok_or_else(|| "a damaged record from the master".to_string())?;
         records.push(record);
         rest = &rest[len..];
@@ -47,8 +47,8 @@ fn records(bytes: &[u8]) -> Result<Vec<Record<'_>>, String> {
 impl Inner {
     /// Appends one of the master's groups as this server's next group and
     /// leaves it to the applier; returns its last entry's position.
-    pub(super) fn apply_group(&self, bytes: &[u8]) -> Result<LogPosition, String> {
-        let records = records(bytes)?;
+    pub(super) fn apply_group(&self, seed: u32, bytes: &[u8]) -> Result<LogPosition, String> {
+        let records = records(bytes, seed)?;
         let Some((Record::Group(head), entries)) = records.split_first() else {
             return Err("a group without its head".to_string());
         };
@@ -183,7 +183,7 @@ impl BaseLoader<'_> {
     fn add_records(&mut self, bytes: &[u8]) -> Result<(), String> {
         let inner = self.inner;
         let failed = |error: heed::Error| format!("loading a snapshot: {error}");
-        let records = records(bytes)?;
+        let records = records(bytes, REPLICATION_SEED)?;
         let mut txn = inner.env.write_txn().map_err(failed)?;
         let mut counts = inner.applied_counts.lock().clone();
         let mut written = 0;
