@@ -255,6 +255,44 @@ restart_server() {
     done
 }
 
+# ------------------------------------------------------------------ php ----
+# start_php NAME PORT STORE_PORT: php -S on 127.0.0.1:PORT in its own process
+# group, docroot tests/clients/php, sessions in the memcached server on
+# 127.0.0.1:STORE_PORT. Env: PHP_WORKERS (8), PHP_SESS_BINARY (1),
+# PHP_SESS_LOCKING (1).
+start_php() {
+    local name=$1 port=$2 store=$3
+    local weblog="$CLIENT_TMP/php-$name.log" errlog="$CLIENT_TMP/php-$name.errors.log"
+    : >"$errlog"
+    PHP_CLI_SERVER_WORKERS=${PHP_WORKERS:-8} start_group "$weblog" \
+        php -S "127.0.0.1:$port" -t "$CLIENTS_DIR/php" \
+        -d display_errors=0 -d log_errors=1 -d "error_log=$errlog" \
+        -d session.save_handler=memcached \
+        -d "session.save_path=127.0.0.1:$store" \
+        -d session.use_strict_mode=0 \
+        -d session.gc_probability=0 \
+        -d "memcached.sess_binary_protocol=${PHP_SESS_BINARY:-1}" \
+        -d "memcached.sess_locking=${PHP_SESS_LOCKING:-1}" \
+        -d memcached.sess_lock_retries=20 \
+        -d memcached.sess_lock_wait_min=50 \
+        -d memcached.sess_lock_wait_max=200 \
+        -d memcached.sess_persistent=0
+    local pgid=$BG_PID
+    on_exit "kill_group $pgid"
+    wait_tcp "$port" 20 || { cat "$weblog" >&2; die "php -S $name did not come up on port $port"; }
+    # sanity: the page sees the right session settings
+    local out
+    out=$(python3 - "$port" <<'EOF'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+c.request("GET", "/index.php"); print(c.getresponse().read().decode().strip())
+EOF
+    )
+    [[ "$out" == "ok memcached 127.0.0.1:$store" ]] || die "php -S $name: unexpected index.php answer: $out"
+    log "php -S $name on 127.0.0.1:$port (pgid $pgid, ${PHP_WORKERS:-8} workers)"
+}
+
+
 # ------------------------------------------------------------- misc ---------
 # require_cmd CMD...: fail with a clear message if a tool is missing.
 require_cmd() {

@@ -42,47 +42,13 @@ CONCURRENCY=${CONCURRENCY:-64}
 PHP_WORKERS=${PHP_WORKERS:-8}
 PHP_SESS_BINARY=${PHP_SESS_BINARY:-1}
 RESTART_BETWEEN=${RESTART_BETWEEN:-0}
-DOCROOT="$CLIENTS_DIR/php"
 
 start_server php_sessions
 
-# start_php NAME PORT: php -S on 127.0.0.1:PORT in its own process group.
-start_php() {
-    local name=$1 port=$2
-    local weblog="$CLIENT_TMP/php-$name.log" errlog="$CLIENT_TMP/php-$name.errors.log"
-    : >"$errlog"
-    PHP_CLI_SERVER_WORKERS=$PHP_WORKERS start_group "$weblog" \
-        php -S "127.0.0.1:$port" -t "$DOCROOT" \
-        -d display_errors=0 -d log_errors=1 -d "error_log=$errlog" \
-        -d session.save_handler=memcached \
-        -d "session.save_path=127.0.0.1:$PORT" \
-        -d session.use_strict_mode=0 \
-        -d session.gc_probability=0 \
-        -d "memcached.sess_binary_protocol=$PHP_SESS_BINARY" \
-        -d memcached.sess_locking=1 \
-        -d memcached.sess_lock_retries=20 \
-        -d memcached.sess_lock_wait_min=50 \
-        -d memcached.sess_lock_wait_max=200 \
-        -d memcached.sess_persistent=0
-    local pgid=$BG_PID
-    on_exit "kill_group $pgid"
-    wait_tcp "$port" 20 || { cat "$weblog" >&2; die "php -S $name did not come up on port $port"; }
-    # sanity: the page sees the right session settings
-    local out
-    out=$(python3 - "$port" <<'EOF'
-import http.client, sys
-c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
-c.request("GET", "/index.php"); print(c.getresponse().read().decode().strip())
-EOF
-    )
-    [[ "$out" == "ok memcached 127.0.0.1:$PORT" ]] || die "php -S $name: unexpected index.php answer: $out"
-    log "php -S $name on 127.0.0.1:$port (pgid $pgid, $PHP_WORKERS workers)"
-}
-
 PORT_A=$(free_port)
-start_php A "$PORT_A"
+start_php A "$PORT_A" "$PORT"
 PORT_B=$(free_port)
-start_php B "$PORT_B"
+start_php B "$PORT_B" "$PORT"
 
 driver=(python3 "$CLIENTS_DIR/php_sessions_driver.py" --port-a "$PORT_A" --port-b "$PORT_B"
     --sessions "$SESSIONS" --concurrency "$CONCURRENCY")

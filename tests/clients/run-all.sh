@@ -21,7 +21,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 unset KURA_ADDR # every test starts its own server
 
-ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table)
+ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table twemproxy_sessions)
 if [[ "${RUN_RESTART:-0}" == 1 ]]; then
     ALL_TESTS+=(php_sessions_restart)
 fi
@@ -48,6 +48,8 @@ test_cmd() {
         tls) echo "bash $HERE/tls.sh" ;;
         # kura's own: starts KURA_BIN itself (disk engine, --tyrant-db table:users).
         tyrant_table) echo "env KURA_BIN=${KURA_BIN:-target/release/kura} ${PYTHON:-python3} -m pytest -q -p no:cacheprovider $HERE/tyrant_table_test.py" ;;
+        # kura's own: three masters, their replicas and nutcracker (examples/twemproxy).
+        twemproxy_sessions) echo "env KURA_BIN=${KURA_BIN:-target/release/kura} bash $HERE/twemproxy_sessions.sh" ;;
         *) return 1 ;;
     esac
 }
