@@ -1,0 +1,226 @@
+//! Replication at the engine: a master's feed applied to a replica, the
+//! refusals that send a replica to a snapshot (a position past the log, one
+//! of another history, a segment gone), groups out of step, and a snapshot
+//! load cut short. The end-to-end test with real servers is `kura`'s
+//! `tests/replication.rs`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kura_store::replication::{FeedRefused, LogFeed, LogPosition, Replication, SnapshotPart};
+use kura_store::{
+    AckFence, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, SyncPolicy,
+};
+
+fn open(dir: &Path) -> DiskStore {
+    DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::Batch,
+        reserve_bytes: 0,
+        ..DiskConfig::new(dir)
+    })
+    .expect("opens")
+}
+
+fn set(store: &DiskStore, key: &[u8], value: &[u8], flags: u32) {
+    let outcome = store.store(
+        &StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value,
+            flags,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    );
+    assert!(matches!(outcome, kura_store::StoreOutcome::Stored { .. }));
+    // One group per write.
+    store.wait_until_all_applied();
+}
+
+fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+    let mut found = None;
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| found = Some((item.value.to_vec(), item.flags, item.cas)),
+    );
+    found
+}
+
+/// Applies every group the feed has now to `replica`.
+fn drain(feed: &mut dyn LogFeed, replica: &DiskStore) -> usize {
+    let mut groups = 0;
+    while let Some(group) = feed.next_group(Duration::from_millis(50)).unwrap() {
+        let at = replica.apply_group(group.seed, &group.bytes).unwrap();
+        assert_eq!(at.lsn, group.last_lsn);
+        feed.acknowledged(at.lsn);
+        groups += 1;
+    }
+    groups
+}
+
+#[test]
+fn a_replica_holds_the_masters_log_with_its_lsns_and_can_be_fed_on_after_a_restart() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(master_dir.path());
+    let large = vec![b'L'; 8192];
+    set(&master, b"small", b"v1", 1);
+    set(&master, b"large", &large, 2);
+    {
+        let replica = open(replica_dir.path());
+        assert_eq!(replica.position(), Some(LogPosition::default()));
+        let mut feed = master.feed(replica.position().unwrap()).unwrap();
+        assert_eq!(drain(&mut *feed, &replica), 2);
+        assert_eq!(
+            replica.position(),
+            master.position(),
+            "the same LSN and time"
+        );
+        assert_eq!(get(&replica, b"large"), get(&master, b"large"));
+        assert_eq!(
+            get(&replica, b"small"),
+            get(&master, b"small"),
+            "CAS included"
+        );
+    }
+    // A touch of a value the log keeps logs a pointer: it goes out whole.
+    assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
+    master.wait_until_all_applied();
+    set(&master, b"small", b"v2", 3);
+    let replica = open(replica_dir.path());
+    let mut feed = master.feed(replica.position().unwrap()).unwrap();
+    assert_eq!(drain(&mut *feed, &replica), 2, "from where it stopped");
+    assert_eq!(get(&replica, b"small"), get(&master, b"small"));
+    assert_eq!(get(&replica, b"large"), get(&master, b"large"));
+    assert_eq!(replica.position(), master.position());
+}
+
+#[test]
+fn positions_that_are_not_points_of_the_log_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = open(dir.path());
+    set(&master, b"a", b"1", 0);
+    set(&master, b"b", b"2", 0);
+    let last = master.position().unwrap();
+    let ahead = LogPosition {
+        lsn: last.lsn + 5,
+        micros: last.micros,
+    };
+    assert!(matches!(master.feed(ahead), Err(FeedRefused::Diverged(_))));
+    let other_time = LogPosition {
+        lsn: 1,
+        micros: 12345,
+    };
+    assert!(matches!(
+        master.feed(other_time),
+        Err(FeedRefused::Diverged(_))
+    ));
+    assert!(master.feed(last).is_ok(), "its own end");
+}
+
+#[test]
+fn a_segment_gone_from_the_middle_of_the_log_sends_the_replica_to_a_snapshot() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replica = open(replica_dir.path());
+    let first_position;
+    {
+        let master = open(master_dir.path());
+        set(&master, b"a", b"1", 0);
+        first_position = master.position().unwrap();
+        let mut feed = master.feed(LogPosition::default()).unwrap();
+        drain(&mut *feed, &replica);
+        // Each restart starts a new segment: the next writes land in others.
+        drop(feed);
+        drop(master);
+        let master = open(master_dir.path());
+        set(&master, b"b", b"2", 0);
+        drop(master);
+        let master = open(master_dir.path());
+        set(&master, b"c", b"3", 0);
+    }
+    assert_eq!(replica.position(), Some(first_position));
+    // A segment after the replica's goes (as retention lets a segment
+    // nothing points into go before an older one that holds a value).
+    let mut segments: Vec<_> = std::fs::read_dir(master_dir.path())
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().into_string().ok()?;
+            let written = entry.metadata().ok()?.len() > 0;
+            (name.starts_with("journal-") && written).then_some(name)
+        })
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 3, "{segments:?}");
+    std::fs::remove_file(master_dir.path().join(&segments[1])).unwrap();
+    let master = open(master_dir.path());
+    assert!(
+        matches!(master.feed(first_position), Err(FeedRefused::Gone(_))),
+        "the log has a gap after the replica's position"
+    );
+}
+
+#[test]
+fn a_group_out_of_step_is_refused_and_changes_nothing() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(master_dir.path());
+    set(&master, b"a", b"1", 0);
+    set(&master, b"b", b"2", 0);
+    let replica = open(replica_dir.path());
+    let mut feed = master.feed(LogPosition::default()).unwrap();
+    let _first = feed.next_group(Duration::from_secs(1)).unwrap().unwrap();
+    let second = feed.next_group(Duration::from_secs(1)).unwrap().unwrap();
+    let refused = replica.apply_group(second.seed, &second.bytes);
+    assert!(refused.unwrap_err().contains("out of step"));
+    assert_eq!(get(&replica, b"b"), None);
+    let mut damaged = second.bytes.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    assert!(replica.apply_group(second.seed, &damaged).is_err());
+    assert_eq!(replica.position(), Some(LogPosition::default()));
+}
+
+#[test]
+fn a_snapshot_replaces_everything_and_one_cut_short_leaves_no_position() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(master_dir.path());
+    set(&master, b"kept", &vec![b'K'; 4096], 7);
+    {
+        let replica = open(replica_dir.path());
+        set(&replica, b"local", b"mine", 0);
+        let mut base = replica.load_base().unwrap();
+        base.add(SnapshotPart::Records(b"")).unwrap();
+        // Dropped before `finish`: the replica is incomplete.
+    }
+    let replica = open(replica_dir.path());
+    assert_eq!(
+        replica.position(),
+        None,
+        "a cut snapshot leaves no position"
+    );
+    assert_eq!(get(&replica, b"local"), None, "cleared");
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (at, mut feed) = master
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut base = replica.load_base().unwrap();
+    for part in &parts {
+        base.add(SnapshotPart::Records(part)).unwrap();
+    }
+    base.finish(at).unwrap();
+    assert_eq!(replica.position(), Some(at));
+    assert_eq!(get(&replica, b"kept"), get(&master, b"kept"));
+    set(&master, b"after", b"1", 0);
+    drain(&mut *feed, &replica);
+    assert_eq!(get(&replica, b"after"), get(&master, b"after"));
+    assert_eq!(replica.position(), master.position());
+}
