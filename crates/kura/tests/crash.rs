@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::SmallRng;
@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 
 mod support;
 
-use support::{free_port, wait_until_ready};
+use support::{free_port, kura_bin, serve_disk};
 
 const WRITERS: usize = 4;
 const SET_KEYS: usize = 24;
@@ -44,10 +44,6 @@ const MAX_SET_LEN: usize = 2000;
 /// stays far below the item size limit.
 const APPEND_RESET_LEN: usize = 4096;
 
-fn kura_bin() -> String {
-    std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
-}
-
 struct Server {
     child: Child,
     addr: SocketAddr,
@@ -58,28 +54,10 @@ impl Server {
         // A fresh port each time: the killed server's port may still be held
         // by its closing connections.
         let port = free_port();
-        let mut child = Command::new(kura_bin())
-            .args([
-                "serve",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "2",
-                // A small budget: the applier takes the journal into LMDB
-                // every 256 KiB, so kills also land in and between applies.
-                "-m",
-                "16",
-            ])
-            .args(["--engine", "disk", "--sync", policy, "--dir"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kura starts");
+        // A small budget: the applier takes the journal into LMDB every
+        // 256 KiB, so kills also land in and between applies.
+        let child = serve_disk(dir, port, &["-m", "16", "--sync", policy]);
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_until_ready(&mut child, addr);
         Server { child, addr }
     }
 

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,38 +30,18 @@ use rand::{Rng, SeedableRng};
 
 mod support;
 
-use support::{free_port, wait_until_ready, Running};
+use support::{free_port, serve_disk, Running};
 
 const WRITERS: usize = 4;
 const KEYS_PER_WRITER: usize = 60;
 const COUNTERS_PER_WRITER: usize = 4;
 const KILLS_OF_A: usize = 4;
 
-fn kura_bin() -> String {
-    std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
-}
-
-/// Starts `kura serve` on the disk engine in `dir` with `extra` flags.
+/// A replication test's server: `-m 64` and `extra`.
 fn serve(dir: &Path, port: u16, extra: &[String]) -> Running {
-    let mut child = Command::new(kura_bin())
-        .args([
-            "serve",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "2",
-        ])
-        .args(["-m", "64", "--engine", "disk", "--dir"])
-        .arg(dir)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("kura starts");
-    wait_until_ready(&mut child, addr(port));
-    Running(child)
+    let mut flags = vec!["-m", "64"];
+    flags.extend(extra.iter().map(String::as_str));
+    Running(serve_disk(dir, port, &flags))
 }
 
 fn addr(port: u16) -> SocketAddr {

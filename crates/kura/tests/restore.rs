@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 
 mod support;
 
-use support::{free_port, wait_until_ready};
+use support::{free_port, kura_bin, serve_disk};
 
 const WRITERS: usize = 4;
 const KEYS_PER_WRITER: usize = 40;
@@ -35,10 +35,6 @@ const KEYS_PER_WRITER: usize = 40;
 const INSTANTS: usize = 10;
 /// Slack on expiry times: the server's second may round either way.
 const EXPIRY_SLACK: i64 = 2;
-
-fn kura_bin() -> String {
-    std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
-}
 
 fn now_micros() -> u64 {
     SystemTime::now()
@@ -55,24 +51,8 @@ struct Server {
 impl Server {
     fn start(dir: &Path) -> Server {
         let port = free_port();
-        let mut child = Command::new(kura_bin())
-            .args([
-                "serve",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "2",
-            ])
-            .args(["--engine", "disk", "--log-retention", "24h", "--dir"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kura starts");
+        let child = serve_disk(dir, port, &["--log-retention", "24h"]);
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        wait_until_ready(&mut child, addr);
         Server { child, addr }
     }
 

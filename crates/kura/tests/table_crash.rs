@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kura_proto::tyrant::{compose, Request};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::{free_port, wait_until_ready, Running};
+use support::{free_port, serve_disk, Running};
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 const WRITERS: usize = 2;
@@ -33,31 +33,14 @@ struct Server {
 impl Server {
     fn start(dir: &Path, policy: &str) -> Server {
         let (port, tyrant) = (free_port(), free_port());
-        let mut child = Command::new(KURA)
-            .args([
-                "serve",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-t",
-                "2",
-            ])
-            // A small budget: rounds into LMDB come often, so kills land in them.
-            .args(["-m", "16", "--engine", "disk", "--sync", policy])
-            .args([
-                "--tyrant-port",
-                &tyrant.to_string(),
-                "--tyrant-db",
-                "table:t",
-            ])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kura starts");
-        wait_until_ready(&mut child, SocketAddr::from(([127, 0, 0, 1], port)));
+        let tyrant_port = tyrant.to_string();
+        // A small budget: rounds into LMDB come often, so kills land in them.
+        let flags = ["-m", "16", "--sync", policy, "--tyrant-port", &tyrant_port];
+        let child = serve_disk(
+            dir,
+            port,
+            &[&flags[..], &["--tyrant-db", "table:t"]].concat(),
+        );
         Server {
             process: Running(child),
             tyrant: SocketAddr::from(([127, 0, 0, 1], tyrant)),

@@ -464,18 +464,9 @@ impl Worker {
     /// Gives a connection that sent `replicate` to a replication thread:
     /// it leaves this loop (and the connection count) for good.
     fn hand_to_replication(&mut self, key: usize, hello: kura_proto::replication::ReplicaHello) {
-        let Some(mut connection) = self.connections.try_remove(key) else {
+        let Some(connection) = self.take_out(key) else {
             return;
         };
-        let _ = connection.stream.deregister(self.poll.registry());
-        self.shared
-            .connections_registry
-            .lock()
-            .remove(&connection.info.id);
-        self.shared
-            .connections
-            .current
-            .fetch_sub(1, Ordering::Relaxed);
         let stream = match connection.stream {
             Stream::Tcp(stream) => crate::replication::LinkStream::Tcp(stream.into()),
             Stream::Unix(stream) => crate::replication::LinkStream::Unix(stream.into()),
@@ -539,8 +530,7 @@ impl Worker {
     }
 
     fn close(&mut self, key: usize, reason: CloseReason) {
-        if let Some(mut connection) = self.connections.try_remove(key) {
-            let _ = connection.stream.deregister(self.poll.registry());
+        if let Some(connection) = self.take_out(key) {
             let id = connection.info.id;
             if connection.watcher.is_some() {
                 self.watching.retain(|&k| k != key);
@@ -549,15 +539,23 @@ impl Worker {
             self.shared
                 .watchers
                 .conn_close(&connection.info.peer, id, reason);
-            self.shared
-                .connections_registry
-                .lock()
-                .remove(&connection.info.id);
-            self.shared
-                .connections
-                .current
-                .fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Takes a connection out of this loop and the server's count of them
+    /// (to close it, or to hand it to a thread of its own).
+    fn take_out(&mut self, key: usize) -> Option<Connection> {
+        let mut connection = self.connections.try_remove(key)?;
+        let _ = connection.stream.deregister(self.poll.registry());
+        self.shared
+            .connections_registry
+            .lock()
+            .remove(&connection.info.id);
+        self.shared
+            .connections
+            .current
+            .fetch_sub(1, Ordering::Relaxed);
+        Some(connection)
     }
 
     fn close_all(&mut self) {

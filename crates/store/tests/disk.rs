@@ -5,15 +5,9 @@ use kura_store::{
     StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
 };
 
-fn open(dir: &std::path::Path, sync: SyncPolicy) -> DiskStore {
-    DiskStore::open(DiskConfig {
-        map_size: 64 << 20,
-        sync,
-        reserve_bytes: 0,
-        ..DiskConfig::new(dir)
-    })
-    .expect("opens")
-}
+mod common;
+
+use common::{get, open_with as open};
 
 fn set(store: &dyn Store, key: &[u8], value: &[u8], expiry: u32) -> StoreOutcome {
     store.store(
@@ -28,17 +22,6 @@ fn set(store: &dyn Store, key: &[u8], value: &[u8], expiry: u32) -> StoreOutcome
         },
         &AckFence::default(),
     )
-}
-
-fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
-    let mut found = None;
-    store.get(
-        key,
-        &GetOptions::default(),
-        &AckFence::default(),
-        &mut |item| found = Some((item.value.to_vec(), item.flags, item.cas)),
-    );
-    found
 }
 
 /// Whether a plain get (which counts as a read) finds the item read before.

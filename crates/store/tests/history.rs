@@ -8,37 +8,11 @@ use std::path::Path;
 use kura_store::disk::backup;
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
 use kura_store::disk::restore;
-use kura_store::{
-    AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode,
-    SyncPolicy,
-};
+use kura_store::{AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreMode};
 
-fn open(dir: &Path) -> DiskStore {
-    DiskStore::open(DiskConfig {
-        map_size: 64 << 20,
-        sync: SyncPolicy::Batch,
-        reserve_bytes: 0,
-        ..DiskConfig::new(dir)
-    })
-    .expect("opens")
-}
+mod common;
 
-fn store(store: &DiskStore, mode: StoreMode, key: &[u8], value: &[u8], flags: u32) {
-    store.store(
-        &StoreCommand {
-            mode,
-            key,
-            value,
-            flags,
-            expiry: 0,
-            compare_cas: None,
-            stale_if_older: false,
-        },
-        &AckFence::default(),
-    );
-    // One group per change: each is an entry of its own.
-    store.wait_until_all_applied();
-}
+use common::{open, store_alone as store};
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
     let mut found = None;

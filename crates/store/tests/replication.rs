@@ -4,51 +4,18 @@
 //! load cut short. The end-to-end test with real servers is `kura`'s
 //! `tests/replication.rs`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use kura_store::replication::{FeedRefused, LogFeed, LogPosition, Replication, SnapshotPart};
-use kura_store::{
-    AckFence, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, SyncPolicy,
-};
+use kura_store::{AckFence, DiskStore, Store, StoreMode};
 
-fn open(dir: &Path) -> DiskStore {
-    DiskStore::open(DiskConfig {
-        map_size: 64 << 20,
-        sync: SyncPolicy::Batch,
-        reserve_bytes: 0,
-        ..DiskConfig::new(dir)
-    })
-    .expect("opens")
-}
+mod common;
+
+use common::{get, open, store_alone};
 
 fn set(store: &DiskStore, key: &[u8], value: &[u8], flags: u32) {
-    let outcome = store.store(
-        &StoreCommand {
-            mode: StoreMode::Set,
-            key,
-            value,
-            flags,
-            expiry: 0,
-            compare_cas: None,
-            stale_if_older: false,
-        },
-        &AckFence::default(),
-    );
+    let outcome = store_alone(store, StoreMode::Set, key, value, flags);
     assert!(matches!(outcome, kura_store::StoreOutcome::Stored { .. }));
-    // One group per write.
-    store.wait_until_all_applied();
-}
-
-fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
-    let mut found = None;
-    store.get(
-        key,
-        &GetOptions::default(),
-        &AckFence::default(),
-        &mut |item| found = Some((item.value.to_vec(), item.flags, item.cas)),
-    );
-    found
 }
 
 /// Applies every group the feed has now to `replica`.

@@ -2,22 +2,14 @@
 //! from items and from other tables, primary-key order, and rows kept
 //! across a reopen (their log replayed when LMDB does not hold them yet).
 
-use std::path::Path;
-
 use kura_store::{
     AckFence, DiskConfig, DiskStore, GetOptions, Record, RowMode, RowOutcome, Store, StoreCommand,
-    StoreMode, SyncPolicy, Tables,
+    StoreMode, Tables,
 };
 
-fn open(dir: &Path) -> DiskStore {
-    DiskStore::open(DiskConfig {
-        map_size: 64 << 20,
-        sync: SyncPolicy::Batch,
-        reserve_bytes: 0,
-        ..DiskConfig::new(dir)
-    })
-    .expect("opens")
-}
+mod common;
+
+use common::open;
 
 fn row(key: &str, pairs: &[(&str, &str)]) -> Record {
     let mut record = Record::new(key.as_bytes());

@@ -3,7 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn free_port() -> u16 {
@@ -12,6 +13,37 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The `kura` binary under test: `KURA_BIN`, else the one cargo built.
+#[allow(dead_code)]
+pub fn kura_bin() -> String {
+    std::env::var("KURA_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kura").to_string())
+}
+
+/// Starts `kura serve` on the disk engine in `dir`, on 127.0.0.1:`port`
+/// with two threads and `extra` flags, and waits until it answers.
+#[allow(dead_code)]
+pub fn serve_disk(dir: &Path, port: u16, extra: &[&str]) -> Child {
+    let mut child = Command::new(kura_bin())
+        .args([
+            "serve",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "2",
+        ])
+        .args(["--engine", "disk", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kura starts");
+    wait_until_ready(&mut child, SocketAddr::from(([127, 0, 0, 1], port)));
+    child
 }
 
 /// Waits until the server answers `version` on `addr` (no fixed sleep);

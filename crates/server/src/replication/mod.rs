@@ -9,7 +9,6 @@ mod follower;
 mod link_stream;
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -97,6 +96,22 @@ impl ReplicaLink {
         while unacked.front().is_some_and(|(last, _, _)| *last <= lsn) {
             unacked.pop_front();
         }
+    }
+
+    /// `id=… peer=… state=… lsn=… lag_entries=… lag_ms=… bytes_behind=…`,
+    /// the fields apart by `between`.
+    fn describe(&self, master_last: u64, now_micros: u64, between: char) -> String {
+        let lag = self.lag(master_last, now_micros);
+        [
+            format!("id={}", self.replica),
+            format!("peer={}", self.peer),
+            format!("state={}", self.state().name()),
+            format!("lsn={}", self.acked()),
+            format!("lag_entries={}", lag.entries),
+            format!("lag_ms={}", lag.millis),
+            format!("bytes_behind={}", lag.bytes),
+        ]
+        .join(&between.to_string())
     }
 
     /// Behind the master's newest entry `master_last`: in entries, in time
@@ -332,20 +347,10 @@ impl Replication {
         let last = replication.position().map_or(0, |position| position.lsn);
         let now = unix_micros();
         for (n, replica) in replicas.iter().enumerate() {
-            let lag = replica.lag(last, now);
-            let mut value = String::new();
-            let _ = write!(
-                value,
-                "id={},peer={},state={},lsn={},lag_entries={},lag_ms={},bytes_behind={}",
-                replica.replica,
-                replica.peer,
-                replica.state().name(),
-                replica.acked(),
-                lag.entries,
-                lag.millis,
-                lag.bytes
-            );
-            lines.push((format!("repl_replica_{n}"), value));
+            lines.push((
+                format!("repl_replica_{n}"),
+                replica.describe(last, now, ','),
+            ));
         }
         lines
     }
@@ -358,46 +363,27 @@ impl Replication {
             .and_then(|replication| replication.position())
             .map_or(0, |position| position.lsn);
         let now = unix_micros();
+        let mut lines = Vec::new();
         if let Some(link) = self.master() {
             let (applied, _) = link.applied();
             let lag = link.lag();
-            let _ = writeln_crlf(
-                out,
-                format_args!(
-                    "MASTER {} state={} lsn={applied} lag_entries={} lag_ms={}",
-                    link.master,
-                    link.state().name(),
-                    lag.entries,
-                    lag.millis
-                ),
-            );
+            lines.push(format!(
+                "MASTER {} state={} lsn={applied} lag_entries={} lag_ms={}",
+                link.master,
+                link.state().name(),
+                lag.entries,
+                lag.millis
+            ));
         }
         for replica in self.replicas() {
-            let lag = replica.lag(last, now);
-            let _ = writeln_crlf(
-                out,
-                format_args!(
-                    "REPLICA {} {} state={} lsn={} lag_entries={} lag_ms={} bytes_behind={}",
-                    replica.replica,
-                    replica.peer,
-                    replica.state().name(),
-                    replica.acked(),
-                    lag.entries,
-                    lag.millis,
-                    lag.bytes
-                ),
-            );
+            lines.push(format!("REPLICA {}", replica.describe(last, now, ' ')));
+        }
+        for line in lines {
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"END\r\n");
     }
-}
-
-fn writeln_crlf(out: &mut Vec<u8>, line: std::fmt::Arguments<'_>) -> std::fmt::Result {
-    let mut text = String::new();
-    text.write_fmt(line)?;
-    out.extend_from_slice(text.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    Ok(())
 }
 
 /// µs since the Unix epoch.

@@ -9,6 +9,7 @@
 //! is at most the journal's last), so a group being appended is never sent
 //! half.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -433,12 +434,12 @@ impl Inner {
     /// (a touch of a value the log keeps) is read where it leads, else the
     /// key's current item stands in (a later entry of the key follows it
     /// in the log anyway). `None`: the key has no item now.
-    fn resolved_put(&self, key: &[u8], stored: &[u8]) -> Option<Vec<u8>> {
+    pub(super) fn resolved_put<'s>(&self, key: &[u8], stored: &'s [u8]) -> Option<Cow<'s, [u8]>> {
         let Some((header, value)) = Header::decode(stored) else {
-            return Some(stored.to_vec());
+            return Some(Cow::Borrowed(stored));
         };
         let Some(pointer) = LogPointer::of_stored(&header, value) else {
-            return Some(stored.to_vec());
+            return Some(Cow::Borrowed(stored));
         };
         let inline = Header {
             bits: header.bits & !IN_LOG,
@@ -446,11 +447,15 @@ impl Inner {
         };
         if let Ok(from_log) = self.read_logged(key, &pointer) {
             let value = record::value_of(from_log.record());
-            return Some(Keyed::encode(key, &inline, &[value]).record().to_vec());
+            return Some(Cow::Owned(
+                Keyed::encode(key, &inline, &[value]).record().to_vec(),
+            ));
         }
         let mut shard = self.pending.lock(key);
         self.with_record(&mut shard, key, |found| {
-            found.map(|(header, value)| Keyed::encode(key, &header, &[value]).record().to_vec())
+            found.map(|(header, value)| {
+                Cow::Owned(Keyed::encode(key, &header, &[value]).record().to_vec())
+            })
         })
         .ok()
         .flatten()

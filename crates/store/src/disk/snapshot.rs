@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::feed::Feed;
 use super::journal::{self, LogPosition, Record};
-use super::record::{Header, Keyed, LogPointer, IN_LOG};
+use super::record::Header;
 use super::{indexes, Inner, APPLIED_LSN};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
 
@@ -46,60 +46,59 @@ impl Inner {
             })?;
         }
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
-        let mut part = Vec::with_capacity(PART_BYTES);
+        let mut parts = Parts {
+            part: Vec::with_capacity(PART_BYTES),
+            send,
+        };
         for entry in self.items.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
-            let Some((header, value)) = Header::decode(stored) else {
+            let Some((header, _)) = Header::decode(stored) else {
                 continue;
             };
             if header.cas <= flushed_through {
                 continue;
             }
-            match LogPointer::of_stored(&header, value) {
-                Some(pointer) => {
-                    let from_log = self.read_logged(key, &pointer)?;
-                    let inline = Header {
-                        bits: header.bits & !IN_LOG,
-                        ..header
-                    };
-                    let value = super::record::value_of(from_log.record());
-                    let keyed = Keyed::encode(key, &inline, &[value]);
-                    let record = Record::Put {
-                        key,
-                        record: keyed.record(),
-                    };
-                    journal::encode(&mut part, record, REPLICATION_SEED);
-                }
-                None => {
-                    let record = Record::Put {
-                        key,
-                        record: stored,
-                    };
-                    journal::encode(&mut part, record, REPLICATION_SEED);
-                }
-            }
-            if part.len() >= PART_BYTES {
-                send(SnapshotPart::Records(&part))?;
-                part.clear();
+            if let Some(record) = self.resolved_put(key, stored) {
+                parts.push(Record::Put {
+                    key,
+                    record: &record,
+                })?;
             }
         }
         for entry in self.rows.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
-            let record = Record::RowPut {
+            parts.push(Record::RowPut {
                 key,
                 record: stored,
-            };
-            journal::encode(&mut part, record, REPLICATION_SEED);
-            if part.len() >= PART_BYTES {
-                send(SnapshotPart::Records(&part))?;
-                part.clear();
-            }
+            })?;
         }
-        if !part.is_empty() {
-            send(SnapshotPart::Records(&part))?;
-        }
+        parts.flush()?;
         drop(txn);
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
+    }
+}
+
+/// Records gathered into parts of about [`PART_BYTES`], each sent whole.
+struct Parts<'s> {
+    part: Vec<u8>,
+    send: &'s mut dyn FnMut(SnapshotPart<'_>) -> io::Result<()>,
+}
+
+impl Parts<'_> {
+    fn push(&mut self, record: Record<'_>) -> io::Result<()> {
+        journal::encode(&mut self.part, record, REPLICATION_SEED);
+        if self.part.len() >= PART_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.part.is_empty() {
+            (self.send)(SnapshotPart::Records(&self.part))?;
+            self.part.clear();
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,66 @@
+//! What the disk engine's integration tests share: a small engine in a
+//! directory, and an item as a read finds it.
+
+use std::path::Path;
+
+use kura_store::{
+    AckFence, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, StoreOutcome,
+    SyncPolicy,
+};
+
+/// A disk engine in `dir` with a 64 MiB map and no space reserve.
+#[allow(dead_code)]
+pub fn open_with(dir: &Path, sync: SyncPolicy) -> DiskStore {
+    DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync,
+        reserve_bytes: 0,
+        ..DiskConfig::new(dir)
+    })
+    .expect("opens")
+}
+
+/// [`open_with`] the default sync policy.
+#[allow(dead_code)]
+pub fn open(dir: &Path) -> DiskStore {
+    open_with(dir, SyncPolicy::Batch)
+}
+
+/// The value, flags and CAS a plain get finds under `key`.
+#[allow(dead_code)]
+pub fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+    let mut found = None;
+    store.get(
+        key,
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |item| found = Some((item.value.to_vec(), item.flags, item.cas)),
+    );
+    found
+}
+
+/// Stores `value` under `key` (no expiry) and waits until it is applied,
+/// so every change is a group (an entry of the log) of its own.
+#[allow(dead_code)]
+pub fn store_alone(
+    store: &DiskStore,
+    mode: StoreMode,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> StoreOutcome {
+    let outcome = store.store(
+        &StoreCommand {
+            mode,
+            key,
+            value,
+            flags,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        },
+        &AckFence::default(),
+    );
+    store.wait_until_all_applied();
+    outcome
+}
