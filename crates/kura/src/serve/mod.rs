@@ -204,7 +204,7 @@ pub struct ServeArgs {
     /// Disk engine: the origin id written into this server's update-log
     /// entries (1 to 4294967295) [default: the one kept in the data
     /// directory, chosen at random the first time].
-    #[arg(long = "server-id")]
+    #[arg(long = "server-id", alias = "sid")]
     server_id: Option<u32>,
     /// Disk engine: how much update log to keep once applied, for `kura log`,
     /// incremental backups and point-in-time restores: a duration (24h, 90m),
@@ -221,6 +221,14 @@ pub struct ServeArgs {
     /// `replicaof no one` (`kura admin promote`) to take writes.
     #[arg(long = "replica-of", value_name = "HOST:PORT")]
     replica_of: Option<String>,
+    /// ttserver's `-mhost`: the master's host (with --mport; the same as
+    /// --replica-of HOST:PORT). ttserver's `-rts` has no counterpart: a
+    /// replica's position is its own log's last entry.
+    #[arg(long = "mhost", requires = "mport", conflicts_with = "replica_of")]
+    mhost: Option<String>,
+    /// ttserver's `-mport`: the master's port (with --mhost).
+    #[arg(long = "mport", requires = "mhost")]
+    mport: Option<u16>,
     /// Print the resolved configuration as JSON and exit.
     #[arg(long = "print-config")]
     print_config: bool,
@@ -464,7 +472,12 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     server.udp_port = udp_port;
     server.tyrant_port = tyrant_port;
     server.tyrant_db = args.tyrant_db.clone();
-    if let Some(master) = &args.replica_of {
+    let replica_of = match (&args.mhost, args.mport) {
+        (Some(host), Some(port)) if host.contains(':') => Some(format!("[{host}]:{port}")),
+        (Some(host), Some(port)) => Some(format!("{host}:{port}")),
+        _ => args.replica_of.clone(),
+    };
+    if let Some(master) = &replica_of {
         if args.engine != EngineArg::Disk {
             return Err(usage("--replica-of needs the disk engine (--engine disk)"));
         }
@@ -474,7 +487,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             ));
         }
     }
-    server.replica_of = args.replica_of.clone();
+    server.replica_of = replica_of;
     server.hs_read_port = hs_read_port;
     server.hs_write_port = hs_write_port;
     server.hs_read_secret = args.hs_secret.clone();
