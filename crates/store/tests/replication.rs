@@ -191,3 +191,61 @@ fn a_snapshot_replaces_everything_and_one_cut_short_leaves_no_position() {
     assert_eq!(get(&replica, b"after"), get(&master, b"after"));
     assert_eq!(replica.position(), master.position());
 }
+
+#[test]
+fn flushes_rows_and_index_definitions_reach_the_replica() {
+    use kura_store::{IndexCommand, IndexKind, Record, RowMode, Tables};
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(master_dir.path());
+    let replica = open(replica_dir.path());
+    set(&master, b"gone", b"1", 0);
+    master.flush_all(0, &AckFence::default());
+    master.wait_until_all_applied();
+    set(&master, b"after", b"2", 0);
+    let tables: &dyn Tables = &master;
+    tables
+        .set_index(
+            b"users",
+            b"age",
+            IndexCommand::Build {
+                kind: IndexKind::Decimal,
+                keep: false,
+            },
+        )
+        .unwrap();
+    for (key, age) in [("u1", "31"), ("u2", "45")] {
+        let mut row = Record::new(key.as_bytes());
+        row.put(b"age", age.as_bytes());
+        let outcome = tables.put_row(b"users", &row, RowMode::Put, &AckFence::default());
+        assert_eq!(outcome, kura_store::RowOutcome::Done);
+        master.wait_until_all_applied();
+    }
+    let mut feed = master.feed(LogPosition::default()).unwrap();
+    drain(&mut *feed, &replica);
+    // The feeder sends the definitions when they change (they are not log
+    // entries); the replica makes its own match them.
+    replica
+        .adopt_indexes(&Replication::indexes(&master))
+        .unwrap();
+    assert_eq!(get(&replica, b"gone"), None, "flushed");
+    assert_eq!(get(&replica, b"after"), get(&master, b"after"));
+    let on_replica: &dyn Tables = &replica;
+    assert_eq!(on_replica.indexes(b"users"), tables.indexes(b"users"));
+    assert_eq!(
+        on_replica.get_row(b"users", b"u2"),
+        tables.get_row(b"users", b"u2")
+    );
+    assert_eq!(
+        on_replica.check_indexes(b"users"),
+        Ok(Vec::new()),
+        "the index holds both rows"
+    );
+    // A dropped index goes on the replica too.
+    tables
+        .set_index(b"users", b"age", IndexCommand::Void)
+        .unwrap();
+    replica
+        .adopt_indexes(&Replication::indexes(&master))
+        .unwrap();
+    assert!(on_replica.indexes(b"users").is_empty());
+}

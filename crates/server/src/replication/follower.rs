@@ -24,6 +24,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const READ_TICK: Duration = Duration::from_millis(100);
 /// A master silent this long (it sends a heartbeat every 200 ms) is gone.
 const SILENCE_LIMIT: Duration = Duration::from_secs(10);
+/// Why a link ends for good: the master answered with this server's id.
+const FOLLOWS_ITSELF: &str = "the master is this server itself";
 /// The wait before connecting again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -43,6 +45,11 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
     while !stopped() {
         link.set_state(LinkState::Connecting);
         if let Err(error) = follow_once(shared, link, &stopped) {
+            if error == FOLLOWS_ITSELF {
+                tracing::error!(master = %link.master, "{error}: not following it");
+                *link.last_error.lock() = error;
+                break;
+            }
             if !stopped() {
                 tracing::warn!(master = %link.master, %error, "replication link lost");
                 *link.last_error.lock() = error;
@@ -143,12 +150,17 @@ fn follow_once(
     // A group holds every write of one append: allow more than one item.
     let max_frame = shared.config.max_item_size.saturating_mul(64).max(1 << 30);
     let mut payload = Vec::new();
-    match wire::parse_answer(&answer) {
-        MasterAnswer::Stream { master } => {
-            link.master_id.store(master, Ordering::Relaxed);
+    let answer = wire::parse_answer(&answer);
+    if let MasterAnswer::Stream { master } | MasterAnswer::Snapshot { master, .. } = answer {
+        link.master_id.store(master, Ordering::Relaxed);
+        if master == replication.server_id() {
+            // Its own feed would answer; a snapshot of itself would clear it.
+            return Err(FOLLOWS_ITSELF.to_string());
         }
-        MasterAnswer::Snapshot { master, reason } => {
-            link.master_id.store(master, Ordering::Relaxed);
+    }
+    match answer {
+        MasterAnswer::Stream { .. } => {}
+        MasterAnswer::Snapshot { reason, .. } => {
             tracing::info!(master = %link.master, %reason, "taking a snapshot of the master");
             link.set_state(LinkState::Snapshot);
             let at = load_snapshot(replication, &mut reader, &mut payload, max_frame, stopped)?;
