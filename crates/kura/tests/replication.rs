@@ -15,6 +15,12 @@
 //! `rts` and `delay` from `stat`, then promotes it with `setmst` to no
 //! master.
 //!
+//! `bad_replication_requests_get_memcached_answers` and
+//! `a_replica_drops_a_master_that_sends_garbage_and_connects_again`: bad
+//! lines get memcached's errors, a link that sends anything but acks is let
+//! go, a master that sends a frame of unknown kind, damaged records or an
+//! absurd length is dropped and connected to again, nothing applied.
+//!
 //! Environment: `KURA_BIN` (default: the binary cargo built with this test).
 
 use std::collections::BTreeMap;
@@ -461,4 +467,120 @@ fn tokyo_tyrant_setmst_and_stat_show_the_master() {
         Client::connect(replica_port).call(b"set k 0 0 2\r\nv3\r\n"),
         "STORED"
     );
+}
+
+#[test]
+fn bad_replication_requests_get_memcached_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _server = serve(&dir.path().join("disk"), port, &[]);
+    let mut client = Client::connect(port);
+    for bad in [
+        &b"replicate\r\n"[..],
+        b"replicate x none\r\n",
+        b"replicate 7 12\r\n",
+        b"replicaof somewhere\r\n",
+        b"replicaof somewhere 0\r\n",
+    ] {
+        let reply = client.call(bad);
+        assert!(reply.starts_with("CLIENT_ERROR"), "{bad:?}: {reply}");
+    }
+    // Still serving on the same connection.
+    assert_eq!(client.call(b"set k 0 0 1\r\nv\r\n"), "STORED");
+    // A replica that sends anything but acknowledgements is let go.
+    let mut link = Client::connect(port);
+    assert_eq!(
+        link.call(b"replicate 99 none\r\n").split(' ').next(),
+        Some("SNAPSHOT")
+    );
+    link.writer.write_all(b"not an ack").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Client::connect(port).stats("replication")["repl_replicas"] != "0" {
+        assert!(Instant::now() < deadline, "the link stayed attached");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The memory engine has no log to replicate.
+    let memory_port = free_port();
+    let mut child = std::process::Command::new(support::kura_bin())
+        .args(["serve", "-l", "127.0.0.1", "-p", &memory_port.to_string()])
+        .args(["--engine", "memory"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    support::wait_until_ready(&mut child, addr(memory_port));
+    let _memory = Running(child);
+    let mut client = Client::connect(memory_port);
+    let reply = client.call(b"replicate 1 none\r\n");
+    assert!(
+        reply.starts_with("SERVER_ERROR replication needs the disk engine"),
+        "{reply}"
+    );
+    let reply = client.call(b"replicaof 127.0.0.1 1\r\n");
+    assert!(
+        reply.starts_with("SERVER_ERROR replication needs the disk engine"),
+        "{reply}"
+    );
+}
+
+/// A fake master: answers `STREAM`, then sends what `send` gives; returns
+/// how many times the replica connected.
+fn fake_master(send: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
+            let mut hello = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            if reader.read_line(&mut hello).is_err() || !hello.starts_with("replicate ") {
+                continue;
+            }
+            let _ = stream.write_all(b"STREAM 4242\r\n");
+            let _ = stream.write_all(send);
+        }
+    });
+    (port, connections)
+}
+
+#[test]
+fn a_replica_drops_a_master_that_sends_garbage_and_connects_again() {
+    for garbage in [
+        // An unknown frame kind.
+        &b"Z\x00\x00\x00\x01x"[..],
+        // A group whose records do not check.
+        b"G\x00\x00\x00\x0c\x00\x00\x00\x01garbage!",
+        // A frame longer than anything a master sends.
+        b"G\xff\xff\xff\xff",
+    ] {
+        let (master, connections) = fake_master(garbage);
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let _replica = serve(
+            &dir.path().join("replica"),
+            port,
+            &["--replica-of".to_string(), format!("127.0.0.1:{master}")],
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while connections.load(Ordering::SeqCst) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the replica never connected again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut client = Client::connect(port);
+        assert_eq!(
+            client.stats("replication")["repl_lsn"],
+            "0",
+            "nothing applied"
+        );
+        assert_eq!(
+            client.call(b"version\r\n").split(' ').next(),
+            Some("VERSION")
+        );
+    }
 }
