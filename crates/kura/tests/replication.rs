@@ -584,3 +584,95 @@ fn a_replica_drops_a_master_that_sends_garbage_and_connects_again() {
         );
     }
 }
+
+/// A Tokyo Tyrant slave's link: `repl` from `micros` as server `slave`;
+/// returns the master's id.
+fn tyrant_repl(port: u16, micros: u64, slave: u32) -> (TcpStream, Option<u32>) {
+    let mut stream = TcpStream::connect(addr(port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = vec![0xC8, 0xA0];
+    request.extend_from_slice(&micros.to_be_bytes());
+    request.extend_from_slice(&slave.to_be_bytes());
+    stream.write_all(&request).unwrap();
+    let mut id = [0; 4];
+    let master = stream
+        .read_exact(&mut id)
+        .ok()
+        .map(|()| u32::from_be_bytes(id));
+    (stream, master)
+}
+
+/// The next update-log message's time, origin and body (no-operations
+/// skipped), as `tcreplread` reads them.
+fn tyrant_message(stream: &mut TcpStream) -> (u64, u32, Vec<u8>) {
+    loop {
+        let mut kind = [0];
+        stream.read_exact(&mut kind).unwrap();
+        if kind[0] == kura_proto::tyrant_repl::NOP {
+            continue;
+        }
+        assert_eq!(kind[0], kura_proto::tyrant_repl::MESSAGE);
+        let mut head = [0; 16];
+        stream.read_exact(&mut head).unwrap();
+        let micros = u64::from_be_bytes(head[..8].try_into().unwrap());
+        let origin = u32::from_be_bytes(head[8..12].try_into().unwrap());
+        let mut body = vec![0; u32::from_be_bytes(head[12..].try_into().unwrap()) as usize];
+        stream.read_exact(&mut body).unwrap();
+        return (micros, origin, body);
+    }
+}
+
+#[test]
+fn a_tokyo_tyrant_slave_gets_the_update_log_as_ttserver_sends_it() {
+    use kura_proto::tyrant_repl::{parse, Change};
+    let dir = tempfile::tempdir().unwrap();
+    let (port, tyrant) = (free_port(), free_port());
+    let _master = serve(
+        &dir.path().join("master"),
+        port,
+        &["--tyrant-port".to_string(), tyrant.to_string()],
+    );
+    let mut client = Client::connect(port);
+    assert_eq!(client.call(b"set k1 0 0 2\r\nv1\r\n"), "STORED");
+    assert_eq!(client.call(b"set k2 0 0 2\r\nv2\r\n"), "STORED");
+    assert_eq!(client.call(b"delete k1\r\n"), "DELETED");
+    let sid: u32 = tyrant_stat(tyrant)["sid"].parse().unwrap();
+
+    // Its own id as the slave's: circular, closed without a word.
+    let (_, answer) = tyrant_repl(tyrant, 1, sid);
+    assert_eq!(answer, None);
+
+    let (mut link, master) = tyrant_repl(tyrant, 1, 99);
+    assert_eq!(master, Some(sid));
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (micros, origin, body) = tyrant_message(&mut link);
+        assert_eq!(origin, sid);
+        assert!(micros > 0);
+        seen.push(match parse(&body).expect("a body ttserver would redo") {
+            Change::Put { key, value } => format!("put {} {}", esc(key), esc(value)),
+            Change::Out { key } => format!("out {}", esc(key)),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(seen, ["put k1 v1", "put k2 v2", "out k1"]);
+    // Changes made while the link is up follow.
+    assert_eq!(client.call(b"set k3 0 0 2\r\nv3\r\n"), "STORED");
+    assert_eq!(client.call(b"flush_all\r\n"), "OK");
+    let (_, _, body) = tyrant_message(&mut link);
+    assert_eq!(
+        parse(&body),
+        Some(Change::Put {
+            key: b"k3",
+            value: b"v3"
+        })
+    );
+    let (_, _, body) = tyrant_message(&mut link);
+    assert_eq!(parse(&body), Some(Change::Vanish));
+}
+
+fn esc(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -17,6 +17,7 @@ pub mod reply;
 pub mod text;
 pub mod tyrant;
 pub mod tyrant_http;
+pub mod tyrant_repl;
 
 pub use reply::ErrorReply;
 

@@ -218,6 +218,19 @@ pub fn parse_ack(bytes: &[u8; ACK_LEN]) -> Option<u64> {
     (bytes[0] == ACK).then(|| u64::from_be_bytes(bytes[1..].try_into().expect("8 bytes")))
 }
 
+/// What a connection asked to become: a kura replica's link (`replicate`)
+/// or a Tokyo Tyrant slave's (`repl`, `tyrant_repl.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRequest {
+    Kura(ReplicaHello),
+    Tyrant {
+        /// The slave wants the messages from this time on (µs).
+        since_micros: u64,
+        /// The slave's server id: its own writes are not sent back.
+        slave: u32,
+    },
+}
+
 /// A replica's position in a `replicate` line: its newest entry's LSN and
 /// group time, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

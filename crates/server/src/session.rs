@@ -34,7 +34,7 @@ pub enum Stop {
     /// `watch`: the connection becomes a log watcher of these kinds.
     Watch(u32),
     /// `replicate`: the connection becomes a replica's link.
-    Replicate(kura_proto::replication::ReplicaHello),
+    Replicate(kura_proto::replication::LinkRequest),
 }
 
 /// What a connection speaks: its listener says (a session is made for it).
@@ -178,8 +178,8 @@ impl Session {
                 Step::Served(Action::Watch { kinds }) => {
                     return (used + consumed, Stop::Watch(kinds))
                 }
-                Step::Served(Action::Replicate(hello)) => {
-                    return (used + consumed, Stop::Replicate(hello))
+                Step::Served(Action::Replicate(request)) => {
+                    return (used + consumed, Stop::Replicate(request))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 // As memcached: the connection goes, with the replies composed

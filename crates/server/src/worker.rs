@@ -181,7 +181,7 @@ enum Next {
     /// It asked to become a log watcher of these kinds.
     Watch(u32),
     /// It asked to become a replica's link.
-    Replicate(kura_proto::replication::ReplicaHello),
+    Replicate(kura_proto::replication::LinkRequest),
 }
 
 /// Buffers shared by all connections of a worker.
@@ -432,7 +432,7 @@ impl Worker {
                 self.close(key, reason)
             }
             Next::Watch(kinds) => self.start_watching(key, kinds),
-            Next::Replicate(hello) => self.hand_to_replication(key, hello),
+            Next::Replicate(request) => self.hand_to_replication(key, request),
         }
     }
 
@@ -463,7 +463,7 @@ impl Worker {
 
     /// Gives a connection that sent `replicate` to a replication thread:
     /// it leaves this loop (and the connection count) for good.
-    fn hand_to_replication(&mut self, key: usize, hello: kura_proto::replication::ReplicaHello) {
+    fn hand_to_replication(&mut self, key: usize, request: kura_proto::replication::LinkRequest) {
         let Some(connection) = self.take_out(key) else {
             return;
         };
@@ -474,7 +474,7 @@ impl Worker {
             Stream::Tls(_) => return,
         };
         let peer = connection.info.peer.clone();
-        crate::replication::serve_replica(self.shared.clone(), stream, hello, peer);
+        crate::replication::serve_replica(self.shared.clone(), stream, request, peer);
     }
 
     /// Sends the log lines queued for this worker's watchers.
@@ -698,7 +698,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 return Next::Close;
             }
             Stop::Watch(kinds) => return Next::Watch(kinds),
-            Stop::Replicate(hello) => return Next::Replicate(hello),
+            Stop::Replicate(request) => return Next::Replicate(request),
             Stop::Budget if budget == 0 => return Next::Yield,
             Stop::NeedInput if drained => {
                 return if connection.output.is_empty() {

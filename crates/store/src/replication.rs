@@ -28,6 +28,16 @@ pub struct FedGroup {
     pub last_lsn: u64,
     /// When the master appended it (µs since the Unix epoch).
     pub micros: u64,
+    /// The server that took its writes.
+    pub origin: u32,
+}
+
+impl FedGroup {
+    /// The group's changes, read back (for a stream in another format:
+    /// Tokyo Tyrant's).
+    pub fn changes(&self) -> std::io::Result<Vec<crate::disk::history::Change>> {
+        crate::disk::history::group_changes(self.seed, &self.bytes)
+    }
 }
 
 /// Why a master cannot feed a replica from its position: it must take a
@@ -83,6 +93,10 @@ pub trait Replication: Send + Sync {
     fn position(&self) -> Option<LogPosition>;
     /// The log after `after`, for a replica.
     fn feed(&self, after: LogPosition) -> Result<Box<dyn LogFeed>, FeedRefused>;
+    /// The log from the first group appended at or after `micros` (µs since
+    /// the Unix epoch), or from the oldest it holds: a Tokyo Tyrant slave
+    /// asks by time.
+    fn feed_since(&self, micros: u64) -> Result<Box<dyn LogFeed>, FeedRefused>;
     /// Sends the whole state, consistent as of the returned position (a
     /// state between two groups whose later entries the feed from that
     /// position repeats: every entry is a key's whole state), and returns

@@ -36,7 +36,7 @@ pub enum Action {
     },
     /// `replicate`: the connection becomes a replica's link and is served
     /// by a thread of its own from now on.
-    Replicate(kura_proto::replication::ReplicaHello),
+    Replicate(kura_proto::replication::LinkRequest),
 }
 
 /// What executing a request may touch.

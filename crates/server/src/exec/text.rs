@@ -435,7 +435,7 @@ fn start_replicate(
         out.extend_from_slice(b"ERROR cannot pipeline other commands before replicate\r\n");
         return Action::Continue;
     }
-    Action::Replicate(hello)
+    Action::Replicate(kura_proto::replication::LinkRequest::Kura(hello))
 }
 
 /// `replicaof <host> <port>` / `replicaof no one`.

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kura_proto::replication::{self as wire, Frame, ReplicaHello};
+use kura_proto::replication::{self as wire, Frame, LinkRequest, ReplicaHello};
 use kura_store::replication::{LogFeed, LogPosition, Replication, SnapshotPart};
 
 use super::{LinkState, LinkStream, ReplicaLink};
@@ -21,12 +21,13 @@ const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 /// The longest a write to a replica may wait for it to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves a replica on `stream` (its `replicate` line was `hello`) until
-/// it goes or the server stops; runs on a thread of its own.
+/// Serves a replica on `stream` (a kura replica's `replicate` line, or a
+/// Tokyo Tyrant slave's `repl`, asked for it) until it goes or the server
+/// stops; runs on a thread of its own.
 pub(crate) fn serve_replica(
     shared: Arc<Shared>,
     mut stream: LinkStream,
-    hello: ReplicaHello,
+    request: LinkRequest,
     peer: String,
 ) {
     let spawned = std::thread::Builder::new()
@@ -36,16 +37,34 @@ pub(crate) fn serve_replica(
                 let _ = stream.write_all(b"SERVER_ERROR replication needs the disk engine\r\n");
                 return;
             };
-            let link = shared.replication.attach(hello.replica, peer.clone());
-            tracing::info!(replica = hello.replica, %peer, "replica attached");
-            let result = feed(&shared, replication, &mut stream, hello, &link);
+            let replica = match request {
+                LinkRequest::Kura(hello) => hello.replica,
+                LinkRequest::Tyrant { slave, .. } => slave,
+            };
+            let link = shared.replication.attach(replica, peer.clone());
+            tracing::info!(replica, %peer, "replica attached");
+            let result = stream
+                .make_blocking(WRITE_TIMEOUT)
+                .and_then(|()| match request {
+                    LinkRequest::Kura(hello) => {
+                        feed(&shared, replication, &mut stream, hello, &link)
+                    }
+                    LinkRequest::Tyrant {
+                        since_micros,
+                        slave,
+                    } => super::tyrant_feed::feed(
+                        &shared,
+                        replication,
+                        &mut stream,
+                        (since_micros, slave),
+                        &link,
+                    ),
+                });
             stream.shutdown();
             shared.replication.detach(&link);
             match result {
-                Ok(()) => tracing::info!(replica = hello.replica, %peer, "replica detached"),
-                Err(error) => {
-                    tracing::info!(replica = hello.replica, %peer, %error, "replica detached")
-                }
+                Ok(()) => tracing::info!(replica, %peer, "replica detached"),
+                Err(error) => tracing::info!(replica, %peer, %error, "replica detached"),
             }
         });
     if let Err(error) = spawned {
@@ -60,7 +79,6 @@ fn feed(
     hello: ReplicaHello,
     link: &Arc<ReplicaLink>,
 ) -> io::Result<()> {
-    stream.make_blocking(WRITE_TIMEOUT)?;
     let master = replication.server_id();
     let opened = hello
         .after

@@ -7,6 +7,7 @@
 mod feeder;
 mod follower;
 mod link_stream;
+mod tyrant_feed;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};

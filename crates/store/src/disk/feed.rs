@@ -209,6 +209,28 @@ impl Feed {
         )))
     }
 
+    /// A feed from the first group appended at or after `micros`, or from
+    /// the oldest group the log holds.
+    pub(super) fn open_since(inner: &Arc<Inner>, micros: u64) -> Result<Feed, FeedRefused> {
+        let hold = inner.replica_holds.add(0);
+        let opened = Self::open_since_held(inner, micros, hold);
+        if opened.is_err() {
+            inner.replica_holds.remove(hold);
+        }
+        opened
+    }
+
+    fn open_since_held(inner: &Arc<Inner>, micros: u64, hold: u64) -> Result<Feed, FeedRefused> {
+        let (current, current_len, _) = inner.journal.current_end();
+        for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
+            let groups = groups_of(&path, number).map_err(io_refused)?;
+            if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
+                return Self::at(inner, number, group.offset, hold).map_err(io_refused);
+            }
+        }
+        Self::at(inner, current, current_len, hold).map_err(io_refused)
+    }
+
     /// The feed from `offset` in `segment`, keeping the log from there on
     /// with `hold`.
     fn at(inner: &Arc<Inner>, segment: u64, offset: u64, hold: u64) -> io::Result<Feed> {
@@ -390,6 +412,7 @@ impl Feed {
         let last_lsn = head.first_lsn + entries.saturating_sub(1);
         self.unacknowledged.push_back((last_lsn, segment));
         Ok(FedGroup {
+            origin: head.origin,
             seed,
             bytes: out,
             first_lsn: head.first_lsn,

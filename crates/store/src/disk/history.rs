@@ -190,6 +190,36 @@ pub fn read(
     Ok(summary)
 }
 
+/// The changes of a group as a feed sends it (`replication::FedGroup`):
+/// journal records checksummed with `seed`, every value in place.
+pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
+    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");
+    let mut changes = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (record, len) = journal::decode(rest, seed).ok_or_else(damaged)?;
+        rest = &rest[len..];
+        changes.push(match record {
+            Record::Put { key, record } => {
+                let (header, value) = Header::decode(record).ok_or_else(damaged)?;
+                Change::Set {
+                    key: key.to_vec(),
+                    flags: header.flags,
+                    expiry_unix: header.expiry_unix,
+                    cas: header.cas,
+                    value: Some(value.to_vec()),
+                }
+            }
+            Record::Remove { key } => Change::Remove { key: key.to_vec() },
+            Record::Flush(through_cas) => Change::Flush { through_cas },
+            Record::RowPut { key, record } => row_change(key, Some(record))?,
+            Record::RowRemove { key } => row_change(key, None)?,
+            Record::Group(_) | Record::Move { .. } => continue,
+        });
+    }
+    Ok(changes)
+}
+
 /// The change a row record makes (`stored`: its columns; `None`: removed).
 fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged row record");

@@ -633,6 +633,13 @@ impl crate::replication::Replication for DiskStore {
         feed::Feed::open(&self.inner, after).map(|feed| Box::new(feed) as _)
     }
 
+    fn feed_since(
+        &self,
+        micros: u64,
+    ) -> Result<Box<dyn crate::replication::LogFeed>, crate::replication::FeedRefused> {
+        feed::Feed::open_since(&self.inner, micros).map(|feed| Box::new(feed) as _)
+    }
+
     fn snapshot(
         &self,
         send: &mut dyn FnMut(crate::replication::SnapshotPart<'_>) -> std::io::Result<()>,

@@ -14,7 +14,7 @@
 
 pub mod http;
 mod items;
-mod ordered;
+pub(crate) mod ordered;
 pub mod table;
 
 use std::ops::Bound;
@@ -64,6 +64,9 @@ trait KeyValues {
 }
 
 pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    if let Request::Repl { micros, server_id } = request {
+        return repl(*micros, *server_id, ctx, out);
+    }
     match &ctx.shared.config.tyrant_db {
         TyrantDatabase::Hash => serve(&items::Items { ctx }, request, ctx, out),
         TyrantDatabase::Btree(name) => match ctx.shared.store.tables() {
@@ -184,10 +187,25 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             // 1 and no elements, as ttserver answers.
             None => reply::list(out, false, std::iter::empty()),
         },
+        // `repl` never comes here (see `execute`).
         Request::Ext { .. } | Request::Restore { .. } | Request::Repl { .. } => {
             reply::status(out, false)
         }
     }
+}
+
+/// `repl`: a Tokyo Tyrant slave asks for the update log from `micros` on;
+/// the connection is its link from now on (`replication/tyrant_feed.rs`).
+/// Without an update log (the memory engine) it is status 1.
+fn repl(micros: u64, slave: u32, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    if ctx.shared.store.replication().is_none() || !out.is_empty() {
+        reply::status(out, false);
+        return Action::Continue;
+    }
+    Action::Replicate(kura_proto::replication::LinkRequest::Tyrant {
+        since_micros: micros,
+        slave,
+    })
 }
 
 /// `setmst`: follow the master whose tyrant port is `host:port` (it
