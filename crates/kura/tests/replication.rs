@@ -676,3 +676,163 @@ fn a_tokyo_tyrant_slave_gets_the_update_log_as_ttserver_sends_it() {
 fn esc(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+#[test]
+fn kura_follows_a_tokyo_tyrant_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, master_tyrant) = (free_port(), free_port());
+    let (replica_port, replica_tyrant) = (free_port(), free_port());
+    let _master = serve(
+        &dir.path().join("master"),
+        master_port,
+        &["--tyrant-port".to_string(), master_tyrant.to_string()],
+    );
+    let mut client = Client::connect(master_port);
+    assert_eq!(client.call(b"set k1 0 0 2\r\nv1\r\n"), "STORED");
+    assert_eq!(client.call(b"set k2 0 0 2\r\nv2\r\n"), "STORED");
+    assert_eq!(client.call(b"delete k1\r\n"), "DELETED");
+    // Tokyo Tyrant's protocol, as a ttserver slave follows a master.
+    let _replica = serve(
+        &dir.path().join("replica"),
+        replica_port,
+        &[
+            "--tyrant-port".to_string(),
+            replica_tyrant.to_string(),
+            "--replica-of".to_string(),
+            format!("tyrant:127.0.0.1:{master_tyrant}"),
+        ],
+    );
+    assert_eq!(client.call(b"set k3 0 0 2\r\nv3\r\n"), "STORED");
+    let mut replica = Client::connect(replica_port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replica.gets("k3").is_none() {
+        assert!(Instant::now() < deadline, "the replica never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        replica.gets("k2").map(|(_, value, _)| value),
+        Some(b"v2".to_vec())
+    );
+    assert_eq!(replica.gets("k1"), None);
+    let stat = tyrant_stat(replica_tyrant);
+    assert_eq!(stat["mport"], master_tyrant.to_string(), "{stat:?}");
+    // A Tokyo Tyrant slave takes writes, as ttserver's do.
+    assert_eq!(replica.call(b"set local 0 0 1\r\nx\r\n"), "STORED");
+}
+
+/// A Tokyo Tyrant master that sends `count` messages `addint counter 1`
+/// (times 1000, 1001, …), one every `every`, from the time each `repl`
+/// asks for, then no-operations.
+fn fake_tyrant_master(count: u64, every: Duration) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut request = [0; 14];
+                if stream.read_exact(&mut request).is_err() || request[..2] != [0xC8, 0xA0] {
+                    return;
+                }
+                let since = u64::from_be_bytes(request[2..10].try_into().unwrap());
+                let _ = stream.write_all(&7u32.to_be_bytes());
+                for micros in (1000..1000 + count).filter(|&micros| micros >= since) {
+                    let mut body = vec![0xC8, 0x60];
+                    body.extend_from_slice(&7u32.to_be_bytes());
+                    body.extend_from_slice(&1u32.to_be_bytes());
+                    body.extend_from_slice(b"counter");
+                    body.push(0);
+                    let mut message = Vec::new();
+                    kura_proto::tyrant_repl::message(micros, 7, &body, &mut message);
+                    if stream.write_all(&message).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(every);
+                }
+                while stream.write_all(&[kura_proto::tyrant_repl::NOP]).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_tokyo_tyrant_followers_position_is_kept_with_what_it_applied() {
+    // ttserver's slave keeps its position in a file written after it
+    // applies, so a crash may count an addint twice. Here it may not.
+    const MESSAGES: u64 = 300;
+    let master = fake_tyrant_master(MESSAGES, Duration::from_millis(2));
+    let dir = tempfile::tempdir().unwrap();
+    let (port, tyrant) = (free_port(), free_port());
+    let flags = [
+        "--tyrant-port".to_string(),
+        tyrant.to_string(),
+        "--replica-of".to_string(),
+        format!("tyrant:127.0.0.1:{master}"),
+    ];
+    let counter = |port: u16| {
+        Client::connect(port)
+            .gets("counter")
+            .map_or(0, |(_, value, _)| {
+                u32::from_le_bytes(value.try_into().unwrap())
+            })
+    };
+    let mut replica = serve(&dir.path().join("replica"), port, &flags);
+    let mut killed_at = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(150));
+        killed_at.push(counter(port));
+        replica.kill();
+        replica = serve(&dir.path().join("replica"), port, &flags);
+    }
+    eprintln!("replica killed at counter values {killed_at:?}");
+    assert!(
+        killed_at.iter().any(|&at| at > 0 && at < MESSAGES as u32),
+        "a kill came mid-stream: {killed_at:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counter(port) < MESSAGES as u32 {
+        assert!(Instant::now() < deadline, "stuck at {}", counter(port));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(counter(port), MESSAGES as u32, "every addint once");
+    drop(replica);
+}
+
+#[test]
+fn ttservers_flags_find_out_that_the_master_is_a_ttserver() {
+    // A ttserver answers kura's `replicate` line with nothing (it closes):
+    // the replica then speaks Tokyo Tyrant's protocol.
+    let master = fake_tyrant_master(10, Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _replica = serve(
+        &dir.path().join("replica"),
+        port,
+        &[
+            "--mhost".to_string(),
+            "127.0.0.1".to_string(),
+            "--mport".to_string(),
+            master.to_string(),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = Client::connect(port).gets("counter");
+        if let Some((_, value, _)) = found {
+            if u32::from_le_bytes(value.try_into().unwrap()) == 10 {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never followed the ttserver"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = Client::connect(port).stats("replication");
+    assert_eq!(stats["repl_master_state"], "streaming", "{stats:?}");
+}

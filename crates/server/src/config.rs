@@ -133,6 +133,8 @@ pub struct ServerConfig {
     /// Follow this master (`host:port`, its memcached port) from the start
     /// (`--replica-of`); the server is then a read-only replica.
     pub replica_of: Option<String>,
+    /// How `replica_of` is followed.
+    pub replica_protocol: MasterProtocol,
     /// HandlerSocket's read-only port (`--hs-read-port`, 9998 by
     /// convention); None is off, Some(0) any free port.
     pub hs_read_port: Option<u16>,
@@ -189,6 +191,19 @@ pub struct ServerConfig {
     /// Where a graceful shutdown keeps the memory engine's items for the
     /// next start (`-e`); shown by `stats settings`.
     pub memory_file: Option<PathBuf>,
+}
+
+/// The replication protocol a master is followed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum MasterProtocol {
+    /// kura's own (`replicate`): the replica's log is the master's.
+    Kura,
+    /// Tokyo Tyrant's (`repl`): a ttserver master's update-log messages,
+    /// redone here as requests.
+    TokyoTyrant,
+    /// kura's if the master speaks it, else Tokyo Tyrant's (`setmst`,
+    /// `--mhost`: the master may be a ttserver).
+    Either,
 }
 
 /// memcached's `-o ssl_*` settings.
@@ -272,6 +287,7 @@ impl Default for ServerConfig {
             tyrant_port: None,
             tyrant_db: TyrantDatabase::Hash,
             replica_of: None,
+            replica_protocol: MasterProtocol::Kura,
             hs_read_port: None,
             hs_write_port: None,
             hs_read_secret: None,

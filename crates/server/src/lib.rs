@@ -36,7 +36,9 @@ use std::time::Duration;
 use kura_store::Store;
 use parking_lot::Mutex;
 
-pub use config::{ListenAddr, ProtocolChoice, ServerConfig, TlsSettings, TyrantDatabase};
+pub use config::{
+    ListenAddr, MasterProtocol, ProtocolChoice, ServerConfig, TlsSettings, TyrantDatabase,
+};
 
 /// State every thread of the server shares.
 pub struct Shared {
@@ -318,7 +320,10 @@ pub fn start(
     if let Some(master) = &shared.config.replica_of {
         shared
             .replication
-            .follow(&shared, Some(master.clone()))
+            .follow(
+                &shared,
+                Some((master.clone(), shared.config.replica_protocol)),
+            )
             .map_err(io::Error::other)?;
     }
 

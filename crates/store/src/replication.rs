@@ -115,6 +115,10 @@ pub trait Replication: Send + Sync {
     /// Makes this server's indexes `wanted` (the master's): builds the
     /// missing ones and drops the others.
     fn adopt_indexes(&self, wanted: &[(Vec<u8>, Vec<u8>, IndexKind)]) -> Result<(), String>;
+    /// Runs `writes` (calls of the engine's `Store` and `Tables`) and
+    /// appends all they wrote as one group of the log; false if the append
+    /// failed. `writes` must not read a whole table or wait for LMDB.
+    fn one_append(&self, writes: &mut dyn FnMut()) -> bool;
     /// Refuses (or allows again) client writes: a replica's data changes
     /// only by its master's log.
     fn set_read_only(&self, read_only: bool);

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 
-use kura_server::{ListenAddr, ProtocolChoice, ServerConfig};
+use kura_server::{ListenAddr, MasterProtocol, ProtocolChoice, ServerConfig};
 use kura_store::memory::DEFAULT_HASH_POWER;
 use kura_store::warm::{self, Loaded};
 use kura_store::{
@@ -219,6 +219,8 @@ pub struct ServeArgs {
     /// Follow this master (HOST:PORT, its memcached port) as a read-only
     /// replica (disk engine). At run time: `replicaof HOST PORT`, and
     /// `replicaof no one` (`kura admin promote`) to take writes.
+    /// `tyrant:HOST:PORT` follows a Tokyo Tyrant master (a ttserver's port)
+    /// by its own protocol, as its slaves do.
     #[arg(long = "replica-of", value_name = "HOST:PORT")]
     replica_of: Option<String>,
     /// ttserver's `-mhost`: the master's host (with --mport; the same as
@@ -472,10 +474,18 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     server.udp_port = udp_port;
     server.tyrant_port = tyrant_port;
     server.tyrant_db = args.tyrant_db.clone();
-    let replica_of = match (&args.mhost, args.mport) {
-        (Some(host), Some(port)) if host.contains(':') => Some(format!("[{host}]:{port}")),
-        (Some(host), Some(port)) => Some(format!("{host}:{port}")),
-        _ => args.replica_of.clone(),
+    // ttserver's flags: the master may be a ttserver or a kura; an
+    // address `tyrant:HOST:PORT` is followed by Tokyo Tyrant's protocol.
+    let (replica_of, protocol) = match (&args.mhost, args.mport, &args.replica_of) {
+        (Some(host), Some(port), _) if host.contains(':') => {
+            (Some(format!("[{host}]:{port}")), MasterProtocol::Either)
+        }
+        (Some(host), Some(port), _) => (Some(format!("{host}:{port}")), MasterProtocol::Either),
+        (_, _, Some(master)) => match master.strip_prefix("tyrant:") {
+            Some(master) => (Some(master.to_string()), MasterProtocol::TokyoTyrant),
+            None => (Some(master.clone()), MasterProtocol::Kura),
+        },
+        _ => (None, MasterProtocol::Kura),
     };
     if let Some(master) = &replica_of {
         if args.engine != EngineArg::Disk {
@@ -488,6 +498,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         }
     }
     server.replica_of = replica_of;
+    server.replica_protocol = protocol;
     server.hs_read_port = hs_read_port;
     server.hs_write_port = hs_write_port;
     server.hs_read_secret = args.hs_secret.clone();

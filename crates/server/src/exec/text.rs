@@ -451,6 +451,7 @@ fn replica_of(master: Option<(&[u8], u16)>, ctx: &Context<'_>, out: &mut Vec<u8>
             false => format!("{host}:{port}"),
         }
     });
+    let master = master.map(|master| (master, crate::MasterProtocol::Kura));
     match ctx.shared.replication.follow(&shared, master) {
         Ok(()) => out.extend_from_slice(b"OK\r\n"),
         Err(reason) => {

@@ -16,16 +16,18 @@ use kura_store::replication::{LogPosition, Replication, SnapshotPart};
 use kura_store::IndexKind;
 
 use super::{LinkState, MasterLink};
-use crate::Shared;
+use crate::{MasterProtocol, Shared};
 
 /// How long a connection to the master may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a blocked read looks whether the link is to stop.
-const READ_TICK: Duration = Duration::from_millis(100);
+pub(super) const READ_TICK: Duration = Duration::from_millis(100);
 /// A master silent this long (it sends a heartbeat every 200 ms) is gone.
 const SILENCE_LIMIT: Duration = Duration::from_secs(10);
 /// Why a link ends for good: the master answered with this server's id.
-const FOLLOWS_ITSELF: &str = "the master is this server itself";
+pub(super) const FOLLOWS_ITSELF: &str = "the master is this server itself";
+/// Why a link to a master of unknown protocol ends: it is a ttserver.
+const SPEAKS_TOKYO_TYRANT: &str = "the master speaks Tokyo Tyrant's replication";
 /// The wait before connecting again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -44,7 +46,18 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
     let stopped = || stop.load(Ordering::Acquire) || shared.stopping();
     while !stopped() {
         link.set_state(LinkState::Connecting);
-        if let Err(error) = follow_once(shared, link, &stopped) {
+        let followed = match link.protocol() {
+            MasterProtocol::TokyoTyrant => {
+                super::tyrant_follower::follow_once(shared, link, &stopped)
+            }
+            MasterProtocol::Kura | MasterProtocol::Either => follow_once(shared, link, &stopped),
+        };
+        if let Err(error) = followed {
+            if error == SPEAKS_TOKYO_TYRANT {
+                // A ttserver: its protocol from now on, at once.
+                tracing::info!(master = %link.master, "the master speaks Tokyo Tyrant's replication");
+                continue;
+            }
             if error == FOLLOWS_ITSELF {
                 tracing::error!(master = %link.master, "{error}: not following it");
                 *link.last_error.lock() = error;
@@ -65,7 +78,7 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
 
 /// Reads exactly `buf.len()` bytes, looking at `stopped` every tick and
 /// giving up after [`SILENCE_LIMIT`] without a byte.
-fn read_full(
+pub(super) fn read_full(
     reader: &mut impl Read,
     buf: &mut [u8],
     stopped: &dyn Fn() -> bool,
@@ -125,7 +138,7 @@ fn follow_once(
         .replication()
         .ok_or_else(|| "replication needs the disk engine".to_string())?;
     let address = link
-        .master
+        .address()
         .to_socket_addrs()
         .map_err(|error| format!("cannot resolve {}: {error}", link.master))?
         .next()
@@ -146,10 +159,24 @@ fn follow_once(
     writer
         .write_all(hello.line().as_bytes())
         .map_err(io_error)?;
-    let answer = read_answer(&mut reader, stopped)?;
+    let answer = match read_answer(&mut reader, stopped) {
+        Ok(answer) => answer,
+        // A ttserver answers a line it does not know with nothing: it
+        // closes, or keeps silent.
+        Err(_) if link.protocol() == MasterProtocol::Either && !stopped() => {
+            link.set_protocol(MasterProtocol::TokyoTyrant);
+            return Err(SPEAKS_TOKYO_TYRANT.to_string());
+        }
+        Err(error) => return Err(error),
+    };
     // A group holds every write of one append: allow more than one item.
     let max_frame = shared.config.max_item_size.saturating_mul(64).max(1 << 30);
     let mut payload = Vec::new();
+    if answer == "ERROR" && link.protocol() == MasterProtocol::Either {
+        // memcached's answer to a command it does not know.
+        link.set_protocol(MasterProtocol::TokyoTyrant);
+        return Err(SPEAKS_TOKYO_TYRANT.to_string());
+    }
     let answer = wire::parse_answer(&answer);
     if let MasterAnswer::Stream { master } | MasterAnswer::Snapshot { master, .. } = answer {
         link.master_id.store(master, Ordering::Relaxed);
@@ -157,6 +184,10 @@ fn follow_once(
             // Its own feed would answer; a snapshot of itself would clear it.
             return Err(FOLLOWS_ITSELF.to_string());
         }
+    }
+    if link.protocol() == MasterProtocol::Either {
+        link.set_protocol(MasterProtocol::Kura);
+        replication.set_read_only(true);
     }
     match answer {
         MasterAnswer::Stream { .. } => {}

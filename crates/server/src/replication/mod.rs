@@ -8,6 +8,7 @@ mod feeder;
 mod follower;
 mod link_stream;
 mod tyrant_feed;
+mod tyrant_follower;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -18,7 +19,7 @@ use parking_lot::Mutex;
 pub(crate) use feeder::serve_replica;
 pub(crate) use link_stream::LinkStream;
 
-use crate::Shared;
+use crate::{MasterProtocol, Shared};
 
 /// A link's state, as `stats` and `kura admin replicas` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +133,10 @@ impl ReplicaLink {
 
 /// This server's link to its master (the replica side).
 pub struct MasterLink {
+    /// `host:port`.
     pub master: String,
+    /// How it is followed; `Either` until the master has answered.
+    protocol: Mutex<MasterProtocol>,
     state: AtomicU8,
     master_id: AtomicU32,
     /// The newest entry applied here, and its time.
@@ -147,9 +151,10 @@ pub struct MasterLink {
 }
 
 impl MasterLink {
-    fn new(master: String) -> MasterLink {
+    fn new(master: String, protocol: MasterProtocol) -> MasterLink {
         MasterLink {
             master,
+            protocol: Mutex::new(protocol),
             state: AtomicU8::new(LinkState::Connecting as u8),
             master_id: AtomicU32::new(0),
             applied: AtomicU64::new(0),
@@ -167,6 +172,19 @@ impl MasterLink {
 
     pub fn state(&self) -> LinkState {
         LinkState::of(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn protocol(&self) -> MasterProtocol {
+        *self.protocol.lock()
+    }
+
+    fn set_protocol(&self, protocol: MasterProtocol) {
+        *self.protocol.lock() = protocol;
+    }
+
+    /// The master's address to connect to.
+    fn address(&self) -> &str {
+        &self.master
     }
 
     fn applied_to(&self, lsn: u64, micros: u64) {
@@ -242,9 +260,14 @@ pub struct Replication {
 }
 
 impl Replication {
-    /// Follows `master` (`host:port`) from now on, or stops following
-    /// (`None`: this server takes writes again, a promotion).
-    pub fn follow(&self, shared: &Arc<Shared>, master: Option<String>) -> Result<(), String> {
+    /// Follows `master` (`host:port`, with the protocol to follow it by)
+    /// from now on, or stops following (`None`: this server takes writes
+    /// again, a promotion).
+    pub fn follow(
+        &self,
+        shared: &Arc<Shared>,
+        master: Option<(String, MasterProtocol)>,
+    ) -> Result<(), String> {
         let Some(replication) = shared.store.replication() else {
             return Err("replication needs the disk engine (--engine disk)".to_string());
         };
@@ -257,9 +280,12 @@ impl Replication {
                 replication.set_read_only(false);
                 Ok(())
             }
-            Some(master) => {
-                replication.set_read_only(true);
-                let link = Arc::new(MasterLink::new(master));
+            Some((master, protocol)) => {
+                // A kura replica is read-only; a Tokyo Tyrant slave is not
+                // (ttserver's are not, and its messages are redone as
+                // requests). `Either` decides once the master answers.
+                replication.set_read_only(protocol == MasterProtocol::Kura);
+                let link = Arc::new(MasterLink::new(master, protocol));
                 let stop = Arc::new(AtomicBool::new(false));
                 follower::start(shared.clone(), link.clone(), stop.clone())
                     .map_err(|error| format!("cannot start the follower: {error}"))?;

@@ -691,6 +691,10 @@ impl crate::replication::Replication for DiskStore {
         Ok(())
     }
 
+    fn one_append(&self, writes: &mut dyn FnMut()) -> bool {
+        self.inner.one_append(writes)
+    }
+
     fn set_read_only(&self, read_only: bool) {
         self.inner.read_only.store(read_only, Ordering::Release);
     }

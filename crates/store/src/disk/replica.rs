@@ -25,6 +25,16 @@ use super::record::{self, Counts, Header, Keyed};
 use super::Inner;
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
 
+thread_local! {
+    /// Set while this thread runs [`Inner::one_append`]'s writes.
+    static HOLDS_THE_JOURNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread holds the journal's leader lock for `one_append`.
+pub(super) fn holds_the_journal() -> bool {
+    HOLDS_THE_JOURNAL.with(std::cell::Cell::get)
+}
+
 /// `meta` key: present while a snapshot is being loaded.
 pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 
@@ -118,6 +128,20 @@ impl Inner {
             lsn: head.first_lsn + entries.len() as u64 - 1,
             micros: head.micros,
         })
+    }
+
+    /// Runs `writes` (ordinary writes through the engine's calls) and
+    /// appends everything they left pending as one group: they reach the
+    /// log, and LMDB, together or not at all. A follower of a Tokyo
+    /// Tyrant master writes its changes and its position so. `writes` must
+    /// not wait for LMDB (a scan, `setindex`): the journal waits for it.
+    pub(super) fn one_append(&self, writes: &mut dyn FnMut()) -> bool {
+        self.wait_for_pending_room();
+        let mut leader = self.journal_leader.lock();
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
+        writes();
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
+        self.journal_round_as(&mut leader, None).is_some()
     }
 
     /// Clears this server for a snapshot (see the module's notes).

@@ -90,6 +90,11 @@ impl Inner {
     /// Backpressure: more pending than allowed means the writer is behind;
     /// wait for it rather than grow without bound.
     pub(super) fn wait_for_pending_room(&self) {
+        // This thread holds the journal (`one_append`): waiting for the
+        // writer would wait for itself.
+        if super::replica::holds_the_journal() {
+            return;
+        }
         while self.pending.bytes() > self.config.pending_limit
             && !self.poisoned.load(Ordering::Acquire)
             && !self.out_of_space.load(Ordering::Acquire)

@@ -223,6 +223,7 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
             false => format!("{host}:{port}"),
         }
     });
+    let master = master.map(|master| (master, crate::MasterProtocol::Either));
     ctx.shared.replication.follow(&shared, master).is_ok()
 }
 

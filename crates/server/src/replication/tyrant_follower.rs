@@ -1,0 +1,241 @@
+//! Following a Tokyo Tyrant master (a ttserver, or a kura speaking its
+//! protocol): `repl` from the time after the last message applied, then
+//! each update-log message redone as the request it was
+//! (`exec::tyrant::execute`, on the database the tyrant port serves).
+//!
+//! ttserver's slave keeps its position in a file written after it applies
+//! (`-rts`) and starts 30 s early, so it may redo a message twice (an
+//! `addint` counts twice). Here the messages a read brings and the new
+//! position are written as one group of the log (`Replication::one_append`):
+//! both are kept, or neither. Messages that read a whole table or wait for
+//! LMDB (`vanish`, and `misc` calls but `put`, `putkeep`, `putcat`, `out`)
+//! go alone, each followed by its position.
+
+use std::io::{self, BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+
+use kura_proto::tyrant::{self, Request};
+use kura_proto::tyrant_repl::{self, Change};
+use kura_store::{AckFence, Record, RowMode};
+
+use super::follower::{read_full, CONNECT_TIMEOUT, FOLLOWS_ITSELF, READ_TICK};
+use super::{LinkState, MasterLink};
+use crate::exec::Context;
+use crate::Shared;
+
+/// The hidden table that keeps the time of the last message applied.
+const POSITION_TABLE: &[u8] = b"\0kura-tyrant-master";
+const POSITION_KEY: &[u8] = b"rts";
+/// Messages applied in one group at most (and bytes): a group is held in
+/// memory until appended.
+const GROUP_MESSAGES: usize = 512;
+const GROUP_BYTES: usize = 1 << 20;
+
+/// The time (µs) of the last message applied here; 0 for none.
+fn position(shared: &Shared) -> u64 {
+    shared
+        .store
+        .tables()
+        .and_then(|tables| tables.get_row(POSITION_TABLE, POSITION_KEY).ok().flatten())
+        .and_then(|row| {
+            let (_, value) = row.columns.first()?;
+            std::str::from_utf8(value).ok()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+fn keep_position(shared: &Shared, micros: u64) {
+    if let Some(tables) = shared.store.tables() {
+        let mut row = Record::new(POSITION_KEY);
+        row.put(POSITION_KEY, micros.to_string().as_bytes());
+        tables.put_row(POSITION_TABLE, &row, RowMode::Put, &AckFence::default());
+    }
+}
+
+/// One message from the master: its time and its body.
+struct Message {
+    micros: u64,
+    body: Vec<u8>,
+}
+
+impl Message {
+    /// Whether it may share a group (it neither reads a table whole nor
+    /// waits for LMDB).
+    fn groups(&self) -> bool {
+        match tyrant_repl::parse(&self.body) {
+            Some(Change::Put { .. } | Change::Out { .. }) => true,
+            Some(Change::Misc { name, .. }) => {
+                matches!(name, b"put" | b"putkeep" | b"putcat" | b"out")
+            }
+            // addint, adddouble, putkeep, putcat, putshl: read-modify-writes of one key.
+            None => {
+                self.body.len() >= 2 && matches!(self.body[1], 0x11 | 0x12 | 0x13 | 0x60 | 0x61)
+            }
+            Some(Change::Vanish) => false,
+        }
+    }
+}
+
+/// Redoes a message as the request it was; false if it is not one.
+fn redo(ctx: &Context<'_>, body: &[u8], scratch: &mut Vec<u8>) -> bool {
+    let Some(request) = body.get(..body.len().saturating_sub(1)) else {
+        return false;
+    };
+    // A logged `misc` lacks the request's options field.
+    let rebuilt;
+    let request = match tyrant_repl::parse(body) {
+        Some(Change::Misc { name, args }) => {
+            rebuilt = {
+                let mut out = Vec::new();
+                tyrant::compose(
+                    &mut out,
+                    &Request::Misc {
+                        name,
+                        opts: 0,
+                        args,
+                    },
+                );
+                out
+            };
+            &rebuilt[..]
+        }
+        _ => request,
+    };
+    match tyrant::parse(request, ctx.shared.config.max_item_size) {
+        tyrant::Parse::Done { request, .. } => {
+            scratch.clear();
+            crate::exec::tyrant::execute(&request, ctx, scratch);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Follows the Tokyo Tyrant master of `link` until the link fails.
+pub(super) fn follow_once(
+    shared: &Shared,
+    link: &MasterLink,
+    stopped: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let replication = shared
+        .store
+        .replication()
+        .ok_or_else(|| "replication needs the disk engine".to_string())?;
+    let address = link
+        .address()
+        .to_socket_addrs()
+        .map_err(|error| format!("cannot resolve {}: {error}", link.address()))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", link.address()))?;
+    let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
+        .map_err(|error| format!("cannot connect to {}: {error}", link.address()))?;
+    let io_error = |error: io::Error| format!("talking to the master: {error}");
+    stream.set_nodelay(true).map_err(io_error)?;
+    stream.set_read_timeout(Some(READ_TICK)).map_err(io_error)?;
+    let own = replication.server_id();
+    let since = position(shared) + 1;
+    let mut request = vec![tyrant::MAGIC, 0xA0];
+    request.extend_from_slice(&since.to_be_bytes());
+    request.extend_from_slice(&own.to_be_bytes());
+    (&stream).write_all(&request).map_err(io_error)?;
+    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let mut id = [0; 4];
+    read_full(&mut reader, &mut id, stopped)?;
+    let master = u32::from_be_bytes(id);
+    link.master_id.store(master, Ordering::Relaxed);
+    if master == own {
+        return Err(FOLLOWS_ITSELF.to_string());
+    }
+    link.set_state(LinkState::Streaming);
+    let counters = shared.counters.last().expect("a counter set");
+    let ctx = Context {
+        shared,
+        counters,
+        conn_id: 0,
+        fence: AckFence::default(),
+    };
+    let mut scratch = Vec::new();
+    let mut group: Vec<Message> = Vec::new();
+    loop {
+        let mut kind = [0];
+        read_full(&mut reader, &mut kind, stopped)?;
+        match kind[0] {
+            tyrant_repl::NOP => {}
+            tyrant_repl::MESSAGE => {
+                let mut head = [0; 16];
+                read_full(&mut reader, &mut head, stopped)?;
+                let micros = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
+                let size = u32::from_be_bytes(head[12..].try_into().expect("4 bytes")) as usize;
+                if size > shared.config.max_item_size.saturating_mul(4).max(1 << 20) {
+                    return Err(format!("a message of {size} bytes from the master"));
+                }
+                let mut body = vec![0; size];
+                read_full(&mut reader, &mut body, stopped)?;
+                link.heard(0, micros);
+                group.push(Message { micros, body });
+            }
+            other => {
+                return Err(format!(
+                    "an unknown message kind {other:#04x} from the master"
+                ))
+            }
+        }
+        let bytes: usize = group.iter().map(|message| message.body.len()).sum();
+        let more_waiting = !reader.buffer().is_empty();
+        if group.is_empty() || (more_waiting && group.len() < GROUP_MESSAGES && bytes < GROUP_BYTES)
+        {
+            continue;
+        }
+        apply(shared, replication, &ctx, &mut group, &mut scratch)?;
+        let last = position(shared);
+        link.applied_to(0, last);
+    }
+}
+
+/// Applies `group` (emptied), keeping the position with the messages.
+fn apply(
+    shared: &Shared,
+    replication: &dyn kura_store::replication::Replication,
+    ctx: &Context<'_>,
+    group: &mut Vec<Message>,
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let mut start = 0;
+    while start < group.len() {
+        if !group[start].groups() {
+            // Alone: it may wait for LMDB, which a held journal never lets
+            // catch up.
+            let message = &group[start];
+            if !redo(ctx, &message.body, scratch) {
+                return Err("a message the master sent is not a request".to_string());
+            }
+            let micros = message.micros;
+            if !replication.one_append(&mut || keep_position(shared, micros)) {
+                return Err("cannot append to the update log".to_string());
+            }
+            start += 1;
+            continue;
+        }
+        let end = group[start..]
+            .iter()
+            .position(|message| !message.groups())
+            .map_or(group.len(), |at| start + at);
+        let mut failed = false;
+        let appended = replication.one_append(&mut || {
+            for message in &group[start..end] {
+                failed |= !redo(ctx, &message.body, scratch);
+            }
+            keep_position(shared, group[end - 1].micros);
+        });
+        if failed {
+            return Err("a message the master sent is not a request".to_string());
+        }
+        if !appended {
+            return Err("cannot append to the update log".to_string());
+        }
+        start = end;
+    }
+    group.clear();
+    Ok(())
+}
