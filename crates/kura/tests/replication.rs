@@ -700,6 +700,9 @@ fn kura_follows_a_tokyo_tyrant_master() {
             replica_tyrant.to_string(),
             "--replica-of".to_string(),
             format!("tyrant:127.0.0.1:{master_tyrant}"),
+            // Past ttserver's 16-bit server ids (and a signed 32-bit one).
+            "--server-id".to_string(),
+            "4000000000".to_string(),
         ],
     );
     assert_eq!(client.call(b"set k3 0 0 2\r\nv3\r\n"), "STORED");

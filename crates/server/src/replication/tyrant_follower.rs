@@ -53,6 +53,12 @@ fn keep_position(shared: &Shared, micros: u64) {
     }
 }
 
+/// The id this server gives a Tokyo Tyrant master: ttserver keeps server
+/// ids in 16 bits (1 to 65535) in its update log, and kura's are 32.
+fn tyrant_sid(own: u32) -> u32 {
+    own % 65_535 + 1
+}
+
 /// One message from the master: its time and its body.
 struct Message {
     micros: u64,
@@ -137,7 +143,7 @@ pub(super) fn follow_once(
     let since = position(shared) + 1;
     let mut request = vec![tyrant::MAGIC, 0xA0];
     request.extend_from_slice(&since.to_be_bytes());
-    request.extend_from_slice(&own.to_be_bytes());
+    request.extend_from_slice(&tyrant_sid(own).to_be_bytes());
     (&stream).write_all(&request).map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 20, stream);
     let mut id = [0; 4];
@@ -238,4 +244,16 @@ fn apply(
     }
     group.clear();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tyrant_sid;
+
+    #[test]
+    fn the_id_a_tokyo_tyrant_master_gets_fits_in_16_bits() {
+        for own in [1, 65_534, 65_535, 65_536, i32::MAX as u32 + 7, u32::MAX] {
+            assert!((1..=65_535).contains(&tyrant_sid(own)), "{own}");
+        }
+    }
 }
