@@ -19,9 +19,9 @@ use super::{LinkState, MasterLink};
 use crate::{MasterProtocol, Shared};
 
 /// How long a connection to the master may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a blocked read looks whether the link is to stop.
-pub(super) const READ_TICK: Duration = Duration::from_millis(100);
+const READ_TICK: Duration = Duration::from_millis(100);
 /// A master silent this long (it sends a heartbeat every 200 ms) is gone.
 const SILENCE_LIMIT: Duration = Duration::from_secs(10);
 /// Why a link ends for good: the master answered with this server's id.
@@ -128,11 +128,12 @@ fn read_frame(
     Ok(kind)
 }
 
-fn follow_once(
-    shared: &Shared,
+/// The engine's replication and a connection to the master, whose reads
+/// wake every [`READ_TICK`] to look whether the link is to stop.
+pub(super) fn connect<'s>(
+    shared: &'s Shared,
     link: &MasterLink,
-    stopped: &dyn Fn() -> bool,
-) -> Result<(), String> {
+) -> Result<(&'s dyn Replication, TcpStream), String> {
     let replication = shared
         .store
         .replication()
@@ -148,6 +149,16 @@ fn follow_once(
     let io_error = |error: io::Error| format!("talking to the master: {error}");
     stream.set_nodelay(true).map_err(io_error)?;
     stream.set_read_timeout(Some(READ_TICK)).map_err(io_error)?;
+    Ok((replication, stream))
+}
+
+fn follow_once(
+    shared: &Shared,
+    link: &MasterLink,
+    stopped: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    let (replication, stream) = connect(shared, link)?;
+    let io_error = |error: io::Error| format!("talking to the master: {error}");
     let mut writer = stream.try_clone().map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 20, stream);
     let hello = ReplicaHello {

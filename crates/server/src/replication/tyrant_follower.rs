@@ -12,14 +12,13 @@
 //! go alone, each followed by its position.
 
 use std::io::{self, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 
 use kura_proto::tyrant::{self, Request};
 use kura_proto::tyrant_repl::{self, Change};
 use kura_store::{AckFence, Record, RowMode};
 
-use super::follower::{read_full, CONNECT_TIMEOUT, FOLLOWS_ITSELF, READ_TICK};
+use super::follower::{connect, read_full, FOLLOWS_ITSELF};
 use super::{LinkState, MasterLink};
 use crate::exec::Context;
 use crate::Shared;
@@ -124,21 +123,8 @@ pub(super) fn follow_once(
     link: &MasterLink,
     stopped: &dyn Fn() -> bool,
 ) -> Result<(), String> {
-    let replication = shared
-        .store
-        .replication()
-        .ok_or_else(|| "replication needs the disk engine".to_string())?;
-    let address = link
-        .address()
-        .to_socket_addrs()
-        .map_err(|error| format!("cannot resolve {}: {error}", link.address()))?
-        .next()
-        .ok_or_else(|| format!("{} has no address", link.address()))?;
-    let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
-        .map_err(|error| format!("cannot connect to {}: {error}", link.address()))?;
+    let (replication, stream) = connect(shared, link)?;
     let io_error = |error: io::Error| format!("talking to the master: {error}");
-    stream.set_nodelay(true).map_err(io_error)?;
-    stream.set_read_timeout(Some(READ_TICK)).map_err(io_error)?;
     let own = replication.server_id();
     let since = position(shared) + 1;
     let mut request = vec![tyrant::MAGIC, 0xA0];
