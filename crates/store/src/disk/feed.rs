@@ -103,13 +103,22 @@ impl Feed {
     /// no longer holds them (retention), or `after` is not a point of this
     /// log (another history, or one the replica has and the master not).
     pub(super) fn open(inner: &Arc<Inner>, after: LogPosition) -> Result<Feed, FeedRefused> {
-        // Every segment stays while the start is looked for.
+        Self::holding_the_log(inner, |hold| Self::open_held(inner, after, hold))
+    }
+
+    /// Runs `find` (which looks for where a feed starts) with a hold that
+    /// keeps every segment meanwhile; the feed it returns takes the hold
+    /// over, a refusal lets it go.
+    fn holding_the_log(
+        inner: &Arc<Inner>,
+        find: impl FnOnce(u64) -> Result<Feed, FeedRefused>,
+    ) -> Result<Feed, FeedRefused> {
         let hold = inner.replica_holds.add(0);
-        let opened = Self::open_held(inner, after, hold);
-        if opened.is_err() {
+        let found = find(hold);
+        if found.is_err() {
             inner.replica_holds.remove(hold);
         }
-        opened
+        found
     }
 
     fn open_held(inner: &Arc<Inner>, after: LogPosition, hold: u64) -> Result<Feed, FeedRefused> {
@@ -212,12 +221,7 @@ impl Feed {
     /// A feed from the first group appended at or after `micros`, or from
     /// the oldest group the log holds.
     pub(super) fn open_since(inner: &Arc<Inner>, micros: u64) -> Result<Feed, FeedRefused> {
-        let hold = inner.replica_holds.add(0);
-        let opened = Self::open_since_held(inner, micros, hold);
-        if opened.is_err() {
-            inner.replica_holds.remove(hold);
-        }
-        opened
+        Self::holding_the_log(inner, |hold| Self::open_since_held(inner, micros, hold))
     }
 
     fn open_since_held(inner: &Arc<Inner>, micros: u64, hold: u64) -> Result<Feed, FeedRefused> {
@@ -313,14 +317,12 @@ impl Feed {
         &self.buffer[start..start + framed]
     }
 
+    /// The record `look` found whole and checked at `offset`.
     fn record_at(&self, framed: usize) -> Record<'_> {
         let start = (self.offset - self.buffer_at) as usize;
-        journal::decode(
-            &self.buffer[start..start + framed],
-            journal::seed_of(self.segment),
-        )
-        .expect("looked at")
-        .0
+        journal::decode_checked(&self.buffer[start..start + framed])
+            .expect("looked at")
+            .0
     }
 
     /// Goes on to the next segment once this one is retired and read to

@@ -264,6 +264,17 @@ pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
     if len < BODY_HEAD || checksum(seed, body) != crc {
         return None;
     }
+    decode_checked(bytes)
+}
+
+/// [`decode`] of a record whose checksum [`decode`] has already checked
+/// (a reader that looks at a record before it takes it checks it once).
+pub fn decode_checked(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let body = bytes.get(FRAME..FRAME.checked_add(len)?)?;
+    if len < BODY_HEAD {
+        return None;
+    }
     let key_len = u16::from_le_bytes([body[1], body[2]]) as usize;
     let key = body.get(BODY_HEAD..BODY_HEAD + key_len)?;
     let rest = &body[BODY_HEAD + key_len..];
