@@ -26,8 +26,6 @@ pub enum ErrorReply {
     TooLarge,
     #[error("SERVER_ERROR out of memory storing object")]
     OutOfMemory,
-    #[error("SERVER_ERROR storage write failed")]
-    StorageFailed,
     #[error("ERROR: shutdown not enabled")]
     ShutdownDisabled,
     #[error("MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m")]
