@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,6 +36,7 @@ use rand::{Rng, SeedableRng};
 
 mod support;
 
+use support::client::{addr, Client};
 use support::{free_port, serve_disk, Running};
 
 const WRITERS: usize = 4;
@@ -48,107 +49,6 @@ fn serve(dir: &Path, port: u16, extra: &[String]) -> Running {
     let mut flags = vec!["-m", "64"];
     flags.extend(extra.iter().map(String::as_str));
     Running(serve_disk(dir, port, &flags))
-}
-
-fn addr(port: u16) -> SocketAddr {
-    format!("127.0.0.1:{port}").parse().unwrap()
-}
-
-/// A memcached text connection.
-struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Client {
-    fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(addr(port)).expect("connects");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        Client {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::new(stream),
-        }
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.reader.read_line(&mut line).expect("a reply line");
-        assert!(line.ends_with("\r\n"), "a cut reply: {line:?}");
-        line.truncate(line.len() - 2);
-        line
-    }
-
-    /// Sends `request` (with its data, CRLFs included) and returns the
-    /// first reply line.
-    fn call(&mut self, request: &[u8]) -> String {
-        self.writer.write_all(request).expect("sends");
-        self.line()
-    }
-
-    /// Lines up to `END`.
-    fn lines(&mut self, request: &str) -> Vec<String> {
-        self.writer.write_all(request.as_bytes()).expect("sends");
-        let mut lines = Vec::new();
-        loop {
-            let line = self.line();
-            if line == "END" {
-                return lines;
-            }
-            lines.push(line);
-        }
-    }
-
-    fn stats(&mut self, group: &str) -> BTreeMap<String, String> {
-        self.lines(&format!("stats {group}\r\n"))
-            .into_iter()
-            .filter_map(|line| {
-                let mut words = line.splitn(3, ' ');
-                let (_, name, value) = (words.next()?, words.next()?, words.next()?);
-                Some((name.to_string(), value.to_string()))
-            })
-            .collect()
-    }
-
-    /// `gets key`: flags, value and CAS.
-    fn gets(&mut self, key: &str) -> Option<(u32, Vec<u8>, u64)> {
-        let head = self.call(format!("gets {key}\r\n").as_bytes());
-        if head == "END" {
-            return None;
-        }
-        let words: Vec<&str> = head.split(' ').collect();
-        assert_eq!(words[0], "VALUE", "{head}");
-        let flags = words[2].parse().unwrap();
-        let len: usize = words[3].parse().unwrap();
-        let cas = words[4].parse().unwrap();
-        let mut data = vec![0; len + 2];
-        self.reader.read_exact(&mut data).unwrap();
-        data.truncate(len);
-        assert_eq!(self.line(), "END");
-        Some((flags, data, cas))
-    }
-
-    /// Every item as `lru_crawler metadump all` lists it: key → expiry,
-    /// CAS and size.
-    fn items(&mut self) -> BTreeMap<String, String> {
-        self.lines("lru_crawler metadump all\r\n")
-            .into_iter()
-            .map(|line| {
-                let fields: BTreeMap<&str, &str> = line
-                    .split(' ')
-                    .filter_map(|field| field.split_once('='))
-                    .collect();
-                (
-                    fields["key"].to_string(),
-                    format!(
-                        "exp={} cas={} size={}",
-                        fields["exp"], fields["cas"], fields["size"]
-                    ),
-                )
-            })
-            .collect()
-    }
 }
 
 /// What the master acknowledged of one writer's counters.

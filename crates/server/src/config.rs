@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub replica_of: Option<String>,
     /// How `replica_of` is followed.
     pub replica_protocol: MasterProtocol,
+    /// Dual master: the peers (`host:port`, their memcached ports) whose
+    /// writes this server takes, as they take its (`--peer`).
+    pub peers: Vec<String>,
     /// HandlerSocket's read-only port (`--hs-read-port`, 9998 by
     /// convention); None is off, Some(0) any free port.
     pub hs_read_port: Option<u16>,
@@ -288,6 +291,7 @@ impl Default for ServerConfig {
             tyrant_db: TyrantDatabase::Hash,
             replica_of: None,
             replica_protocol: MasterProtocol::Kura,
+            peers: Vec::new(),
             hs_read_port: None,
             hs_write_port: None,
             hs_read_secret: None,

@@ -327,6 +327,13 @@ pub fn start(
             .map_err(io::Error::other)?;
     }
 
+    if !shared.config.peers.is_empty() {
+        shared
+            .replication
+            .add_peers(&shared, &shared.config.peers)
+            .map_err(io::Error::other)?;
+    }
+
     let maintenance = shared.clone();
     handles.push(spawn_loudly("kura-maintenance".into(), move || {
         maintain(&maintenance)

@@ -9,12 +9,13 @@ pub mod disk;
 pub mod memory;
 pub mod replication;
 pub mod semantics;
+pub mod stamp;
 mod sweep;
 pub mod warm;
 
 pub use classes::SizeClasses;
 pub use clock::{Clock, ExpiryTime};
-pub use disk::{DiskConfig, DiskStore, LogRetention, SyncPolicy};
+pub use disk::{DiskConfig, DiskStore, LogRetention, MultiPrimary, SyncPolicy};
 pub use kura_table::{IndexCommand, IndexKind, Lookup, Probes, Record, StoredRecord};
 pub use memory::{MemoryConfig, MemoryStore};
 

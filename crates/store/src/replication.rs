@@ -84,6 +84,24 @@ pub trait BaseLoad {
     fn finish(self: Box<Self>, at: LogPosition) -> Result<(), String>;
 }
 
+/// One of a peer's groups, applied here.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerApplied {
+    /// The peer's position after it.
+    pub at: LogPosition,
+    /// Whether that position was kept (with what the group changed).
+    pub kept: bool,
+}
+
+/// What a dual master took of its peers' writes since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerTally {
+    /// Writes newer than the key's here: applied.
+    pub taken: u64,
+    /// Writes older than the key's here (a concurrent write won): discarded.
+    pub conflicts_resolved: u64,
+}
+
 /// An engine that replicates (the disk engine: it has an update log).
 pub trait Replication: Send + Sync {
     /// The origin id of this server's own entries.
@@ -115,6 +133,23 @@ pub trait Replication: Send + Sync {
     /// Makes this server's indexes `wanted` (the master's): builds the
     /// missing ones and drops the others.
     fn adopt_indexes(&self, wanted: &[(Vec<u8>, Vec<u8>, IndexKind)]) -> Result<(), String>;
+    /// Dual master: this server's position in the log of the peer at
+    /// `peer` (its address), if it applied any of it.
+    fn peer_position(&self, peer: &str) -> Option<LogPosition>;
+    /// Dual master: applies one of a peer's groups by last writer wins
+    /// (each item only if its stamp is newer than the key's here) as this
+    /// server's own next group, with the peer's position after it if the
+    /// group changed anything or `position_due`.
+    fn apply_peer_group(
+        &self,
+        peer: &str,
+        seed: u32,
+        group: &[u8],
+        position_due: bool,
+    ) -> Result<PeerApplied, String>;
+    /// Dual master: merges a peer's snapshot by last writer wins.
+    fn merge_base(&self, peer: &str) -> Box<dyn BaseLoad + '_>;
+    fn peer_tally(&self) -> PeerTally;
     /// Runs `writes` (calls of the engine's `Store` and `Tables`) and
     /// appends all they wrote as one group of the log; false if the append
     /// failed. `writes` must not read a whole table or wait for LMDB.

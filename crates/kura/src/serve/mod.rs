@@ -12,7 +12,8 @@ use kura_server::{ListenAddr, MasterProtocol, ProtocolChoice, ServerConfig};
 use kura_store::memory::DEFAULT_HASH_POWER;
 use kura_store::warm::{self, Loaded};
 use kura_store::{
-    DiskConfig, DiskStore, LogRetention, MemoryConfig, MemoryStore, SizeClasses, Store, SyncPolicy,
+    DiskConfig, DiskStore, LogRetention, MemoryConfig, MemoryStore, MultiPrimary, SizeClasses,
+    Store, SyncPolicy,
 };
 
 use crate::Failure;
@@ -223,6 +224,21 @@ pub struct ServeArgs {
     /// by its own protocol, as its slaves do.
     #[arg(long = "replica-of", value_name = "HOST:PORT")]
     replica_of: Option<String>,
+    /// Dual master: take writes here and exchange them with the kura
+    /// server at HOST:PORT (its memcached port), which names this one as
+    /// its peer too; repeat for more peers (disk engine). Concurrent writes
+    /// of a key converge to the last writer's (`docs/DESIGN.md`).
+    #[arg(long = "peer", value_name = "HOST:PORT", conflicts_with_all = ["replica_of", "mhost"])]
+    peers: Vec<String>,
+    /// Dual master: how long a deleted or expired item is kept (invisible)
+    /// so that a peer's older write of the key, arriving late, cannot bring
+    /// it back: a duration (1h, 90m, 3600s).
+    #[arg(
+        long = "tombstone-lifetime",
+        default_value = "1h",
+        value_name = "DURATION"
+    )]
+    tombstone_lifetime: String,
     /// ttserver's `-mhost`: the master's host (with --mport; the same as
     /// --replica-of HOST:PORT). ttserver's `-rts` has no counterpart: a
     /// replica's position is its own log's last entry.
@@ -280,6 +296,8 @@ struct DiskSettings {
     log_retention_bytes: Option<u64>,
     /// The most log kept beyond retention for lagging replicas.
     log_retention_max_bytes: u64,
+    /// Dual master (`--peer`): how long dead items are kept.
+    tombstone_lifetime_seconds: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -453,8 +471,17 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 .filter(|limit| limit.max_age.is_none())
                 .and_then(|limit| limit.max_bytes)
                 .ok_or_else(|| usage("--log-retention-max: a size, as 16GiB or 512MiB"))?;
+            let tombstone_lifetime = args
+                .tombstone_lifetime
+                .parse::<LogRetention>()
+                .ok()
+                .filter(|limit| limit.max_bytes.is_none())
+                .and_then(|limit| limit.max_age)
+                .ok_or_else(|| usage("--tombstone-lifetime: a duration, as 1h or 90m"))?;
             Some(DiskSettings {
                 log_retention_max_bytes: retention_max,
+                tombstone_lifetime_seconds: (!args.peers.is_empty())
+                    .then_some(tombstone_lifetime.as_secs()),
                 dir: args.dir.clone(),
                 map_size_bytes: map_size,
                 sync: args.sync.clone(),
@@ -497,6 +524,15 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             ));
         }
     }
+    for peer in &args.peers {
+        if args.engine != EngineArg::Disk {
+            return Err(usage("--peer needs the disk engine (--engine disk)"));
+        }
+        if !peer.contains(':') {
+            return Err(usage("--peer: HOST:PORT, the peer's memcached port"));
+        }
+    }
+    server.peers = args.peers.clone();
     server.replica_of = replica_of;
     server.replica_protocol = protocol;
     server.hs_read_port = hs_read_port;
@@ -662,6 +698,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                     max_bytes: disk.log_retention_bytes,
                 },
                 log_retention_max: disk.log_retention_max_bytes,
+                multi_primary: disk.tombstone_lifetime_seconds.map(|seconds| MultiPrimary {
+                    tombstone_lifetime: std::time::Duration::from_secs(seconds),
+                }),
                 ..DiskConfig::new(&disk.dir)
             })
             .with_context(|| format!("opening the data directory {}", disk.dir.display()))?,

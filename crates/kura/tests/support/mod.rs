@@ -1,6 +1,8 @@
 //! What the process-level tests share: a free port, and waiting for a
 //! started `kura serve` to answer.
 
+pub mod client;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kura_proto::replication::{self as wire, Frame, MasterAnswer, ReplicaHello};
-use kura_store::replication::{LogPosition, Replication, SnapshotPart};
+use kura_store::replication::{BaseLoad, LogPosition, Replication, SnapshotPart};
+use kura_store::stamp::rank_of;
 use kura_store::IndexKind;
 
-use super::{LinkState, MasterLink};
+use super::{LinkKind, LinkState, MasterLink};
 use crate::{MasterProtocol, Shared};
 
 /// How long a connection to the master may take.
@@ -26,6 +27,13 @@ const READ_TICK: Duration = Duration::from_millis(100);
 const SILENCE_LIMIT: Duration = Duration::from_secs(10);
 /// Why a link ends for good: the master answered with this server's id.
 pub(super) const FOLLOWS_ITSELF: &str = "the master is this server itself";
+/// How often a peer's position is kept although its groups changed
+/// nothing here (echoes of this server's own writes): each keeping is an
+/// append the peer receives in turn.
+const PEER_POSITION_EVERY: Duration = Duration::from_secs(1);
+/// Why a link to a peer ends for good: their stamps would not be unique.
+pub(super) const SAME_RANK: &str =
+    "the peer's server id and this one's are equal modulo 4096 (their stamps' rank): give one another --server-id";
 /// Why a link to a master of unknown protocol ends: it is a ttserver.
 const SPEAKS_TOKYO_TYRANT: &str = "the master speaks Tokyo Tyrant's replication";
 /// The wait before connecting again.
@@ -58,7 +66,7 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
                 tracing::info!(master = %link.master, "the master speaks Tokyo Tyrant's replication");
                 continue;
             }
-            if error == FOLLOWS_ITSELF {
+            if error == FOLLOWS_ITSELF || error == SAME_RANK {
                 tracing::error!(master = %link.master, "{error}: not following it");
                 *link.last_error.lock() = error;
                 break;
@@ -161,11 +169,13 @@ fn follow_once(
     let io_error = |error: io::Error| format!("talking to the master: {error}");
     let mut writer = stream.try_clone().map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let position = match link.kind {
+        LinkKind::Master => replication.position(),
+        LinkKind::Peer => replication.peer_position(&link.master),
+    };
     let hello = ReplicaHello {
         replica: replication.server_id(),
-        after: replication
-            .position()
-            .map(|position| (position.lsn, position.micros)),
+        after: position.map(|position| (position.lsn, position.micros)),
     };
     writer
         .write_all(hello.line().as_bytes())
@@ -195,6 +205,9 @@ fn follow_once(
             // Its own feed would answer; a snapshot of itself would clear it.
             return Err(FOLLOWS_ITSELF.to_string());
         }
+        if link.kind == LinkKind::Peer && rank_of(master) == rank_of(replication.server_id()) {
+            return Err(SAME_RANK.to_string());
+        }
     }
     if link.protocol() == MasterProtocol::Either {
         link.set_protocol(MasterProtocol::Kura);
@@ -205,7 +218,11 @@ fn follow_once(
         MasterAnswer::Snapshot { reason, .. } => {
             tracing::info!(master = %link.master, %reason, "taking a snapshot of the master");
             link.set_state(LinkState::Snapshot);
-            let at = load_snapshot(replication, &mut reader, &mut payload, max_frame, stopped)?;
+            let base = match link.kind {
+                LinkKind::Master => replication.load_base()?,
+                LinkKind::Peer => replication.merge_base(&link.master),
+            };
+            let at = load_snapshot(base, &mut reader, &mut payload, max_frame, stopped)?;
             link.snapshots.fetch_add(1, Ordering::Relaxed);
             shared
                 .replication
@@ -217,15 +234,31 @@ fn follow_once(
         MasterAnswer::Refused(line) => return Err(format!("the master refused: {line}")),
     }
     link.set_state(LinkState::Streaming);
-    if let Some(position) = replication.position() {
+    let position = match link.kind {
+        LinkKind::Master => replication.position(),
+        LinkKind::Peer => replication.peer_position(&link.master),
+    };
+    if let Some(position) = position {
         link.applied_to(position.lsn, position.micros);
     }
     let mut unacknowledged = None;
+    let mut position_kept = Instant::now();
     loop {
         let kind = read_frame(&mut reader, &mut payload, max_frame, stopped)?;
         match wire::frame(kind, &payload)? {
             Frame::Group { seed, records } => {
-                let at = replication.apply_group(seed, records)?;
+                let at = match link.kind {
+                    LinkKind::Master => replication.apply_group(seed, records)?,
+                    LinkKind::Peer => {
+                        let due = position_kept.elapsed() >= PEER_POSITION_EVERY;
+                        let applied =
+                            replication.apply_peer_group(&link.master, seed, records, due)?;
+                        if applied.kept {
+                            position_kept = Instant::now();
+                        }
+                        applied.at
+                    }
+                };
                 shared
                     .replication
                     .groups_applied
@@ -234,6 +267,8 @@ fn follow_once(
                 unacknowledged = Some(at.lsn);
             }
             Frame::Heartbeat { lsn, micros } => link.heard(lsn, micros),
+            // A peer's tables are its own.
+            Frame::Indexes(_) if link.kind == LinkKind::Peer => {}
             Frame::Indexes(list) => {
                 let mut wanted = Vec::new();
                 for (table, column, kind) in wire::indexes(list)? {
@@ -290,16 +325,15 @@ fn read_answer(
     Ok(text.trim_end_matches(['\r', '\n']).to_string())
 }
 
-/// Replaces this server's data with the master's snapshot; returns the
-/// position it holds.
+/// Loads the master's snapshot into `base` (a replica's new data, or a
+/// peer's merge); returns the position it holds.
 fn load_snapshot(
-    replication: &dyn Replication,
+    mut base: Box<dyn BaseLoad + '_>,
     reader: &mut impl Read,
     payload: &mut Vec<u8>,
     max_frame: usize,
     stopped: &dyn Fn() -> bool,
 ) -> Result<LogPosition, String> {
-    let mut base = replication.load_base()?;
     loop {
         let kind = read_frame(reader, payload, max_frame, stopped)?;
         match wire::frame(kind, payload)? {

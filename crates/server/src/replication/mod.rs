@@ -131,10 +131,22 @@ impl ReplicaLink {
     }
 }
 
-/// This server's link to its master (the replica side).
+/// What a followed server is to this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Its master: this server's log becomes a copy of its log.
+    Master,
+    /// A dual master's peer: its writes are merged here by last writer
+    /// wins (`kura_store::stamp`), as it merges this server's.
+    Peer,
+}
+
+/// This server's link to a server whose log it follows: its master (the
+/// replica side), or a peer.
 pub struct MasterLink {
     /// `host:port`.
     pub master: String,
+    pub kind: LinkKind,
     /// How it is followed; `Either` until the master has answered.
     protocol: Mutex<MasterProtocol>,
     state: AtomicU8,
@@ -151,9 +163,10 @@ pub struct MasterLink {
 }
 
 impl MasterLink {
-    fn new(master: String, protocol: MasterProtocol) -> MasterLink {
+    fn new(master: String, kind: LinkKind, protocol: MasterProtocol) -> MasterLink {
         MasterLink {
             master,
+            kind,
             protocol: Mutex::new(protocol),
             state: AtomicU8::new(LinkState::Connecting as u8),
             master_id: AtomicU32::new(0),
@@ -229,6 +242,22 @@ impl MasterLink {
         }
     }
 
+    /// `peer=… id=… state=… lsn=… lag_entries=… lag_ms=…`, the fields
+    /// apart by `between`.
+    fn describe(&self, between: char) -> String {
+        let (applied, _) = self.applied();
+        let lag = self.lag();
+        [
+            format!("peer={}", self.master),
+            format!("id={}", self.master_id.load(Ordering::Relaxed)),
+            format!("state={}", self.state().name()),
+            format!("lsn={applied}"),
+            format!("lag_entries={}", lag.entries),
+            format!("lag_ms={}", lag.millis),
+        ]
+        .join(&between.to_string())
+    }
+
     /// The master as host and port.
     pub fn host_and_port(&self) -> (&str, u16) {
         match self.master.rsplit_once(':') {
@@ -251,6 +280,8 @@ struct Following {
 #[derive(Default)]
 pub struct Replication {
     following: Mutex<Option<Following>>,
+    /// Dual master: the links to the peers.
+    peers: Mutex<Vec<Following>>,
     replicas: Mutex<Vec<Arc<ReplicaLink>>>,
     /// Groups applied from a master since start, and snapshots loaded.
     pub groups_applied: AtomicU64,
@@ -271,6 +302,9 @@ impl Replication {
         let Some(replication) = shared.store.replication() else {
             return Err("replication needs the disk engine (--engine disk)".to_string());
         };
+        if master.is_some() && !self.peers.lock().is_empty() {
+            return Err("a dual master takes its peers' writes, not a master's log".to_string());
+        }
         let mut following = self.following.lock();
         if let Some(old) = following.take() {
             old.stop.store(true, Ordering::Release);
@@ -285,7 +319,7 @@ impl Replication {
                 // (ttserver's are not, and its messages are redone as
                 // requests). `Either` decides once the master answers.
                 replication.set_read_only(protocol == MasterProtocol::Kura);
-                let link = Arc::new(MasterLink::new(master, protocol));
+                let link = Arc::new(MasterLink::new(master, LinkKind::Master, protocol));
                 let stop = Arc::new(AtomicBool::new(false));
                 follower::start(shared.clone(), link.clone(), stop.clone())
                     .map_err(|error| format!("cannot start the follower: {error}"))?;
@@ -293,6 +327,35 @@ impl Replication {
                 Ok(())
             }
         }
+    }
+
+    /// Follows each of `peers` (`host:port`) as a dual master's peer.
+    pub fn add_peers(&self, shared: &Arc<Shared>, peers: &[String]) -> Result<(), String> {
+        if shared.store.replication().is_none() {
+            return Err("dual master needs the disk engine (--engine disk)".to_string());
+        }
+        let mut following = self.peers.lock();
+        for peer in peers {
+            let link = Arc::new(MasterLink::new(
+                peer.clone(),
+                LinkKind::Peer,
+                MasterProtocol::Kura,
+            ));
+            let stop = Arc::new(AtomicBool::new(false));
+            follower::start(shared.clone(), link.clone(), stop.clone())
+                .map_err(|error| format!("cannot start the follower of {peer}: {error}"))?;
+            following.push(Following { link, stop });
+        }
+        Ok(())
+    }
+
+    /// The links to this server's peers (dual master).
+    pub fn peers(&self) -> Vec<Arc<MasterLink>> {
+        self.peers
+            .lock()
+            .iter()
+            .map(|following| following.link.clone())
+            .collect()
     }
 
     /// The link to the master this server follows, if any.
@@ -336,8 +399,10 @@ impl Replication {
             return lines;
         };
         let master = self.master();
+        let peers = self.peers();
         let role = match (&master, replication.read_only()) {
             (Some(_), _) | (None, true) => "replica",
+            (None, false) if !peers.is_empty() => "dual-master",
             (None, false) => "master",
         };
         lines.push(("repl_role".to_string(), role.to_string()));
@@ -359,6 +424,21 @@ impl Replication {
             lines.push((
                 "repl_snapshots_loaded".to_string(),
                 link.snapshots.load(Ordering::Relaxed).to_string(),
+            ));
+        }
+        if !peers.is_empty() {
+            let tally = replication.peer_tally();
+            lines.push(("repl_peers".to_string(), peers.len().to_string()));
+            for (n, peer) in peers.iter().enumerate() {
+                lines.push((format!("repl_peer_{n}"), peer.describe(',')));
+            }
+            lines.push((
+                "repl_peer_writes_taken".to_string(),
+                tally.taken.to_string(),
+            ));
+            lines.push((
+                "repl_conflicts_resolved".to_string(),
+                tally.conflicts_resolved.to_string(),
             ));
         }
         lines.push((
@@ -401,6 +481,9 @@ impl Replication {
                 lag.entries,
                 lag.millis
             ));
+        }
+        for peer in self.peers() {
+            lines.push(format!("PEER {}", peer.describe(' ')));
         }
         for replica in self.replicas() {
             lines.push(format!("REPLICA {}", replica.describe(last, now, ' ')));

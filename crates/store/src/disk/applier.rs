@@ -395,13 +395,15 @@ impl Inner {
                 }
             }
         }
+        // Keys whose expired items this commit removes.
+        let mut swept = Vec::new();
         let reclaimed = if reclaim {
-            self.reclaim_expired(&mut txn, &mut counts)?
+            self.reclaim_expired(&mut txn, &mut counts, &mut swept)?
         } else {
             0
         };
         if let Some(classes) = crawl {
-            self.crawl_expired(&mut txn, &mut counts, classes)?;
+            self.crawl_expired(&mut txn, &mut counts, classes, &mut swept)?;
         }
         self.put_meta(
             &mut txn,
@@ -409,6 +411,11 @@ impl Inner {
             round.map(|round| (round.segment, round.last)),
         )?;
         self.config.io.commit(txn)?;
+        // Not before the commit: a read meanwhile would cache them again.
+        // (A dual master's last-writer-wins must not meet a swept tombstone.)
+        for key in &swept {
+            self.pending.forget_cached(key);
+        }
         if let Some(round) = round {
             self.applied_segment
                 .fetch_max(round.segment, Ordering::AcqRel);

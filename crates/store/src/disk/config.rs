@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::io::{Io, OsIo};
 use super::{LogRetention, SyncPolicy};
@@ -48,6 +49,20 @@ pub struct DiskConfig {
     pub replay_until: Option<u64>,
     /// The file operations (the fault tests inject failures here).
     pub io: Arc<dyn Io>,
+    /// Set when this server takes writes alongside peers (`--peer`).
+    pub multi_primary: Option<MultiPrimary>,
+}
+
+/// How a server that takes writes alongside peers (dual master) keeps its
+/// items so that their writes converge (`docs/DESIGN.md`, "Dual master"):
+/// every CAS is a hybrid logical clock stamp (`stamp.rs`), a delete leaves
+/// a tombstone, and dead items stay a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultiPrimary {
+    /// How long a deleted or expired item is kept (dead, invisible) before
+    /// the sweep removes it: a peer's older write of the key arriving
+    /// within this time loses to it instead of bringing the key back.
+    pub tombstone_lifetime: Duration,
 }
 
 impl DiskConfig {
@@ -68,6 +83,7 @@ impl DiskConfig {
             max_row_bytes: 1 << 20,
             replay_until: None,
             io: Arc::new(OsIo),
+            multi_primary: None,
         }
     }
 

@@ -19,6 +19,7 @@ impl Inner {
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
+        swept: &mut Vec<Vec<u8>>,
     ) -> heed::Result<u64> {
         let due = self.due_expiry_keys(txn, RECLAIM_BATCH)?;
         let mut removed = 0;
@@ -26,10 +27,11 @@ impl Inner {
             let key = &index_key[4..];
             self.expiry.delete(txn, index_key)?;
             let found = self.stored_old(txn, key)?;
-            let Some(old) = found.filter(|old| self.expired(&old.header)) else {
+            let Some(old) = found.filter(|old| self.sweepable(&old.header)) else {
                 continue;
             };
             let class = self.remove_expired(txn, counts, key, &old)?;
+            swept.push(key.to_vec());
             self.note_reclaimed(class, 1);
             removed += 1;
         }
@@ -43,6 +45,7 @@ impl Inner {
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
         classes: &[bool],
+        swept: &mut Vec<Vec<u8>>,
     ) -> heed::Result<()> {
         for index_key in &self.due_expiry_keys(txn, usize::MAX)? {
             let key = &index_key[4..];
@@ -58,8 +61,9 @@ impl Inner {
                 continue;
             }
             self.expiry.delete(txn, index_key)?;
-            if self.expired(&old.header) {
+            if self.sweepable(&old.header) {
                 let class = self.remove_expired(txn, counts, key, &old)?;
+                swept.push(key.to_vec());
                 self.counters.crawler_reclaimed.add(class, 1);
             }
         }
@@ -72,7 +76,7 @@ impl Inner {
         txn: &RwTxn<'_>,
         limit: usize,
     ) -> heed::Result<Vec<Vec<u8>>> {
-        let now = self.now_unix();
+        let now = self.now_unix().saturating_sub(self.dead_kept_secs());
         Ok(self
             .expiry
             .iter(txn)?
@@ -125,7 +129,7 @@ impl Inner {
                 .ok()
                 .flatten()
                 .and_then(|(index_key, _)| record::expiry_of_index_key(index_key))
-                .is_some_and(|at| at <= self.now_unix())
+                .is_some_and(|at| at <= self.now_unix().saturating_sub(self.dead_kept_secs()))
         });
         if !due {
             return 0;

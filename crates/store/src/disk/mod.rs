@@ -43,6 +43,7 @@ mod lookups;
 mod marks;
 mod open;
 mod page_window;
+mod peer;
 mod pending;
 mod policy;
 mod read;
@@ -79,7 +80,7 @@ use crate::{
     StoreOutcome, StoreStats,
 };
 
-pub use config::{DiskConfig, MIN_LOGGED_VALUE};
+pub use config::{DiskConfig, MultiPrimary, MIN_LOGGED_VALUE};
 pub use journal::LogPosition;
 pub use open::{OpenError, FORMAT_VERSION};
 use pending::PendingWrites;
@@ -115,6 +116,9 @@ struct Inner {
     server_id: u32,
     clock: Clock,
     last_cas: AtomicU64,
+    /// A dual master's CAS values are stamps of this clock (`stamp.rs`);
+    /// `None`: a counter.
+    stamps: Option<crate::stamp::StampClock>,
     pending: PendingWrites,
     marks: marks::FetchMarks,
     journal: journal::Journal,
@@ -231,6 +235,10 @@ struct Counters {
     resident_trims: AtomicU64,
     /// Apply rounds that read their keys' pages first (LMDB outgrew `-m`).
     prefetched_rounds: AtomicU64,
+    /// Peers' writes taken (newer here), and discarded (older than the
+    /// key's write here: conflicts resolved).
+    peer_taken: AtomicU64,
+    peer_discarded: AtomicU64,
 }
 
 /// Any failure on the write path: the write is not acknowledged.
@@ -296,7 +304,26 @@ impl Inner {
     }
 
     fn next_cas(&self) -> u64 {
-        self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
+        match &self.stamps {
+            Some(stamps) => stamps.next(&self.last_cas),
+            None => self.last_cas.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    /// How long dead items are kept before the sweep removes them: a dual
+    /// master's tombstone lifetime (`MultiPrimary`), else not at all.
+    fn dead_kept_secs(&self) -> u32 {
+        self.config.multi_primary.map_or(0, |multi| {
+            multi.tombstone_lifetime.as_secs().min(u64::from(u32::MAX)) as u32
+        })
+    }
+
+    /// Whether the sweep may remove an item: expired, and kept dead long
+    /// enough.
+    fn sweepable(&self, header: &Header) -> bool {
+        header.expiry_unix != 0
+            && u64::from(header.expiry_unix) + u64::from(self.dead_kept_secs())
+                <= u64::from(self.now_unix())
     }
 
     fn class_of(&self, key: &[u8], value_len: usize) -> usize {
@@ -689,6 +716,28 @@ impl crate::replication::Replication for DiskStore {
             }
         }
         Ok(())
+    }
+
+    fn peer_position(&self, peer: &str) -> Option<LogPosition> {
+        self.inner.peer_position(peer)
+    }
+
+    fn apply_peer_group(
+        &self,
+        peer: &str,
+        seed: u32,
+        group: &[u8],
+        position_due: bool,
+    ) -> Result<crate::replication::PeerApplied, String> {
+        self.inner.apply_peer_group(peer, seed, group, position_due)
+    }
+
+    fn merge_base(&self, peer: &str) -> Box<dyn crate::replication::BaseLoad + '_> {
+        Box::new(self.inner.merge_base(peer))
+    }
+
+    fn peer_tally(&self) -> crate::replication::PeerTally {
+        self.inner.peer_tally()
     }
 
     fn one_append(&self, writes: &mut dyn FnMut()) -> bool {

@@ -140,6 +140,9 @@ impl DiskStore {
             meta,
             clock: Clock::new(),
             last_cas: AtomicU64::new(last_cas),
+            stamps: config
+                .multi_primary
+                .map(|_| crate::stamp::StampClock::new(server_id)),
             pending: PendingWrites::new(config.read_cache_bytes()),
             marks: marks::FetchMarks::new(),
             journal,

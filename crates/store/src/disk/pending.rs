@@ -456,6 +456,14 @@ impl PendingWrites {
         }
     }
 
+    /// Drops the cached record of the item `key`, once LMDB no longer
+    /// holds it.
+    pub fn forget_cached(&self, key: &[u8]) {
+        let mut shard = self.lock(key);
+        let hash = shard.hash;
+        shard.state.cache.remove(hash, key);
+    }
+
     fn hash(&self, space: Space, key: &[u8]) -> u64 {
         let hash = self.hasher.hash_one(key);
         match space {

@@ -223,6 +223,10 @@ impl Inner {
             let mut header = old;
             if let Some(expiry) = options.touch {
                 header.expiry_unix = self.to_unix(expiry);
+                if self.stamps.is_some() {
+                    // A dual master's peers take only newer stamps.
+                    header.cas = self.next_cas();
+                }
             }
             let ttl = self.ttl(header.expiry_unix);
             let won = semantics::wins_recache(&current(&old, value), ttl, options.recache_below);

@@ -42,7 +42,7 @@ pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 const BASE_TXN_BYTES: usize = 64 << 20;
 
 /// The records of a frame of the master's, after its checks.
-fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
+pub(super) fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
     let mut records = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
@@ -103,13 +103,7 @@ impl Inner {
             }
         }
         if let Some(boundary) = flush {
-            let mut request = self.flush_request.lock();
-            self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-            self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-            *request = Some(boundary);
-            self.pending.next_seq();
-            drop(request);
-            self.pending.clear_cache();
+            self.take_flush(boundary);
         }
         let appended = self.journal_round_as(&mut leader, Some(*head));
         drop(leader);
@@ -128,6 +122,18 @@ impl Inner {
             lsn: head.first_lsn + entries.len() as u64 - 1,
             micros: head.micros,
         })
+    }
+
+    /// Flushes through another server's `boundary`: the next group
+    /// journals it.
+    pub(super) fn take_flush(&self, boundary: u64) {
+        let mut request = self.flush_request.lock();
+        self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+        *request = Some(boundary);
+        self.pending.next_seq();
+        drop(request);
+        self.pending.clear_cache();
     }
 
     /// Runs `writes` (ordinary writes through the engine's calls) and

@@ -128,7 +128,7 @@ impl Inner {
 
     /// Changes a row as `edit` decides from its current state, atomically
     /// (under the key's shard lock).
-    fn modify_row(
+    pub(super) fn modify_row(
         &self,
         table: &[u8],
         primary_key: &[u8],
@@ -180,7 +180,11 @@ impl Inner {
         Ok(RowOutcome::Done)
     }
 
-    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, WriteFailed> {
+    pub(super) fn get_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+    ) -> Result<Option<Record>, WriteFailed> {
         let Some(key) = row_key(table, primary_key) else {
             return Ok(None);
         };

@@ -191,6 +191,9 @@ impl Inner {
             let current = existing.map(|(old, value)| current(&old, value));
             let decision = match (semantics::plan_delete(command, current), existing) {
                 (DeletePlan::Refuse(outcome), _) => return (Decision::Keep, outcome),
+                (DeletePlan::Remove, _) if self.stamps.is_some() => {
+                    Decision::Put(self.tombstone(key))
+                }
                 (DeletePlan::Remove, _) => Decision::Remove,
                 (DeletePlan::Invalidate(expiry), Some((old, value))) => {
                     let header = Header {
@@ -207,6 +210,18 @@ impl Inner {
             };
             (decision, DeleteOutcome::Deleted)
         })
+    }
+
+    /// What a dual master's delete leaves: the key, expired now, with a
+    /// new stamp, so a peer's older write of it loses (`MultiPrimary`).
+    fn tombstone(&self, key: &[u8]) -> Keyed {
+        let header = Header {
+            flags: 0,
+            expiry_unix: self.now_unix().max(1),
+            cas: self.next_cas(),
+            bits: 0,
+        };
+        Keyed::encode(key, &header, &[])
     }
 
     pub(super) fn arith(

@@ -1,0 +1,221 @@
+//! Dual master's receiving side: a peer's log applied here by last writer
+//! wins. Every item a dual master writes carries a stamp as its CAS
+//! (`stamp.rs`); a peer's write of a key is taken only if its stamp is
+//! newer than the one this server holds for the key — live, expired or a
+//! tombstone — and is then journalled as this server's own entry (so this
+//! server's replicas get it), with the same stamp. Each server thus ends
+//! with the newest stamp of every key whatever the order writes arrive in,
+//! and an entry that comes back to the server that made it (or a second
+//! time) finds its own stamp and is not written again: nothing echoes.
+//!
+//! What was applied of a peer's log and the peer's position after it are
+//! appended as one group (`one_append`): a crash keeps both or neither.
+//! The position lives in a hidden table, a row per peer address.
+
+use std::sync::atomic::Ordering;
+
+use kura_table::Record as Row;
+
+use super::journal::{LogPosition, Record};
+use super::pending::Change;
+use super::record::{Header, Keyed};
+use super::replica::records;
+use super::{Inner, WriteFailed};
+use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};
+use crate::stamp;
+use crate::{AckFence, RowEdit, RowOutcome};
+
+/// The hidden table of peers' positions: primary key the peer's address.
+const POSITIONS: &[u8] = b"\0kura-peers";
+const LSN: &[u8] = b"lsn";
+const MICROS: &[u8] = b"micros";
+
+/// What became of a peer's write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Taken,
+    /// This server holds a newer write of the key: a conflict, resolved.
+    Older,
+    /// This server holds this very write (it made it, or took it before).
+    Held,
+}
+
+impl Inner {
+    /// This server's position in `peer`'s log: the newest entry of it
+    /// applied here.
+    pub(super) fn peer_position(&self, peer: &str) -> Option<LogPosition> {
+        let row = self.get_row(POSITIONS, peer.as_bytes()).ok()??;
+        let number = |name: &[u8]| -> Option<u64> {
+            let (_, value) = row.columns.iter().find(|(column, _)| column == name)?;
+            std::str::from_utf8(value).ok()?.parse().ok()
+        };
+        Some(LogPosition {
+            lsn: number(LSN)?,
+            micros: number(MICROS)?,
+        })
+    }
+
+    fn keep_peer_position(&self, peer: &str, at: LogPosition) -> bool {
+        let mut row = Row::new(peer.as_bytes());
+        row.put(LSN, at.lsn.to_string().as_bytes());
+        row.put(MICROS, at.micros.to_string().as_bytes());
+        let outcome = self.modify_row(
+            POSITIONS,
+            peer.as_bytes(),
+            &mut |_| RowEdit::Put(row.clone()),
+            &AckFence::default(),
+        );
+        matches!(outcome, Ok(RowOutcome::Done))
+    }
+
+    /// Applies one of `peer`'s groups by last writer wins, with the peer's
+    /// position after it if anything was taken or `position_due`.
+    pub(super) fn apply_peer_group(
+        &self,
+        peer: &str,
+        seed: u32,
+        bytes: &[u8],
+        position_due: bool,
+    ) -> Result<PeerApplied, String> {
+        let records = records(bytes, seed)?;
+        let Some((Record::Group(head), entries)) = records.split_first() else {
+            return Err("a group without its head".to_string());
+        };
+        let at = LogPosition {
+            lsn: head.first_lsn + entries.len() as u64 - 1,
+            micros: head.micros,
+        };
+        let kept = self.merge_from_peer(peer, entries, Some(at), position_due)?;
+        Ok(PeerApplied { at, kept })
+    }
+
+    /// Takes the items of `entries` that are newer here, and the peer's
+    /// flushes, as one group of this server's log, with `at` as the peer's
+    /// position if given and something was taken or `position_due`;
+    /// returns whether it kept the position. Table rows are a master's to
+    /// replicate, not a peer's: they are left out.
+    ///
+    /// A group that took nothing (the echo of this server's own writes)
+    /// appends nothing unless its position is due: each append goes to the
+    /// peer, whose own echo must not come back in turn.
+    fn merge_from_peer(
+        &self,
+        peer: &str,
+        entries: &[Record<'_>],
+        at: Option<LogPosition>,
+        position_due: bool,
+    ) -> Result<bool, String> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err("the engine refuses writes (a failed disk)".to_string());
+        }
+        let mut failed = false;
+        let mut kept = false;
+        let appended = self.one_append(&mut || {
+            let mut changed = false;
+            for record in entries {
+                match *record {
+                    Record::Put { key, record } => match self.put_if_newer(key, record) {
+                        Ok(Verdict::Taken) => {
+                            changed = true;
+                            self.counters.peer_taken.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Verdict::Older) => {
+                            self.counters.peer_discarded.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Verdict::Held) => {}
+                        Err(WriteFailed) => failed = true,
+                    },
+                    // Applied once: its echo finds the boundary passed.
+                    Record::Flush(boundary)
+                        if boundary > self.flushed_through.load(Ordering::Acquire) =>
+                    {
+                        changed = true;
+                        self.take_flush(boundary);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(at) = at.filter(|_| changed || position_due) {
+                kept = self.keep_peer_position(peer, at);
+                failed |= !kept;
+            }
+        });
+        if failed {
+            return Err("cannot read or write an item of the peer's".to_string());
+        }
+        if !appended {
+            return Err("cannot append to the update log".to_string());
+        }
+        Ok(kept)
+    }
+
+    /// Leaves a peer's record pending if its stamp is newer than the key's
+    /// here (under the key's shard lock: no local write comes between).
+    fn put_if_newer(&self, key: &[u8], record: &[u8]) -> Result<Verdict, WriteFailed> {
+        let Some((incoming, _)) = Header::decode(record) else {
+            return Err(WriteFailed);
+        };
+        // Every later stamp made here is after this write.
+        self.last_cas.fetch_max(incoming.cas, Ordering::AcqRel);
+        // This server's own write come back (it may have written the key
+        // again since): not a conflict.
+        let echo = self
+            .stamps
+            .is_some_and(|stamps| stamp::made_by(incoming.cas, stamps.rank()));
+        let mut shard = self.pending.lock(key);
+        let verdict = self.with_record(&mut shard, key, |found| match found {
+            Some((held, _)) if held.cas == incoming.cas => Verdict::Held,
+            Some((held, _)) if held.cas > incoming.cas && echo => Verdict::Held,
+            Some((held, _)) if held.cas > incoming.cas => Verdict::Older,
+            _ => Verdict::Taken,
+        })?;
+        if verdict == Verdict::Taken {
+            shard.put(key, Change::Put(Keyed::new(key, record)));
+        }
+        Ok(verdict)
+    }
+
+    /// Takes a peer's snapshot into this server's data by last writer wins
+    /// (a peer's data is never replaced: it has writes of its own).
+    pub(super) fn merge_base<'s>(&'s self, peer: &str) -> PeerMerge<'s> {
+        PeerMerge {
+            inner: self,
+            peer: peer.to_string(),
+        }
+    }
+
+    pub(super) fn peer_tally(&self) -> PeerTally {
+        PeerTally {
+            taken: self.counters.peer_taken.load(Ordering::Relaxed),
+            conflicts_resolved: self.counters.peer_discarded.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A peer's snapshot being merged: each part as its own group; the peer's
+/// position only at the end, so a merge cut short is merged again.
+pub(super) struct PeerMerge<'s> {
+    inner: &'s Inner,
+    peer: String,
+}
+
+impl BaseLoad for PeerMerge<'_> {
+    fn add(&mut self, part: SnapshotPart<'_>) -> Result<(), String> {
+        match part {
+            SnapshotPart::Records(bytes) => {
+                let records = records(bytes, REPLICATION_SEED)?;
+                self.inner
+                    .merge_from_peer(&self.peer, &records, None, false)
+                    .map(drop)
+            }
+            // A peer's tables are its own.
+            SnapshotPart::Index { .. } => Ok(()),
+        }
+    }
+
+    fn finish(self: Box<Self>, at: LogPosition) -> Result<(), String> {
+        self.inner
+            .merge_from_peer(&self.peer, &[], Some(at), true)
+            .map(drop)
+    }
+}
