@@ -108,12 +108,21 @@ impl Inner {
         if self.poisoned.load(Ordering::Acquire) {
             return Err("the engine refuses writes (a failed disk)".to_string());
         }
+        // Most of a peer's log is often this server's own writes coming
+        // back: looked at first, without holding the journal.
+        let news: Vec<&Record<'_>> = entries
+            .iter()
+            .filter(|record| self.may_change(record))
+            .collect();
+        if news.is_empty() && !position_due {
+            return Ok(false);
+        }
         let mut failed = false;
         let mut kept = false;
         let appended = self.one_append(&mut || {
             let mut changed = false;
-            for record in entries {
-                match *record {
+            for &&record in &news {
+                match record {
                     Record::Put { key, record } => match self.put_if_newer(key, record) {
                         Ok(Verdict::Taken) => {
                             changed = true;
@@ -147,6 +156,30 @@ impl Inner {
             return Err("cannot append to the update log".to_string());
         }
         Ok(kept)
+    }
+
+    /// Whether a peer's entry may change anything here: not a table's
+    /// (those are left out), not a flush already applied, not an item this
+    /// server wrote and still holds (or has written again since).
+    fn may_change(&self, record: &Record<'_>) -> bool {
+        match *record {
+            Record::Put { key, record } => {
+                let (Some(stamps), Some((incoming, _))) = (self.stamps, Header::decode(record))
+                else {
+                    return true;
+                };
+                if !stamp::made_by(incoming.cas, stamps.rank()) {
+                    return true;
+                }
+                let mut shard = self.pending.lock(key);
+                self.with_record(&mut shard, key, |found| {
+                    found.is_none_or(|(held, _)| held.cas < incoming.cas)
+                })
+                .unwrap_or(true)
+            }
+            Record::Flush(boundary) => boundary > self.flushed_through.load(Ordering::Acquire),
+            _ => false,
+        }
     }
 
     /// Leaves a peer's record pending if its stamp is newer than the key's
