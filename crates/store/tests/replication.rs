@@ -349,3 +349,39 @@ fn peers_keep_the_last_write_and_a_delete_outlives_older_writes_for_its_lifetime
     assert_eq!(get(&b, b"echo").unwrap().0, b"v2");
     assert_eq!(b.peer_tally().conflicts_resolved, 2, "no conflict counted");
 }
+
+#[test]
+fn a_peers_snapshot_is_merged_by_last_writer_and_leaves_its_position() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (open_peer(a_dir.path(), 1), open_peer(b_dir.path(), 2));
+    set(&a, b"both", b"a-older", 1);
+    set(&a, b"only-a", b"a", 1);
+    set(&b, b"both", b"b-newer", 2);
+    set(&b, b"only-b", b"b", 2);
+    assert_eq!(delete(&b, b"only-b"), kura_store::DeleteOutcome::Deleted);
+    set(&a, b"only-b", b"a-newest", 1);
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (at, _feed) = a
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut merge = b.merge_base("peer");
+    for part in &parts {
+        merge.add(SnapshotPart::Records(part)).unwrap();
+    }
+    merge.finish(at).unwrap();
+    b.wait_until_all_applied();
+    assert_eq!(get(&b, b"both").unwrap().0, b"b-newer", "B's own later write stays");
+    assert_eq!(get(&b, b"only-a"), get(&a, b"only-a"), "A's write arrives");
+    assert_eq!(
+        get(&b, b"only-b").unwrap().0,
+        b"a-newest",
+        "a write later than B's delete wins over its tombstone"
+    );
+    assert_eq!(b.peer_position("peer"), Some(at));
+    assert_eq!(b.peer_tally().conflicts_resolved, 1);
+}
