@@ -569,3 +569,30 @@ fn rounds_read_ahead_only_once_lmdb_outgrows_the_memory_budget() {
     round_after_a_tick(&store);
     assert!(engine_stat(&store, "disk_prefetched_rounds") > 0);
 }
+
+#[test]
+fn a_read_tells_the_seconds_since_the_items_last_access() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::open(dir.path());
+    common::store_alone(&store, kura_store::StoreMode::Set, b"k", b"v", 0);
+    let idle = |store: &kura_store::DiskStore| {
+        let mut idle = None;
+        store.get(
+            b"k",
+            &kura_store::GetOptions::default(),
+            &kura_store::AckFence::default(),
+            &mut |item| idle = Some(item.idle_seconds),
+        );
+        idle.expect("a hit")
+    };
+    store.clock().advance(5);
+    assert_eq!(idle(&store), 5, "since the store");
+    store.clock().advance(2);
+    assert_eq!(idle(&store), 2, "since the read before");
+    assert_eq!(idle(&store), 0);
+    assert_eq!(
+        kura_store::Store::debug(&store, b"k").unwrap().idle_seconds,
+        0,
+        "me shows it too"
+    );
+}

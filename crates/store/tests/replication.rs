@@ -375,7 +375,11 @@ fn a_peers_snapshot_is_merged_by_last_writer_and_leaves_its_position() {
     }
     merge.finish(at).unwrap();
     b.wait_until_all_applied();
-    assert_eq!(get(&b, b"both").unwrap().0, b"b-newer", "B's own later write stays");
+    assert_eq!(
+        get(&b, b"both").unwrap().0,
+        b"b-newer",
+        "B's own later write stays"
+    );
     assert_eq!(get(&b, b"only-a"), get(&a, b"only-a"), "A's write arrives");
     assert_eq!(
         get(&b, b"only-b").unwrap().0,

@@ -24,6 +24,7 @@
 //! whose append fails closes the connections that wrote in it,
 //! unacknowledged.
 
+mod access_times;
 mod ack;
 mod appender;
 mod applier;
@@ -121,6 +122,8 @@ struct Inner {
     stamps: Option<crate::stamp::StampClock>,
     pending: PendingWrites,
     marks: marks::FetchMarks,
+    /// When each key was last stored or read (`mg … l`), nearly.
+    access_times: access_times::AccessTimes,
     journal: journal::Journal,
     /// Held by whoever journals the next group (a worker after its poll
     /// round, or the writer thread), with the buffer the group is encoded in.
@@ -468,12 +471,13 @@ impl Store for DiskStore {
     fn debug(&self, key: &[u8]) -> Option<DebugView> {
         let inner = &self.inner;
         let mut shard = inner.pending.lock(key);
+        let key_hash = shard.hash();
         inner
             .with_record(&mut shard, key, |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),
-                    idle_seconds: 0,
+                    idle_seconds: inner.access_times.idle_seconds(key_hash, inner.clock.now()),
                     cas: header.cas,
                     fetched: header.has(FETCHED),
                     class: inner.class_of(key, value.len()),
@@ -581,7 +585,9 @@ impl Store for DiskStore {
             visit(&ItemInfo {
                 key,
                 ttl: inner.ttl(header.expiry_unix),
-                idle_seconds: 0,
+                idle_seconds: inner
+                    .access_times
+                    .idle_seconds(inner.marks.hash(key), inner.clock.now()),
                 cas: header.cas,
                 fetched: header.has(FETCHED),
                 class: inner.class_of(key, value_len),

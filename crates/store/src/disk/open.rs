@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
-    ack, appender, change, dir_lock, identity, journal, marks, threads, Counters, DiskConfig,
-    DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
+    access_times, ack, appender, change, dir_lock, identity, journal, marks, threads, Counters,
+    DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
@@ -130,6 +130,8 @@ impl DiskStore {
                 .binary_search_by_key(&segment, |(found, _)| *found)
                 .is_ok()
         });
+        let clock = Clock::new();
+        let started = clock.now();
         let inner = Arc::new(Inner {
             env,
             items,
@@ -138,13 +140,14 @@ impl DiskStore {
             index_defs,
             expiry,
             meta,
-            clock: Clock::new(),
+            clock,
             last_cas: AtomicU64::new(last_cas),
             stamps: config
                 .multi_primary
                 .map(|_| crate::stamp::StampClock::new(server_id)),
             pending: PendingWrites::new(config.read_cache_bytes()),
             marks: marks::FetchMarks::new(),
+            access_times: access_times::AccessTimes::new(config.memory_budget, started),
             journal,
             journal_leader: Mutex::new(Vec::new()),
             logged: Mutex::new(appender::Logged::default()),

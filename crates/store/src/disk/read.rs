@@ -136,13 +136,19 @@ impl Inner {
         self.marks.note(self.marks.hash(key), key, cas);
     }
 
+    /// What a read of the item (of `key_hash`) shows; `idle_seconds` is up
+    /// to this access, which it then notes.
     pub(super) fn view<'a>(
         &self,
         key: &'a [u8],
+        key_hash: u64,
         header: &Header,
         value: &'a [u8],
         won: bool,
     ) -> ItemView<'a> {
+        let now = self.clock.now();
+        let idle_seconds = self.access_times.idle_seconds(key_hash, now);
+        self.access_times.note(key_hash, now);
         ItemView {
             key,
             value,
@@ -150,7 +156,7 @@ impl Inner {
             cas: header.cas,
             ttl: self.ttl(header.expiry_unix),
             fetched_before: header.has(FETCHED),
-            idle_seconds: 0,
+            idle_seconds,
             stale: header.has(STALE),
             won,
             win_taken: header.has(WIN_SENT) && !won,
@@ -167,6 +173,7 @@ impl Inner {
         self.apply_due_flush(fence);
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
+        let key_hash = shard.hash();
         let lookup = self.with_record(&mut shard, key, |found| {
             let Some((header, value)) = found else {
                 return Lookup::Miss;
@@ -189,7 +196,7 @@ impl Inner {
             {
                 return Lookup::NeedsWrite;
             }
-            visit(&self.view(key, &header, value, false));
+            visit(&self.view(key, key_hash, &header, value, false));
             if options.no_bump || header.has(FETCHED) {
                 Lookup::Hit
             } else {
@@ -217,7 +224,7 @@ impl Inner {
                 let write = semantics::vivified(expiry);
                 let header = self.header_for(&write, None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
-                visit(&self.view(key, &header, &[], true));
+                visit(&self.view(key, key_hash, &header, &[], true));
                 return (Decision::Put(Keyed::encode(key, &header, &[])), true);
             };
             let mut header = old;
@@ -238,7 +245,7 @@ impl Inner {
                 expiry_unix: header.expiry_unix,
                 ..old
             };
-            visit(&self.view(key, &seen, value, won));
+            visit(&self.view(key, key_hash, &seen, value, won));
             if !options.no_bump {
                 header.bits |= FETCHED;
             }

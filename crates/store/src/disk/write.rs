@@ -80,6 +80,7 @@ impl Inner {
             Decision::Remove => Some(Change::Remove),
         };
         if let Some(change) = change {
+            self.access_times.note(shard.hash(), self.clock.now());
             fence.raise(shard.put(key, change));
         }
         drop(shard);
@@ -174,6 +175,7 @@ impl Inner {
             bits: 0,
         };
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
+        self.access_times.note(shard.hash(), self.clock.now());
         fence.raise(shard.put(command.key, Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,83 @@
+//! When each item was last stored or read, nearly: what memcached's `mg …
+//! l`, `me` and `lru_crawler metadump` report as seconds since the last
+//! access. The disk engine's items carry no access time (a read would have
+//! to write); instead a table in memory holds a server-clock second per
+//! slot, a slot per key hash, and every store and read writes its key's
+//! slot. Keys that share a slot show the later access of either: an item
+//! may look more recently used than it is (memcached's own is coarse too:
+//! it moves an item's time at most once a minute). What happened before
+//! this process started is not known: such an item counts as accessed at
+//! the start.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Bytes of memory budget per slot: 4 bytes a slot, 0.4 % of the budget.
+const BUDGET_PER_SLOT: usize = 1024;
+const MIN_SLOTS: usize = 1 << 16;
+const MAX_SLOTS: usize = 1 << 24;
+
+pub(super) struct AccessTimes {
+    /// Server-clock seconds of the last access; 0 for none since start.
+    slots: Box<[AtomicU32]>,
+    started: u32,
+}
+
+impl AccessTimes {
+    pub(super) fn new(memory_budget: usize, now: u32) -> AccessTimes {
+        let count = (memory_budget / BUDGET_PER_SLOT)
+            .clamp(MIN_SLOTS, MAX_SLOTS)
+            .next_power_of_two();
+        AccessTimes {
+            slots: (0..count).map(|_| AtomicU32::new(0)).collect(),
+            started: now,
+        }
+    }
+
+    fn slot(&self, key_hash: u64) -> &AtomicU32 {
+        // The high bits: the pending table's shards take the low ones.
+        let index = (key_hash >> 32) as usize & (self.slots.len() - 1);
+        &self.slots[index]
+    }
+
+    /// The key of `key_hash` was stored or read at `now`.
+    pub(super) fn note(&self, key_hash: u64, now: u32) {
+        let slot = self.slot(key_hash);
+        // Most accesses fall in the second the slot already holds.
+        if slot.load(Ordering::Relaxed) != now {
+            slot.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Seconds since the key of `key_hash` was last stored or read.
+    pub(super) fn idle_seconds(&self, key_hash: u64, now: u32) -> u32 {
+        let at = match self.slot(key_hash).load(Ordering::Relaxed) {
+            0 => self.started,
+            at => at,
+        };
+        now.saturating_sub(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_access_resets_the_idle_time_and_the_unknown_past_counts_from_the_start() {
+        let times = AccessTimes::new(0, 100);
+        assert_eq!(times.slots.len(), MIN_SLOTS);
+        let key = 0xdead_beef_0000_0001;
+        assert_eq!(times.idle_seconds(key, 130), 30, "not seen since start");
+        times.note(key, 120);
+        assert_eq!(times.idle_seconds(key, 130), 10);
+        times.note(key, 130);
+        assert_eq!(times.idle_seconds(key, 130), 0);
+        assert_eq!(times.idle_seconds(key, 125), 0, "a clock never runs back");
+    }
+
+    #[test]
+    fn the_table_grows_with_the_budget_within_its_bounds() {
+        assert_eq!(AccessTimes::new(1 << 30, 1).slots.len(), 1 << 20);
+        assert_eq!(AccessTimes::new(usize::MAX, 1).slots.len(), MAX_SLOTS);
+    }
+}
