@@ -2,7 +2,8 @@
 //!
 //! `dual_masters_converge_under_concurrent_writes_and_restarts`: two
 //! servers, each the other's peer, take writes of the same keys at once
-//! (sets with and without expiry, appends, incr, deletes, touches) from
+//! (sets with and without expiry, appends, incr, deletes, touches, now and
+//! then a `flush_all`) from
 //! clients of both, while one or the other is killed (SIGKILL) and started
 //! again now and then. Once the load stops both must hold the same items:
 //! value, flags, CAS (the write's stamp) and expiry, key for key.
@@ -107,6 +108,7 @@ fn write_load(port: u16, seed: u64, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let key = format!("k{}", rng.random_range(0..KEYS));
         let request = match rng.random_range(0..100) {
+            _ if rng.random_ratio(1, 300) => "flush_all\r\n".to_string(),
             0..40 => {
                 let len = rng.random_range(1..300);
                 let value: String = (0..len)

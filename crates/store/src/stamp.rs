@@ -37,9 +37,14 @@ pub fn origin_rank(stamp: u64) -> u16 {
 /// before the server had peers.
 const FIRST_STAMP: u64 = (31_622_400_000 << COUNTER_BITS) << RANK_BITS;
 
+/// Whether `cas` is a stamp (not a counter's).
+pub fn is_stamp(cas: u64) -> bool {
+    cas >= FIRST_STAMP
+}
+
 /// Whether `cas` is a stamp made by the server of `rank`.
 pub fn made_by(cas: u64, rank: u16) -> bool {
-    cas >= FIRST_STAMP && origin_rank(cas) == rank
+    is_stamp(cas) && origin_rank(cas) == rank
 }
 
 /// The stamp after `last` (the newest this server knows of) made at

@@ -389,3 +389,59 @@ fn a_peers_snapshot_is_merged_by_last_writer_and_leaves_its_position() {
     assert_eq!(b.peer_position("peer"), Some(at));
     assert_eq!(b.peer_tally().conflicts_resolved, 1);
 }
+
+#[test]
+fn a_peers_flush_drops_only_what_came_before_it_and_stays_applied_after_a_restart() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let a = open_peer(dirs[0].path(), 1);
+    let mut b = open_peer(dirs[1].path(), 2);
+    let c = open_peer(dirs[2].path(), 3);
+    set(&a, b"old", b"before the flush", 0);
+    exchange(&a, &b, LogPosition::default());
+    // C writes before A's flush, and hears of neither for now.
+    set(&c, b"stale", b"before the flush too", 0);
+    std::thread::sleep(Duration::from_millis(5));
+    let from_a = a.position().unwrap();
+    a.flush_all(0, &AckFence::default());
+    a.wait_until_all_applied();
+    std::thread::sleep(Duration::from_millis(5));
+    // B writes after the flush, before it reaches B.
+    set(&b, b"new", b"after it", 0);
+    exchange(&a, &b, from_a);
+    assert_eq!(get(&b, b"old"), None, "flushed on B too");
+    assert_eq!(
+        get(&b, b"new").unwrap().0,
+        b"after it",
+        "B's later write stays"
+    );
+
+    drop(b);
+    b = open_peer(dirs[1].path(), 2);
+    assert_eq!(get(&b, b"new").unwrap().0, b"after it");
+    // A's whole log again, as after a lost position: the old write is
+    // still dead, and the flush is not applied a second time.
+    exchange(&a, &b, LogPosition::default());
+    assert_eq!(get(&b, b"old"), None, "dead after the restart");
+    assert_eq!(get(&b, b"new").unwrap().0, b"after it", "not flushed again");
+
+    // A snapshot carries the flush: C, merging it, drops what it wrote
+    // before the flush, and keeps B's later write once it has it.
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (at, _feed) = a
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    exchange(&b, &c, LogPosition::default());
+    let mut merge = c.merge_base("a");
+    for part in &parts {
+        merge.add(SnapshotPart::Records(part)).unwrap();
+    }
+    merge.finish(at).unwrap();
+    c.wait_until_all_applied();
+    assert_eq!(get(&c, b"stale"), None, "older than A's flush");
+    assert_eq!(get(&c, b"new").unwrap().0, b"after it");
+}

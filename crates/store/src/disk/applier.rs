@@ -337,16 +337,8 @@ impl Inner {
         }
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
-        if round.is_some_and(|round| round.flush.is_some()) {
-            self.items.clear(&mut txn)?;
-            self.expiry.clear(&mut txn)?;
-            // The flushed items' space goes back at once.
-            for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
-                if items > 0 {
-                    self.note_reclaimed(index + 1, items);
-                }
-            }
-            counts.clear();
+        if let Some(boundary) = round.and_then(|round| round.flush) {
+            self.clear_flushed(&mut txn, &mut counts, boundary)?;
         }
         let flushed_through = self.flushed_through.load(Ordering::Acquire);
         // LMDB holds every page a transaction dirties in memory until the

@@ -35,6 +35,7 @@ mod config;
 mod dir_lock;
 mod expiry;
 mod feed;
+mod flushed;
 pub mod history;
 mod identity;
 mod indexes;
@@ -278,7 +279,15 @@ impl Inner {
             0
         } else {
             let offset = i64::from(expiry) - i64::from(self.clock.now());
-            (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32
+            let unix = (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32;
+            if self.stamps.is_some() {
+                // A dual master keeps what dies from now on for the
+                // tombstone lifetime, however far in the past it was set
+                // to expire.
+                unix.max(self.now_unix())
+            } else {
+                unix
+            }
         }
     }
 

@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
-    access_times, ack, appender, change, dir_lock, identity, journal, marks, threads, Counters,
-    DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
+    access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, threads,
+    Counters, DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
@@ -89,6 +89,12 @@ impl DiskStore {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
+        // Items stamped before the newest flush applied stay dead.
+        let flushed = meta
+            .get(&txn, flushed::FLUSHED)?
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
         let mut counts = Counts {
             // Every commit records them: none yet is none at all.
             classes: meta
@@ -154,7 +160,7 @@ impl DiskStore {
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
             flush_request: Mutex::new(None),
-            flushed_through: AtomicU64::new(0),
+            flushed_through: AtomicU64::new(flushed),
             flush_deadline: AtomicU32::new(0),
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
@@ -298,10 +304,9 @@ impl Inner {
                         .map(drop),
                     journal::Record::Flush(boundary) => {
                         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-                        counts.clear();
-                        self.items
-                            .clear(&mut txn)
-                            .and_then(|()| self.expiry.clear(&mut txn))
+                        // Stamps made after the restart come after it.
+                        self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+                        self.clear_flushed(&mut txn, &mut counts, boundary)
                     }
                     journal::Record::Group(_) => Ok(()),
                 };

@@ -144,7 +144,8 @@ impl Inner {
                     _ => {}
                 }
             }
-            if let Some(at) = at.filter(|_| changed || position_due) {
+            // Not past a write that failed: it comes again from there.
+            if let Some(at) = at.filter(|_| (changed || position_due) && !failed) {
                 kept = self.keep_peer_position(peer, at);
                 failed |= !kept;
             }

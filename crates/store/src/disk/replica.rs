@@ -130,7 +130,8 @@ impl Inner {
         let mut request = self.flush_request.lock();
         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-        *request = Some(boundary);
+        // A flush of this server's own may be waiting, maybe a later one.
+        *request = Some(request.map_or(boundary, |waiting| waiting.max(boundary)));
         self.pending.next_seq();
         drop(request);
         self.pending.clear_cache();
@@ -174,6 +175,7 @@ impl Inner {
                     record::log_live_segment(key).is_some()
                         || super::indexes::is_index_meta(key)
                         || key == b"classes"
+                        || key == super::flushed::FLUSHED
                 })
                 .collect();
             for key in stale {
@@ -235,7 +237,16 @@ impl BaseLoader<'_> {
                     let write = Write::of(Space::Row, Pending::Put(record), None);
                     inner.apply_row(&mut txn, key, write).map(drop)
                 }
-                _ => return Err("a snapshot holds puts only".to_string()),
+                // The master's newest flush: what it stamped before stays
+                // dead here too (its items are not in the snapshot).
+                Record::Flush(boundary) => {
+                    inner.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+                    self.max_cas = self.max_cas.max(boundary);
+                    inner
+                        .meta
+                        .put(&mut txn, super::flushed::FLUSHED, &boundary.to_le_bytes())
+                }
+                _ => return Err("a snapshot holds puts and a flush only".to_string()),
             };
             result.map_err(failed)?;
             if written >= BASE_TXN_BYTES {

@@ -1,7 +1,7 @@
 //! A master's whole state for a replica whose position the log no longer
 //! reaches: one LMDB read transaction's items (values the log keeps read
-//! from there) and rows, after the tables' index definitions, as journal
-//! records; then a feed from the snapshot's position on.
+//! from there) and rows, after the tables' index definitions and the newest
+//! flush, as journal records; then a feed from the snapshot's position on.
 //!
 //! The applier may have committed part of a later round when the
 //! transaction began (large rounds commit in parts, with the position of
@@ -50,6 +50,11 @@ impl Inner {
             part: Vec::with_capacity(PART_BYTES),
             send,
         };
+        // The flush first: a dual master merging the snapshot drops what it
+        // holds from before it, as this server did.
+        if flushed_through > 0 {
+            parts.push(Record::Flush(flushed_through))?;
+        }
         for entry in self.items.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
             let Some((header, _)) = Header::decode(stored) else {

@@ -28,7 +28,12 @@ impl Inner {
     /// clears it from LMDB in its next commit.
     pub(super) fn flush(&self, fence: &AckFence) {
         let mut request = self.flush_request.lock();
-        let boundary = self.last_cas.load(Ordering::Acquire);
+        let boundary = match self.stamps {
+            // A dual master's flush covers every write stamped before it,
+            // on any server: a stamp of now.
+            Some(_) => self.next_cas(),
+            None => self.last_cas.load(Ordering::Acquire),
+        };
         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
         *request = Some(boundary);
         let seq = self.pending.next_seq();
