@@ -290,6 +290,27 @@ fn exchange_until(from: &DiskStore, to: &DiskStore, after: LogPosition, until: u
     at
 }
 
+/// Merges a snapshot of `from` into `into`, as `into`'s peer `peer`;
+/// returns the snapshot's position.
+fn merge_snapshot(from: &DiskStore, into: &DiskStore, peer: &str) -> LogPosition {
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (at, _feed) = from
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut merge = into.merge_base(peer);
+    for part in &parts {
+        merge.add(SnapshotPart::Records(part)).unwrap();
+    }
+    merge.finish(at).unwrap();
+    into.wait_until_all_applied();
+    at
+}
+
 fn delete(store: &DiskStore, key: &[u8]) -> kura_store::DeleteOutcome {
     let outcome = store.delete(
         key,
@@ -360,21 +381,7 @@ fn a_peers_snapshot_is_merged_by_last_writer_and_leaves_its_position() {
     set(&b, b"only-b", b"b", 2);
     assert_eq!(delete(&b, b"only-b"), kura_store::DeleteOutcome::Deleted);
     set(&a, b"only-b", b"a-newest", 1);
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (at, _feed) = a
-        .snapshot(&mut |part| {
-            if let SnapshotPart::Records(bytes) = part {
-                parts.push(bytes.to_vec());
-            }
-            Ok(())
-        })
-        .unwrap();
-    let mut merge = b.merge_base("peer");
-    for part in &parts {
-        merge.add(SnapshotPart::Records(part)).unwrap();
-    }
-    merge.finish(at).unwrap();
-    b.wait_until_all_applied();
+    let at = merge_snapshot(&a, &b, "peer");
     assert_eq!(
         get(&b, b"both").unwrap().0,
         b"b-newer",
@@ -426,22 +433,8 @@ fn a_peers_flush_drops_only_what_came_before_it_and_stays_applied_after_a_restar
 
     // A snapshot carries the flush: C, merging it, drops what it wrote
     // before the flush, and keeps B's later write once it has it.
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (at, _feed) = a
-        .snapshot(&mut |part| {
-            if let SnapshotPart::Records(bytes) = part {
-                parts.push(bytes.to_vec());
-            }
-            Ok(())
-        })
-        .unwrap();
     exchange(&b, &c, LogPosition::default());
-    let mut merge = c.merge_base("a");
-    for part in &parts {
-        merge.add(SnapshotPart::Records(part)).unwrap();
-    }
-    merge.finish(at).unwrap();
-    c.wait_until_all_applied();
+    merge_snapshot(&a, &c, "a");
     assert_eq!(get(&c, b"stale"), None, "older than A's flush");
     assert_eq!(get(&c, b"new").unwrap().0, b"after it");
 }
