@@ -1,32 +1,26 @@
-//! The replica side: one thread connects to the master, says where this
-//! server's log ends, loads a snapshot if the master sends one, then
-//! applies each group the master sends as this server's next group and
-//! acknowledges it. Any failure (the master gone, a group out of step)
-//! closes the link; the thread connects again a second later from wherever
-//! the log now ends, until it is told to stop.
+//! The replica side (and a dual master's side of a peer): one thread
+//! connects to the master, says where this server's log ends (or where it
+//! is in the peer's), loads a snapshot if the master sends one (a peer
+//! merges it), then applies each group the master sends as this server's
+//! next group and acknowledges it. Any failure (the master gone, a group
+//! out of step) closes the link; the thread connects again a second later
+//! from wherever the log now ends, until it is told to stop.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kura_proto::replication::{self as wire, Frame, MasterAnswer, ReplicaHello};
-use kura_store::replication::{BaseLoad, LogPosition, Replication, SnapshotPart};
+use kura_store::replication::{BaseLoad, LogPosition, SnapshotPart};
 use kura_store::stamp::rank_of;
 use kura_store::IndexKind;
 
+use super::upstream::{connect, read_full, FOLLOWS_ITSELF, READ_TICK, SILENCE_LIMIT};
 use super::{LinkKind, LinkState, MasterLink};
 use crate::{MasterProtocol, Shared};
 
-/// How long a connection to the master may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How often a blocked read looks whether the link is to stop.
-const READ_TICK: Duration = Duration::from_millis(100);
-/// A master silent this long (it sends a heartbeat every 200 ms) is gone.
-const SILENCE_LIMIT: Duration = Duration::from_secs(10);
-/// Why a link ends for good: the master answered with this server's id.
-pub(super) const FOLLOWS_ITSELF: &str = "the master is this server itself";
 /// How often a peer's position is kept although its groups changed
 /// nothing here (echoes of this server's own writes): each keeping is an
 /// append the peer receives in turn.
@@ -84,43 +78,6 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
     link.set_state(LinkState::Stopped);
 }
 
-/// Reads exactly `buf.len()` bytes, looking at `stopped` every tick and
-/// giving up after [`SILENCE_LIMIT`] without a byte.
-pub(super) fn read_full(
-    reader: &mut impl Read,
-    buf: &mut [u8],
-    stopped: &dyn Fn() -> bool,
-) -> Result<(), String> {
-    let mut filled = 0;
-    let mut heard = Instant::now();
-    while filled < buf.len() {
-        if stopped() {
-            return Err("stopped".to_string());
-        }
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => return Err("the master closed the link".to_string()),
-            Ok(read) => {
-                filled += read;
-                heard = Instant::now();
-            }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                if heard.elapsed() > SILENCE_LIMIT {
-                    return Err("the master fell silent".to_string());
-                }
-            }
-            Err(error) => return Err(format!("reading from the master: {error}")),
-        }
-    }
-    Ok(())
-}
-
 /// The next frame's kind and payload (in `payload`).
 fn read_frame(
     reader: &mut impl Read,
@@ -134,30 +91,6 @@ fn read_frame(
     payload.resize(len, 0);
     read_full(reader, payload, stopped)?;
     Ok(kind)
-}
-
-/// The engine's replication and a connection to the master, whose reads
-/// wake every [`READ_TICK`] to look whether the link is to stop.
-pub(super) fn connect<'s>(
-    shared: &'s Shared,
-    link: &MasterLink,
-) -> Result<(&'s dyn Replication, TcpStream), String> {
-    let replication = shared
-        .store
-        .replication()
-        .ok_or_else(|| "replication needs the disk engine".to_string())?;
-    let address = link
-        .address()
-        .to_socket_addrs()
-        .map_err(|error| format!("cannot resolve {}: {error}", link.master))?
-        .next()
-        .ok_or_else(|| format!("{} has no address", link.master))?;
-    let stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
-        .map_err(|error| format!("cannot connect to {}: {error}", link.master))?;
-    let io_error = |error: io::Error| format!("talking to the master: {error}");
-    stream.set_nodelay(true).map_err(io_error)?;
-    stream.set_read_timeout(Some(READ_TICK)).map_err(io_error)?;
-    Ok((replication, stream))
 }
 
 fn follow_once(

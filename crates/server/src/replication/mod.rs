@@ -9,6 +9,7 @@ mod follower;
 mod link_stream;
 mod tyrant_feed;
 mod tyrant_follower;
+mod upstream;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};

@@ -18,7 +18,7 @@ use kura_proto::tyrant::{self, Request};
 use kura_proto::tyrant_repl::{self, Change};
 use kura_store::{AckFence, Record, RowMode};
 
-use super::follower::{connect, read_full, FOLLOWS_ITSELF};
+use super::upstream::{connect, read_full, FOLLOWS_ITSELF};
 use super::{LinkState, MasterLink};
 use crate::exec::Context;
 use crate::Shared;
