@@ -16,6 +16,9 @@
 //! writer's value), an append over an append. The server that held the
 //! later writes counts the earlier ones as conflicts resolved.
 //!
+//! `peers_whose_stamps_could_tie_refuse_each_other`: server ids equal modulo
+//! 4096 stop the link, and `stats` says why.
+//!
 //! Environment: `KURA_BIN` (default: the binary cargo built with this test).
 
 use std::collections::BTreeMap;
@@ -334,4 +337,35 @@ fn assert_converge_on(a: u16, b: u16, keys: &[&str]) -> BTreeMap<String, String>
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn peers_whose_stamps_could_tie_refuse_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let [mut a, mut b] = pair(dir.path());
+    // 4097 and 1 are equal modulo 4096: their stamps' rank.
+    (a.server_id, b.server_id) = (1, 4097);
+    let (_on_a, _on_b) = (a.start(), b.start());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let link = Client::connect(a.port).stats("replication")["repl_peer_0"].clone();
+        if link.contains("state=stopped") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the link goes on: {link}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = Client::connect(a.port).stats("replication");
+    assert!(
+        stats["repl_peer_0_error"].contains("--server-id"),
+        "the reason is shown: {stats:?}"
+    );
+    let mut client = Client::connect(a.port);
+    assert_eq!(
+        client.call(b"set k 0 0 1\r\nv\r\n"),
+        "STORED",
+        "A still takes writes"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(Client::connect(b.port).gets("k"), None, "nothing went to B");
 }

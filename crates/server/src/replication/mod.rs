@@ -432,6 +432,10 @@ impl Replication {
             lines.push(("repl_peers".to_string(), peers.len().to_string()));
             for (n, peer) in peers.iter().enumerate() {
                 lines.push((format!("repl_peer_{n}"), peer.describe(',')));
+                let error = peer.last_error.lock().clone();
+                if !error.is_empty() {
+                    lines.push((format!("repl_peer_{n}_error"), error));
+                }
             }
             lines.push((
                 "repl_peer_writes_taken".to_string(),
