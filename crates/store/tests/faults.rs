@@ -673,3 +673,51 @@ impl Random {
         self.0 % n
     }
 }
+
+#[test]
+fn a_peers_flush_whose_append_fails_on_a_full_disk_is_taken_when_it_comes_again() {
+    use kura_store::replication::{LogPosition, Replication};
+    let peer = |dir: &Path, id: u32, io: Arc<dyn Io>| {
+        DiskStore::open(DiskConfig {
+            server_id: Some(id),
+            multi_primary: Some(kura_store::MultiPrimary {
+                tombstone_lifetime: Duration::from_secs(60),
+            }),
+            ..config(dir, SyncPolicy::Batch, io)
+        })
+        .expect("opens")
+    };
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = peer(a_dir.path(), 1, Arc::new(OsIo));
+    let io = FaultyIo::new(b_dir.path());
+    let b = peer(b_dir.path(), 2, io.clone());
+    // Every group of A's log after `after`, applied to B; the first error.
+    let exchange = |after: LogPosition| -> Result<(), String> {
+        let mut feed = a.feed(after).unwrap();
+        while let Some(group) = feed.next_group(Duration::from_millis(50)).unwrap() {
+            b.apply_peer_group("a", group.seed, &group.bytes, true)?;
+        }
+        b.wait_until_all_applied();
+        Ok(())
+    };
+    assert_eq!(set(&a, b"old", b"v"), Some(true));
+    exchange(LogPosition::default()).unwrap();
+    assert_eq!(get(&b, b"old").as_deref(), Some(&b"v"[..]));
+    let before_flush = a.position().unwrap();
+    a.flush_all(0, &AckFence::default());
+    a.wait_until_all_applied();
+
+    io.set(|f| f.write_log = Some(Fault::Fails(libc::ENOSPC)));
+    assert!(exchange(before_flush).is_err(), "the append fails");
+    io.set(|f| f.write_log = None);
+    b.maintain();
+    exchange(before_flush).unwrap();
+    assert_eq!(get(&b, b"old"), None, "flushed now");
+    drop(b);
+    let b = peer(b_dir.path(), 2, Arc::new(OsIo));
+    assert_eq!(
+        get(&b, b"old"),
+        None,
+        "and after a restart: the flush was journalled"
+    );
+}

@@ -171,6 +171,11 @@ impl Inner {
                 logged.dirty = true;
                 if let Some(boundary) = flush {
                     logged.flush = logged.flush.max(Some(boundary));
+                    // Before the applier can take the round (this lock): it
+                    // skips the writes the flush covers. Another server's
+                    // flush counts from here (`take_flush`): one whose
+                    // append failed is taken again when it comes again.
+                    self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
                 }
                 let counters = &self.counters;
                 counters.appends.fetch_add(1, Ordering::Relaxed);
