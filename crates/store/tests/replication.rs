@@ -438,3 +438,24 @@ fn a_peers_flush_drops_only_what_came_before_it_and_stays_applied_after_a_restar
     assert_eq!(get(&c, b"stale"), None, "older than A's flush");
     assert_eq!(get(&c, b"new").unwrap().0, b"after it");
 }
+
+#[test]
+fn a_flush_from_before_a_server_had_peers_covers_nothing_of_its_peers() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    {
+        let alone = open(a_dir.path());
+        set(&alone, b"gone", b"flushed", 0);
+        alone.flush_all(0, &AckFence::default());
+        alone.wait_until_all_applied();
+        set(&alone, b"kept", b"after the flush", 0);
+    }
+    let a = open_peer(a_dir.path(), 1);
+    let b = open_peer(b_dir.path(), 2);
+    set(&b, b"mine", b"B's own", 0);
+    // A's snapshot starts with its counter flush; its log holds it too.
+    merge_snapshot(&a, &b, "a");
+    exchange(&a, &b, LogPosition::default());
+    assert_eq!(get(&b, b"mine").unwrap().0, b"B's own", "not flushed");
+    assert_eq!(get(&b, b"kept").unwrap().0, b"after the flush");
+    assert_eq!(get(&b, b"gone"), None);
+}

@@ -171,11 +171,6 @@ impl Inner {
                 logged.dirty = true;
                 if let Some(boundary) = flush {
                     logged.flush = logged.flush.max(Some(boundary));
-                    // Before the applier can take the round (this lock): it
-                    // skips the writes the flush covers. Another server's
-                    // flush counts from here (`take_flush`): one whose
-                    // append failed is taken again when it comes again.
-                    self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
                 }
                 let counters = &self.counters;
                 counters.appends.fetch_add(1, Ordering::Relaxed);
@@ -207,6 +202,13 @@ impl Inner {
                         self.poisoned.store(true, Ordering::Release);
                     }
                     None => {}
+                }
+                // The flush stays requested: reads already skip what it
+                // covers, so it must reach the log with the next append
+                // (once space is back) rather than be lost.
+                if let Some(boundary) = flush {
+                    let mut request = self.flush_request.lock();
+                    *request = Some(request.map_or(boundary, |waiting| waiting.max(boundary)));
                 }
                 // Never acknowledged: those connections are closed instead,
                 // and reads go back to what was there before.

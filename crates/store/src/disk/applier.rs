@@ -340,7 +340,11 @@ impl Inner {
         if let Some(boundary) = round.and_then(|round| round.flush) {
             self.clear_flushed(&mut txn, &mut counts, boundary)?;
         }
-        let flushed_through = self.flushed_through.load(Ordering::Acquire);
+        // The writes a flush covers are skipped once the flush is in LMDB
+        // (this round's, or an earlier one's): not by `flushed_through`,
+        // which a flush raises before it reaches the log. A crash before it
+        // does must not have dropped the writes it would have covered.
+        let flushed_through = self.flushed_boundary(&txn)?;
         // LMDB holds every page a transaction dirties in memory until the
         // commit (a random overwrite dirties a whole leaf), so a large round
         // commits in parts of at most a quarter of the pending memory: under

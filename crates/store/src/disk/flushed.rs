@@ -1,11 +1,15 @@
 //! What a flush removes from LMDB, and the boundary LMDB keeps of it.
 //!
 //! A flush is a boundary: every item whose CAS is at or before it is gone.
-//! A counter's boundary (a server without peers, or its replica) is the
-//! newest CAS there was, so every item in LMDB is older and the tables are
-//! cleared whole. A stamp's (a dual master's flush, on a peer or a replica
-//! of either) may arrive after newer items were stored: only the items at
-//! or before the boundary go, one by one. The newest boundary applied is kept in `meta`,
+//! On a server without peers a counter's boundary (its own flush, or its
+//! master's) is the newest CAS there was, so every item in LMDB is older
+//! and the tables are cleared whole. A stamp's (a dual master's flush, on a
+//! peer or a replica of either), and any flush on a dual master (a peer's
+//! may come from before it had peers), may arrive after newer items were
+//! stored: only the items at or before the boundary go, one by one. That
+//! takes one transaction holding every covered key and the pages it
+//! dirties: a dual master's `flush_all` costs memory in proportion to what
+//! it removes. The newest boundary applied is kept in `meta`,
 //! so that after a restart a late write of a peer's from before it is still
 //! dead, and the flush, coming back, is not applied twice.
 
@@ -26,7 +30,7 @@ impl Inner {
         counts: &mut Counts,
         boundary: u64,
     ) -> heed::Result<()> {
-        if !crate::stamp::is_stamp(boundary) {
+        if self.stamps.is_none() && !crate::stamp::is_stamp(boundary) {
             self.items.clear(txn)?;
             self.expiry.clear(txn)?;
             // The flushed items' space goes back at once.
@@ -37,13 +41,13 @@ impl Inner {
             }
             counts.clear();
         } else {
-            let covered: Vec<(Vec<u8>, Old)> = self
-                .items
-                .iter(txn)?
-                .filter_map(Result::ok)
-                .filter_map(|(key, stored)| Some((key.to_vec(), Old::of(stored)?)))
-                .filter(|(_, old)| old.header.cas <= boundary)
-                .collect();
+            let mut covered: Vec<(Vec<u8>, Old)> = Vec::new();
+            for entry in self.items.iter(txn)? {
+                let (key, stored) = entry?;
+                if let Some(old) = Old::of(stored).filter(|old| old.header.cas <= boundary) {
+                    covered.push((key.to_vec(), old));
+                }
+            }
             for (key, old) in covered {
                 if old.header.expiry_unix != 0 {
                     self.expiry

@@ -135,9 +135,7 @@ impl Inner {
                         Err(WriteFailed) => failed = true,
                     },
                     // Applied once: its echo finds the boundary passed.
-                    Record::Flush(boundary)
-                        if boundary > self.flushed_through.load(Ordering::Acquire) =>
-                    {
+                    Record::Flush(boundary) if self.takes_flush(boundary) => {
                         changed = true;
                         self.take_flush(boundary);
                     }
@@ -169,6 +167,9 @@ impl Inner {
                 else {
                     return true;
                 };
+                if self.flushed(incoming.cas) {
+                    return false;
+                }
                 if !stamp::made_by(incoming.cas, stamps.rank()) {
                     return true;
                 }
@@ -178,9 +179,21 @@ impl Inner {
                 })
                 .unwrap_or(true)
             }
-            Record::Flush(boundary) => boundary > self.flushed_through.load(Ordering::Acquire),
+            Record::Flush(boundary) => self.takes_flush(boundary),
             _ => false,
         }
+    }
+
+    /// Whether a write of `cas` is covered by a flush here.
+    fn flushed(&self, cas: u64) -> bool {
+        cas <= self.flushed_through.load(Ordering::Acquire)
+    }
+
+    /// Whether a peer's flush through `boundary` is news: past the newest
+    /// flush here. (A counter's boundary, a flush from before the peer had
+    /// peers, covers only counters' items: `flushed.rs` removes no stamp's.)
+    fn takes_flush(&self, boundary: u64) -> bool {
+        boundary > self.flushed_through.load(Ordering::Acquire)
     }
 
     /// Leaves a peer's record pending if its stamp is newer than the key's
@@ -189,6 +202,10 @@ impl Inner {
         let Some((incoming, _)) = Header::decode(record) else {
             return Err(WriteFailed);
         };
+        if self.flushed(incoming.cas) {
+            // From before a flush here: dead already.
+            return Ok(Verdict::Held);
+        }
         // Every later stamp made here is after this write.
         self.last_cas.fetch_max(incoming.cas, Ordering::AcqRel);
         // This server's own write come back (it may have written the key

@@ -124,11 +124,13 @@ impl Inner {
         })
     }
 
-    /// Flushes through another server's `boundary`: the next group
-    /// journals it, and reads skip what it covers once it is journalled.
+    /// Flushes through another server's `boundary`: reads skip what it
+    /// covers at once, and the next group journals it (a failed append
+    /// leaves it requested for the next).
     pub(super) fn take_flush(&self, boundary: u64) {
         let mut request = self.flush_request.lock();
         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
         // A flush of this server's own may be waiting, maybe a later one.
         *request = Some(request.map_or(boundary, |waiting| waiting.max(boundary)));
         self.pending.next_seq();
