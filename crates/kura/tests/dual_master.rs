@@ -18,6 +18,8 @@
 //!
 //! `peers_whose_stamps_could_tie_refuse_each_other`: server ids equal modulo
 //! 4096 stop the link, and `stats` says why.
+//! `bad_peer_flags_are_refused_with_a_reason`: `--peer` on the memory
+//! engine, without a port, with `--replica-of`, a bad `--tombstone-lifetime`.
 //!
 //! Environment: `KURA_BIN` (default: the binary cargo built with this test).
 
@@ -368,4 +370,66 @@ fn peers_whose_stamps_could_tie_refuse_each_other() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(Client::connect(b.port).gets("k"), None, "nothing went to B");
+}
+
+#[test]
+fn bad_peer_flags_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let refused = |args: &[&str], reason: &str| {
+        let output = std::process::Command::new(support::kura_bin())
+            .arg("serve")
+            .args(args)
+            .arg("--print-config")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} was taken");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    };
+    refused(
+        &["--engine", "memory", "--peer", "127.0.0.1:11311"],
+        "--peer needs the disk engine",
+    );
+    refused(&["--dir", data, "--peer", "nowhere"], "--peer: HOST:PORT");
+    refused(
+        &[
+            "--dir",
+            data,
+            "--peer",
+            "127.0.0.1:1",
+            "--tombstone-lifetime",
+            "soon",
+        ],
+        "--tombstone-lifetime",
+    );
+    refused(
+        &[
+            "--dir",
+            data,
+            "--peer",
+            "127.0.0.1:1",
+            "--replica-of",
+            "127.0.0.1:2",
+        ],
+        "--replica-of",
+    );
+    let output = std::process::Command::new(support::kura_bin())
+        .args([
+            "serve",
+            "--dir",
+            data,
+            "--peer",
+            "127.0.0.1:1",
+            "--peer",
+            "127.0.0.1:2",
+        ])
+        .args(["--tombstone-lifetime", "90m", "--print-config"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let config = String::from_utf8_lossy(&output.stdout);
+    assert!(config.contains("127.0.0.1:2"), "{config}");
+    assert!(config.contains("5400"), "90 minutes: {config}");
 }
