@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kura_proto::replication::{self as wire, Frame, MasterAnswer, ReplicaHello};
-use kura_store::replication::{BaseLoad, LogPosition, SnapshotPart};
+use kura_store::replication::{BaseLoad, LogPosition, Replication, SnapshotPart};
 use kura_store::stamp::rank_of;
 use kura_store::IndexKind;
 
@@ -102,13 +102,9 @@ fn follow_once(
     let io_error = |error: io::Error| format!("talking to the master: {error}");
     let mut writer = stream.try_clone().map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 20, stream);
-    let position = match link.kind {
-        LinkKind::Master => replication.position(),
-        LinkKind::Peer => replication.peer_position(&link.master),
-    };
     let hello = ReplicaHello {
         replica: replication.server_id(),
-        after: position.map(|position| (position.lsn, position.micros)),
+        after: followed_position(replication, link).map(|position| (position.lsn, position.micros)),
     };
     writer
         .write_all(hello.line().as_bytes())
@@ -167,11 +163,7 @@ fn follow_once(
         MasterAnswer::Refused(line) => return Err(format!("the master refused: {line}")),
     }
     link.set_state(LinkState::Streaming);
-    let position = match link.kind {
-        LinkKind::Master => replication.position(),
-        LinkKind::Peer => replication.peer_position(&link.master),
-    };
-    if let Some(position) = position {
+    if let Some(position) = followed_position(replication, link) {
         link.applied_to(position.lsn, position.micros);
     }
     let mut unacknowledged = None;
@@ -220,6 +212,15 @@ fn follow_once(
                 writer.write_all(&wire::ack(lsn)).map_err(io_error)?;
             }
         }
+    }
+}
+
+/// Where this server is in the followed server's log: a replica's own
+/// last entry (its log is its master's), a peer's kept position.
+fn followed_position(replication: &dyn Replication, link: &MasterLink) -> Option<LogPosition> {
+    match link.kind {
+        LinkKind::Master => replication.position(),
+        LinkKind::Peer => replication.peer_position(&link.master),
     }
 }
 
