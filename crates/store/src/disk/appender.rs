@@ -206,9 +206,9 @@ impl Inner {
                 // The flush stays requested: reads already skip what it
                 // covers, so it must reach the log with the next append
                 // (once space is back) rather than be lost.
-                if let Some(boundary) = flush {
+                if flush.is_some() {
                     let mut request = self.flush_request.lock();
-                    *request = Some(request.map_or(boundary, |waiting| waiting.max(boundary)));
+                    *request = (*request).max(flush);
                 }
                 // Never acknowledged: those connections are closed instead,
                 // and reads go back to what was there before.

@@ -163,14 +163,13 @@ impl Inner {
     fn may_change(&self, record: &Record<'_>) -> bool {
         match *record {
             Record::Put { key, record } => {
-                let (Some(stamps), Some((incoming, _))) = (self.stamps, Header::decode(record))
-                else {
+                let Some((incoming, _)) = Header::decode(record) else {
                     return true;
                 };
                 if self.flushed(incoming.cas) {
                     return false;
                 }
-                if !stamp::made_by(incoming.cas, stamps.rank()) {
+                if !self.made_here(incoming.cas) {
                     return true;
                 }
                 let mut shard = self.pending.lock(key);
@@ -182,6 +181,12 @@ impl Inner {
             Record::Flush(boundary) => self.takes_flush(boundary),
             _ => false,
         }
+    }
+
+    /// Whether `cas` is a stamp of this server's own.
+    fn made_here(&self, cas: u64) -> bool {
+        self.stamps
+            .is_some_and(|stamps| stamp::made_by(cas, stamps.rank()))
     }
 
     /// Whether a write of `cas` is covered by a flush here.
@@ -210,9 +215,7 @@ impl Inner {
         self.last_cas.fetch_max(incoming.cas, Ordering::AcqRel);
         // This server's own write come back (it may have written the key
         // again since): not a conflict.
-        let echo = self
-            .stamps
-            .is_some_and(|stamps| stamp::made_by(incoming.cas, stamps.rank()));
+        let echo = self.made_here(incoming.cas);
         let mut shard = self.pending.lock(key);
         let verdict = self.with_record(&mut shard, key, |found| match found {
             Some((held, _)) if held.cas == incoming.cas => Verdict::Held,

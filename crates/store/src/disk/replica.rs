@@ -132,7 +132,7 @@ impl Inner {
         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
         self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
         // A flush of this server's own may be waiting, maybe a later one.
-        *request = Some(request.map_or(boundary, |waiting| waiting.max(boundary)));
+        *request = request.max(Some(boundary));
         self.pending.next_seq();
         drop(request);
         self.pending.clear_cache();
