@@ -99,7 +99,7 @@ impl Inner {
     }
 
     pub(super) fn has_work(&self) -> bool {
-        self.pending.is_dirty() || self.flush_request.lock().is_some() || self.signals.stopping()
+        self.pending.is_dirty() || self.flushes.is_requested() || self.signals.stopping()
     }
 
     /// Journals every pending write (and a flush) in one append, then lets
@@ -118,10 +118,7 @@ impl Inner {
         group: &mut Vec<u8>,
         replicated: Option<GroupHead>,
     ) -> Option<usize> {
-        let (flush, batch) = {
-            let mut request = self.flush_request.lock();
-            (request.take(), self.pending.drain())
-        };
+        let (flush, batch) = self.flushes.take_request(|| self.pending.drain());
         let through = batch.through;
         let writes = batch.len();
         if writes == 0 && flush.is_none() {
@@ -203,12 +200,10 @@ impl Inner {
                     }
                     None => {}
                 }
-                // The flush stays requested: reads already skip what it
-                // covers, so it must reach the log with the next append
-                // (once space is back) rather than be lost.
-                if flush.is_some() {
-                    let mut request = self.flush_request.lock();
-                    *request = (*request).max(flush);
+                // Once space is back, the flush reaches the log with the
+                // next append rather than be lost.
+                if let Some(boundary) = flush {
+                    self.flushes.request_again(boundary);
                 }
                 // Never acknowledged: those connections are closed instead,
                 // and reads go back to what was there before.

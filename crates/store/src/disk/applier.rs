@@ -267,7 +267,7 @@ impl Inner {
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
                     let marks = &self.marks;
-                    let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                    let flushed_through = self.flushes.through();
                     self.pending.retire_applied(round.batches, |hash, cas| {
                         cas > flushed_through && marks.noted(hash, cas)
                     });
@@ -341,7 +341,7 @@ impl Inner {
             self.clear_flushed(&mut txn, &mut counts, boundary)?;
         }
         // The writes a flush covers are skipped once the flush is in LMDB
-        // (this round's, or an earlier one's): not by `flushed_through`,
+        // (this round's, or an earlier one's): not by `Flushes::through`,
         // which a flush raises before it reaches the log. A crash before it
         // does must not have dropped the writes it would have covered.
         let flushed_through = self.flushed_boundary(&txn)?;
@@ -539,7 +539,7 @@ impl Inner {
         removed.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
-        let flushed_through = self.flushed_through.load(Ordering::Acquire);
+        let flushed_through = self.flushes.through();
         for (space, key) in removed {
             let write = Write::of(space, Pending::Remove, None);
             self.apply(&mut txn, key, write, flushed_through, &mut counts)?;

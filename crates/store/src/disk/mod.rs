@@ -36,6 +36,7 @@ mod dir_lock;
 mod expiry;
 mod feed;
 mod flushed;
+mod flushes;
 pub mod history;
 mod identity;
 mod indexes;
@@ -65,7 +66,7 @@ mod threads;
 mod write;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -135,14 +136,8 @@ struct Inner {
     acks: ack::Acks,
     /// Writes in LMDB (or failed): what stats, scans and backpressure wait for.
     applied: ack::Acks,
-    /// A flush waiting for the writer. The writer drains pending writes
-    /// under this lock, so a flush falls wholly before or after a drain.
-    flush_request: Mutex<Option<u64>>,
-    /// Items with a CAS up to this were flushed (the writer clears them
-    /// from LMDB in its next commit; until then reads skip them).
-    flushed_through: AtomicU64,
-    /// Server time of a pending delayed `flush_all`; 0 when none.
-    flush_deadline: AtomicU32,
+    /// Flushes asked for and not yet in LMDB.
+    flushes: flushes::Flushes,
     /// An fsync or commit failed for a reason other than space: writes are
     /// refused from then on.
     poisoned: AtomicBool,
@@ -307,7 +302,7 @@ impl Inner {
 
     /// Whether a stored item still counts: not expired, not flushed.
     fn alive(&self, header: &Header) -> bool {
-        !self.expired(header) && header.cas > self.flushed_through.load(Ordering::Acquire)
+        !self.expired(header) && !self.flushes.covers(header.cas)
     }
 
     /// `count` expired or flushed items of `class` gave their space back.
@@ -468,12 +463,11 @@ impl Store for DiskStore {
             return;
         }
         if delay <= 0 {
-            self.inner.flush_deadline.store(0, Ordering::Relaxed);
+            self.inner.flushes.schedule(0);
             self.inner.flush(fence);
         } else {
-            self.inner
-                .flush_deadline
-                .store(self.inner.clock.expiry(delay).max(1), Ordering::Relaxed);
+            let at = self.inner.clock.expiry(delay).max(1);
+            self.inner.flushes.schedule(at);
         }
     }
 

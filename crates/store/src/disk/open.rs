@@ -4,13 +4,14 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
+use super::flushes::Flushes;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
@@ -159,9 +160,7 @@ impl DiskStore {
             logged: Mutex::new(appender::Logged::default()),
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
-            flush_request: Mutex::new(None),
-            flushed_through: AtomicU64::new(flushed),
-            flush_deadline: AtomicU32::new(0),
+            flushes: Flushes::new(flushed),
             poisoned: AtomicBool::new(false),
             out_of_space: AtomicBool::new(false),
             read_only: AtomicBool::new(false),
@@ -267,7 +266,7 @@ impl Inner {
                         micros: head.micros,
                     };
                 }
-                let flushed_through = self.flushed_through.load(Ordering::Acquire);
+                let flushed_through = self.flushes.through();
                 let here = journal::Location {
                     segment: *number,
                     offset,
@@ -303,7 +302,7 @@ impl Inner {
                         .apply_row(&mut txn, key, change::Write::RowRemove)
                         .map(drop),
                     journal::Record::Flush(boundary) => {
-                        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+                        self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
                         self.clear_flushed(&mut txn, &mut counts, boundary)

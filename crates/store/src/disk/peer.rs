@@ -191,14 +191,14 @@ impl Inner {
 
     /// Whether a write of `cas` is covered by a flush here.
     fn flushed(&self, cas: u64) -> bool {
-        cas <= self.flushed_through.load(Ordering::Acquire)
+        self.flushes.covers(cas)
     }
 
     /// Whether a peer's flush through `boundary` is news: past the newest
     /// flush here. (A counter's boundary, a flush from before the peer had
     /// peers, covers only counters' items: `flushed.rs` removes no stamp's.)
     fn takes_flush(&self, boundary: u64) -> bool {
-        boundary > self.flushed_through.load(Ordering::Acquire)
+        boundary > self.flushes.through()
     }
 
     /// Leaves a peer's record pending if its stamp is newer than the key's

@@ -179,7 +179,7 @@ impl Inner {
                 return Lookup::Miss;
             };
             if !self.alive(&header) {
-                let counter = if header.cas <= self.flushed_through.load(Ordering::Acquire) {
+                let counter = if self.flushes.covers(header.cas) {
                     &self.counters.get_flushed
                 } else {
                     &self.counters.get_expired

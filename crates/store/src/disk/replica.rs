@@ -128,13 +128,11 @@ impl Inner {
     /// covers at once, and the next group journals it (a failed append
     /// leaves it requested for the next).
     pub(super) fn take_flush(&self, boundary: u64) {
-        let mut request = self.flush_request.lock();
-        self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-        // A flush of this server's own may be waiting, maybe a later one.
-        *request = request.max(Some(boundary));
-        self.pending.next_seq();
-        drop(request);
+        let boundary = || {
+            self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+            boundary
+        };
+        self.flushes.request(boundary, || self.pending.next_seq());
         self.pending.clear_cache();
     }
 
@@ -189,7 +187,7 @@ impl Inner {
         self.base_incomplete.store(true, Ordering::Release);
         *self.applied_counts.lock() = Counts::default();
         self.index_defs.clear();
-        self.flushed_through.store(0, Ordering::Release);
+        self.flushes.reset();
         self.pending.clear_cache();
         Ok(BaseLoader {
             inner: self,
@@ -241,7 +239,7 @@ impl BaseLoader<'_> {
                 // The master's newest flush: what it stamped before stays
                 // dead here too (its items are not in the snapshot).
                 Record::Flush(boundary) => {
-                    inner.flushed_through.fetch_max(boundary, Ordering::AcqRel);
+                    inner.flushes.raise(boundary);
                     self.max_cas = self.max_cas.max(boundary);
                     inner
                         .meta

@@ -9,7 +9,6 @@
 //! is a key's whole state, the replica ends where the master is.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::feed::Feed;
@@ -45,7 +44,7 @@ impl Inner {
                 kind: def.kind,
             })?;
         }
-        let flushed_through = self.flushed_through.load(Ordering::Acquire);
+        let flushed_through = self.flushes.through();
         let mut parts = Parts {
             part: Vec::with_capacity(PART_BYTES),
             send,

@@ -27,17 +27,13 @@ impl Inner {
     /// Flushes everything written so far: reads skip it at once, the writer
     /// clears it from LMDB in its next commit.
     pub(super) fn flush(&self, fence: &AckFence) {
-        let mut request = self.flush_request.lock();
-        let boundary = match self.stamps {
+        let boundary = || match self.stamps {
             // A dual master's flush covers every write stamped before it,
             // on any server: a stamp of now.
             Some(_) => self.next_cas(),
             None => self.last_cas.load(Ordering::Acquire),
         };
-        self.flushed_through.fetch_max(boundary, Ordering::AcqRel);
-        *request = Some(boundary);
-        let seq = self.pending.next_seq();
-        drop(request);
+        let seq = self.flushes.request(boundary, || self.pending.next_seq());
         fence.raise(seq);
         // Every cached record is dead now: give their memory back.
         self.pending.clear_cache();
@@ -45,14 +41,7 @@ impl Inner {
 
     /// Applies a delayed flush whose time has come.
     pub(super) fn apply_due_flush(&self, fence: &AckFence) {
-        let deadline = self.flush_deadline.load(Ordering::Relaxed);
-        if deadline != 0
-            && self.clock.now() >= deadline
-            && self
-                .flush_deadline
-                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.flushes.take_due(self.clock.now()) {
             self.flush(fence);
         }
     }
