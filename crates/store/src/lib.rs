@@ -5,6 +5,7 @@
 pub mod classes;
 pub mod clock;
 pub mod counter;
+mod delayed_flush;
 pub mod disk;
 pub mod memory;
 pub mod replication;

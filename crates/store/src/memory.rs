@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 
 use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
+use crate::delayed_flush::DelayedFlush;
 use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
 use crate::sweep::SweepPace;
 use crate::{
@@ -126,8 +127,8 @@ pub struct MemoryStore {
     /// Server time of the last whole-second flush: items last stored or
     /// used at or before it are flushed once it has come; 0 when none.
     flushed_second: AtomicU32,
-    /// Server time of a pending delayed `flush_all`; 0 when none.
-    flush_deadline: AtomicU32,
+    /// A `flush_all` with a delay.
+    delayed_flush: DelayedFlush,
     /// Where the next eviction starts, so shards take turns.
     evict_cursor: AtomicUsize,
     /// Where maintenance resumes.
@@ -556,7 +557,7 @@ impl MemoryStore {
             flushed_through_cas: AtomicU64::new(0),
             flush_whole_second: config.flush_whole_second,
             flushed_second: AtomicU32::new(0),
-            flush_deadline: AtomicU32::new(0),
+            delayed_flush: DelayedFlush::default(),
             evict_cursor: AtomicUsize::new(0),
             maintain_cursor: AtomicUsize::new(0),
             eviction_watcher: std::sync::OnceLock::new(),
@@ -591,14 +592,7 @@ impl MemoryStore {
     /// The flush boundary in force at `now`, applying a delayed flush whose
     /// time has come.
     fn flushed_through(&self, now: u32) -> Flushed {
-        let deadline = self.flush_deadline.load(Ordering::Relaxed);
-        if deadline != 0
-            && now >= deadline
-            && self
-                .flush_deadline
-                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.delayed_flush.take_due(now) {
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
             self.sweep_pace.hurry();
@@ -1075,13 +1069,12 @@ impl Store for MemoryStore {
             self.flushed_second.store(second, Ordering::Relaxed);
         }
         if delay <= 0 {
-            self.flush_deadline.store(0, Ordering::Relaxed);
+            self.delayed_flush.schedule(0);
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
             self.sweep_pace.hurry();
         } else {
-            self.flush_deadline
-                .store(self.clock.expiry(delay).max(1), Ordering::Relaxed);
+            self.delayed_flush.schedule(self.clock.expiry(delay).max(1));
         }
     }
 

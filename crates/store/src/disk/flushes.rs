@@ -1,11 +1,13 @@
 //! The flushes a server was asked for, ahead of LMDB: the boundary that
 //! reads and writes treat as flushed at once, the flush waiting for the
-//! next append, and a delayed `flush_all`'s deadline. What a flush removes
+//! next append, and a delayed `flush_all`. What a flush removes
 //! from LMDB once applied is `flushed.rs`.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+
+use crate::delayed_flush::DelayedFlush;
 
 pub(super) struct Flushes {
     /// Items with a CAS up to this are flushed: the applier drops them
@@ -15,8 +17,8 @@ pub(super) struct Flushes {
     /// writes under this lock, so a flush falls wholly before or after a
     /// drain.
     requested: Mutex<Option<u64>>,
-    /// Server time at which a delayed `flush_all` is due; 0 when none.
-    deadline: AtomicU32,
+    /// A `flush_all` with a delay.
+    pub(super) delayed: DelayedFlush,
 }
 
 impl Flushes {
@@ -25,7 +27,7 @@ impl Flushes {
         Flushes {
             through: AtomicU64::new(through),
             requested: Mutex::new(None),
-            deadline: AtomicU32::new(0),
+            delayed: DelayedFlush::default(),
         }
     }
 
@@ -80,23 +82,6 @@ impl Flushes {
     pub(super) fn is_requested(&self) -> bool {
         self.requested.lock().is_some()
     }
-
-    /// A delayed `flush_all` is due at server time `at`; 0 cancels it.
-    pub(super) fn schedule(&self, at: u32) {
-        self.deadline.store(at, Ordering::Relaxed);
-    }
-
-    /// Whether a delayed flush is due at `now`; true once per deadline,
-    /// whichever thread asks first.
-    pub(super) fn take_due(&self, now: u32) -> bool {
-        let deadline = self.deadline.load(Ordering::Relaxed);
-        deadline != 0
-            && now >= deadline
-            && self
-                .deadline
-                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-    }
 }
 
 #[cfg(test)]
@@ -120,17 +105,5 @@ mod tests {
         assert_eq!(flushes.through(), 12, "a boundary never goes back");
         flushes.reset();
         assert_eq!(flushes.through(), 0);
-    }
-
-    #[test]
-    fn a_delayed_flush_is_due_once_and_a_zero_deadline_cancels_it() {
-        let flushes = Flushes::new(0);
-        flushes.schedule(100);
-        assert!(!flushes.take_due(99));
-        assert!(flushes.take_due(100));
-        assert!(!flushes.take_due(101), "taken once");
-        flushes.schedule(200);
-        flushes.schedule(0);
-        assert!(!flushes.take_due(300));
     }
 }

@@ -463,11 +463,11 @@ impl Store for DiskStore {
             return;
         }
         if delay <= 0 {
-            self.inner.flushes.schedule(0);
+            self.inner.flushes.delayed.schedule(0);
             self.inner.flush(fence);
         } else {
             let at = self.inner.clock.expiry(delay).max(1);
-            self.inner.flushes.schedule(at);
+            self.inner.flushes.delayed.schedule(at);
         }
     }
 

@@ -41,7 +41,7 @@ impl Inner {
 
     /// Applies a delayed flush whose time has come.
     pub(super) fn apply_due_flush(&self, fence: &AckFence) {
-        if self.flushes.take_due(self.clock.now()) {
+        if self.flushes.delayed.take_due(self.clock.now()) {
             self.flush(fence);
         }
     }

@@ -1,0 +1,45 @@
+//! `flush_all N`: a flush due N seconds from now, taken once when its time
+//! comes by whichever thread looks first. Both engines keep one.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Default)]
+pub(crate) struct DelayedFlush {
+    /// Server time at which the flush is due; 0 when none.
+    deadline: AtomicU32,
+}
+
+impl DelayedFlush {
+    /// A flush is due at server time `at`; 0 cancels it.
+    pub(crate) fn schedule(&self, at: u32) {
+        self.deadline.store(at, Ordering::Relaxed);
+    }
+
+    /// Whether the flush is due at `now`; true once per deadline.
+    pub(crate) fn take_due(&self, now: u32) -> bool {
+        let deadline = self.deadline.load(Ordering::Relaxed);
+        deadline != 0
+            && now >= deadline
+            && self
+                .deadline
+                .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delayed_flush_is_due_once_and_a_zero_deadline_cancels_it() {
+        let delayed = DelayedFlush::default();
+        delayed.schedule(100);
+        assert!(!delayed.take_due(99));
+        assert!(delayed.take_due(100));
+        assert!(!delayed.take_due(101), "taken once");
+        delayed.schedule(200);
+        delayed.schedule(0);
+        assert!(!delayed.take_due(300));
+    }
+}
