@@ -278,10 +278,7 @@ fn between_bounds(expression: &[u8]) -> (f64, f64) {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty()
-        || haystack
-            .windows(needle.len())
-            .any(|window| window == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// A POSIX extended regular expression matched on bytes in the C locale,
