@@ -10,9 +10,15 @@ pub(crate) struct DelayedFlush {
 }
 
 impl DelayedFlush {
-    /// A flush is due at server time `at`; 0 cancels it.
+    /// A flush is due at server time `at` (replacing one scheduled before).
     pub(crate) fn schedule(&self, at: u32) {
-        self.deadline.store(at, Ordering::Relaxed);
+        // 0 stands for none: a flush due at the start is due at once.
+        self.deadline.store(at.max(1), Ordering::Relaxed);
+    }
+
+    /// No flush is due any more (an immediate one came first).
+    pub(crate) fn cancel(&self) {
+        self.deadline.store(0, Ordering::Relaxed);
     }
 
     /// Whether the flush is due at `now`; true once per deadline.
@@ -32,14 +38,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_delayed_flush_is_due_once_and_a_zero_deadline_cancels_it() {
+    fn a_delayed_flush_is_due_once_and_can_be_cancelled() {
         let delayed = DelayedFlush::default();
         delayed.schedule(100);
         assert!(!delayed.take_due(99));
         assert!(delayed.take_due(100));
         assert!(!delayed.take_due(101), "taken once");
         delayed.schedule(200);
-        delayed.schedule(0);
+        delayed.cancel();
         assert!(!delayed.take_due(300));
+        delayed.schedule(0);
+        assert!(delayed.take_due(1), "due at the start: due at once");
     }
 }

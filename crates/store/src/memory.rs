@@ -1069,12 +1069,12 @@ impl Store for MemoryStore {
             self.flushed_second.store(second, Ordering::Relaxed);
         }
         if delay <= 0 {
-            self.delayed_flush.schedule(0);
+            self.delayed_flush.cancel();
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
             self.sweep_pace.hurry();
         } else {
-            self.delayed_flush.schedule(self.clock.expiry(delay).max(1));
+            self.delayed_flush.schedule(self.clock.expiry(delay));
         }
     }
 

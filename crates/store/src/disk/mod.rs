@@ -463,10 +463,10 @@ impl Store for DiskStore {
             return;
         }
         if delay <= 0 {
-            self.inner.flushes.delayed.schedule(0);
+            self.inner.flushes.delayed.cancel();
             self.inner.flush(fence);
         } else {
-            let at = self.inner.clock.expiry(delay).max(1);
+            let at = self.inner.clock.expiry(delay);
             self.inner.flushes.delayed.schedule(at);
         }
     }
