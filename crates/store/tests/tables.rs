@@ -359,6 +359,84 @@ fn a_check_finds_an_index_that_disagrees_with_its_table() {
     );
 }
 
+/// Format 2's q-gram indexes lacked the grams of a value's UTF-8 alone,
+/// which `STRINC` needs; opening such a directory rebuilds them.
+#[test]
+fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        let build = IndexCommand::Build {
+            kind: IndexKind::QGram,
+            keep: false,
+        };
+        tables.set_index(b"t", b"text", build).unwrap();
+        // Folded, the lead byte swallows the "a": "xbc".
+        let mut broken = Record::new(&b"broken"[..]);
+        broken.put(b"text", b"x\xc3abc");
+        put(tables, "t", &broken, RowMode::Put);
+        put(
+            tables,
+            "t",
+            &row("plain", &[("text", "an abc")]),
+            RowMode::Put,
+        );
+        put(tables, "t", &row("other", &[("text", "xyz")]), RowMode::Put);
+        assert_eq!(
+            indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "abc")),
+            ["broken", "plain"]
+        );
+    }
+    // Make it what format 2 wrote: the UTF-8-only grams gone, format 2.
+    {
+        let mut options = heed::EnvOpenOptions::new();
+        options.max_dbs(8).map_size(64 << 20);
+        // SAFETY: the engine that had it open is closed.
+        #[allow(unsafe_code)]
+        let env = unsafe { options.open(dir.path()).unwrap() };
+        let mut txn = env.write_txn().unwrap();
+        let indexes: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
+            .database_options()
+            .types()
+            .name("indexes")
+            .flags(heed::DatabaseFlags::DUP_SORT)
+            .create(&mut txn)
+            .unwrap();
+        let id = 1u32.to_be_bytes();
+        for gram in [&b"abc"[..], b"bc", b"c"] {
+            indexes
+                .delete_one_duplicate(&mut txn, &[&id[..], gram].concat(), b"broken")
+                .unwrap();
+        }
+        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
+            env.create_database(&mut txn, Some("meta")).unwrap();
+        meta.put(&mut txn, b"format", &2u32.to_le_bytes()).unwrap();
+        txn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "abc")),
+        ["broken", "plain"]
+    );
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    drop(engine);
+    // Marked 3: opened again, nothing to do, the same answer.
+    let engine = open(dir.path());
+    assert_eq!(
+        indexed_keys(
+            engine.tables().unwrap(),
+            "text",
+            IndexKind::QGram,
+            ("STRINC", "abc")
+        ),
+        ["broken", "plain"]
+    );
+}
+
 #[test]
 fn rows_are_walked_in_key_or_index_order_either_way() {
     use std::ops::Bound;

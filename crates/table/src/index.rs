@@ -124,21 +124,33 @@ pub fn index_keys(kind: IndexKind, value: &[u8]) -> Vec<Vec<u8>> {
         }
         IndexKind::Token => text::words(value).map(cut).collect(),
         IndexKind::QGram => {
-            let folded = String::from_utf8(text::normalize(value)).unwrap_or_default();
-            let chars: Vec<char> = folded.chars().collect();
-            // Every position's gram; the last ones are shorter, so a word
-            // of one or two characters is found by prefix anywhere.
-            (0..chars.len())
-                .map(|at| {
-                    let gram: String = chars[at..(at + GRAM).min(chars.len())].iter().collect();
-                    gram.into_bytes()
-                })
-                .collect()
+            let mut keys = grams(&text::normalize(value));
+            // Folding drops bytes that are not UTF-8 as Tokyo Cabinet does,
+            // which may take ASCII after them along; the grams of the
+            // text's UTF-8 alone hold every UTF-8 substring, for STRINC.
+            let value = text::c_str(value);
+            if std::str::from_utf8(value).is_err() {
+                keys.extend(grams(&text::normalize(&text::utf8_only(value))));
+            }
+            keys
         }
     };
     keys.sort_unstable();
     keys.dedup();
     keys
+}
+
+/// Every position's gram of folded text; the last ones are shorter, so a
+/// word of one or two characters is found by prefix anywhere.
+fn grams(folded: &[u8]) -> Vec<Vec<u8>> {
+    let folded = std::str::from_utf8(folded).unwrap_or_default();
+    let chars: Vec<char> = folded.chars().collect();
+    (0..chars.len())
+        .map(|at| {
+            let gram: String = chars[at..(at + GRAM).min(chars.len())].iter().collect();
+            gram.into_bytes()
+        })
+        .collect()
 }
 
 /// A set of index keys.
@@ -257,6 +269,7 @@ pub fn probes(condition: &Condition, kind: IndexKind) -> Option<Probes> {
                 .collect(),
         ),
         (IndexKind::QGram, FtsPh | FtsAnd | FtsOr | FtsEx) => full_text_probes(condition),
+        (IndexKind::QGram, StrInc) => substring_probes(expression),
         _ => None,
     }
 }
@@ -278,6 +291,15 @@ fn grams_of(word: &[u8]) -> Option<Vec<KeyRange>> {
             .map(|gram| KeyRange::exact(gram.iter().collect::<String>().into_bytes()))
             .collect(),
     )
+}
+
+/// `STRINC`'s: a value that holds a UTF-8 substring holds, folded, the
+/// folded substring (its UTF-8 alone does, see [`index_keys`]), so every
+/// gram of it. A substring that is not UTF-8, or folds to nothing, cannot
+/// narrow.
+fn substring_probes(expression: &[u8]) -> Option<Probes> {
+    std::str::from_utf8(text::c_str(expression)).ok()?;
+    Probes::all(grams_of(&text::normalize(expression))?)
 }
 
 /// The start of a word as a gram prefix: what any text holding it has.
@@ -339,7 +361,7 @@ impl Lookup {
             NumGt | NumGe => "asc (NUMGT/NUMGE)".to_string(),
             NumLt | NumLe => "desc (NUMLT/NUMLE)".to_string(),
             StrOrEq | NumOrEq => format!("skip ({})", condition.operator.name()),
-            StrAnd | StrOr => format!("inverted ({})", condition.operator.name()),
+            StrAnd | StrOr | StrInc => format!("inverted ({})", condition.operator.name()),
             _ => "inverted (FTS)".to_string(),
         };
         match main {
@@ -429,6 +451,72 @@ mod tests {
     }
 
     #[test]
+    fn a_value_that_is_not_utf8_also_has_the_grams_of_its_utf8() {
+        // Folding drops the lead byte with the "a" it swallows; the UTF-8
+        // alone keeps "abc", so STRINC "abc" finds the row.
+        let keys = index_keys(IndexKind::QGram, b"x\xc3abc");
+        assert!(keys.contains(&b"xbc".to_vec()), "{keys:?}");
+        assert!(keys.contains(&b"abc".to_vec()), "{keys:?}");
+        assert_eq!(
+            index_keys(IndexKind::QGram, b"abc"),
+            [b"abc".to_vec(), b"bc".to_vec(), b"c".to_vec()]
+        );
+    }
+
+    /// Every value a STRINC matches (random bytes: ASCII, blanks, NUL,
+    /// letters of two and four bytes, stray bytes) is found through its
+    /// grams.
+    #[test]
+    fn strinc_probes_find_every_value_holding_the_substring() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let alphabet: [&[u8]; 11] = [
+            b"a",
+            b"B",
+            b" ",
+            b"\t",
+            b"\0",
+            "é".as_bytes(),
+            "Ö".as_bytes(),
+            "😀".as_bytes(),
+            b"\xc3",
+            b"\xa9",
+            b"\xe3",
+        ];
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            let value: Vec<u8> = (0..rng.random_range(1..12))
+                .flat_map(|_| alphabet[rng.random_range(0..alphabet.len())].to_vec())
+                .collect();
+            let start = rng.random_range(0..value.len());
+            let end = rng.random_range(start..=value.len());
+            let substring = &value[start..end];
+            let condition = Condition::new(b"c", Operator::StrInc, 0, substring);
+            let Some(probes) = probes(&condition, IndexKind::QGram) else {
+                continue;
+            };
+            if !condition.holds(&value) {
+                continue;
+            }
+            let keys = index_keys(IndexKind::QGram, &value);
+            for range in &probes.ranges {
+                let held = keys.iter().any(|key| match range {
+                    KeyRange::Prefix(prefix) => key.starts_with(prefix),
+                    KeyRange::Span(from, to) => {
+                        std::ops::RangeBounds::contains(&(from.as_ref(), to.as_ref()), &key)
+                    }
+                });
+                assert!(
+                    held,
+                    "{value:?} holds {substring:?}, its grams miss {range:?}"
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked > 1_000, "only {checked} substrings could narrow");
+    }
+
+    #[test]
     fn conditions_find_their_index_keys_or_say_they_cannot() {
         let exact = |key: &[u8]| KeyRange::exact(key.to_vec());
         assert_eq!(
@@ -444,6 +532,13 @@ mod tests {
             None
         );
         assert_eq!(probes(&condition("STRINC", "o"), IndexKind::Lexical), None);
+        assert_eq!(
+            probes(&condition("STRINC", " Ab "), IndexKind::QGram),
+            Probes::all(vec![KeyRange::Prefix(b"ab".to_vec())])
+        );
+        let not_utf8 = Condition::new(b"c", Operator::StrInc, 0, b"abc\xff");
+        assert_eq!(probes(&not_utf8, IndexKind::QGram), None);
+        assert_eq!(probes(&condition("STRINC", "  "), IndexKind::QGram), None);
         assert_eq!(probes(&condition("STREQ", "Bob"), IndexKind::Decimal), None);
         assert_eq!(
             probes(&condition("NUMBT", "9 3"), IndexKind::Decimal),

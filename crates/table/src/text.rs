@@ -92,6 +92,17 @@ pub fn normalize(text: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The text's valid UTF-8, with every byte that is not part of it left
+/// out. Each valid character of the text is in it, and a substring that is
+/// UTF-8 stays whole: a byte left out never starts a character, so one is
+/// never cut.
+pub fn utf8_only(text: &[u8]) -> Vec<u8> {
+    text.utf8_chunks()
+        .flat_map(|chunk| chunk.valid().as_bytes())
+        .copied()
+        .collect()
+}
+
 fn normalize_chars(text: &[u8]) -> Vec<u8> {
     let mut folded = String::new();
     let mut pending_space = false;
@@ -248,6 +259,16 @@ fn decode(bytes: &[u8]) -> impl Iterator<Item = char> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utf8_only_drops_the_bytes_outside_characters_and_keeps_every_character() {
+        assert_eq!(utf8_only("é a".as_bytes()), "é a".as_bytes());
+        // A lead byte followed by ASCII, a stray continuation byte, a lead
+        // cut short by the end: dropped, and nothing after them.
+        assert_eq!(utf8_only(b"\xc3abc\xa9d\xe3\x81"), b"abcd");
+        assert_eq!(utf8_only("\u{fe}é".as_bytes()), "\u{fe}é".as_bytes());
+        assert_eq!(utf8_only(b"\xc3\xc3\xa9"), "é".as_bytes());
+    }
 
     #[test]
     fn words_split_on_commas_and_blanks() {

@@ -269,6 +269,18 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes every index of `kind` again from its rows (what a format
+    /// upgrade changed in them).
+    pub(super) fn rebuild_entries(&self, txn: &mut RwTxn<'_>, kind: IndexKind) -> heed::Result<()> {
+        for (table, def) in self.index_defs.all() {
+            if def.kind == kind {
+                self.drop_entries(txn, def.id)?;
+                self.build_entries(txn, &table, &def)?;
+            }
+        }
+        Ok(())
+    }
+
     fn drop_entries(&self, txn: &mut RwTxn<'_>, id: u32) -> heed::Result<()> {
         let keys: Vec<Vec<u8>> = self
             .indexes

@@ -20,6 +20,7 @@ use super::{
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
+use kura_table::IndexKind;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
@@ -27,12 +28,16 @@ const MAX_READERS: u32 = 1024;
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
 /// `docs/DESIGN.md` describes them. Format 2 added table rows (the `rows`
-/// database, journal records 6 and 7); a directory of format 1 is marked 2
-/// when opened (it has no rows), and a kura of format 1 refuses it then,
-/// rather than stop its replay at the first row record.
-pub const FORMAT_VERSION: u32 = 2;
+/// database, journal records 6 and 7); format 3 gave q-gram indexes the
+/// grams of a value's UTF-8 alone when the value is not all UTF-8, so
+/// `STRINC` can use them. A directory of format 1 is marked 3 when opened
+/// (it has no rows), one of format 2 has its q-gram indexes rebuilt, and a
+/// kura of an older format refuses it then.
+pub const FORMAT_VERSION: u32 = 3;
 /// The format before rows, which this kura upgrades.
 const FORMAT_BEFORE_ROWS: u32 = 1;
+/// The format before `STRINC`'s grams, which this kura upgrades.
+const FORMAT_BEFORE_UTF8_GRAMS: u32 = 2;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +89,7 @@ impl DiskStore {
             .create(&mut txn)?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
-        check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
+        let upgrade = check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
         let last_cas = meta
             .get(&txn, b"cas")?
             .and_then(|b| b.try_into().ok())
@@ -178,6 +183,9 @@ impl DiskStore {
         });
         inner.journal.resume_after(applied_lsn);
         inner.replay(&segments, applied_segment)?;
+        if upgrade == Upgrade::QGramIndexes {
+            inner.upgrade_qgram_indexes()?;
+        }
         inner.measure_lmdb_usage();
         inner.check_space();
         let threads = threads::start(&inner).map_err(OpenError::Thread)?;
@@ -202,6 +210,14 @@ impl Drop for DiskStore {
     }
 }
 
+/// What opening a directory of an older format still has to do.
+#[derive(Debug, PartialEq, Eq)]
+enum Upgrade {
+    Nothing,
+    /// Rebuild the q-gram indexes, then mark the directory.
+    QGramIndexes,
+}
+
 /// Refuses a data directory of another format; marks a new one with
 /// [`FORMAT_VERSION`].
 fn check_format(
@@ -210,17 +226,19 @@ fn check_format(
     meta: &Database<Bytes, Bytes>,
     items: &Database<Bytes, Bytes>,
     has_journal: bool,
-) -> Result<(), OpenError> {
+) -> Result<Upgrade, OpenError> {
     let found = meta
         .get(txn, FORMAT_KEY)?
         .and_then(|bytes| bytes.try_into().ok())
         .map(u32::from_le_bytes);
     match found {
-        Some(FORMAT_VERSION) => Ok(()),
+        Some(FORMAT_VERSION) => Ok(Upgrade::Nothing),
         Some(FORMAT_BEFORE_ROWS) => {
             meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-            Ok(())
+            Ok(Upgrade::Nothing)
         }
+        // Marked once the indexes are rebuilt, in the same transaction.
+        Some(FORMAT_BEFORE_UTF8_GRAMS) => Ok(Upgrade::QGramIndexes),
         Some(other) => Err(OpenError::Format(format!(
             "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
             dir.display()
@@ -233,12 +251,23 @@ fn check_format(
         }
         None => {
             meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-            Ok(())
+            Ok(Upgrade::Nothing)
         }
     }
 }
 
 impl Inner {
+    /// Format 2 to 3: every q-gram index written again from its rows, and
+    /// the directory marked, in one transaction.
+    fn upgrade_qgram_indexes(&self) -> Result<(), OpenError> {
+        let mut txn = self.env.write_txn()?;
+        self.rebuild_entries(&mut txn, IndexKind::QGram)?;
+        self.meta
+            .put(&mut txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
+        self.config.io.commit(txn)?;
+        Ok(())
+    }
+
     /// Puts the writes of journal segments LMDB does not hold yet into it,
     /// oldest first (they were acknowledged before a crash), fsyncs the data
     /// file and deletes the segments nothing points into.
