@@ -134,6 +134,38 @@ fn tables_and_items_are_apart_and_rows_come_in_primary_key_order() {
     assert_eq!(seen, 2);
 }
 
+/// A replica's rows change only by its master's log: a client's put,
+/// edit or removal is refused, as an item's write is.
+#[test]
+fn a_read_only_replica_refuses_every_row_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    put(tables, "t", &row("a", &[("n", "1")]), RowMode::Put);
+    engine.replication().unwrap().set_read_only(true);
+    assert_eq!(
+        put(tables, "t", &row("b", &[("n", "2")]), RowMode::Put),
+        RowOutcome::Failed
+    );
+    let edit = tables.modify_row(
+        b"t",
+        b"a",
+        &mut |_| kura_store::RowEdit::Remove,
+        &AckFence::default(),
+    );
+    assert_eq!(edit, RowOutcome::Failed);
+    assert_eq!(
+        tables.remove_row(b"t", b"a", &AckFence::default()),
+        RowOutcome::Failed
+    );
+    assert_eq!(keys(tables, "t"), ["a"]);
+    engine.replication().unwrap().set_read_only(false);
+    assert_eq!(
+        tables.remove_row(b"t", b"a", &AckFence::default()),
+        RowOutcome::Done
+    );
+}
+
 #[test]
 fn rows_survive_reopening_whether_applied_or_only_logged() {
     let dir = tempfile::tempdir().unwrap();

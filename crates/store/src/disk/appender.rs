@@ -149,7 +149,7 @@ impl Inner {
             segment = current;
             encode_group(group, &mut offsets, head, flush, &batch, segment);
         }
-        let result = if self.poisoned.load(Ordering::Acquire) {
+        let result = if self.health.is_poisoned() {
             Err(None)
         } else {
             self.append(group, last).map_err(Some)
@@ -192,11 +192,11 @@ impl Inner {
                 match error {
                     Some(error) if is_enospc(&error) => {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
-                        self.out_of_space.store(true, Ordering::Release);
+                        self.health.set_out_of_space(true);
                     }
                     Some(error) => {
                         tracing::error!(%error, "journal write failed: refusing writes from now on");
-                        self.poisoned.store(true, Ordering::Release);
+                        self.health.poison();
                     }
                     None => {}
                 }

@@ -175,7 +175,7 @@ impl Inner {
                 Ok(next) => Some(next),
                 Err(error) => {
                     tracing::error!(%error, "cannot start a journal segment: refusing writes from now on");
-                    self.poisoned.store(true, Ordering::Release);
+                    self.health.poison();
                     None
                 }
             }
@@ -202,7 +202,7 @@ impl Inner {
             // pointers must never reach the disk before what they point to.
             if let Err(error) = retired.sync() {
                 tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                self.poisoned.store(true, Ordering::Release);
+                self.health.poison();
             }
             retired.release_unused();
             (batch, flush, retired.number, retired.last)
@@ -232,7 +232,7 @@ impl Inner {
             self.applied.advance(through, false);
             return None;
         }
-        if round.is_some() && self.poisoned.load(Ordering::Acquire) {
+        if round.is_some() && self.health.is_poisoned() {
             // A journal fsync or write failed: LMDB must not point into
             // journal bytes that may never reach the disk. The writes stay
             // pending (readable; their values are in the page cache) and no
@@ -301,12 +301,12 @@ impl Inner {
                     if first {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
                     }
-                    self.out_of_space.store(true, Ordering::Release);
+                    self.health.set_out_of_space(true);
                 } else {
                     if first {
                         tracing::error!(%error, "disk commit failed: refusing writes from now on");
                     }
-                    self.poisoned.store(true, Ordering::Release);
+                    self.health.poison();
                 }
                 if let Some(round) = &mut round {
                     round.retried = true;

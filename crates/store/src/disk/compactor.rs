@@ -37,7 +37,7 @@ impl Inner {
     pub(super) fn compact_some(&self) -> Compaction {
         // Also when short of space: a mostly-garbage segment frees more
         // than its live values take again.
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.health.is_poisoned() {
             return Compaction::NotDue;
         }
         let applied = self.applied_segment.load(Ordering::Acquire);
@@ -234,7 +234,7 @@ impl Inner {
         if self.journal.history_held() {
             return Vec::new();
         }
-        let retention = if self.out_of_space.load(Ordering::Acquire) {
+        let retention = if self.health.is_out_of_space() {
             LogRetention::NOTHING
         } else {
             self.config.log_retention

@@ -37,6 +37,7 @@ mod expiry;
 mod feed;
 mod flushed;
 mod flushes;
+mod health;
 pub mod history;
 mod identity;
 mod indexes;
@@ -138,14 +139,8 @@ struct Inner {
     applied: ack::Acks,
     /// Flushes asked for and not yet in LMDB.
     flushes: flushes::Flushes,
-    /// An fsync or commit failed for a reason other than space: writes are
-    /// refused from then on.
-    poisoned: AtomicBool,
-    /// Too little room left: writes are refused until space is freed.
-    out_of_space: AtomicBool,
-    /// A replica: clients' writes are refused; only the master's log
-    /// changes the data (`replica.rs`).
-    read_only: AtomicBool,
+    /// Whether writes are taken: poisoned, out of space, a replica.
+    health: health::Health,
     /// A snapshot load was cut short: the data is incomplete, and the
     /// next attach to a master takes a snapshot again.
     base_incomplete: AtomicBool,
@@ -363,7 +358,7 @@ impl Inner {
             let in_time = deadline.is_none_or(|at| std::time::Instant::now() < at);
             let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
             // A poisoned engine applies nothing more.
-            let poisoned = self.poisoned.load(Ordering::Acquire);
+            let poisoned = self.health.is_poisoned();
             if !waiting || !in_time || poisoned || self.signals.stopping() {
                 break;
             }
@@ -372,9 +367,7 @@ impl Inner {
     }
 
     fn writable(&self) -> bool {
-        let ok = !self.poisoned.load(Ordering::Acquire)
-            && !self.out_of_space.load(Ordering::Acquire)
-            && !self.read_only.load(Ordering::Acquire);
+        let ok = self.health.takes_writes();
         if !ok {
             self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
         }
@@ -430,9 +423,7 @@ impl Store for DiskStore {
 
     fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome {
         // Deletes free space, so they go on while the disk is full.
-        if self.inner.poisoned.load(Ordering::Acquire)
-            || self.inner.read_only.load(Ordering::Acquire)
-        {
+        if !self.inner.health.takes_deletes() {
             return DeleteOutcome::Failed;
         }
         self.inner
@@ -459,7 +450,7 @@ impl Store for DiskStore {
     }
 
     fn flush_all(&self, delay: i64, fence: &AckFence) {
-        if self.inner.read_only.load(Ordering::Acquire) {
+        if self.inner.health.is_read_only() {
             return;
         }
         if delay <= 0 {
@@ -754,10 +745,10 @@ impl crate::replication::Replication for DiskStore {
     }
 
     fn set_read_only(&self, read_only: bool) {
-        self.inner.read_only.store(read_only, Ordering::Release);
+        self.inner.health.set_read_only(read_only);
     }
 
     fn read_only(&self) -> bool {
-        self.inner.read_only.load(Ordering::Acquire)
+        self.inner.health.is_read_only()
     }
 }

@@ -166,9 +166,7 @@ impl DiskStore {
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
             flushes: Flushes::new(flushed),
-            poisoned: AtomicBool::new(false),
-            out_of_space: AtomicBool::new(false),
-            read_only: AtomicBool::new(false),
+            health: Default::default(),
             base_incomplete: AtomicBool::new(base_incomplete),
             replica_holds: Default::default(),
             fetch_before_write: AtomicBool::new(false),
@@ -260,6 +258,9 @@ impl Inner {
     /// Format 2 to 3: every q-gram index written again from its rows, and
     /// the directory marked, in one transaction.
     fn upgrade_qgram_indexes(&self) -> Result<(), OpenError> {
+        tracing::info!(
+            "format {FORMAT_BEFORE_UTF8_GRAMS} to {FORMAT_VERSION}: rebuilding q-gram indexes"
+        );
         let mut txn = self.env.write_txn()?;
         self.rebuild_entries(&mut txn, IndexKind::QGram)?;
         self.meta

@@ -105,7 +105,7 @@ impl Inner {
         at: Option<LogPosition>,
         position_due: bool,
     ) -> Result<bool, String> {
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.health.is_poisoned() {
             return Err("the engine refuses writes (a failed disk)".to_string());
         }
         // Most of a peer's log is often this server's own writes coming

@@ -235,9 +235,7 @@ impl Inner {
         while self.applied.decided() < seq {
             self.signals.wake_writer();
             self.signals.wake_applier();
-            let stuck = self.poisoned.load(std::sync::atomic::Ordering::Acquire)
-                || self.out_of_space.load(std::sync::atomic::Ordering::Acquire)
-                || self.signals.stopping();
+            let stuck = !self.health.applies() || self.signals.stopping();
             if stuck {
                 return Err(WriteFailed);
             }
@@ -285,11 +283,7 @@ impl Tables for DiskStore {
     }
 
     fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome {
-        if self
-            .inner
-            .poisoned
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if !self.inner.health.takes_deletes() {
             return RowOutcome::Failed;
         }
         self.inner

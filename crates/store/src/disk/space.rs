@@ -2,7 +2,6 @@
 //! writes are refused (deletes go on) until space comes back.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Inner;
@@ -68,7 +67,7 @@ impl Inner {
             return;
         };
         let short = left < self.config.reserve_bytes;
-        if self.out_of_space.swap(short, Ordering::AcqRel) != short {
+        if self.health.set_out_of_space(short) {
             if short {
                 tracing::warn!(left, "disk nearly full: refusing writes");
             } else {

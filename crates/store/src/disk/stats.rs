@@ -88,11 +88,11 @@ impl Inner {
             ("disk_reserve_bytes", self.config.reserve_bytes.to_string()),
             (
                 "disk_out_of_space",
-                u8::from(self.out_of_space.load(Ordering::Relaxed)).to_string(),
+                u8::from(self.health.is_out_of_space()).to_string(),
             ),
             (
                 "disk_poisoned",
-                u8::from(self.poisoned.load(Ordering::Relaxed)).to_string(),
+                u8::from(self.health.is_poisoned()).to_string(),
             ),
             (
                 "disk_writes_refused",

@@ -22,7 +22,7 @@ impl Inner {
                     Ok(()) => self.count_fsync(started),
                     Err(error) => {
                         tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                        self.poisoned.store(true, Ordering::Release);
+                        self.health.poison();
                     }
                 }
                 synced_groups = groups;
@@ -45,7 +45,7 @@ impl Inner {
             }
             Err(error) => {
                 tracing::error!(%error, "fsync failed: refusing writes from now on");
-                self.poisoned.store(true, Ordering::Release);
+                self.health.poison();
                 false
             }
         }

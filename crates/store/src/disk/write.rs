@@ -90,10 +90,7 @@ impl Inner {
         if super::replica::holds_the_journal() {
             return;
         }
-        while self.pending.bytes() > self.config.pending_limit
-            && !self.poisoned.load(Ordering::Acquire)
-            && !self.out_of_space.load(Ordering::Acquire)
-        {
+        while self.pending.bytes() > self.config.pending_limit && self.health.applies() {
             self.signals.wake_writer();
             self.signals.wake_applier();
             let seq = self.pending.last_seq();
