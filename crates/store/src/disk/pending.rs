@@ -16,8 +16,9 @@
 //! the oldest. A write is never copied, and never looked up again to be
 //! retired: the swaps and the drops are one step per shard.
 //!
-//! Each shard also caches committed records that were read (`cache`), so a
-//! hot read costs one hash lookup instead of a B-tree descent. A record
+//! Each shard also caches committed records that were read (`cache`), items'
+//! and rows' (an entry knows its space), so a hot read costs one hash lookup
+//! instead of a B-tree descent. A record
 //! enters the cache only under its shard's lock, read from LMDB when the key
 //! had no pending write, and every write of the key removes it under the
 //! same lock: the cache never holds anything older than LMDB's newest
@@ -237,15 +238,20 @@ impl Batch {
     }
 }
 
-/// A cached committed record, with its key and the key's hash.
+/// A cached committed record, with its key, the key's space and hash.
 struct CachedRecord {
     hash: u64,
+    space: Space,
     keyed: Keyed,
 }
 
 impl CachedRecord {
     fn key(&self) -> &[u8] {
         self.keyed.key()
+    }
+
+    fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
+        self.hash == hash && self.space == space && self.key() == key
     }
 
     fn record(&self) -> &[u8] {
@@ -266,20 +272,20 @@ struct ReadCache {
 }
 
 impl ReadCache {
-    fn get(&self, hash: u64, key: &[u8]) -> Option<&[u8]> {
+    fn get(&self, hash: u64, space: Space, key: &[u8]) -> Option<&[u8]> {
         self.records
-            .find(hash, |cached| cached.hash == hash && cached.key() == key)
+            .find(hash, |cached| cached.is(hash, space, key))
             .map(CachedRecord::record)
     }
 
-    fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut [u8]> {
+    fn get_mut(&mut self, hash: u64, space: Space, key: &[u8]) -> Option<&mut [u8]> {
         self.records
-            .find_mut(hash, |cached| cached.hash == hash && cached.key() == key)
+            .find_mut(hash, |cached| cached.is(hash, space, key))
             .map(|cached| cached.keyed.record_mut())
     }
 
-    fn remove(&mut self, hash: u64, key: &[u8]) {
-        self.remove_where(hash, |cached| cached.key() == key);
+    fn remove(&mut self, hash: u64, space: Space, key: &[u8]) {
+        self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
     }
 
     fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
@@ -305,7 +311,7 @@ impl ReadCache {
         false
     }
 
-    fn insert(&mut self, hash: u64, keyed: Keyed, budget: usize) {
+    fn insert(&mut self, hash: u64, space: Space, keyed: Keyed, budget: usize) {
         let charge = entry_charge(keyed.key(), keyed.record().len());
         if charge > budget / 8 {
             return;
@@ -317,8 +323,8 @@ impl ReadCache {
             // 64-bit hashes: another record with the same one is not worth a key copy.
             self.remove_where(oldest, |_| true);
         }
-        self.remove(hash, keyed.key());
-        let cached = CachedRecord { hash, keyed };
+        self.remove(hash, space, keyed.key());
+        let cached = CachedRecord { hash, space, keyed };
         self.records
             .insert_unique(hash, cached, |cached| cached.hash);
         self.bytes += charge;
@@ -380,7 +386,7 @@ impl Shard<'_> {
 
     /// The committed record of `key`, if it is cached.
     pub fn cached(&self, key: &[u8]) -> Option<&[u8]> {
-        self.state.cache.get(self.hash, key)
+        self.state.cache.get(self.hash, self.space, key)
     }
 
     /// Whether the record of `key`, just missed, should be cached (see the
@@ -395,7 +401,7 @@ impl Shard<'_> {
         let budget = self.owner.cache_budget_per_shard;
         self.state
             .cache
-            .insert(self.hash, Keyed::new(key, record), budget);
+            .insert(self.hash, self.space, Keyed::new(key, record), budget);
     }
 
     /// Records a write; returns its sequence number.
@@ -406,9 +412,7 @@ impl Shard<'_> {
         let entry = Entry::new(hash, space, key, change);
         let added = entry.charge();
         let state = &mut *self.state;
-        if space == Space::Item {
-            state.cache.remove(hash, key);
-        }
+        state.cache.remove(hash, space, key);
         let removed = match state.fresh.find_mut(hash, |old| old.is(space, key)) {
             Some(old) => std::mem::replace(old, entry).charge(),
             None => {
@@ -461,7 +465,7 @@ impl PendingWrites {
     pub fn forget_cached(&self, key: &[u8]) {
         let mut shard = self.lock(key);
         let hash = shard.hash;
-        shard.state.cache.remove(hash, key);
+        shard.state.cache.remove(hash, Space::Item, key);
     }
 
     fn hash(&self, space: Space, key: &[u8]) -> u64 {
@@ -542,7 +546,7 @@ impl PendingWrites {
     pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
         let mut shard = self.lock(key);
         let hash = shard.hash;
-        if let Some(record) = shard.state.cache.get_mut(hash, key) {
+        if let Some(record) = shard.state.cache.get_mut(hash, Space::Item, key) {
             if Header::decode(record).is_some_and(|(header, _)| header.cas == cas) {
                 record::set_bits(record, bits);
             }
@@ -690,7 +694,7 @@ impl PendingWrites {
                         && find(&state.logged, hash, Space::Item, key).is_none();
                     if wanted {
                         record::set_bits(keyed.record_mut(), record::FETCHED);
-                        state.cache.insert(hash, keyed, budget);
+                        state.cache.insert(hash, Space::Item, keyed, budget);
                     } else {
                         freed.push(Entry {
                             hash,
@@ -878,6 +882,22 @@ mod tests {
             pending.bytes()
         );
         assert_eq!(pending.bytes(), pending.logged_bytes());
+    }
+
+    #[test]
+    fn a_cached_row_and_item_with_the_same_bytes_are_apart() {
+        let pending = PendingWrites::new(SHARDS * 4096);
+        pending.lock(b"k").cache(b"k", b"item");
+        pending.lock_in(Space::Row, b"k").cache(b"k", b"row");
+        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&b"item"[..]));
+        assert_eq!(
+            pending.lock_in(Space::Row, b"k").cached(b"k"),
+            Some(&b"row"[..])
+        );
+        // A write of the row drops the row's copy only.
+        pending.lock_in(Space::Row, b"k").put(b"k", Change::Remove);
+        assert_eq!(pending.lock_in(Space::Row, b"k").cached(b"k"), None);
+        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&b"item"[..]));
     }
 
     #[test]

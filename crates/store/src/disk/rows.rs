@@ -13,7 +13,7 @@
 use kura_table::{Record, StoredRecord};
 
 use super::change::Write;
-use super::pending::{Change, Pending, Space};
+use super::pending::{Change, Pending, Space, MAX_CACHED_RECORD};
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
@@ -109,21 +109,32 @@ impl Inner {
         }
     }
 
-    /// The row's stored columns: its pending write, else LMDB's. The caller
-    /// holds the key's shard lock.
+    /// The row's stored columns: its pending write, else the read cache's
+    /// copy, else LMDB's; `cache`: a row read from LMDB may enter the read
+    /// cache (a read's, not a write's, which would drop it at once). The
+    /// caller holds the key's shard lock.
     fn stored_row(
         &self,
-        shard: &super::pending::Shard<'_>,
+        shard: &mut super::pending::Shard<'_>,
         key: &[u8],
+        cache: bool,
     ) -> Result<Option<Vec<u8>>, WriteFailed> {
         match shard.get(key) {
-            Some(Pending::Put(stored)) => Ok(Some(stored.to_vec())),
-            Some(Pending::Remove) => Ok(None),
-            None => {
-                let txn = self.env.read_txn()?;
-                Ok(self.rows.get(&txn, key)?.map(<[u8]>::to_vec))
+            Some(Pending::Put(stored)) => return Ok(Some(stored.to_vec())),
+            Some(Pending::Remove) => return Ok(None),
+            None => {}
+        }
+        if let Some(stored) = shard.cached(key) {
+            return Ok(Some(stored.to_vec()));
+        }
+        let txn = self.env.read_txn()?;
+        let stored = self.rows.get(&txn, key)?;
+        if let Some(stored) = stored {
+            if cache && stored.len() <= MAX_CACHED_RECORD && shard.admit() {
+                shard.cache(key, stored);
             }
         }
+        Ok(stored.map(<[u8]>::to_vec))
     }
 
     /// Changes a row as `edit` decides from its current state, atomically
@@ -142,7 +153,7 @@ impl Inner {
         // A row whose stored columns are damaged is edited as if absent, so
         // that a write repairs it (reads of it fail until then).
         let current = self
-            .stored_row(&shard, &key)?
+            .stored_row(&mut shard, &key, false)?
             .and_then(|stored| Record::decode_columns(primary_key, &stored));
         let change = match edit(current) {
             RowEdit::Leave => return Ok(RowOutcome::Kept),
@@ -171,7 +182,7 @@ impl Inner {
             return Ok(RowOutcome::Invalid);
         };
         let mut shard = self.pending.lock_in(Space::Row, &key);
-        if self.stored_row(&shard, &key)?.is_none() {
+        if self.stored_row(&mut shard, &key, false)?.is_none() {
             return Ok(RowOutcome::Missing);
         }
         fence.raise(shard.put(&key, Change::Remove));
@@ -188,8 +199,8 @@ impl Inner {
         let Some(key) = row_key(table, primary_key) else {
             return Ok(None);
         };
-        let shard = self.pending.lock_in(Space::Row, &key);
-        let stored = self.stored_row(&shard, &key)?;
+        let mut shard = self.pending.lock_in(Space::Row, &key);
+        let stored = self.stored_row(&mut shard, &key, true)?;
         drop(shard);
         match stored {
             Some(stored) => Record::decode_columns(primary_key, &stored)
