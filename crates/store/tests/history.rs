@@ -12,7 +12,7 @@ use kura_store::{AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Sto
 
 mod common;
 
-use common::{open, store_alone as store};
+use common::{edit_lmdb, open, store_alone as store};
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
     let mut found = None;
@@ -245,19 +245,10 @@ fn a_damaged_backup_fails_verification() {
 fn a_data_directory_of_an_unknown_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path()));
-    {
-        let mut options = heed::EnvOpenOptions::new();
-        options.max_dbs(4).map_size(64 << 20);
-        // SAFETY: the engine that had it open is closed.
-        #[allow(unsafe_code)]
-        let env = unsafe { options.open(dir.path()).unwrap() };
-        let mut txn = env.write_txn().unwrap();
-        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
-            env.create_database(&mut txn, Some("meta")).unwrap();
-        meta.put(&mut txn, b"format", &99u32.to_le_bytes()).unwrap();
-        txn.commit().unwrap();
-        env.prepare_for_closing().wait();
-    }
+    edit_lmdb(dir.path(), |lmdb| {
+        let format = 99u32.to_le_bytes();
+        lmdb.meta.put(&mut lmdb.txn, b"format", &format).unwrap();
+    });
     let error = DiskStore::open(DiskConfig::new(dir.path()))
         .err()
         .expect("refused")
@@ -332,19 +323,10 @@ fn a_data_directory_of_format_1_is_upgraded_to_hold_rows() {
         let engine = open(dir.path());
         store(&engine, StoreMode::Set, b"a", b"1", 0);
     }
-    {
-        let mut options = heed::EnvOpenOptions::new();
-        options.max_dbs(8).map_size(64 << 20);
-        // SAFETY: the engine that had it open is closed.
-        #[allow(unsafe_code)]
-        let env = unsafe { options.open(dir.path()).unwrap() };
-        let mut txn = env.write_txn().unwrap();
-        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
-            env.create_database(&mut txn, Some("meta")).unwrap();
-        meta.put(&mut txn, b"format", &1u32.to_le_bytes()).unwrap();
-        txn.commit().unwrap();
-        env.prepare_for_closing().wait();
-    }
+    edit_lmdb(dir.path(), |lmdb| {
+        let format = 1u32.to_le_bytes();
+        lmdb.meta.put(&mut lmdb.txn, b"format", &format).unwrap();
+    });
     let engine = open(dir.path());
     assert_eq!(get(&engine, b"a").map(|f| f.0), Some(b"1".to_vec()));
     put_row(&engine, b"r", b"x");

@@ -9,7 +9,7 @@ use kura_store::{
 
 mod common;
 
-use common::open;
+use common::{edit_lmdb, open};
 
 fn row(key: &str, pairs: &[(&str, &str)]) -> Record {
     let mut record = Record::new(key.as_bytes());
@@ -394,30 +394,14 @@ fn a_check_finds_an_index_that_disagrees_with_its_table() {
         tables.set_index(b"t", b"name", build).unwrap();
     }
     // Damage the index behind the engine's back: one entry gone, one wrong.
-    {
-        let mut options = heed::EnvOpenOptions::new();
-        options.max_dbs(8).map_size(64 << 20);
-        // SAFETY: the engine that had it open is closed.
-        #[allow(unsafe_code)]
-        let env = unsafe { options.open(dir.path()).unwrap() };
-        let mut txn = env.write_txn().unwrap();
-        let indexes: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
-            .database_options()
-            .types()
-            .name("indexes")
-            .flags(heed::DatabaseFlags::DUP_SORT)
-            .create(&mut txn)
-            .unwrap();
+    edit_lmdb(dir.path(), |lmdb| {
         let id = 1u32.to_be_bytes();
+        let (indexes, txn) = (lmdb.indexes, &mut lmdb.txn);
         indexes
-            .delete_one_duplicate(&mut txn, &[&id[..], b"Ann"].concat(), b"a")
+            .delete_one_duplicate(txn, &[&id[..], b"Ann"].concat(), b"a")
             .unwrap();
-        indexes
-            .put(&mut txn, &[&id[..], b"Zed"].concat(), b"b")
-            .unwrap();
-        txn.commit().unwrap();
-        env.prepare_for_closing().wait();
-    }
+        indexes.put(txn, &[&id[..], b"Zed"].concat(), b"b").unwrap();
+    });
     let engine = open(dir.path());
     let problems = engine.tables().unwrap().check_indexes(b"t").unwrap();
     assert_eq!(problems.len(), 2, "{problems:?}");
@@ -462,32 +446,16 @@ fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
         );
     }
     // Make it what format 2 wrote: the UTF-8-only grams gone, format 2.
-    {
-        let mut options = heed::EnvOpenOptions::new();
-        options.max_dbs(8).map_size(64 << 20);
-        // SAFETY: the engine that had it open is closed.
-        #[allow(unsafe_code)]
-        let env = unsafe { options.open(dir.path()).unwrap() };
-        let mut txn = env.write_txn().unwrap();
-        let indexes: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
-            .database_options()
-            .types()
-            .name("indexes")
-            .flags(heed::DatabaseFlags::DUP_SORT)
-            .create(&mut txn)
-            .unwrap();
+    edit_lmdb(dir.path(), |lmdb| {
         let id = 1u32.to_be_bytes();
+        let (indexes, txn) = (lmdb.indexes, &mut lmdb.txn);
         for gram in [&b"abc"[..], b"bc", b"c"] {
             indexes
-                .delete_one_duplicate(&mut txn, &[&id[..], gram].concat(), b"broken")
+                .delete_one_duplicate(txn, &[&id[..], gram].concat(), b"broken")
                 .unwrap();
         }
-        let meta: heed::Database<heed::types::Bytes, heed::types::Bytes> =
-            env.create_database(&mut txn, Some("meta")).unwrap();
-        meta.put(&mut txn, b"format", &2u32.to_le_bytes()).unwrap();
-        txn.commit().unwrap();
-        env.prepare_for_closing().wait();
-    }
+        lmdb.meta.put(txn, b"format", &2u32.to_le_bytes()).unwrap();
+    });
     let engine = open(dir.path());
     let tables = engine.tables().unwrap();
     assert_eq!(

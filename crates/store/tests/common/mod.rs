@@ -64,3 +64,41 @@ pub fn store_alone(
     store.wait_until_all_applied();
     outcome
 }
+
+/// A database of LMDB's file, as the engine names them (`indexes` with
+/// sorted duplicates).
+pub type Lmdb = heed::Database<heed::types::Bytes, heed::types::Bytes>;
+
+/// The databases a test edits behind the engine's back.
+#[allow(dead_code)]
+pub struct LmdbEdit<'e> {
+    pub meta: Lmdb,
+    pub indexes: Lmdb,
+    pub txn: heed::RwTxn<'e>,
+}
+
+/// Changes the LMDB file of a closed engine directly (damage, or what an
+/// older format wrote), in one transaction.
+#[allow(dead_code)]
+pub fn edit_lmdb(dir: &Path, change: impl FnOnce(&mut LmdbEdit<'_>)) {
+    let mut options = heed::EnvOpenOptions::new();
+    options.max_dbs(8).map_size(64 << 20);
+    // SAFETY: the engine that had it open is closed.
+    #[allow(unsafe_code)]
+    let env = unsafe { options.open(dir).unwrap() };
+    {
+        let mut txn = env.write_txn().unwrap();
+        let meta = env.create_database(&mut txn, Some("meta")).unwrap();
+        let indexes = env
+            .database_options()
+            .types()
+            .name("indexes")
+            .flags(heed::DatabaseFlags::DUP_SORT)
+            .create(&mut txn)
+            .unwrap();
+        let mut edit = LmdbEdit { meta, indexes, txn };
+        change(&mut edit);
+        edit.txn.commit().unwrap();
+    }
+    env.prepare_for_closing().wait();
+}
