@@ -169,7 +169,8 @@ pub trait Tables: Send + Sync {
     /// index holds under its probes (so at least every row their conditions
     /// match), with every write made before, until it answers false;
     /// `lazily`: the caller expects to stop after a few. `None` when one of
-    /// the indexes does not exist; else how many rows it read.
+    /// the indexes does not exist, or when they hold so many rows that a
+    /// scan is faster (scan then); else how many rows it read.
     #[allow(clippy::result_unit_err)]
     fn lookup_rows(
         &self,

@@ -415,6 +415,59 @@ fn a_check_finds_an_index_that_disagrees_with_its_table() {
     );
 }
 
+/// Lookups that hold more than a quarter of the rows leave them to a scan
+/// (a row read by its key costs several read in order); rarer ones read
+/// their rows by key.
+#[test]
+fn a_lookup_holding_most_rows_asks_for_a_scan_and_a_rare_one_does_not() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    for n in 0..3000 {
+        let text = if n % 1000 == 7 {
+            "the rare word"
+        } else {
+            "the common word"
+        };
+        put(
+            tables,
+            "t",
+            &row(&format!("r{n:04}"), &[("text", text)]),
+            RowMode::Put,
+        );
+    }
+    let build = IndexCommand::Build {
+        kind: IndexKind::QGram,
+        keep: false,
+    };
+    tables.set_index(b"t", b"text", build).unwrap();
+    let lookup = |expression: &str| {
+        let condition = kura_table::Condition::new(
+            b"text",
+            kura_table::Operator::StrInc,
+            0,
+            expression.as_bytes(),
+        );
+        let lookup = kura_table::Lookup {
+            condition: 0,
+            column: b"text".to_vec(),
+            kind: IndexKind::QGram,
+            probes: kura_table::index::probes(&condition, IndexKind::QGram).unwrap(),
+        };
+        let mut found = 0;
+        let read = tables
+            .lookup_rows(b"t", &[lookup], false, &mut |_| {
+                found += 1;
+                true
+            })
+            .unwrap();
+        read.map(|_| found)
+    };
+    assert_eq!(lookup("common"), None, "2,997 of 3,000 rows: a scan");
+    assert_eq!(lookup("rare"), Some(3));
+}
+
 /// Format 2's q-gram indexes lacked the grams of a value's UTF-8 alone,
 /// which `STRINC` needs; opening such a directory rebuilds them.
 #[test]

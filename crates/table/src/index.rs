@@ -18,7 +18,8 @@ pub enum IndexKind {
     Decimal = 1,
     /// Each word (STRAND, STROR).
     Token = 2,
-    /// Each three characters of the folded text (the full-text operators).
+    /// Each three characters of the folded text (the full-text operators,
+    /// and STRINC).
     QGram = 3,
 }
 

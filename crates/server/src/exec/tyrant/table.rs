@@ -222,7 +222,8 @@ impl Db<'_> {
             if let Ok(Some(_)) = found {
                 return (matches.rows, lookups);
             }
-            // An index dropped meanwhile, or unreadable: scan instead.
+            // An index dropped meanwhile or unreadable, or so many rows
+            // that a scan reads them faster: scan instead.
             matches.rows.clear();
         }
         let _ = self
