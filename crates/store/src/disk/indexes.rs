@@ -281,15 +281,17 @@ impl Inner {
         Ok(())
     }
 
+    /// Deletes every entry of index `id` as a cursor walks them: a q-gram
+    /// index of a large table has tens of millions.
     fn drop_entries(&self, txn: &mut RwTxn<'_>, id: u32) -> heed::Result<()> {
-        let keys: Vec<Vec<u8>> = self
-            .indexes
-            .prefix_iter(txn, &id.to_be_bytes())?
-            .map(|entry| entry.map(|(key, _)| key.to_vec()))
-            .collect::<heed::Result<_>>()?;
-        for key in keys {
-            self.indexes.delete(txn, &key)?;
-        }
+        let first = id.to_be_bytes();
+        let past = id.checked_add(1).map(u32::to_be_bytes);
+        let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+            Bound::Included(&first[..]),
+            past.as_ref()
+                .map_or(Bound::Unbounded, |past| Bound::Excluded(&past[..])),
+        );
+        self.indexes.delete_range(txn, &range)?;
         Ok(())
     }
 

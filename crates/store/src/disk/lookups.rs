@@ -393,6 +393,9 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
         sorted: bool,
         seen: Vec<&'t [u8]>,
         done: bool,
+        /// Distinct keys in `seen` at least (an unsorted stream may name a
+        /// row more than once: counted when `seen` is deduplicated).
+        distinct: usize,
     }
     let mut runners: Vec<Runner<'t>> = streams
         .into_iter()
@@ -406,6 +409,7 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
                 sorted,
                 seen: Vec::new(),
                 done: false,
+                distinct: 0,
             }
         })
         .collect();
@@ -435,6 +439,14 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
                 continue;
             }
             if !runner.done {
+                if runner.sorted {
+                    runner.distinct = runner.seen.len();
+                } else if runner.seen.len() > most && runner.seen.len() >= 2 * runner.distinct {
+                    // Each time it doubles: sorting stays n log n in all.
+                    runner.seen.sort_unstable();
+                    runner.seen.dedup();
+                    runner.distinct = runner.seen.len();
+                }
                 racing = true;
                 continue;
             }
@@ -452,7 +464,7 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
         let Some(found) = &candidates else {
             // No stream ended, and even the sparsest holds more rows than
             // are worth reading by key.
-            if runners.iter().all(|runner| runner.seen.len() > most) {
+            if runners.iter().all(|runner| runner.distinct > most) {
                 return Ok(None);
             }
             continue;
@@ -568,6 +580,13 @@ mod tests {
             narrow(one_sparse, 1000).unwrap(),
             Some(vec![&b"k00003"[..]])
         );
+        // An unsorted stream counts rows, not entries: 4,000 entries of
+        // 2,000 rows are not over a bound of 3,000.
+        let twice: Vec<String> = (0..4000).map(|n| format!("k{:05}", n % 2000)).collect();
+        let twice: &'static [String] = Box::leak(twice.into_boxed_slice());
+        let unsorted = Stream::Unsorted(Box::new(twice.iter().map(|k| Ok(k.as_bytes()))));
+        let found = narrow(vec![unsorted], 3000).unwrap();
+        assert_eq!(found.map(|found| found.len()), Some(2000));
         // Every stream ends, the intersection still over the bound: a scan.
         let all = vec![Stream::Sorted(many("k"))];
         assert_eq!(narrow(all, 1000).unwrap(), None);
