@@ -291,6 +291,36 @@ fn search_finds_orders_limits_counts_projects_explains_and_removes() {
     assert_eq!(search(&mut s, &[]), ["k1", "k3"]);
 }
 
+/// STRINC through a q-gram index finds what a scan finds, exact bytes and
+/// case, a value that is not UTF-8 included, and the hint says so.
+#[test]
+fn strinc_uses_a_qgram_index_and_finds_what_a_scan_finds() {
+    let server = server();
+    let mut s = connect(&server);
+    for (key, text) in [
+        (&b"k1"[..], &b"an abc"[..]),
+        (b"k2", b"x\xc3abc"),
+        (b"k3", b"ABC"),
+        (b"k4", b"ab c"),
+    ] {
+        let args: [&[u8]; 3] = [key, b"text", text];
+        assert_eq!(misc(&mut s, b"put", &args).0, 0);
+    }
+    let search = |s: &mut TcpStream, args: &[&[u8]]| strings(&misc(s, b"search", args).1);
+    let scanned = search(&mut s, &[b"addcond\0text\0STRINC\0abc"]);
+    assert_eq!(scanned, ["k1", "k2"]);
+    assert_eq!(misc(&mut s, b"setindex", &[b"text", b"QGRAM"]).0, 0);
+    let found = search(&mut s, &[b"addcond\0text\0STRINC\0abc", b"hint"]);
+    assert_eq!(
+        found,
+        [
+            "k1",
+            "k2",
+            "\0\0[[HINT]]\nusing an index: \"text\" inverted (STRINC)\nresult set size: 2\nleaving the natural order\n"
+        ]
+    );
+}
+
 #[test]
 fn a_table_database_needs_the_disk_engine() {
     let config = ServerConfig {
