@@ -18,11 +18,10 @@
 //!
 //! Each shard also caches committed records that were read (`cache`), items'
 //! and rows' (an entry knows its space), so a hot read costs one hash lookup
-//! instead of a B-tree descent. A record
-//! enters the cache only under its shard's lock, read from LMDB when the key
-//! had no pending write, and every write of the key removes it under the
-//! same lock: the cache never holds anything older than LMDB's newest
-//! commit of that key. A record is cached on its key's second miss, not its
+//! instead of a B-tree descent. A record enters the cache only under its
+//! shard's lock, read from LMDB when the key had no pending write, and every
+//! write of the key removes it under the same lock: the cache never holds
+//! anything older than LMDB's newest commit of that key. A record is cached on its key's second miss, not its
 //! first (a set of recently missed key hashes keeps the door), so a scan or
 //! random reads over data larger than the cache do not pay a copy per read.
 //! Eviction is first in, first out, by bytes.
