@@ -541,11 +541,17 @@ mod tests {
         assert_eq!(first, [&b"a"[..], b"b"]);
     }
 
+    /// Keys `k00000` … of `n`s, in the order given (kept for the test's
+    /// whole run, as LMDB's pages are for a transaction).
+    fn numbered(n: impl Iterator<Item = usize>) -> Keys<'static> {
+        let keys: Vec<String> = n.map(|n| format!("k{n:05}")).collect();
+        let keys: &'static [String] = Box::leak(keys.into_boxed_slice());
+        Box::new(keys.iter().map(|k| Ok(k.as_bytes())))
+    }
+
     #[test]
     fn the_race_narrows_to_what_every_stream_holds() {
-        let many: Vec<String> = (0..2000).map(|n| format!("k{n:05}")).collect();
-        let many: &'static [String] = Box::leak(many.into_boxed_slice());
-        let all: Keys<'static> = Box::new(many.iter().map(|k| Ok(k.as_bytes())));
+        let all = numbered(0..2000);
         let unsorted = Stream::Unsorted(keys(&["k00007", "k00003", "k00007", "zz"]));
         let found = narrow(vec![Stream::Sorted(all), unsorted], usize::MAX)
             .unwrap()
@@ -566,31 +572,25 @@ mod tests {
 
     #[test]
     fn the_race_gives_up_when_every_stream_holds_more_than_is_worth_reading_by_key() {
-        let many = |prefix: &str| -> Keys<'static> {
-            let keys: Vec<String> = (0..2000).map(|n| format!("{prefix}{n:05}")).collect();
-            let keys: &'static [String] = Box::leak(keys.into_boxed_slice());
-            Box::new(keys.iter().map(|k| Ok(k.as_bytes())))
-        };
+        let many = || numbered(0..2000);
         // Two dense streams: neither ends before both pass the bound.
-        let dense = vec![Stream::Sorted(many("k")), Stream::Sorted(many("k"))];
+        let dense = vec![Stream::Sorted(many()), Stream::Sorted(many())];
         assert_eq!(narrow(dense, 1000).unwrap(), None);
         // One stream ends under the bound: read by key.
-        let one_sparse = vec![Stream::Sorted(many("k")), Stream::Sorted(keys(&["k00003"]))];
+        let one_sparse = vec![Stream::Sorted(many()), Stream::Sorted(keys(&["k00003"]))];
         assert_eq!(
             narrow(one_sparse, 1000).unwrap(),
             Some(vec![&b"k00003"[..]])
         );
         // An unsorted stream counts rows, not entries: 4,000 entries of
         // 2,000 rows are not over a bound of 3,000.
-        let twice: Vec<String> = (0..4000).map(|n| format!("k{:05}", n % 2000)).collect();
-        let twice: &'static [String] = Box::leak(twice.into_boxed_slice());
-        let unsorted = Stream::Unsorted(Box::new(twice.iter().map(|k| Ok(k.as_bytes()))));
+        let unsorted = Stream::Unsorted(numbered((0..4000).map(|n| n % 2000)));
         let found = narrow(vec![unsorted], 3000).unwrap();
         assert_eq!(found.map(|found| found.len()), Some(2000));
         // Every stream ends, the intersection still over the bound: a scan.
-        let all = vec![Stream::Sorted(many("k"))];
+        let all = vec![Stream::Sorted(many())];
         assert_eq!(narrow(all, 1000).unwrap(), None);
-        let all = vec![Stream::Sorted(many("k"))];
+        let all = vec![Stream::Sorted(many())];
         assert_eq!(
             narrow(all, 5000).unwrap().map(|found| found.len()),
             Some(2000)
