@@ -13,6 +13,7 @@ data directory, and killed and restarted once to show the table persists.
 
 import os
 import signal
+import shutil
 import socket
 import struct
 import subprocess
@@ -204,6 +205,7 @@ def server():
     yield state
     state["proc"].kill()
     state["proc"].wait()
+    shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture
