@@ -128,7 +128,11 @@ run_one() {
     local data="$build/data/$file"
     SUITE_DATA=$data SSL_TEST=$tls RUN_SASL_TESTS=1 timeout "${SUITE_TIMEOUT:-240}" perl "t/$file" >"$logs/$file.log" 2>&1 </dev/null
     echo $? >"$logs/$file.rc"
-    rm -rf "$data"
+    # A server the file left running goes first, or it writes on as the
+    # folder is removed.
+    pkill -KILL -f -- "--dir $data/" 2>/dev/null
+    sleep 0.2
+    rm -rf "$data" 2>/dev/null || true
 }
 export -f run_one
 export build logs SUITE_TIMEOUT

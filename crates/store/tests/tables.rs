@@ -415,6 +415,126 @@ fn a_check_finds_an_index_that_disagrees_with_its_table() {
     );
 }
 
+/// `setindex` builds in many transactions while the applier goes on
+/// between them: rows written, changed and removed during the build, on
+/// either side of where it has reached, end up indexed as they are.
+#[test]
+fn an_index_built_while_rows_change_holds_every_row_as_it_is() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    let text = |n: usize, round: usize| {
+        format!("row {n} of round {round}: the quick brown fox jumps over the lazy dog")
+    };
+    // About 60 grams a row: several of the build's batches.
+    const ROWS: usize = 12_000;
+    for n in 0..ROWS {
+        let record = row(&format!("r{n:05}"), &[("text", &text(n, 0))]);
+        put(tables, "t", &record, RowMode::Put);
+    }
+    engine.wait_until_all_applied();
+    let built = std::sync::atomic::AtomicBool::new(false);
+    let writes = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut writes = 0;
+            let mut n = 0;
+            while !built.load(std::sync::atomic::Ordering::Acquire) {
+                // Spread over the table: before and after the build's cursor.
+                n = (n + 7_919) % (ROWS + 500);
+                let key = format!("r{n:05}");
+                if n % 5 == 0 {
+                    tables.remove_row(b"t", key.as_bytes(), &AckFence::default());
+                } else {
+                    let record = row(&key, &[("text", &text(n, writes + 1))]);
+                    put(tables, "t", &record, RowMode::Put);
+                }
+                writes += 1;
+            }
+            writes
+        });
+        let build = IndexCommand::Build {
+            kind: IndexKind::QGram,
+            keep: false,
+        };
+        tables.set_index(b"t", b"text", build).unwrap();
+        built.store(true, std::sync::atomic::Ordering::Release);
+        writer.join().unwrap()
+    });
+    assert!(writes > 0, "rows were written during the build");
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    let scanned = keys(tables, "t")
+        .into_iter()
+        .filter(|key| {
+            get(tables, "t", key)
+                .is_some_and(|record| record.get(b"text").unwrap().ends_with(b"lazy dog"))
+        })
+        .count();
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "lazy dog")).len(),
+        scanned
+    );
+}
+
+/// A build cut short (the process stopped before its last batch) leaves a
+/// definition marked building; the next open drops it and its entries,
+/// and `setindex` can build it again.
+#[test]
+fn an_index_whose_build_was_cut_short_is_dropped_at_open() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let build = IndexCommand::Build {
+        kind: IndexKind::Lexical,
+        keep: false,
+    };
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        for (key, name) in [("a", "Ann"), ("b", "Ben")] {
+            put(tables, "t", &row(key, &[("name", name)]), RowMode::Put);
+        }
+        tables.set_index(b"t", b"name", build).unwrap();
+    }
+    // What a build stopped halfway leaves: the mark, and some entries.
+    edit_lmdb(dir.path(), |lmdb| {
+        let (meta, txn) = (lmdb.meta, &mut lmdb.txn);
+        let defs: Vec<(Vec<u8>, Vec<u8>)> = meta
+            .prefix_iter(txn, b"idx:")
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .map(|(key, value)| (key.to_vec(), value.to_vec()))
+            .collect();
+        assert_eq!(defs.len(), 1);
+        let (key, mut value) = defs.into_iter().next().unwrap();
+        value.push(1);
+        meta.put(txn, &key, &value).unwrap();
+        let id = 1u32.to_be_bytes();
+        lmdb.indexes
+            .delete_one_duplicate(txn, &[&id[..], b"Ben"].concat(), b"b")
+            .unwrap();
+    });
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        assert_eq!(tables.indexes(b"t"), Vec::new());
+        assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    }
+    let mut left = Vec::new();
+    edit_lmdb(dir.path(), |lmdb| {
+        let (meta, indexes, txn) = (lmdb.meta, lmdb.indexes, &lmdb.txn);
+        left.extend(meta.prefix_iter(txn, b"idx:").unwrap().map(|_| "a definition"));
+        left.extend(indexes.iter(txn).unwrap().map(|_| "an entry"));
+    });
+    assert_eq!(left, Vec::<&str>::new(), "nothing of the index is left");
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    tables.set_index(b"t", b"name", build).unwrap();
+    assert_eq!(
+        indexed_keys(tables, "name", IndexKind::Lexical, ("STRBW", "B")),
+        ["b"]
+    );
+}
+
 /// Lookups that hold more than a quarter of the rows leave them to a scan
 /// (a row read by its key costs several read in order); rarer ones read
 /// their rows by key.

@@ -3,8 +3,15 @@
 //! id and a key of `kura_table::index`, each with the primary keys of the
 //! rows that have it). The applier updates a row's entries in the same
 //! transaction as the row (`apply_row`), so an index never disagrees with
-//! its table; `setindex` builds one in a transaction of its own, which
-//! LMDB's one writer orders with the applier's rounds.
+//! its table.
+//!
+//! `setindex` builds an index in many transactions, a batch of rows each,
+//! so the applier's rounds go on between them and no transaction dirties
+//! the whole index (LMDB keeps the buffers of a transaction's dirty pages
+//! for the life of the process). Until its last batch the index is
+//! *building*: the applier keeps its entries current, as for any index,
+//! but no query, check or replica sees it. A building index found when the
+//! engine opens was cut short, and is dropped.
 //!
 //! Indexes are derived from the rows, not entries of the update log: a
 //! restore brings those of its snapshot, and a replay keeps them current.
@@ -16,7 +23,7 @@ use heed::types::Bytes;
 use heed::{Database, RoTxn, RwTxn};
 use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::rows::{row_key, split_row_key, table_prefix};
 use super::{Inner, WriteFailed};
@@ -27,17 +34,39 @@ const DEF_PREFIX: &[u8] = b"idx:";
 /// `meta` key: the last index id handed out (u32 LE).
 const LAST_ID: &[u8] = b"idx_last";
 
+/// The byte after the kind in a building index's definition; a ready
+/// one has none.
+const BUILDING: u8 = 1;
+
 /// One index of a table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexDef {
     pub id: u32,
     pub column: Vec<u8>,
     pub kind: IndexKind,
+    /// Whether every row has its entries; `false` while `setindex` builds it.
+    pub ready: bool,
+}
+
+impl IndexDef {
+    fn encode(&self) -> Vec<u8> {
+        let mut value = self.id.to_le_bytes().to_vec();
+        value.push(self.kind as u8);
+        if !self.ready {
+            value.push(BUILDING);
+        }
+        value
+    }
 }
 
 /// Every table's indexes, by table name.
 #[derive(Default)]
-pub struct IndexDefs(RwLock<HashMap<Vec<u8>, Vec<IndexDef>>>);
+pub struct IndexDefs {
+    defs: RwLock<HashMap<Vec<u8>, Vec<IndexDef>>>,
+    /// Held by `setindex` from start to end: a build spans many
+    /// transactions, and two changes to one column must not interleave.
+    changing: Mutex<()>,
+}
 
 impl IndexDefs {
     /// The definitions `meta` holds.
@@ -60,20 +89,33 @@ impl IndexDefs {
         for list in defs.values_mut() {
             list.sort_by_key(|def| def.id);
         }
-        Ok(IndexDefs(RwLock::new(defs)))
+        Ok(IndexDefs {
+            defs: RwLock::new(defs),
+            changing: Mutex::new(()),
+        })
     }
 
+    /// The indexes of `table` that queries may use: the ready ones.
     pub fn of(&self, table: &[u8]) -> Vec<IndexDef> {
-        self.0.read().get(table).cloned().unwrap_or_default()
+        let mut defs = self.maintained(table);
+        defs.retain(|def| def.ready);
+        defs
     }
 
-    /// Every table's indexes, in the order they were made.
+    /// Every index of `table` whose entries follow its rows, building
+    /// ones included.
+    fn maintained(&self, table: &[u8]) -> Vec<IndexDef> {
+        self.defs.read().get(table).cloned().unwrap_or_default()
+    }
+
+    /// Every table's ready indexes, in the order they were made.
     pub(super) fn all(&self) -> Vec<(Vec<u8>, IndexDef)> {
         let mut all: Vec<(Vec<u8>, IndexDef)> = self
-            .0
+            .defs
             .read()
             .iter()
             .flat_map(|(table, defs)| defs.iter().map(|def| (table.clone(), def.clone())))
+            .filter(|(_, def)| def.ready)
             .collect();
         all.sort_by_key(|(_, def)| def.id);
         all
@@ -81,7 +123,7 @@ impl IndexDefs {
 
     /// Forgets every definition (a replica about to load a snapshot).
     pub(super) fn clear(&self) {
-        self.0.write().clear();
+        self.defs.write().clear();
     }
 }
 
@@ -91,12 +133,54 @@ pub(super) fn is_index_meta(key: &[u8]) -> bool {
 }
 
 fn decode_def(value: &[u8]) -> Option<IndexDef> {
-    let (id, kind) = value.split_first_chunk::<4>()?;
+    let (id, rest) = value.split_first_chunk::<4>()?;
+    let (kind, rest) = rest.split_first()?;
     Some(IndexDef {
         id: u32::from_le_bytes(*id),
         column: Vec::new(),
-        kind: IndexKind::from_code(*kind.first()?)?,
+        kind: IndexKind::from_code(*kind)?,
+        ready: rest.first() != Some(&BUILDING),
     })
+}
+
+/// Drops the indexes a `setindex` was building when the engine stopped:
+/// their definitions and what entries they had. Run as the engine opens.
+pub(super) fn drop_unfinished(
+    meta: &Database<Bytes, Bytes>,
+    indexes: &Database<Bytes, Bytes>,
+    txn: &mut RwTxn<'_>,
+) -> heed::Result<()> {
+    let mut unfinished = Vec::new();
+    for entry in meta.prefix_iter(txn, DEF_PREFIX)? {
+        let (key, value) = entry?;
+        if let Some(def) = decode_def(value).filter(|def| !def.ready) {
+            unfinished.push((key.to_vec(), def.id));
+        }
+    }
+    for (key, id) in unfinished {
+        tracing::warn!("dropped an index whose build was cut short; run setindex again");
+        drop_entries(indexes, txn, id)?;
+        meta.delete(txn, &key)?;
+    }
+    Ok(())
+}
+
+/// Deletes every entry of index `id` as a cursor walks them: a q-gram
+/// index of a large table has tens of millions.
+fn drop_entries(
+    indexes: &Database<Bytes, Bytes>,
+    txn: &mut RwTxn<'_>,
+    id: u32,
+) -> heed::Result<()> {
+    let first = id.to_be_bytes();
+    let past = id.checked_add(1).map(u32::to_be_bytes);
+    let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+        Bound::Included(&first[..]),
+        past.as_ref()
+            .map_or(Bound::Unbounded, |past| Bound::Excluded(&past[..])),
+    );
+    indexes.delete_range(txn, &range)?;
+    Ok(())
 }
 
 fn def_key(table: &[u8], column: &[u8]) -> Option<Vec<u8>> {
@@ -152,7 +236,7 @@ pub(super) fn def_in(
         return Ok(None);
     };
     let def = meta.get(txn, &key)?.and_then(decode_def);
-    Ok(def.filter(|def| def.kind == kind).map(|def| IndexDef {
+    Ok(def.filter(|def| def.kind == kind && def.ready).map(|def| IndexDef {
         column: column.to_vec(),
         ..def
     }))
@@ -173,7 +257,7 @@ impl Inner {
             return Ok(0);
         };
         let mut changed = 0;
-        for def in self.index_defs.of(table) {
+        for def in self.index_defs.maintained(table) {
             let before = keys_of(&def, old);
             let after = keys_of(&def, new);
             for gone in before.difference(&after) {
@@ -199,7 +283,7 @@ impl Inner {
         table: &[u8],
         primary_key: &[u8],
     ) -> heed::Result<()> {
-        for def in self.index_defs.of(table) {
+        for def in self.index_defs.maintained(table) {
             let mut stale = Vec::new();
             for entry in self.indexes.prefix_iter(txn, &def.id.to_be_bytes())? {
                 let (key, row) = entry?;
@@ -215,7 +299,8 @@ impl Inner {
     }
 
     /// `setindex`: builds, rebuilds, optimizes or drops the index of a
-    /// table's column, once every write made before is applied.
+    /// table's column, once every write made before is applied. A build
+    /// returns when the index is ready.
     pub(super) fn set_index(
         &self,
         table: &[u8],
@@ -223,120 +308,185 @@ impl Inner {
         command: IndexCommand,
     ) -> Result<(), IndexError> {
         let key = def_key(table, column).ok_or(IndexError::Invalid)?;
+        let _changing = self.index_defs.changing.lock();
         self.catch_up().map_err(|_| IndexError::Unavailable)?;
-        // LMDB's writer first, then the definitions: the applier takes them
-        // in the same order (it reads them inside its transaction).
-        let mut txn = self.env.write_txn()?;
-        let mut defs = self.index_defs.0.write();
-        let existing = defs
-            .get(table)
-            .and_then(|list| list.iter().find(|def| def.column == column))
-            .cloned();
+        let Some(mut def) = self.replace_def(table, column, &key, command)? else {
+            return Ok(());
+        };
+        let built = self
+            .build_entries(table, &def, &key)
+            .and_then(|()| {
+                def.ready = true;
+                self.put_def(table, &key, Some(&def))
+            });
+        if let Err(error) = built {
+            // The definition goes, or the next open drops it.
+            let _ = self.put_def(table, &key, None);
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// The first step of `setindex`: drops the column's index if there is
+    /// one, and defines the new one, building; returns that one.
+    fn replace_def(
+        &self,
+        table: &[u8],
+        column: &[u8],
+        key: &[u8],
+        command: IndexCommand,
+    ) -> Result<Option<IndexDef>, IndexError> {
+        let existing = self
+            .index_defs
+            .maintained(table)
+            .into_iter()
+            .find(|def| def.column == column);
         let kind = match (command, &existing) {
             (IndexCommand::Build { keep: true, .. }, Some(_)) => return Err(IndexError::Exists),
-            (IndexCommand::Optimize, Some(_)) => return Ok(()),
+            (IndexCommand::Optimize, Some(_)) => return Ok(None),
             (IndexCommand::Optimize | IndexCommand::Void, None) => return Err(IndexError::Missing),
             (IndexCommand::Build { kind, .. }, _) => Some(kind),
             (IndexCommand::Void, Some(_)) => None,
         };
         if let Some(old) = &existing {
-            self.drop_entries(&mut txn, old.id)?;
-            self.meta.delete(&mut txn, &key)?;
+            let mut txn = self.env.write_txn()?;
+            drop_entries(&self.indexes, &mut txn, old.id)?;
+            self.commit_def(txn, table, key, None)?;
         }
-        let mut list: Vec<IndexDef> = defs.get(table).cloned().unwrap_or_default();
-        list.retain(|def| def.column != column);
-        if let Some(kind) = kind {
-            let id = self
-                .meta
-                .get(&txn, LAST_ID)?
-                .and_then(|bytes| bytes.try_into().ok())
-                .map_or(0, u32::from_le_bytes)
-                + 1;
-            self.meta.put(&mut txn, LAST_ID, &id.to_le_bytes())?;
-            let mut value = id.to_le_bytes().to_vec();
-            value.push(kind as u8);
-            self.meta.put(&mut txn, &key, &value)?;
-            let def = IndexDef {
-                id,
-                column: column.to_vec(),
-                kind,
-            };
-            self.build_entries(&mut txn, table, &def)?;
-            list.push(def);
+        let Some(kind) = kind else {
+            return Ok(None);
+        };
+        let mut txn = self.env.write_txn()?;
+        let id = self
+            .meta
+            .get(&txn, LAST_ID)?
+            .and_then(|bytes| bytes.try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+            + 1;
+        self.meta.put(&mut txn, LAST_ID, &id.to_le_bytes())?;
+        let def = IndexDef {
+            id,
+            column: column.to_vec(),
+            kind,
+            ready: false,
+        };
+        self.commit_def(txn, table, key, Some(&def))?;
+        Ok(Some(def))
+    }
+
+    /// Writes `def` as the definition of its column (`None`: none), in a
+    /// transaction of its own.
+    fn put_def(&self, table: &[u8], key: &[u8], def: Option<&IndexDef>) -> heed::Result<()> {
+        let txn = self.env.write_txn()?;
+        self.commit_def(txn, table, key, def)
+    }
+
+    /// Writes `def` as its column's definition in `txn`, commits, and
+    /// makes the applier's list say the same.
+    fn commit_def(
+        &self,
+        mut txn: RwTxn<'_>,
+        table: &[u8],
+        key: &[u8],
+        def: Option<&IndexDef>,
+    ) -> heed::Result<()> {
+        match def {
+            Some(def) => self.meta.put(&mut txn, key, &def.encode())?,
+            None => {
+                self.meta.delete(&mut txn, key)?;
+            }
         }
+        // LMDB's writer first, then the definitions, held until both say
+        // the same: the applier reads them inside its transaction.
+        let mut defs = self.index_defs.defs.write();
         self.config.io.commit(txn)?;
-        defs.insert(table.to_vec(), list);
+        let column = &key[DEF_PREFIX.len()..];
+        let list = defs.entry(table.to_vec()).or_default();
+        list.retain(|old| row_key(table, &old.column).as_deref() != Some(column));
+        list.extend(def.cloned());
         Ok(())
     }
 
     /// Writes every index of `kind` again from its rows (what a format
-    /// upgrade changed in them).
+    /// upgrade changed in them), in `txn`.
     pub(super) fn rebuild_entries(&self, txn: &mut RwTxn<'_>, kind: IndexKind) -> heed::Result<()> {
         for (table, def) in self.index_defs.all() {
             if def.kind == kind {
-                self.drop_entries(txn, def.id)?;
-                self.build_entries(txn, &table, &def)?;
+                drop_entries(&self.indexes, txn, def.id)?;
+                let mut after = None;
+                while let Some(next) = self.build_batch(txn, &table, &def, after.as_deref())? {
+                    after = Some(next);
+                }
             }
         }
         Ok(())
     }
 
-    /// Deletes every entry of index `id` as a cursor walks them: a q-gram
-    /// index of a large table has tens of millions.
-    fn drop_entries(&self, txn: &mut RwTxn<'_>, id: u32) -> heed::Result<()> {
-        let first = id.to_be_bytes();
-        let past = id.checked_add(1).map(u32::to_be_bytes);
-        let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-            Bound::Included(&first[..]),
-            past.as_ref()
-                .map_or(Bound::Unbounded, |past| Bound::Excluded(&past[..])),
-        );
-        self.indexes.delete_range(txn, &range)?;
-        Ok(())
-    }
-
-    /// Writes the entries of every row of `table` into a new index, a batch
-    /// of rows at a time (sorted, which LMDB takes fastest), so a large
-    /// table does not hold all its entries in memory at once.
-    fn build_entries(&self, txn: &mut RwTxn<'_>, table: &[u8], def: &IndexDef) -> heed::Result<()> {
-        const BATCH_ENTRIES: usize = 1 << 20;
-        let Some(prefix) = table_prefix(table) else {
-            return Ok(());
-        };
-        let past = prefix_end(&prefix);
+    /// Writes the entries of every row of `table` into the building index
+    /// `def`, a transaction per batch of rows.
+    fn build_entries(&self, table: &[u8], def: &IndexDef, key: &[u8]) -> heed::Result<()> {
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let mut entries = Vec::new();
-            let from = match &after {
-                Some(key) => Bound::Excluded(&key[..]),
-                None => Bound::Included(&prefix[..]),
-            };
-            let to = match &past {
-                Some(end) => Bound::Excluded(&end[..]),
-                None => Bound::Unbounded,
-            };
-            for entry in self.rows.range(txn, &(from, to))? {
-                let (key, stored) = entry?;
-                let primary_key = &key[prefix.len()..];
-                if let Some(row) = Record::decode_columns(primary_key, stored) {
-                    for index_key in keys_of(def, Some(&row)) {
-                        entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
-                    }
-                }
-                if entries.len() >= BATCH_ENTRIES {
-                    after = Some(key.to_vec());
-                    break;
-                }
+            let mut txn = self.env.write_txn()?;
+            // Still ours: a replica loading a snapshot clears every index.
+            if self.meta.get(&txn, key)? != Some(&def.encode()[..]) {
+                return Err(heed::Error::Io(std::io::Error::other(
+                    "the index was dropped while it was built",
+                )));
             }
-            let more = entries.len() >= BATCH_ENTRIES;
-            entries.sort_unstable();
-            for (key, primary_key) in entries {
-                self.indexes.put(txn, &key, &primary_key)?;
-            }
-            if !more {
-                return Ok(());
+            let next = self.build_batch(&mut txn, table, def, after.as_deref())?;
+            self.config.io.commit(txn)?;
+            match next {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
             }
         }
+    }
+
+    /// Puts the entries of the rows of `table` after row key `after` (from
+    /// the first without it) into index `def`, until a batch is full;
+    /// returns the last row key of a full batch, `None` at the table's end.
+    /// A batch is sorted before it is put, which LMDB takes fastest.
+    fn build_batch(
+        &self,
+        txn: &mut RwTxn<'_>,
+        table: &[u8],
+        def: &IndexDef,
+        after: Option<&[u8]>,
+    ) -> heed::Result<Option<Vec<u8>>> {
+        const BATCH_ENTRIES: usize = 1 << 18;
+        let Some(prefix) = table_prefix(table) else {
+            return Ok(None);
+        };
+        let past = prefix_end(&prefix);
+        let from = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Included(&prefix[..]),
+        };
+        let to = match &past {
+            Some(end) => Bound::Excluded(&end[..]),
+            None => Bound::Unbounded,
+        };
+        let mut entries = Vec::new();
+        let mut last = None;
+        for entry in self.rows.range(txn, &(from, to))? {
+            let (key, stored) = entry?;
+            let primary_key = &key[prefix.len()..];
+            if let Some(row) = Record::decode_columns(primary_key, stored) {
+                for index_key in keys_of(def, Some(&row)) {
+                    entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
+                }
+            }
+            if entries.len() >= BATCH_ENTRIES {
+                last = Some(key.to_vec());
+                break;
+            }
+        }
+        entries.sort_unstable();
+        for (key, primary_key) in entries {
+            self.indexes.put(txn, &key, &primary_key)?;
+        }
+        Ok(last)
     }
 
     /// Whether every index of `table` holds exactly what its rows say;

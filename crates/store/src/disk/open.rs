@@ -121,6 +121,7 @@ impl DiskStore {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
             .unwrap_or(0);
+        indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
         let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
         let base_incomplete = meta.get(&txn, replica::BASE_INCOMPLETE)?.is_some();
         let applied_lsn = meta
