@@ -236,10 +236,12 @@ pub(super) fn def_in(
         return Ok(None);
     };
     let def = meta.get(txn, &key)?.and_then(decode_def);
-    Ok(def.filter(|def| def.kind == kind && def.ready).map(|def| IndexDef {
-        column: column.to_vec(),
-        ..def
-    }))
+    Ok(def
+        .filter(|def| def.kind == kind && def.ready)
+        .map(|def| IndexDef {
+            column: column.to_vec(),
+            ..def
+        }))
 }
 
 impl Inner {
@@ -313,12 +315,10 @@ impl Inner {
         let Some(mut def) = self.replace_def(table, column, &key, command)? else {
             return Ok(());
         };
-        let built = self
-            .build_entries(table, &def, &key)
-            .and_then(|()| {
-                def.ready = true;
-                self.put_def(table, &key, Some(&def))
-            });
+        let built = self.build_entries(table, &def, &key).and_then(|()| {
+            def.ready = true;
+            self.put_def(table, &key, Some(&def))
+        });
         if let Err(error) = built {
             // The definition goes, or the next open drops it.
             let _ = self.put_def(table, &key, None);
@@ -499,7 +499,7 @@ impl Inner {
             return Ok(problems);
         };
         for def in self.index_defs.of(table) {
-            let mut expected = BTreeSet::new();
+            let mut expected = Vec::new();
             for entry in self.rows.prefix_iter(&txn, &prefix)? {
                 let (key, stored) = entry?;
                 let primary_key = &key[prefix.len()..];
@@ -511,30 +511,43 @@ impl Inner {
                     continue;
                 };
                 for index_key in keys_of(&def, Some(&row)) {
-                    expected.insert((index_key, primary_key.to_vec()));
+                    expected.push((entry_key(def.id, &index_key), primary_key.to_vec()));
                 }
             }
-            let mut found = BTreeSet::new();
-            for entry in self.indexes.prefix_iter(&txn, &def.id.to_be_bytes())? {
-                let (key, primary_key) = entry?;
-                found.insert((key[4..].to_vec(), primary_key.to_vec()));
-            }
+            // In LMDB's order (key, then primary key), to walk beside it.
+            expected.sort_unstable();
+            let mut expected = expected.into_iter().peekable();
             let column = String::from_utf8_lossy(&def.column);
-            for (key, primary_key) in expected.difference(&found) {
-                problems.push(format!(
-                    "index {column} ({}) lacks {:?} for row {}",
-                    def.kind.name(),
-                    String::from_utf8_lossy(key),
-                    String::from_utf8_lossy(primary_key)
-                ));
+            let mut report = |(key, primary_key): (&[u8], &[u8]), lacking: bool| {
+                let (key, row) = (
+                    String::from_utf8_lossy(&key[4..]),
+                    String::from_utf8_lossy(primary_key),
+                );
+                let kind = def.kind.name();
+                problems.push(if lacking {
+                    format!("index {column} ({kind}) lacks {key:?} for row {row}")
+                } else {
+                    format!(
+                        "index {column} ({kind}) has {key:?} for row {row}, which its row does not"
+                    )
+                });
+            };
+            for entry in self.indexes.prefix_iter(&txn, &def.id.to_be_bytes())? {
+                let found = entry?;
+                while let Some(lacking) =
+                    expected.next_if(|(key, row)| (&key[..], &row[..]) < found)
+                {
+                    report((&lacking.0, &lacking.1), true);
+                }
+                if expected
+                    .next_if(|(key, row)| (&key[..], &row[..]) == found)
+                    .is_none()
+                {
+                    report(found, false);
+                }
             }
-            for (key, primary_key) in found.difference(&expected) {
-                problems.push(format!(
-                    "index {column} ({}) has {:?} for row {}, which its row does not",
-                    def.kind.name(),
-                    String::from_utf8_lossy(key),
-                    String::from_utf8_lossy(primary_key)
-                ));
+            for lacking in expected {
+                report((&lacking.0, &lacking.1), true);
             }
         }
         Ok(problems)
