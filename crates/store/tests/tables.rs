@@ -430,8 +430,8 @@ fn an_index_built_while_rows_change_holds_every_row_as_it_is() {
              and the dog, not quick at all, sleeps on"
         )
     };
-    // About 120 grams a row: two of the build's batches.
-    const ROWS: usize = 3_000;
+    // About 90 distinct grams a row: three of the build's batches.
+    const ROWS: usize = 6_000;
     for n in 0..ROWS {
         let record = row(&format!("r{n:05}"), &[("text", &text(n, 0))]);
         put(tables, "t", &record, RowMode::Put);
@@ -481,13 +481,42 @@ fn an_index_built_while_rows_change_holds_every_row_as_it_is() {
         indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "row 11")),
         scanned
     );
+    // Built again: the old entries go a batch at a time, the new come.
+    let build = IndexCommand::Build {
+        kind: IndexKind::QGram,
+        keep: false,
+    };
+    tables.set_index(b"t", b"text", build).unwrap();
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "row 11")),
+        scanned
+    );
+    drop(engine);
+    let mut ids = std::collections::BTreeSet::new();
+    edit_lmdb(dir.path(), |lmdb| {
+        for entry in lmdb.indexes.iter(&lmdb.txn).unwrap() {
+            ids.insert(entry.unwrap().0[..4].to_vec());
+        }
+    });
+    assert_eq!(
+        ids,
+        [2u32.to_be_bytes().to_vec()].into(),
+        "only the new index's entries"
+    );
 }
 
-/// A build cut short (the process stopped before its last batch) leaves a
-/// definition marked building; the next open drops it and its entries,
-/// and `setindex` can build it again.
+/// A build or a drop cut short (the process stopped before its last
+/// batch) leaves a definition marked building (1) or dropping (2); the
+/// next open drops it and its entries, and `setindex` can build it again.
 #[test]
-fn an_index_whose_build_was_cut_short_is_dropped_at_open() {
+fn an_index_whose_build_or_drop_was_cut_short_is_dropped_at_open() {
+    for mark in [1, 2] {
+        cut_short_and_reopened(mark);
+    }
+}
+
+fn cut_short_and_reopened(mark: u8) {
     use kura_store::{IndexCommand, IndexKind};
     let dir = tempfile::tempdir().unwrap();
     let build = IndexCommand::Build {
@@ -502,7 +531,7 @@ fn an_index_whose_build_was_cut_short_is_dropped_at_open() {
         }
         tables.set_index(b"t", b"name", build).unwrap();
     }
-    // What a build stopped halfway leaves: the mark, and some entries.
+    // What a build or drop stopped halfway leaves: the mark, some entries.
     edit_lmdb(dir.path(), |lmdb| {
         let (meta, txn) = (lmdb.meta, &mut lmdb.txn);
         let defs: Vec<(Vec<u8>, Vec<u8>)> = meta
@@ -513,7 +542,7 @@ fn an_index_whose_build_was_cut_short_is_dropped_at_open() {
             .collect();
         assert_eq!(defs.len(), 1);
         let (key, mut value) = defs.into_iter().next().unwrap();
-        value.push(1);
+        value.push(mark);
         meta.put(txn, &key, &value).unwrap();
         let id = 1u32.to_be_bytes();
         lmdb.indexes

@@ -33,10 +33,42 @@ use super::{Inner, WriteFailed};
 const DEF_PREFIX: &[u8] = b"idx:";
 /// `meta` key: the last index id handed out (u32 LE).
 const LAST_ID: &[u8] = b"idx_last";
+/// Entries a transaction of `setindex` puts or deletes (about: a batch
+/// ends with a row, or an index key, whole).
+const BATCH_ENTRIES: usize = 1 << 18;
 
-/// The byte after the kind in a building index's definition; a ready
-/// one has none.
-const BUILDING: u8 = 1;
+/// Where an index is in its life. `setindex` builds and drops an index a
+/// transaction per batch, so a definition says which it is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexState {
+    /// Every row has its entries: queries use it.
+    Ready,
+    /// Rows are still being given their entries; the applier keeps the
+    /// entries of rows it writes, queries do not use it.
+    Building,
+    /// Its entries are being deleted; nothing keeps or uses them.
+    Dropping,
+}
+
+impl IndexState {
+    /// The byte after the kind in `meta` (a ready index has none).
+    fn code(self) -> Option<u8> {
+        match self {
+            IndexState::Ready => None,
+            IndexState::Building => Some(1),
+            IndexState::Dropping => Some(2),
+        }
+    }
+
+    fn from_code(code: Option<&u8>) -> Option<IndexState> {
+        match code {
+            None => Some(IndexState::Ready),
+            Some(1) => Some(IndexState::Building),
+            Some(2) => Some(IndexState::Dropping),
+            Some(_) => None,
+        }
+    }
+}
 
 /// One index of a table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,17 +76,18 @@ pub struct IndexDef {
     pub id: u32,
     pub column: Vec<u8>,
     pub kind: IndexKind,
-    /// Whether every row has its entries; `false` while `setindex` builds it.
-    pub ready: bool,
+    pub state: IndexState,
 }
 
 impl IndexDef {
+    fn is_ready(&self) -> bool {
+        self.state == IndexState::Ready
+    }
+
     fn encode(&self) -> Vec<u8> {
         let mut value = self.id.to_le_bytes().to_vec();
         value.push(self.kind as u8);
-        if !self.ready {
-            value.push(BUILDING);
-        }
+        value.extend(self.state.code());
         value
     }
 }
@@ -98,7 +131,7 @@ impl IndexDefs {
     /// The indexes of `table` that queries may use: the ready ones.
     pub fn of(&self, table: &[u8]) -> Vec<IndexDef> {
         let mut defs = self.maintained(table);
-        defs.retain(|def| def.ready);
+        defs.retain(IndexDef::is_ready);
         defs
     }
 
@@ -115,7 +148,7 @@ impl IndexDefs {
             .read()
             .iter()
             .flat_map(|(table, defs)| defs.iter().map(|def| (table.clone(), def.clone())))
-            .filter(|(_, def)| def.ready)
+            .filter(|(_, def)| def.is_ready())
             .collect();
         all.sort_by_key(|(_, def)| def.id);
         all
@@ -139,12 +172,13 @@ fn decode_def(value: &[u8]) -> Option<IndexDef> {
         id: u32::from_le_bytes(*id),
         column: Vec::new(),
         kind: IndexKind::from_code(*kind)?,
-        ready: rest.first() != Some(&BUILDING),
+        state: IndexState::from_code(rest.first())?,
     })
 }
 
-/// Drops the indexes a `setindex` was building when the engine stopped:
-/// their definitions and what entries they had. Run as the engine opens.
+/// Finishes what a `setindex` was doing when the engine stopped: a build
+/// cut short is dropped (run setindex again), a drop completed; both with
+/// their entries, in `txn`. Run as the engine opens.
 pub(super) fn drop_unfinished(
     meta: &Database<Bytes, Bytes>,
     indexes: &Database<Bytes, Bytes>,
@@ -153,34 +187,50 @@ pub(super) fn drop_unfinished(
     let mut unfinished = Vec::new();
     for entry in meta.prefix_iter(txn, DEF_PREFIX)? {
         let (key, value) = entry?;
-        if let Some(def) = decode_def(value).filter(|def| !def.ready) {
-            unfinished.push((key.to_vec(), def.id));
+        if let Some(def) = decode_def(value).filter(|def| !def.is_ready()) {
+            unfinished.push((key.to_vec(), def));
         }
     }
-    for (key, id) in unfinished {
-        tracing::warn!("dropped an index whose build was cut short; run setindex again");
-        drop_entries(indexes, txn, id)?;
+    for (key, def) in unfinished {
+        if def.state == IndexState::Building {
+            tracing::warn!("dropped an index whose build was cut short; run setindex again");
+        }
+        drop_entries(indexes, txn, def.id, None)?;
         meta.delete(txn, &key)?;
     }
     Ok(())
 }
 
-/// Deletes every entry of index `id` as a cursor walks them: a q-gram
-/// index of a large table has tens of millions.
+/// Deletes the entries of index `id`: all, or (`most`) about as many as
+/// that, those of the index key the last of them has included; returns
+/// whether any may be left.
 fn drop_entries(
     indexes: &Database<Bytes, Bytes>,
     txn: &mut RwTxn<'_>,
     id: u32,
-) -> heed::Result<()> {
+    most: Option<usize>,
+) -> heed::Result<bool> {
     let first = id.to_be_bytes();
     let past = id.checked_add(1).map(u32::to_be_bytes);
-    let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+    let every: (Bound<&[u8]>, Bound<&[u8]>) = (
         Bound::Included(&first[..]),
         past.as_ref()
             .map_or(Bound::Unbounded, |past| Bound::Excluded(&past[..])),
     );
-    indexes.delete_range(txn, &range)?;
-    Ok(())
+    let last = match most {
+        Some(most) => indexes
+            .range(txn, &every)?
+            .nth(most.saturating_sub(1))
+            .transpose()?
+            .map(|(key, _)| key.to_vec()),
+        None => None,
+    };
+    let batch = match &last {
+        Some(last) => (every.0, Bound::Included(&last[..])),
+        None => every,
+    };
+    indexes.delete_range(txn, &batch)?;
+    Ok(last.is_some())
 }
 
 fn def_key(table: &[u8], column: &[u8]) -> Option<Vec<u8>> {
@@ -237,7 +287,7 @@ pub(super) fn def_in(
     };
     let def = meta.get(txn, &key)?.and_then(decode_def);
     Ok(def
-        .filter(|def| def.kind == kind && def.ready)
+        .filter(|def| def.kind == kind && def.is_ready())
         .map(|def| IndexDef {
             column: column.to_vec(),
             ..def
@@ -316,7 +366,7 @@ impl Inner {
             return Ok(());
         };
         let built = self.build_entries(table, &def, &key).and_then(|()| {
-            def.ready = true;
+            def.state = IndexState::Ready;
             self.put_def(table, &key, Some(&def))
         });
         if let Err(error) = built {
@@ -348,10 +398,8 @@ impl Inner {
             (IndexCommand::Build { kind, .. }, _) => Some(kind),
             (IndexCommand::Void, Some(_)) => None,
         };
-        if let Some(old) = &existing {
-            let mut txn = self.env.write_txn()?;
-            drop_entries(&self.indexes, &mut txn, old.id)?;
-            self.commit_def(txn, table, key, None)?;
+        if let Some(old) = existing {
+            self.drop_index(table, key, old)?;
         }
         let Some(kind) = kind else {
             return Ok(None);
@@ -368,10 +416,25 @@ impl Inner {
             id,
             column: column.to_vec(),
             kind,
-            ready: false,
+            state: IndexState::Building,
         };
         self.commit_def(txn, table, key, Some(&def))?;
         Ok(Some(def))
+    }
+
+    /// Marks `def` dropping (no longer kept by the applier nor used), then
+    /// deletes its entries a transaction per batch, then its definition.
+    fn drop_index(&self, table: &[u8], key: &[u8], mut def: IndexDef) -> heed::Result<()> {
+        def.state = IndexState::Dropping;
+        self.put_def(table, key, Some(&def))?;
+        loop {
+            let mut txn = self.env.write_txn()?;
+            let more = drop_entries(&self.indexes, &mut txn, def.id, Some(BATCH_ENTRIES))?;
+            self.config.io.commit(txn)?;
+            if !more {
+                return self.put_def(table, key, None);
+            }
+        }
     }
 
     /// Writes `def` as the definition of its column (`None`: none), in a
@@ -403,7 +466,7 @@ impl Inner {
         let column = &key[DEF_PREFIX.len()..];
         let list = defs.entry(table.to_vec()).or_default();
         list.retain(|old| row_key(table, &old.column).as_deref() != Some(column));
-        list.extend(def.cloned());
+        list.extend(def.filter(|def| def.state != IndexState::Dropping).cloned());
         Ok(())
     }
 
@@ -412,7 +475,7 @@ impl Inner {
     pub(super) fn rebuild_entries(&self, txn: &mut RwTxn<'_>, kind: IndexKind) -> heed::Result<()> {
         for (table, def) in self.index_defs.all() {
             if def.kind == kind {
-                drop_entries(&self.indexes, txn, def.id)?;
+                drop_entries(&self.indexes, txn, def.id, None)?;
                 let mut after = None;
                 while let Some(next) = self.build_batch(txn, &table, &def, after.as_deref())? {
                     after = Some(next);
@@ -454,7 +517,6 @@ impl Inner {
         def: &IndexDef,
         after: Option<&[u8]>,
     ) -> heed::Result<Option<Vec<u8>>> {
-        const BATCH_ENTRIES: usize = 1 << 18;
         let Some(prefix) = table_prefix(table) else {
             return Ok(None);
         };
