@@ -20,6 +20,8 @@ use kura_store::{
 };
 use parking_lot::Mutex;
 
+mod common;
+
 /// A failure to inject; each stays until cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -35,6 +37,8 @@ struct Faults {
     read_log: Option<Fault>,
     sync_log: Option<Fault>,
     commit: Option<Fault>,
+    /// Commits that still work before every other fails with EIO.
+    commits_left: Option<usize>,
     sync_data: Option<Fault>,
     /// The power is off: every write, fsync and commit fails and changes
     /// nothing, until `cut_power` leaves on disk what was made durable.
@@ -215,6 +219,12 @@ impl Io for FaultyIo {
         if let Some(Fault::Fails(code)) = self.fault(|f| f.commit) {
             // Dropping the transaction aborts it.
             return Err(heed_error(code));
+        }
+        if let Some(left) = self.faults.lock().commits_left.as_mut() {
+            match left.checked_sub(1) {
+                Some(fewer) => *left = fewer,
+                None => return Err(heed_error(libc::EIO)),
+            }
         }
         txn.commit()
     }
@@ -720,4 +730,49 @@ fn a_peers_flush_whose_append_fails_on_a_full_disk_is_taken_when_it_comes_again(
         None,
         "and after a restart: the flush was journalled"
     );
+}
+
+/// A `setindex` whose commit fails between its batches answers with an
+/// error, and its index is neither used nor left behind: what it had put
+/// goes at the next open, and it can be built again.
+#[test]
+fn a_failed_commit_while_an_index_builds_leaves_no_index_behind() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    let tables = store.tables().unwrap();
+    // About 90 distinct grams a row: three of the build's batches.
+    for n in 0..6_000 {
+        let mut row = Record::new(format!("r{n:05}").as_bytes());
+        let text = format!("row {n}: the quick brown fox jumps over the lazy dog, and sleeps on");
+        row.put(b"text", text.as_bytes());
+        let outcome = tables.put_row(b"t", &row, RowMode::Put, &AckFence::default());
+        assert_eq!(outcome, RowOutcome::Done);
+    }
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    let build = IndexCommand::Build {
+        kind: IndexKind::QGram,
+        keep: false,
+    };
+    // The definition and the first batch commit; the second fails.
+    io.set(|f| f.commits_left = Some(2));
+    assert!(tables.set_index(b"t", b"text", build).is_err());
+    assert_eq!(tables.indexes(b"t"), Vec::new(), "not used");
+    drop(store);
+    io.set(|f| f.commits_left = None);
+    {
+        let store = open(dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+        assert_eq!(store.tables().unwrap().indexes(b"t"), Vec::new());
+    }
+    let mut left = 0;
+    common::edit_lmdb(dir.path(), |lmdb| {
+        left = lmdb.indexes.len(&lmdb.txn).unwrap()
+    });
+    assert_eq!(left, 0, "no entry of the index is left");
+    let store = open(dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+    let tables = store.tables().unwrap();
+    tables.set_index(b"t", b"text", build).unwrap();
+    assert_eq!(tables.indexes(b"t"), [(b"text".to_vec(), IndexKind::QGram)]);
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
 }

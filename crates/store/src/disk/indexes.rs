@@ -370,8 +370,9 @@ impl Inner {
             self.put_def(table, &key, Some(&def))
         });
         if let Err(error) = built {
-            // The definition goes, or the next open drops it.
-            let _ = self.put_def(table, &key, None);
+            // The index goes with what entries it has, or the next open
+            // drops it.
+            let _ = self.drop_index(table, &key, def);
             return Err(error.into());
         }
         Ok(())
