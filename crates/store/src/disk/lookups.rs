@@ -433,8 +433,12 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
                 }
             }
             if !runner.done && runner.seen.len() > DENSER.saturating_mul(shortest) {
-                // Much denser than the shortest: leave it to the rows' check.
+                // Much denser than the shortest: leave the rest to the rows'
+                // check, once what it walked has narrowed.
                 runner.done = true;
+                if let (true, Some(found)) = (runner.sorted, candidates.take()) {
+                    candidates = Some(walked_past(found, &runner.seen));
+                }
                 runner.seen = Vec::new();
                 continue;
             }
@@ -470,9 +474,37 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
             continue;
         };
         if !racing || found.is_empty() || steps_since > ROW_STEPS * found.len() {
-            return Ok(candidates.filter(|found| found.len() <= most));
+            let mut found = candidates.unwrap_or_default();
+            for runner in runners
+                .iter()
+                .filter(|runner| runner.sorted && !runner.done)
+            {
+                found = walked_past(found, &runner.seen);
+            }
+            return Ok(Some(found).filter(|found| found.len() <= most));
         }
     }
+}
+
+/// The candidates a sorted stream cut short still rules on: up to the last
+/// key it reached (`walked`, its keys so far), only those it showed.
+fn walked_past<'t>(candidates: Vec<&'t [u8]>, walked: &[&'t [u8]]) -> Vec<&'t [u8]> {
+    let Some(&reached) = walked.last() else {
+        return candidates;
+    };
+    let mut at = 0;
+    candidates
+        .into_iter()
+        .filter(|&key| {
+            if key > reached {
+                return true;
+            }
+            while walked[at] < key {
+                at += 1;
+            }
+            walked[at] == key
+        })
+        .collect()
 }
 
 /// The keys two sorted lists both hold.
@@ -568,6 +600,15 @@ mod tests {
             .unwrap(),
             Some(Vec::<&[u8]>::new())
         );
+    }
+
+    #[test]
+    fn a_stream_cut_short_still_narrows_up_to_where_it_got() {
+        let short = Stream::Sorted(keys(&["k00003", "k00007", "k01500"]));
+        // Holds every key but k00003, far too many to walk to its end.
+        let long = Stream::Sorted(numbered((0..200_000).filter(|&n| n != 3)));
+        let found = narrow(vec![short, long], usize::MAX).unwrap().unwrap();
+        assert_eq!(found, [&b"k00007"[..], b"k01500"]);
     }
 
     #[test]
