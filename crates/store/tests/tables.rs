@@ -677,7 +677,7 @@ fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
     );
     assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
     drop(engine);
-    // Marked 3: opened again, nothing to do, the same answer.
+    // Marked current: opened again, nothing to do, the same answer.
     let engine = open(dir.path());
     assert_eq!(
         indexed_keys(
@@ -687,6 +687,62 @@ fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
             ("STRINC", "abc")
         ),
         ["broken", "plain"]
+    );
+}
+
+/// Format 3's q-grams were three characters long; opening such a
+/// directory writes its q-gram indexes again with four.
+#[test]
+fn a_directory_of_format_3_gets_grams_of_four_characters() {
+    use std::ops::Bound;
+
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        let tables = engine.tables().unwrap();
+        let build = IndexCommand::Build {
+            kind: IndexKind::QGram,
+            keep: false,
+        };
+        tables.set_index(b"t", b"text", build).unwrap();
+        put(
+            tables,
+            "t",
+            &row("near", &[("text", "an abc")]),
+            RowMode::Put,
+        );
+        put(tables, "t", &row("far", &[("text", "xyz")]), RowMode::Put);
+    }
+    // Make it what format 3 wrote: each position's three characters.
+    edit_lmdb(dir.path(), |lmdb| {
+        let id = 1u32.to_be_bytes();
+        let (indexes, txn) = (lmdb.indexes, &mut lmdb.txn);
+        let next = 2u32.to_be_bytes();
+        let this_index = (Bound::Included(&id[..]), Bound::Excluded(&next[..]));
+        indexes.delete_range(txn, &this_index).unwrap();
+        let three = [
+            ("near", &["an ", "n a", " ab", "abc", "bc", "c"][..]),
+            ("far", &["xyz", "yz", "z"][..]),
+        ];
+        for (key, grams) in three {
+            for gram in grams {
+                let entry = [&id[..], gram.as_bytes()].concat();
+                indexes.put(txn, &entry, key.as_bytes()).unwrap();
+            }
+        }
+        lmdb.meta.put(txn, b"format", &3u32.to_le_bytes()).unwrap();
+    });
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "n ab")),
+        ["near"]
+    );
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("FTSPH", "xyz")),
+        ["far"]
     );
 }
 

@@ -30,14 +30,17 @@ const FORMAT_KEY: &[u8] = b"format";
 /// `docs/DESIGN.md` describes them. Format 2 added table rows (the `rows`
 /// database, journal records 6 and 7); format 3 gave q-gram indexes the
 /// grams of a value's UTF-8 alone when the value is not all UTF-8, so
-/// `STRINC` can use them. A directory of format 1 is marked 3 when opened
-/// (it has no rows), one of format 2 has its q-gram indexes rebuilt, and a
-/// kura of an older format refuses it then.
-pub const FORMAT_VERSION: u32 = 3;
+/// `STRINC` can use them; format 4 made the grams four characters long. A
+/// directory of format 1 is marked 4 when opened (it has no rows), one of
+/// format 2 or 3 has its q-gram indexes rebuilt, and a kura of an older
+/// format refuses it then.
+pub const FORMAT_VERSION: u32 = 4;
 /// The format before rows, which this kura upgrades.
 const FORMAT_BEFORE_ROWS: u32 = 1;
 /// The format before `STRINC`'s grams, which this kura upgrades.
 const FORMAT_BEFORE_UTF8_GRAMS: u32 = 2;
+/// The format of three-character grams, which this kura upgrades.
+const FORMAT_BEFORE_LONGER_GRAMS: u32 = 3;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -237,7 +240,7 @@ fn check_format(
             Ok(Upgrade::Nothing)
         }
         // Marked once the indexes are rebuilt, in the same transaction.
-        Some(FORMAT_BEFORE_UTF8_GRAMS) => Ok(Upgrade::QGramIndexes),
+        Some(FORMAT_BEFORE_UTF8_GRAMS | FORMAT_BEFORE_LONGER_GRAMS) => Ok(Upgrade::QGramIndexes),
         Some(other) => Err(OpenError::Format(format!(
             "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
             dir.display()
@@ -256,12 +259,10 @@ fn check_format(
 }
 
 impl Inner {
-    /// Format 2 to 3: every q-gram index written again from its rows, and
-    /// the directory marked, in one transaction.
+    /// Format 2 or 3 to 4: every q-gram index written again from its rows,
+    /// and the directory marked, in one transaction.
     fn upgrade_qgram_indexes(&self) -> Result<(), OpenError> {
-        tracing::info!(
-            "format {FORMAT_BEFORE_UTF8_GRAMS} to {FORMAT_VERSION}: rebuilding q-gram indexes"
-        );
+        tracing::info!("format {FORMAT_VERSION}: rebuilding q-gram indexes");
         let mut txn = self.env.write_txn()?;
         self.rebuild_entries(&mut txn, IndexKind::QGram)?;
         self.meta
