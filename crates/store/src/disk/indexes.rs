@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 
 use heed::types::Bytes;
-use heed::{Database, RoTxn, RwTxn};
+use heed::{Database, PutFlags, RoTxn, RwTxn};
 use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
 use parking_lot::{Mutex, RwLock};
@@ -245,16 +245,33 @@ pub(super) fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
     entry
 }
 
+/// Puts an index entry whose primary key is likely past its key's others:
+/// appended without a search among them, or put as usual when it is not
+/// (LMDB refuses such an append).
+fn put_after(
+    indexes: &Database<Bytes, Bytes>,
+    txn: &mut RwTxn<'_>,
+    key: &[u8],
+    primary_key: &[u8],
+) -> heed::Result<()> {
+    match indexes.put_with_flags(txn, PutFlags::APPEND_DUP, key, primary_key) {
+        Err(heed::Error::Mdb(heed::MdbError::KeyExist)) => indexes.put(txn, key, primary_key),
+        done => done,
+    }
+}
+
 /// The keys a row has in an index (none without the column).
 fn keys_of(def: &IndexDef, row: Option<&Record>) -> BTreeSet<Vec<u8>> {
-    let value = row.and_then(|row| {
-        row.columns
-            .iter()
-            .find(|(name, _)| *name == def.column)
-            .map(|(_, value)| value)
-    });
-    value
-        .map(|value| index_keys(def.kind, value).into_iter().collect())
+    row.map(|row| row_index_keys(def, row).into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The keys a row has in an index, sorted, each once.
+fn row_index_keys(def: &IndexDef, row: &Record) -> Vec<Vec<u8>> {
+    row.columns
+        .iter()
+        .find(|(name, _)| *name == def.column)
+        .map(|(_, value)| index_keys(def.kind, value))
         .unwrap_or_default()
 }
 
@@ -510,7 +527,11 @@ impl Inner {
     /// Puts the entries of the rows of `table` after row key `after` (from
     /// the first without it) into index `def`, until a batch is full;
     /// returns the last row key of a full batch, `None` at the table's end.
-    /// A batch is sorted before it is put, which LMDB takes fastest.
+    ///
+    /// The rows come in primary-key order, so each index key's rows do too:
+    /// a batch is grouped by index key (no sort of its entries), and each
+    /// key's rows are appended after its duplicates, which spares LMDB the
+    /// search among them (a row the applier indexed first is put as usual).
     fn build_batch(
         &self,
         txn: &mut RwTxn<'_>,
@@ -530,24 +551,38 @@ impl Inner {
             Some(end) => Bound::Excluded(&end[..]),
             None => Bound::Unbounded,
         };
-        let mut entries = Vec::new();
+        let mut primary_keys: Vec<Vec<u8>> = Vec::new();
+        let mut rows_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        let mut entries = 0;
         let mut last = None;
         for entry in self.rows.range(txn, &(from, to))? {
             let (key, stored) = entry?;
             let primary_key = &key[prefix.len()..];
             if let Some(row) = Record::decode_columns(primary_key, stored) {
-                for index_key in keys_of(def, Some(&row)) {
-                    entries.push((entry_key(def.id, &index_key), primary_key.to_vec()));
+                let at = primary_keys.len() as u32;
+                for index_key in row_index_keys(def, &row) {
+                    match rows_of.get_mut(&index_key) {
+                        Some(rows) => rows.push(at),
+                        None => {
+                            rows_of.insert(index_key, vec![at]);
+                        }
+                    }
+                    entries += 1;
                 }
+                primary_keys.push(primary_key.to_vec());
             }
-            if entries.len() >= BATCH_ENTRIES {
+            if entries >= BATCH_ENTRIES {
                 last = Some(key.to_vec());
                 break;
             }
         }
-        entries.sort_unstable();
-        for (key, primary_key) in entries {
-            self.indexes.put(txn, &key, &primary_key)?;
+        let mut rows_of: Vec<_> = rows_of.into_iter().collect();
+        rows_of.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (index_key, rows) in rows_of {
+            let key = entry_key(def.id, &index_key);
+            for at in rows {
+                put_after(&self.indexes, txn, &key, &primary_keys[at as usize])?;
+            }
         }
         Ok(last)
     }
@@ -740,5 +775,45 @@ impl Inner {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry the applier put first, before or at the one the build
+    /// appends, leaves the duplicates sorted and each once.
+    #[test]
+    fn an_entry_put_after_others_lands_in_order_whatever_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: a new directory, opened once.
+        #[allow(unsafe_code)]
+        let env = unsafe {
+            heed::EnvOpenOptions::new()
+                .max_dbs(1)
+                .map_size(1 << 20)
+                .open(dir.path())
+                .unwrap()
+        };
+        let mut txn = env.write_txn().unwrap();
+        let indexes: Database<Bytes, Bytes> = env
+            .database_options()
+            .types()
+            .name("indexes")
+            .flags(heed::DatabaseFlags::DUP_SORT)
+            .create(&mut txn)
+            .unwrap();
+        indexes.put(&mut txn, b"k", b"m").unwrap();
+        for primary_key in [&b"a"[..], b"m", b"z", b"n", b"z"] {
+            put_after(&indexes, &mut txn, b"k", primary_key).unwrap();
+        }
+        let found: Vec<&[u8]> = indexes
+            .get_duplicates(&txn, b"k")
+            .unwrap()
+            .unwrap()
+            .map(|entry| entry.unwrap().1)
+            .collect();
+        assert_eq!(found, [&b"a"[..], b"m", b"n", b"z"]);
     }
 }
