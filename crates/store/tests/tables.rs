@@ -27,6 +27,12 @@ fn get(tables: &dyn Tables, table: &str, key: &str) -> Option<Record> {
     tables.get_row(table.as_bytes(), key.as_bytes()).unwrap()
 }
 
+/// Builds an index of `kind` on `column` of table `t`.
+fn index(tables: &dyn Tables, column: &str, kind: kura_store::IndexKind) {
+    let build = kura_store::IndexCommand::Build { kind, keep: false };
+    tables.set_index(b"t", column.as_bytes(), build).unwrap();
+}
+
 fn keys(tables: &dyn Tables, table: &str) -> Vec<String> {
     let mut keys = Vec::new();
     tables
@@ -458,11 +464,7 @@ fn an_index_built_while_rows_change_holds_every_row_as_it_is() {
             }
             writes
         });
-        let build = IndexCommand::Build {
-            kind: IndexKind::QGram,
-            keep: false,
-        };
-        tables.set_index(b"t", b"text", build).unwrap();
+        index(tables, "text", IndexKind::QGram);
         built.store(true, std::sync::atomic::Ordering::Release);
         writer.join().unwrap()
     });
@@ -632,16 +634,12 @@ fn a_lookup_holding_most_rows_asks_for_a_scan_and_a_rare_one_does_not() {
 /// which `STRINC` needs; opening such a directory rebuilds them.
 #[test]
 fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
-    use kura_store::{IndexCommand, IndexKind};
+    use kura_store::IndexKind;
     let dir = tempfile::tempdir().unwrap();
     {
         let engine = open(dir.path());
         let tables = engine.tables().unwrap();
-        let build = IndexCommand::Build {
-            kind: IndexKind::QGram,
-            keep: false,
-        };
-        tables.set_index(b"t", b"text", build).unwrap();
+        index(tables, "text", IndexKind::QGram);
         // Folded, the lead byte swallows the "a": "xbc".
         let mut broken = Record::new(&b"broken"[..]);
         broken.put(b"text", b"x\xc3abc");
@@ -696,16 +694,12 @@ fn a_directory_of_format_2_gets_the_grams_strinc_needs() {
 fn a_directory_of_format_3_gets_grams_of_four_characters() {
     use std::ops::Bound;
 
-    use kura_store::{IndexCommand, IndexKind};
+    use kura_store::IndexKind;
     let dir = tempfile::tempdir().unwrap();
     {
         let engine = open(dir.path());
         let tables = engine.tables().unwrap();
-        let build = IndexCommand::Build {
-            kind: IndexKind::QGram,
-            keep: false,
-        };
-        tables.set_index(b"t", b"text", build).unwrap();
+        index(tables, "text", IndexKind::QGram);
         put(
             tables,
             "t",
