@@ -493,7 +493,11 @@ fn a_failed_commit_to_the_data_file_poisons_and_the_log_restores_it_at_restart()
     kept.insert(b"in log".to_vec(), b"v".to_vec());
     assert_eq!(set(&store, b"in log", b"v"), Some(true));
     // The applier's round fails; the writes stay readable, pending.
-    store.wait_until_all_applied();
+    assert_eq!(
+        store.wait_until_all_applied(),
+        AckState::Failed,
+        "acknowledged, but not in LMDB"
+    );
     assert_eq!(get(&store, b"in log").as_deref(), Some(&b"v"[..]));
     assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
     assert_eq!(set(&store, b"after", b"v"), None);

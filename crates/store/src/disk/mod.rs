@@ -363,7 +363,13 @@ impl Inner {
                 break;
             }
         }
-        self.acks.state(seq)
+        // Appended is not applied: a write the engine was poisoned before
+        // applying failed to reach LMDB, however its append went.
+        match (self.acks.state(seq), self.applied.state(seq)) {
+            (AckState::Failed, _) => AckState::Failed,
+            (_, AckState::Waiting) if self.health.is_poisoned() => AckState::Failed,
+            (_, applied) => applied,
+        }
     }
 
     fn writable(&self) -> bool {
