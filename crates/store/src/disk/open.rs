@@ -185,8 +185,8 @@ impl DiskStore {
         });
         inner.journal.resume_after(applied_lsn);
         inner.replay(&segments, applied_segment)?;
-        if upgrade == Upgrade::QGramIndexes {
-            inner.upgrade_qgram_indexes()?;
+        if let Upgrade::QGramIndexes { from } = upgrade {
+            inner.upgrade_qgram_indexes(from)?;
         }
         inner.measure_lmdb_usage();
         inner.check_space();
@@ -217,7 +217,9 @@ impl Drop for DiskStore {
 enum Upgrade {
     Nothing,
     /// Rebuild the q-gram indexes, then mark the directory.
-    QGramIndexes,
+    QGramIndexes {
+        from: u32,
+    },
 }
 
 /// Refuses a data directory of another format; marks a new one with
@@ -240,7 +242,9 @@ fn check_format(
             Ok(Upgrade::Nothing)
         }
         // Marked once the indexes are rebuilt, in the same transaction.
-        Some(FORMAT_BEFORE_UTF8_GRAMS | FORMAT_BEFORE_LONGER_GRAMS) => Ok(Upgrade::QGramIndexes),
+        Some(from @ (FORMAT_BEFORE_UTF8_GRAMS | FORMAT_BEFORE_LONGER_GRAMS)) => {
+            Ok(Upgrade::QGramIndexes { from })
+        }
         Some(other) => Err(OpenError::Format(format!(
             "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
             dir.display()
@@ -261,8 +265,13 @@ fn check_format(
 impl Inner {
     /// Format 2 or 3 to 4: every q-gram index written again from its rows,
     /// and the directory marked, in one transaction.
-    fn upgrade_qgram_indexes(&self) -> Result<(), OpenError> {
-        tracing::info!("format {FORMAT_VERSION}: rebuilding q-gram indexes");
+    fn upgrade_qgram_indexes(&self, from: u32) -> Result<(), OpenError> {
+        // Said by default: the server does not listen until it is done
+        // (about a minute per million rows of text).
+        tracing::warn!(
+            "{}: format {from} to {FORMAT_VERSION}: rebuilding the q-gram indexes before serving",
+            self.env.path().display()
+        );
         let mut txn = self.env.write_txn()?;
         self.rebuild_entries(&mut txn, IndexKind::QGram)?;
         self.meta
