@@ -561,12 +561,7 @@ impl Inner {
             if let Some(row) = Record::decode_columns(primary_key, stored) {
                 let at = primary_keys.len() as u32;
                 for index_key in row_index_keys(def, &row) {
-                    match rows_of.get_mut(&index_key) {
-                        Some(rows) => rows.push(at),
-                        None => {
-                            rows_of.insert(index_key, vec![at]);
-                        }
-                    }
+                    rows_of.entry(index_key).or_default().push(at);
                     entries += 1;
                 }
                 primary_keys.push(primary_key.to_vec());
