@@ -245,6 +245,19 @@ pub(super) fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
     entry
 }
 
+/// Opens (or creates) the `indexes` database: an index key's primary keys
+/// are its duplicates, which LMDB keeps sorted.
+pub(super) fn create_database(
+    env: &heed::Env,
+    txn: &mut RwTxn<'_>,
+) -> heed::Result<Database<Bytes, Bytes>> {
+    env.database_options()
+        .types::<Bytes, Bytes>()
+        .name("indexes")
+        .flags(heed::DatabaseFlags::DUP_SORT)
+        .create(txn)
+}
+
 /// Puts an index entry whose primary key is likely past its key's others:
 /// appended without a search among them, or put as usual when it is not
 /// (LMDB refuses such an append).
@@ -792,13 +805,7 @@ mod tests {
                 .unwrap()
         };
         let mut txn = env.write_txn().unwrap();
-        let indexes: Database<Bytes, Bytes> = env
-            .database_options()
-            .types()
-            .name("indexes")
-            .flags(heed::DatabaseFlags::DUP_SORT)
-            .create(&mut txn)
-            .unwrap();
+        let indexes = create_database(&env, &mut txn).unwrap();
         indexes.put(&mut txn, b"k", b"m").unwrap();
         for primary_key in [&b"a"[..], b"m", b"z", b"n", b"z"] {
             put_after(&indexes, &mut txn, b"k", primary_key).unwrap();

@@ -84,12 +84,7 @@ impl DiskStore {
         let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
         let expiry = env.create_database(&mut txn, Some("expiry"))?;
         let rows: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("rows"))?;
-        let indexes: Database<Bytes, Bytes> = env
-            .database_options()
-            .types::<Bytes, Bytes>()
-            .name("indexes")
-            .flags(heed::DatabaseFlags::DUP_SORT)
-            .create(&mut txn)?;
+        let indexes = indexes::create_database(&env, &mut txn)?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
         let upgrade = check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
