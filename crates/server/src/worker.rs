@@ -777,6 +777,9 @@ fn write_replies(connection: &mut Connection, replies: &[u8], ctx: &Context<'_>)
     Ok(())
 }
 
+/// Output capacity a connection keeps once its replies are sent.
+const KEPT_OUTPUT: usize = 256;
+
 /// Sends pending output; true when nothing is left.
 fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
     if connection.output.is_empty() {
@@ -789,7 +792,12 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
     ctx.counters.bytes_written.add(written as u64);
     connection.output.drain(..written);
     if connection.output.is_empty() {
-        connection.output = Vec::new();
+        // A reply held for the log (a set's `STORED`) would otherwise cost
+        // an allocation per request; a large buffer is given back, since
+        // thousands of connections may sit idle.
+        if connection.output.capacity() > KEPT_OUTPUT {
+            connection.output = Vec::new();
+        }
         return Ok(true);
     }
     Ok(false)
