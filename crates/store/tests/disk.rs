@@ -243,6 +243,68 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
     );
 }
 
+/// The notes of first reads waiting for the applier (`stats kura`).
+fn marks_waiting(store: &DiskStore) -> usize {
+    store
+        .engine_stats()
+        .into_iter()
+        .find(|(name, _)| *name == "disk_fetch_marks_waiting")
+        .and_then(|(_, value)| value.parse().ok())
+        .expect("the engine counts its notes")
+}
+
+/// First-read notes wait while rounds apply writes (a later transaction sets
+/// many of them on each page it rewrites), go once a round has no writes,
+/// and never pile up past their limit.
+#[test]
+fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    // A limit of 100 notes (a six-hundredth of the pending memory).
+    let store = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        reserve_bytes: 0,
+        pending_limit: 60_000,
+        ..DiskConfig::new(dir.path())
+    })
+    .expect("opens");
+    for i in 0..300 {
+        set(&store, format!("k{i}").as_bytes(), b"v", 0);
+    }
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    for i in 0..50 {
+        assert_eq!(
+            fetched_before(&store, format!("k{i}").as_bytes()),
+            Some(false)
+        );
+    }
+    set(&store, b"other", b"w", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert_eq!(marks_waiting(&store), 50, "a round with writes leaves them");
+    // Past the limit, a round with writes takes them down to half of it.
+    for i in 50..250 {
+        assert_eq!(
+            fetched_before(&store, format!("k{i}").as_bytes()),
+            Some(false)
+        );
+    }
+    set(&store, b"other", b"x", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert!(marks_waiting(&store) <= 50, "{}", marks_waiting(&store));
+    // No more writes: a quiet round takes the rest.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while marks_waiting(&store) != 0 {
+        assert!(std::time::Instant::now() < deadline, "notes left waiting");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for i in 0..250 {
+        assert_eq!(
+            fetched_before(&store, format!("k{i}").as_bytes()),
+            Some(true)
+        );
+    }
+    assert_eq!(fetched_before(&store, b"k299"), Some(false));
+}
+
 /// Reads served from the read cache never go back in time: counters that
 /// only grow are read concurrently with their increments and commits, and
 /// no reader ever sees one shrink.

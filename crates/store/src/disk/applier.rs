@@ -89,6 +89,24 @@ impl Inner {
         self.pending.logged_bytes() >= threshold || self.journal.current_bytes() >= segment_limit
     }
 
+    /// How many first-read marks this round commits: all at shutdown, a
+    /// batch when the round has no writes, and down to half the limit when
+    /// too many wait. Under writes they wait, so that one transaction sets
+    /// many bits on each page it rewrites.
+    pub(super) fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
+        let waiting = self.marks.waiting();
+        let limit = self.config.mark_limit();
+        if all_marks {
+            usize::MAX
+        } else if waiting > limit {
+            (waiting - limit / 2).max(MARK_BATCH)
+        } else if quiet {
+            MARK_BATCH
+        } else {
+            0
+        }
+    }
+
     pub(super) fn apply_loop(&self) {
         let mut state = ApplierState {
             retry: None,
@@ -225,9 +243,7 @@ impl Inner {
             round.segment = segment;
             round.last = last;
         }
-        let marks = self
-            .marks
-            .take(if all_marks { usize::MAX } else { MARK_BATCH });
+        let marks = self.marks.take(self.marks_due(all_marks, round.is_none()));
         if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
             self.applied.advance(through, false);
             return None;
