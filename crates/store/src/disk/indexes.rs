@@ -16,11 +16,12 @@
 //! Indexes are derived from the rows, not entries of the update log: a
 //! restore brings those of its snapshot, and a replay keeps them current.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ops::Bound;
 
 use heed::types::Bytes;
 use heed::{Database, PutFlags, RoTxn, RwTxn};
+use itertools::{EitherOrBoth, Itertools};
 use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
 use parking_lot::{Mutex, RwLock};
@@ -274,9 +275,26 @@ fn put_after(
 }
 
 /// The keys a row has in an index (none without the column).
-fn keys_of(def: &IndexDef, row: Option<&Record>) -> BTreeSet<Vec<u8>> {
-    row.map(|row| row_index_keys(def, row).into_iter().collect())
-        .unwrap_or_default()
+fn keys_of(def: &IndexDef, row: Option<&Record>) -> Vec<Vec<u8>> {
+    row.map(|row| row_index_keys(def, row)).unwrap_or_default()
+}
+
+/// Walks two sorted lists of keys, each key once, beside each other:
+/// `on(key, true)` for a key only `before` has, `on(key, false)` for one
+/// only `after` has.
+fn differences<E>(
+    before: &[Vec<u8>],
+    after: &[Vec<u8>],
+    mut on: impl FnMut(&[u8], bool) -> Result<(), E>,
+) -> Result<(), E> {
+    before
+        .iter()
+        .merge_join_by(after, |gone, added| gone.cmp(added))
+        .try_for_each(|pair| match pair {
+            EitherOrBoth::Left(gone) => on(gone, true),
+            EitherOrBoth::Right(added) => on(added, false),
+            EitherOrBoth::Both(..) => Ok(()),
+        })
 }
 
 /// The keys a row has in an index, sorted, each once.
@@ -342,16 +360,16 @@ impl Inner {
         for def in self.index_defs.maintained(table) {
             let before = keys_of(&def, old);
             let after = keys_of(&def, new);
-            for gone in before.difference(&after) {
-                self.indexes
-                    .delete_one_duplicate(txn, &entry_key(def.id, gone), primary_key)?;
+            differences(&before, &after, |key, gone| {
                 changed += 1;
-            }
-            for added in after.difference(&before) {
-                self.indexes
-                    .put(txn, &entry_key(def.id, added), primary_key)?;
-                changed += 1;
-            }
+                if gone {
+                    self.indexes
+                        .delete_one_duplicate(txn, &entry_key(def.id, key), primary_key)
+                        .map(drop)
+                } else {
+                    self.indexes.put(txn, &entry_key(def.id, key), primary_key)
+                }
+            })?;
         }
         Ok(changed)
     }
@@ -789,6 +807,49 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row's old and new keys give exactly the keys to take out and to
+    /// put, as the difference of the two sets does.
+    #[test]
+    fn the_keys_a_write_changes_are_the_two_sets_differences() {
+        let keys = |words: &str| -> Vec<Vec<u8>> {
+            let mut keys: Vec<Vec<u8>> = words.split_whitespace().map(|w| w.into()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        };
+        let cases = [
+            ("", ""),
+            ("a b c", ""),
+            ("", "a b c"),
+            ("a b c", "a b c"),
+            ("a c e g", "b c d g h"),
+            ("m", "a z"),
+            ("a b", "b c"),
+        ];
+        for (old, new) in cases {
+            let (before, after) = (keys(old), keys(new));
+            let mut gone = Vec::new();
+            let mut added = Vec::new();
+            differences(&before, &after, |key, is_gone| {
+                if is_gone { &mut gone } else { &mut added }.push(key.to_vec());
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            let expected_gone: Vec<Vec<u8>> = before
+                .iter()
+                .filter(|k| !after.contains(k))
+                .cloned()
+                .collect();
+            let expected_added: Vec<Vec<u8>> = after
+                .iter()
+                .filter(|k| !before.contains(k))
+                .cloned()
+                .collect();
+            assert_eq!(gone, expected_gone, "{old:?} -> {new:?}");
+            assert_eq!(added, expected_added, "{old:?} -> {new:?}");
+        }
+    }
 
     /// An entry the applier put first, before or at the one the build
     /// appends, leaves the duplicates sorted and each once.
