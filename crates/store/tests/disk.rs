@@ -201,6 +201,37 @@ fn first_reads_are_noted_and_kept_across_reopening() {
     }
 }
 
+/// The notes of first reads waiting for the applier (`stats kura`).
+fn marks_waiting(store: &DiskStore) -> usize {
+    store
+        .engine_stats()
+        .into_iter()
+        .find(|(name, _)| *name == "disk_fetch_marks_waiting")
+        .and_then(|(_, value)| value.parse().ok())
+        .expect("the engine counts its notes")
+}
+
+/// Waits (10 s at most) until the applier has taken every note.
+fn wait_until_no_marks_wait(store: &DiskStore) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while marks_waiting(store) != 0 {
+        assert!(std::time::Instant::now() < deadline, "notes left waiting");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Reads `k{i}` for each `i`, checking whether each was read before.
+fn read_each(store: &DiskStore, keys: std::ops::Range<usize>, read_before: bool) {
+    for i in keys {
+        let key = format!("k{i}");
+        assert_eq!(
+            fetched_before(store, key.as_bytes()),
+            Some(read_before),
+            "{key}"
+        );
+    }
+}
+
 /// A read served from the read cache still knows the item was read before
 /// once the writer has committed the first read's note (the note is gone
 /// then, and the cached copy was made before the commit).
@@ -220,37 +251,13 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
         Some(true),
         "the second read caches it"
     );
-    let waiting = || {
-        store
-            .engine_stats()
-            .into_iter()
-            .find(|(name, _)| *name == "disk_fetch_marks_waiting")
-            .map(|(_, value)| value)
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while waiting().as_deref() != Some("0") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the note was never committed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_until_no_marks_wait(&store);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(
         fetched_before(&store, b"k"),
         Some(true),
         "read from the cache after the note's commit"
     );
-}
-
-/// The notes of first reads waiting for the applier (`stats kura`).
-fn marks_waiting(store: &DiskStore) -> usize {
-    store
-        .engine_stats()
-        .into_iter()
-        .find(|(name, _)| *name == "disk_fetch_marks_waiting")
-        .and_then(|(_, value)| value.parse().ok())
-        .expect("the engine counts its notes")
 }
 
 /// First-read notes wait while rounds apply writes (a later transaction sets
@@ -271,37 +278,18 @@ fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
         set(&store, format!("k{i}").as_bytes(), b"v", 0);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    for i in 0..50 {
-        assert_eq!(
-            fetched_before(&store, format!("k{i}").as_bytes()),
-            Some(false)
-        );
-    }
+    read_each(&store, 0..50, false);
     set(&store, b"other", b"w", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(marks_waiting(&store), 50, "a round with writes leaves them");
     // Past the limit, a round with writes takes them down to half of it.
-    for i in 50..250 {
-        assert_eq!(
-            fetched_before(&store, format!("k{i}").as_bytes()),
-            Some(false)
-        );
-    }
+    read_each(&store, 50..250, false);
     set(&store, b"other", b"x", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert!(marks_waiting(&store) <= 50, "{}", marks_waiting(&store));
     // No more writes: a quiet round takes the rest.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while marks_waiting(&store) != 0 {
-        assert!(std::time::Instant::now() < deadline, "notes left waiting");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    for i in 0..250 {
-        assert_eq!(
-            fetched_before(&store, format!("k{i}").as_bytes()),
-            Some(true)
-        );
-    }
+    wait_until_no_marks_wait(&store);
+    read_each(&store, 0..250, true);
     assert_eq!(fetched_before(&store, b"k299"), Some(false));
 }
 
