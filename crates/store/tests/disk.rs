@@ -293,6 +293,43 @@ fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
     assert_eq!(fetched_before(&store, b"k299"), Some(false));
 }
 
+/// A first read whose note the applier has not committed yet (writes keep
+/// coming) still counts: in a scan (`lru_crawler metadump`'s `fetch=`) and
+/// when its item expires (`expired_unfetched`).
+#[test]
+fn a_noted_first_read_counts_before_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        reserve_bytes: 0,
+        background_expiry: false,
+        ..DiskConfig::new(dir.path())
+    })
+    .expect("opens");
+    let expiry = store.clock().expiry(10);
+    for i in 0..4 {
+        set(&store, format!("k{i}").as_bytes(), b"v", expiry);
+    }
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    read_each(&store, 0..2, false);
+    set(&store, b"other", b"w", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert_eq!(marks_waiting(&store), 2, "the notes are not committed yet");
+    let mut fetched = std::collections::BTreeMap::new();
+    store.scan(&mut |item| {
+        fetched.insert(String::from_utf8_lossy(item.key).into_owned(), item.fetched);
+    });
+    let read: Vec<&str> = fetched
+        .iter()
+        .filter(|(_, &was_read)| was_read)
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert_eq!(read, ["k0", "k1"]);
+    store.clock().advance(11);
+    assert_eq!(store.crawl(&|_| true), 4);
+    assert_eq!(store.stats().expired_unfetched, 2, "k2 and k3 only");
+}
+
 /// Reads served from the read cache never go back in time: counters that
 /// only grow are read concurrently with their increments and commits, and
 /// no reader ever sees one shrink.

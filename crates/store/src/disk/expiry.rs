@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use heed::RwTxn;
 
 use super::change::Old;
-use super::record::{self, Counts, FETCHED};
+use super::record::{self, Counts};
 use super::Inner;
 use crate::AckState;
 
@@ -98,7 +98,7 @@ impl Inner {
         key: &[u8],
         old: &Old,
     ) -> heed::Result<usize> {
-        if !old.header.has(FETCHED) {
+        if !self.fetched(key, &old.header) {
             self.counters
                 .expired_unfetched
                 .fetch_add(1, Ordering::Relaxed);

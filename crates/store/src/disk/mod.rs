@@ -589,7 +589,7 @@ impl Store for DiskStore {
                     .access_times
                     .idle_seconds(inner.marks.hash(key), inner.clock.now()),
                 cas: header.cas,
-                fetched: header.has(FETCHED),
+                fetched: inner.fetched(key, &header),
                 class: inner.class_of(key, value_len),
                 size: item_size(key, value_len),
                 value_len,

@@ -129,6 +129,12 @@ impl Inner {
         found
     }
 
+    /// Whether the item `header` describes under `key` was read: its bit in
+    /// LMDB, or a first read noted and not yet committed.
+    pub(super) fn fetched(&self, key: &[u8], header: &Header) -> bool {
+        header.has(FETCHED) || self.marks.noted(self.marks.hash(key), header.cas)
+    }
+
     /// Notes the fetched bit of an item read for the first time, in memory
     /// (`marks.rs`), whether the item is committed or still pending: the
     /// applier sets the bit in LMDB once the item is there.
