@@ -26,7 +26,8 @@ use super::Inner;
 /// Under sustained random writes a longer round shares LMDB's pages among
 /// more writes (the multi-get's 10 % of sets, 30 s in: the applier's CPU
 /// per operation 0.53-0.62 µs against 0.85-0.91 with 1 s and a sixteenth
-/// of the pending memory); a kill replays at most this much.
+/// of the pending memory); a kill then leaves more to replay, at most the
+/// pending memory as before.
 pub(super) const APPLY_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a waiting applier sleeps at most before it looks again at what
