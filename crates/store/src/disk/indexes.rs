@@ -634,7 +634,7 @@ impl Inner {
                     ));
                     continue;
                 };
-                for index_key in keys_of(&def, Some(&row)) {
+                for index_key in row_index_keys(&def, &row) {
                     expected.push((entry_key(def.id, &index_key), primary_key.to_vec()));
                 }
             }
