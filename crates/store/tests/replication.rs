@@ -380,6 +380,9 @@ fn a_peers_snapshot_is_merged_by_last_writer_and_leaves_its_position() {
     set(&b, b"both", b"b-newer", 2);
     set(&b, b"only-b", b"b", 2);
     assert_eq!(delete(&b, b"only-b"), kura_store::DeleteOutcome::Deleted);
+    // Writes that did not see each other are ordered by wall clock (to the
+    // millisecond; a tie goes to the higher rank, B's): A's write is later.
+    std::thread::sleep(Duration::from_millis(2));
     set(&a, b"only-b", b"a-newest", 1);
     let at = merge_snapshot(&a, &b, "peer");
     assert_eq!(
