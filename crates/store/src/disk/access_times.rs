@@ -34,7 +34,8 @@ impl AccessTimes {
     }
 
     fn slot(&self, key_hash: u64) -> &AtomicU32 {
-        // The high bits: the pending table's shards take the low ones.
+        // Bits 32 and up, where the pending table's shard comes from too
+        // (`shard_of`): harmless, the slots are one table, not one a shard.
         let index = (key_hash >> 32) as usize & (self.slots.len() - 1);
         &self.slots[index]
     }

@@ -30,8 +30,9 @@ pub(super) struct Logged {
     pub(super) dirty: bool,
 }
 
-/// Encodes a journal group for `segment`: its head, a flush, then the
-/// batch's writes, noting where each write starts.
+/// Encodes a journal group for `segment`: its head, then the batch's
+/// writes with a flush after those it covers, noting where each write
+/// starts.
 pub(super) fn encode_group(
     group: &mut Vec<u8>,
     offsets: &mut Vec<u64>,
@@ -44,28 +45,17 @@ pub(super) fn encode_group(
     group.clear();
     offsets.clear();
     journal::encode(group, Record::Group(head), seed);
-    // In log order: the writes the flush covers (made before it), the
-    // flush, then the rest; `offsets` stays in the batch's order.
-    let covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
+    let is_covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
         (Some(boundary), Space::Item, Pending::Put(record)) => {
             Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
         }
         _ => false,
     };
-    offsets.resize(batch.writes().count(), 0);
-    let passes: &[bool] = if flush.is_some() {
-        &[true, false]
-    } else {
-        &[false]
-    };
-    for &pass in passes {
-        if !pass {
-            if let Some(boundary) = flush {
-                journal::encode(group, Record::Flush(boundary), seed);
-            }
-        }
+    offsets.resize(batch.len(), 0);
+    // Encodes the writes the flush covers, or (`covered` false) the rest.
+    let mut encode_writes = |group: &mut Vec<u8>, covered: bool| {
         for (k, (space, key, change)) in batch.writes().enumerate() {
-            if covered(space, &change) != pass {
+            if is_covered(space, &change) != covered {
                 continue;
             }
             let record = match (space, change) {
@@ -77,7 +67,14 @@ pub(super) fn encode_group(
             offsets[k] = group.len() as u64;
             journal::encode(group, record, seed);
         }
+    };
+    // In log order: the writes the flush covers (made before it), the
+    // flush, then the rest; `offsets` stays in the batch's order.
+    if let Some(boundary) = flush {
+        encode_writes(group, true);
+        journal::encode(group, Record::Flush(boundary), seed);
     }
+    encode_writes(group, false);
 }
 
 impl Inner {

@@ -276,16 +276,12 @@ impl Inner {
         let result = result
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
-        let mut early = Vec::new();
-        if let Ok(still_pending) = &result {
-            // The read cache may hold a copy made before the bit was set.
-            for (key, cas) in &marks {
-                self.pending.set_cached_bits(key, *cas, FETCHED);
-            }
-            early.clone_from(still_pending);
-        }
         match result {
-            Ok(_) => {
+            Ok(early) => {
+                // The read cache may hold a copy made before the bit was set.
+                for (key, cas) in &marks {
+                    self.pending.set_cached_bits(key, *cas, FETCHED);
+                }
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
                     segment = round.segment;
@@ -655,12 +651,10 @@ impl Inner {
                 // Insert, or learn what was there, in one descent.
                 let len = stored.len();
                 let new = (header, value_len, pointer);
-                let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? else {
-                    return self.index_new(txn, key, new, counts);
-                };
-                let old = Old::of(old);
-                self.forget_old(txn, key, old, counts, header.expiry_unix)?;
-                self.items.put_reserved(txn, key, len, write)?;
+                if let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? {
+                    self.forget_old(txn, key, Old::of(old), counts, header.expiry_unix)?;
+                    self.items.put_reserved(txn, key, len, write)?;
+                }
                 return self.index_new(txn, key, new, counts);
             }
             Write::Move {

@@ -80,7 +80,7 @@ pub enum BackupError {
     Lmdb(#[from] heed::Error),
 }
 
-fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> BackupError {
+pub(super) fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> BackupError {
     let context = context.into();
     move |source| BackupError::Io { context, source }
 }
@@ -126,13 +126,17 @@ impl Inner {
         let mut files = Vec::new();
         // The snapshot first: the log copied after it covers every entry
         // after the snapshot's LSN.
-        let (snapshot, wanted) = match &since {
+        let (snapshot, wanted, first_lsn) = match &since {
             None => {
                 let (snapshot, wanted) = self.copy_lmdb(to)?;
                 files.push(DATA_FILE.to_string());
-                (Some(snapshot), Wanted::Full(wanted))
+                (Some(snapshot), Wanted::Full(wanted), snapshot.lsn + 1)
             }
-            Some((_, manifest)) => (None, Wanted::After(manifest.last.lsn)),
+            Some((_, manifest)) => (
+                None,
+                Wanted::After(manifest.last.lsn),
+                manifest.last.lsn + 1,
+            ),
         };
         let (current, current_len, last) = self.journal.current_end();
         let segments = journal::segments(&self.config.dir)
@@ -140,11 +144,6 @@ impl Inner {
             .into_iter()
             .filter(|(number, _)| *number <= current);
         let segments: Vec<(u64, PathBuf)> = segments.collect();
-        let first_lsn = match (&since, snapshot) {
-            (Some((_, manifest)), _) => manifest.last.lsn + 1,
-            (None, Some(snapshot)) => snapshot.lsn + 1,
-            (None, None) => unreachable!("a full backup has a snapshot"),
-        };
         let chosen = match &wanted {
             Wanted::Full((applied, pointed)) => segments
                 .iter()

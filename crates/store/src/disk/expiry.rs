@@ -73,7 +73,7 @@ impl Inner {
     /// The expiry index's entries that are due, oldest first, at most `limit`.
     pub(super) fn due_expiry_keys(
         &self,
-        txn: &RwTxn<'_>,
+        txn: &heed::RoTxn<'_>,
         limit: usize,
     ) -> heed::Result<Vec<Vec<u8>>> {
         let now = self.now_unix().saturating_sub(self.dead_kept_secs());
@@ -124,12 +124,8 @@ impl Inner {
     /// many it removed.
     pub(super) fn reclaim_expired_now(&self) -> usize {
         let due = self.env.read_txn().ok().is_some_and(|txn| {
-            self.expiry
-                .first(&txn)
-                .ok()
-                .flatten()
-                .and_then(|(index_key, _)| record::expiry_of_index_key(index_key))
-                .is_some_and(|at| at <= self.now_unix().saturating_sub(self.dead_kept_secs()))
+            self.due_expiry_keys(&txn, 1)
+                .is_ok_and(|due| !due.is_empty())
         });
         if !due {
             return 0;

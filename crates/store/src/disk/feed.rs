@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::journal::{self, GroupHead, LogPosition, Record};
-use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
+use super::record::{self, Header, Keyed, IN_LOG};
 use super::Inner;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
@@ -262,13 +262,25 @@ impl Feed {
     /// The record at `offset`, if it is whole.
     fn look(&mut self) -> io::Result<Found> {
         let frame_head = 8;
-        for _ in 0..2 {
+        let mut reads = 0;
+        loop {
             let start = (self.offset - self.buffer_at) as usize;
             let available = &self.buffer[start.min(self.filled)..self.filled];
-            if available.len() >= frame_head {
+            // What to read for the record to be whole, if it is not yet.
+            let want = if available.len() >= frame_head {
                 let len = u32::from_le_bytes(available[..4].try_into().expect("4 bytes")) as usize;
                 let framed = frame_head + len;
-                if available.len() >= framed {
+                (available.len() < framed).then(|| framed.max(READ_CHUNK))
+            } else {
+                Some(READ_CHUNK)
+            };
+            match want {
+                // Two reads at most: then what is there is decoded as it is.
+                Some(want) if reads < 2 => {
+                    self.fill(want)?;
+                    reads += 1;
+                }
+                _ => {
                     return Ok(
                         match journal::decode(available, journal::seed_of(self.segment)) {
                             Some((_, framed)) => Found::Record(framed),
@@ -276,19 +288,8 @@ impl Feed {
                         },
                     );
                 }
-                self.fill(framed.max(READ_CHUNK))?;
-            } else {
-                self.fill(READ_CHUNK)?;
             }
         }
-        let start = (self.offset - self.buffer_at) as usize;
-        let available = &self.buffer[start.min(self.filled)..self.filled];
-        Ok(
-            match journal::decode(available, journal::seed_of(self.segment)) {
-                Some((_, framed)) => Found::Record(framed),
-                None => Found::End,
-            },
-        )
     }
 
     /// Reads up to `want` bytes of the segment from `offset`.
@@ -319,8 +320,7 @@ impl Feed {
 
     /// The record `look` found whole and checked at `offset`.
     fn record_at(&self, framed: usize) -> Record<'_> {
-        let start = (self.offset - self.buffer_at) as usize;
-        journal::decode_checked(&self.buffer[start..start + framed])
+        journal::decode_checked(self.raw_at(framed))
             .expect("looked at")
             .0
     }
@@ -349,36 +349,6 @@ impl Feed {
             self.inner.replica_holds.set(self.hold, next);
         }
         Ok(true)
-    }
-
-    /// The next whole group, or `None` if none came within `wait`.
-    fn next(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let bound = self.inner.journal.last_lsn();
-            match self.look()? {
-                Found::Record(framed) => match self.record_at(framed) {
-                    Record::Group(head) if head.first_lsn <= bound => {
-                        return self.read_group(head, framed).map(Some);
-                    }
-                    Record::Group(_) => {}
-                    // Moves, and anything before the first head.
-                    _ => {
-                        self.offset += framed as u64;
-                        continue;
-                    }
-                },
-                Found::End => {
-                    if self.next_segment()? {
-                        continue;
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(POLL);
-        }
     }
 
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
@@ -430,8 +400,34 @@ fn points_into_log(stored: &[u8]) -> bool {
 }
 
 impl LogFeed for Feed {
+    /// The next whole group, or `None` if none came within `wait`.
     fn next_group(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
-        self.next(wait)
+        let deadline = Instant::now() + wait;
+        loop {
+            let bound = self.inner.journal.last_lsn();
+            match self.look()? {
+                Found::Record(framed) => match self.record_at(framed) {
+                    Record::Group(head) if head.first_lsn <= bound => {
+                        return self.read_group(head, framed).map(Some);
+                    }
+                    Record::Group(_) => {}
+                    // Moves, and anything before the first head.
+                    _ => {
+                        self.offset += framed as u64;
+                        continue;
+                    }
+                },
+                Found::End => {
+                    if self.next_segment()? {
+                        continue;
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(POLL);
+        }
     }
 
     fn acknowledged(&mut self, lsn: u64) {
@@ -460,15 +456,8 @@ impl Inner {
     /// key's current item stands in (a later entry of the key follows it
     /// in the log anyway). `None`: the key has no item now.
     pub(super) fn resolved_put<'s>(&self, key: &[u8], stored: &'s [u8]) -> Option<Cow<'s, [u8]>> {
-        let Some((header, value)) = Header::decode(stored) else {
+        let Some((inline, pointer)) = Header::decode(stored).and_then(super::in_log) else {
             return Some(Cow::Borrowed(stored));
-        };
-        let Some(pointer) = LogPointer::of_stored(&header, value) else {
-            return Some(Cow::Borrowed(stored));
-        };
-        let inline = Header {
-            bits: header.bits & !IN_LOG,
-            ..header
         };
         if let Ok(from_log) = self.read_logged(key, &pointer) {
             let value = record::value_of(from_log.record());

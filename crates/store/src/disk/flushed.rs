@@ -16,7 +16,7 @@
 use heed::RwTxn;
 
 use super::change::Old;
-use super::record::{self, Counts};
+use super::record::Counts;
 use super::Inner;
 
 /// `meta` key: the newest flush boundary LMDB reflects (u64 LE).
@@ -49,13 +49,10 @@ impl Inner {
                 }
             }
             for (key, old) in covered {
-                if old.header.expiry_unix != 0 {
-                    self.expiry
-                        .delete(txn, &record::expiry_key(old.header.expiry_unix, &key))?;
-                }
+                let class = self.class_of(&key, old.value_len);
+                self.forget_old(txn, &key, Some(old), counts, 0)?;
                 self.items.delete(txn, &key)?;
-                self.uncount(counts, &key, &old);
-                self.note_reclaimed(self.class_of(&key, old.value_len), 1);
+                self.note_reclaimed(class, 1);
             }
         }
         let kept = self.flushed_boundary(txn)?;

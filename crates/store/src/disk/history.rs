@@ -135,32 +135,16 @@ pub fn read(
             let Some((lsn, head)) = numbering.number(&record) else {
                 return;
             };
-            let change = match record {
-                Record::Put { key, record } => match reader.change_of(key, record, values) {
-                    Ok(change) => change,
+            let change =
+                match change_of_record(record, |key, stored| reader.change_of(key, stored, values))
+                {
+                    Ok(Some(change)) => change,
+                    Ok(None) => return,
                     Err(error) => {
                         failed = Some(error);
                         return;
                     }
-                },
-                Record::Remove { key } => Change::Remove { key: key.to_vec() },
-                Record::Flush(through_cas) => Change::Flush { through_cas },
-                Record::RowPut { key, record } => match row_change(key, Some(record)) {
-                    Ok(change) => change,
-                    Err(error) => {
-                        failed = Some(error);
-                        return;
-                    }
-                },
-                Record::RowRemove { key } => match row_change(key, None) {
-                    Ok(change) => change,
-                    Err(error) => {
-                        failed = Some(error);
-                        return;
-                    }
-                },
-                Record::Group(_) | Record::Move { .. } => return,
-            };
+                };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
                     failed = Some(io::Error::new(
@@ -199,25 +183,43 @@ pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     while !rest.is_empty() {
         let (record, len) = journal::decode(rest, seed).ok_or_else(damaged)?;
         rest = &rest[len..];
-        changes.push(match record {
-            Record::Put { key, record } => {
-                let (header, value) = Header::decode(record).ok_or_else(damaged)?;
-                Change::Set {
-                    key: key.to_vec(),
-                    flags: header.flags,
-                    expiry_unix: header.expiry_unix,
-                    cas: header.cas,
-                    value: Some(value.to_vec()),
-                }
-            }
-            Record::Remove { key } => Change::Remove { key: key.to_vec() },
-            Record::Flush(through_cas) => Change::Flush { through_cas },
-            Record::RowPut { key, record } => row_change(key, Some(record))?,
-            Record::RowRemove { key } => row_change(key, None)?,
-            Record::Group(_) | Record::Move { .. } => continue,
-        });
+        let change = change_of_record(record, |key, stored| {
+            let (header, value) = Header::decode(stored).ok_or_else(damaged)?;
+            Ok(set_change(key, &header, Some(value.to_vec())))
+        })?;
+        if let Some(change) = change {
+            changes.push(change);
+        }
     }
     Ok(changes)
+}
+
+/// The change a journal record makes (a put's is what `put` makes of its
+/// key and stored record); `None` for a record that is no entry: a
+/// group's head, a move.
+fn change_of_record(
+    record: Record<'_>,
+    put: impl FnOnce(&[u8], &[u8]) -> io::Result<Change>,
+) -> io::Result<Option<Change>> {
+    Ok(Some(match record {
+        Record::Put { key, record } => put(key, record)?,
+        Record::Remove { key } => Change::Remove { key: key.to_vec() },
+        Record::Flush(through_cas) => Change::Flush { through_cas },
+        Record::RowPut { key, record } => row_change(key, Some(record))?,
+        Record::RowRemove { key } => row_change(key, None)?,
+        Record::Group(_) | Record::Move { .. } => return Ok(None),
+    }))
+}
+
+/// The change a put of `key` makes: its item, with `header`'s metadata.
+fn set_change(key: &[u8], header: &Header, value: Option<Vec<u8>>) -> Change {
+    Change::Set {
+        key: key.to_vec(),
+        flags: header.flags,
+        expiry_unix: header.expiry_unix,
+        cas: header.cas,
+        value,
+    }
 }
 
 /// The change a row record makes (`stored`: its columns; `None`: removed).
@@ -260,13 +262,7 @@ impl<'d> ValueReader<'d> {
             (Values::Read, None) => Some(value.to_vec()),
             (Values::Read, Some(pointer)) => self.pointed(key, &pointer)?,
         };
-        Ok(Change::Set {
-            key: key.to_vec(),
-            flags: header.flags,
-            expiry_unix: header.expiry_unix,
-            cas: header.cas,
-            value,
-        })
+        Ok(set_change(key, &header, value))
     }
 
     /// The value at `pointer`; `None` if its segment is gone.

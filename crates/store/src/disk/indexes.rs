@@ -21,7 +21,7 @@ use std::ops::Bound;
 
 use heed::types::Bytes;
 use heed::{Database, PutFlags, RoTxn, RwTxn};
-use itertools::{EitherOrBoth, Itertools};
+use itertools::{Either, EitherOrBoth, Itertools};
 use kura_table::index::{index_keys, IndexCommand, IndexKind};
 use kura_table::Record;
 use parking_lot::{Mutex, RwLock};
@@ -211,12 +211,10 @@ fn drop_entries(
     id: u32,
     most: Option<usize>,
 ) -> heed::Result<bool> {
-    let first = id.to_be_bytes();
-    let past = id.checked_add(1).map(u32::to_be_bytes);
-    let every: (Bound<&[u8]>, Bound<&[u8]>) = (
-        Bound::Included(&first[..]),
-        past.as_ref()
-            .map_or(Bound::Unbounded, |past| Bound::Excluded(&past[..])),
+    let (first, past) = span(&id.to_be_bytes(), Bound::Unbounded, false);
+    let every = (
+        first.as_ref().map(Vec::as_slice),
+        past.as_ref().map(Vec::as_slice),
     );
     let last = match most {
         Some(most) => indexes
@@ -274,11 +272,6 @@ fn put_after(
     }
 }
 
-/// The keys a row has in an index (none without the column).
-fn keys_of(def: &IndexDef, row: Option<&Record>) -> Vec<Vec<u8>> {
-    row.map(|row| row_index_keys(def, row)).unwrap_or_default()
-}
-
 /// Walks two sorted lists of keys, each key once, beside each other:
 /// `on(key, true)` for a key only `before` has, `on(key, false)` for one
 /// only `after` has.
@@ -297,11 +290,10 @@ fn differences<E>(
         })
 }
 
-/// The keys a row has in an index, sorted, each once.
-fn row_index_keys(def: &IndexDef, row: &Record) -> Vec<Vec<u8>> {
-    row.columns
-        .iter()
-        .find(|(name, _)| *name == def.column)
+/// The keys a row has in an index, sorted, each once (none without the
+/// row or without the column).
+fn keys_of(def: &IndexDef, row: Option<&Record>) -> Vec<Vec<u8>> {
+    row.and_then(|row| row.columns.iter().find(|(name, _)| *name == def.column))
         .map(|(_, value)| index_keys(def.kind, value))
         .unwrap_or_default()
 }
@@ -591,7 +583,7 @@ impl Inner {
             let primary_key = &key[prefix.len()..];
             if let Some(row) = Record::decode_columns(primary_key, stored) {
                 let at = primary_keys.len() as u32;
-                for index_key in row_index_keys(def, &row) {
+                for index_key in keys_of(def, Some(&row)) {
                     rows_of.entry(index_key).or_default().push(at);
                     entries += 1;
                 }
@@ -634,7 +626,7 @@ impl Inner {
                     ));
                     continue;
                 };
-                for index_key in row_index_keys(&def, &row) {
+                for index_key in keys_of(&def, Some(&row)) {
                     expected.push((entry_key(def.id, &index_key), primary_key.to_vec()));
                 }
             }
@@ -678,9 +670,13 @@ impl Inner {
     }
 }
 
-/// The range of keys of `base` from `start` on, ascending or descending,
-/// within keys starting with `prefix`.
-fn span(prefix: &[u8], start: Bound<&[u8]>, descending: bool) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+/// The range of the keys starting with `prefix`, from `prefix ‖ start`
+/// on (`Unbounded`: all of them), ascending or descending.
+pub(super) fn span(
+    prefix: &[u8],
+    start: Bound<&[u8]>,
+    descending: bool,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let at = |key: &[u8]| [prefix, key].concat();
     let first = Bound::Included(prefix.to_vec());
     let past = match prefix_end(prefix) {
@@ -737,67 +733,42 @@ impl Inner {
                 None => return Ok(false),
             },
         };
-        let row_of =
-            |primary_key: &[u8], stored: &[u8]| Record::decode_columns(primary_key, stored);
-        match def {
-            None => {
-                let (from, to) = span(&prefix, start, descending);
-                let range = (
-                    from.as_ref().map(Vec::as_slice),
-                    to.as_ref().map(Vec::as_slice),
-                );
-                let mut step = |key: &[u8], stored: &[u8]| {
-                    let primary_key = &key[prefix.len()..];
-                    row_of(primary_key, stored).is_none_or(|row| visit(primary_key, row))
+        // The rows' own entries, or the index's: those hold the primary
+        // keys of their rows, which are read by them.
+        let (database, base) = match &def {
+            None => (&self.rows, prefix),
+            Some(def) => (&self.indexes, def.id.to_be_bytes().to_vec()),
+        };
+        let (from, to) = span(&base, start, descending);
+        let range = (
+            from.as_ref().map(Vec::as_slice),
+            to.as_ref().map(Vec::as_slice),
+        );
+        let entries = if descending {
+            Either::Left(database.rev_range(&txn, &range)?)
+        } else {
+            Either::Right(database.range(&txn, &range)?)
+        };
+        for entry in entries {
+            let (key, value) = entry?;
+            // What `visit` is handed: the primary key, or the index key.
+            let key = &key[base.len()..];
+            let (primary_key, stored) = if def.is_none() {
+                (key, value)
+            } else {
+                let Some(row_key) = row_key(table, value) else {
+                    continue;
                 };
-                if descending {
-                    for entry in self.rows.rev_range(&txn, &range)? {
-                        let (key, stored) = entry?;
-                        if !step(key, stored) {
-                            break;
-                        }
-                    }
-                } else {
-                    for entry in self.rows.range(&txn, &range)? {
-                        let (key, stored) = entry?;
-                        if !step(key, stored) {
-                            break;
-                        }
-                    }
-                }
-            }
-            Some(def) => {
-                let id = def.id.to_be_bytes();
-                let (from, to) = span(&id, start, descending);
-                let range = (
-                    from.as_ref().map(Vec::as_slice),
-                    to.as_ref().map(Vec::as_slice),
-                );
-                let mut step = |key: &[u8], primary_key: &[u8]| -> heed::Result<bool> {
-                    let Some(row_key) = row_key(table, primary_key) else {
-                        return Ok(true);
-                    };
-                    Ok(match self.rows.get(&txn, &row_key)? {
-                        Some(stored) => row_of(primary_key, stored)
-                            .is_none_or(|row| visit(&key[id.len()..], row)),
-                        None => true,
-                    })
+                let Some(stored) = self.rows.get(&txn, &row_key)? else {
+                    continue;
                 };
-                if descending {
-                    for entry in self.indexes.rev_range(&txn, &range)? {
-                        let (key, primary_key) = entry?;
-                        if !step(key, primary_key)? {
-                            break;
-                        }
-                    }
-                } else {
-                    for entry in self.indexes.range(&txn, &range)? {
-                        let (key, primary_key) = entry?;
-                        if !step(key, primary_key)? {
-                            break;
-                        }
-                    }
-                }
+                (value, stored)
+            };
+            let Some(row) = Record::decode_columns(primary_key, stored) else {
+                continue;
+            };
+            if !visit(key, row) {
+                break;
             }
         }
         Ok(true)

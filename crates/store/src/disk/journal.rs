@@ -74,14 +74,14 @@ pub struct Location {
 }
 
 impl Location {
-    fn encode(&self) -> [u8; 16] {
+    pub(super) fn encode(&self) -> [u8; 16] {
         let mut out = [0; 16];
         out[..8].copy_from_slice(&self.segment.to_le_bytes());
         out[8..].copy_from_slice(&self.offset.to_le_bytes());
         out
     }
 
-    fn decode(bytes: &[u8]) -> Option<Location> {
+    pub(super) fn decode(bytes: &[u8]) -> Option<Location> {
         Some(Location {
             segment: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
             offset: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
@@ -804,10 +804,6 @@ impl Segment {
             .write(true)
             .open(&path)?;
         let reserved = reserve(&file, dir, 0, 0);
-        Segment::named(dir, number, file, reserved)
-    }
-
-    fn named(dir: &Path, number: u64, file: File, reserved: u64) -> io::Result<Segment> {
         // The new name must survive a power loss with the writes in it.
         File::open(dir)?.sync_all()?;
         Ok(Segment {

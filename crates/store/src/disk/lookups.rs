@@ -22,14 +22,15 @@
 //! Every condition is checked again on each row, so a lookup only has to
 //! hold at least the rows its condition matches.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use heed::RoTxn;
+use itertools::{EitherOrBoth, Itertools};
 use kura_table::{KeyRange, Lookup, StoredRecord};
 
-use super::indexes::{def_in, entry_key};
+use super::indexes::{def_in, entry_key, span};
 use super::rows::row_key;
 use super::{Inner, WriteFailed};
 
@@ -142,8 +143,10 @@ impl Inner {
     ) -> heed::Result<Stream<'t>> {
         let mut keys = Vec::new();
         for range in ranges {
-            for entry in self.distinct_keys(txn, id, range)? {
-                keys.push(entry?);
+            // The index keys (with the index's id) under `range`, each once.
+            for entry in self.entries(txn, id, range, true)? {
+                let (key, _) = entry?;
+                keys.push(key);
                 if keys.len() > MAX_MERGED_KEYS {
                     return self.collected(txn, id, ranges.to_vec());
                 }
@@ -159,17 +162,6 @@ impl Inner {
             1 => streams.pop().expect("one stream"),
             _ => Box::new(Merged::new(streams)?),
         }))
-    }
-
-    /// The index keys (with the index's id) under `range`, each once.
-    fn distinct_keys<'t>(
-        &self,
-        txn: &'t RoTxn<'_>,
-        id: u32,
-        range: &KeyRange,
-    ) -> heed::Result<Keys<'t>> {
-        let entries = self.entries(txn, id, range, true)?;
-        Ok(Box::new(entries.map(|entry| entry.map(|(key, _)| key))))
     }
 
     /// Every primary key under `ranges`, in index order.
@@ -231,11 +223,7 @@ pub(super) fn entry_bounds(
         Bound::Excluded(key) => Bound::Excluded(entry_key(id, key)),
         Bound::Unbounded => edge,
     };
-    let first = Bound::Included(id.to_be_bytes().to_vec());
-    let past = match id.checked_add(1) {
-        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
-        None => Bound::Unbounded,
-    };
+    let (first, past) = span(&id.to_be_bytes(), Bound::Unbounded, false);
     (bound(from, first), bound(to, past))
 }
 
@@ -509,20 +497,13 @@ fn walked_past<'t>(candidates: Vec<&'t [u8]>, walked: &[&'t [u8]]) -> Vec<&'t [u
 
 /// The keys two sorted lists both hold.
 fn intersection<'t>(a: &[&'t [u8]], b: &[&'t [u8]]) -> Vec<&'t [u8]> {
-    let (mut i, mut j) = (0, 0);
-    let mut both = Vec::new();
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(b[j]) {
-            Ordering::Less => i += 1,
-            Ordering::Greater => j += 1,
-            Ordering::Equal => {
-                both.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    both
+    a.iter()
+        .merge_join_by(b, |x, y| x.cmp(y))
+        .filter_map(|pair| match pair {
+            EitherOrBoth::Both(&key, _) => Some(key),
+            EitherOrBoth::Left(_) | EitherOrBoth::Right(_) => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

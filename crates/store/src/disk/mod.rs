@@ -291,13 +291,10 @@ impl Inner {
         }
     }
 
-    fn expired(&self, header: &Header) -> bool {
-        header.expiry_unix != 0 && header.expiry_unix <= self.now_unix()
-    }
-
     /// Whether a stored item still counts: not expired, not flushed.
     fn alive(&self, header: &Header) -> bool {
-        !self.expired(header) && !self.flushes.covers(header.cas)
+        let expired = header.expiry_unix != 0 && header.expiry_unix <= self.now_unix();
+        !expired && !self.flushes.covers(header.cas)
     }
 
     /// `count` expired or flushed items of `class` gave their space back.
@@ -598,7 +595,6 @@ impl Store for DiskStore {
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {
-        self.inner.apply_everything();
         let mut buckets = std::collections::BTreeMap::new();
         self.scan(&mut |item| *buckets.entry(item.size.div_ceil(32) * 32).or_insert(0u64) += 1);
         buckets.into_iter().collect()

@@ -307,7 +307,7 @@ impl Inner {
                     segment: *number,
                     offset,
                 };
-                let result = match record {
+                let (key, write) = match record {
                     journal::Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
@@ -316,7 +316,7 @@ impl Inner {
                             stored: record,
                             logged: Some(here),
                         };
-                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                        (key, write)
                     }
                     journal::Record::Move { key, from, record } => {
                         let write = change::Write::Move {
@@ -324,28 +324,26 @@ impl Inner {
                             to: here,
                             frame_len: journal::move_len(key, record.len()),
                         };
-                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
+                        (key, write)
                     }
-                    journal::Record::Remove { key } => {
-                        let write = change::Write::Remove;
-                        self.apply(&mut txn, key, write, flushed_through, &mut counts)
-                    }
+                    journal::Record::Remove { key } => (key, change::Write::Remove),
                     journal::Record::RowPut { key, record } => {
-                        let write = change::Write::RowPut { stored: record };
-                        self.apply_row(&mut txn, key, write).map(drop)
+                        (key, change::Write::RowPut { stored: record })
                     }
-                    journal::Record::RowRemove { key } => self
-                        .apply_row(&mut txn, key, change::Write::RowRemove)
-                        .map(drop),
+                    journal::Record::RowRemove { key } => (key, change::Write::RowRemove),
                     journal::Record::Flush(boundary) => {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-                        self.clear_flushed(&mut txn, &mut counts, boundary)
+                        failed = self.clear_flushed(&mut txn, &mut counts, boundary).err();
+                        return;
                     }
-                    journal::Record::Group(_) => Ok(()),
+                    journal::Record::Group(_) => return,
                 };
-                failed = result.err();
+                // `apply` hands row writes on to `apply_row`.
+                failed = self
+                    .apply(&mut txn, key, write, flushed_through, &mut counts)
+                    .err();
             })
             .map_err(OpenError::Journal)?;
             if let Some(error) = failed {

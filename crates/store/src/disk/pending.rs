@@ -204,10 +204,8 @@ pub struct Batch {
 impl Batch {
     /// The batch's writes, in no particular order.
     pub fn writes(&self) -> impl Iterator<Item = (Space, &[u8], Pending<'_>)> {
-        self.maps.iter().flat_map(|(_, map)| {
-            map.iter()
-                .map(|entry| (entry.space, entry.key(), entry.pending()))
-        })
+        self.logged_writes()
+            .map(|(space, key, change, _)| (space, key, change))
     }
 
     /// The batch's writes with where the journal holds each, in no
@@ -679,12 +677,11 @@ impl PendingWrites {
                         continue;
                     };
                     let key = keyed.key();
-                    let cas = Header::decode(keyed.record()).map(|(header, _)| header.cas);
-                    let in_log = Header::decode(keyed.record())
-                        .is_some_and(|(header, _)| header.has(record::IN_LOG));
+                    let header = Header::decode(keyed.record()).map(|(header, _)| header);
+                    let in_log = header.is_some_and(|header| header.has(record::IN_LOG));
                     let wanted = !in_log
                         && keyed.record().len() <= MAX_CACHED_RECORD
-                        && cas.is_some_and(|cas| was_read(hash, cas))
+                        && header.is_some_and(|header| was_read(hash, header.cas))
                         && find(&state.fresh, hash, Space::Item, key).is_none()
                         && state
                             .appending

@@ -7,9 +7,8 @@ use std::sync::atomic::Ordering;
 use crate::semantics::{self};
 use crate::{AckFence, GetOptions, ItemView};
 
-use super::pending::{Pending, Shard, MAX_CACHED_RECORD};
+use super::pending::{Change, Pending, Shard, MAX_CACHED_RECORD};
 use super::record::{self, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
-use super::write::Decision;
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
 /// What a read found, when it may not have to write.
@@ -135,13 +134,6 @@ impl Inner {
         header.has(FETCHED) || self.marks.noted(self.marks.hash(key), header.cas)
     }
 
-    /// Notes the fetched bit of an item read for the first time, in memory
-    /// (`marks.rs`), whether the item is committed or still pending: the
-    /// applier sets the bit in LMDB once the item is there.
-    pub(super) fn mark_fetched(&self, key: &[u8], cas: u64) {
-        self.marks.note(self.marks.hash(key), key, cas);
-    }
-
     /// What a read of the item (of `key_hash`) shows; `idle_seconds` is up
     /// to this access, which it then notes.
     pub(super) fn view<'a>(
@@ -213,7 +205,10 @@ impl Inner {
         match lookup {
             Lookup::Hit => return Ok(true),
             Lookup::FirstHit(cas) => {
-                self.mark_fetched(key, cas);
+                // Noted in memory (`marks.rs`), whether the item is committed
+                // or still pending: the applier sets the bit in LMDB once the
+                // item is there.
+                self.marks.note(self.marks.hash(key), key, cas);
                 return Ok(true);
             }
             Lookup::Miss if options.vivify.is_none() => return Ok(false),
@@ -225,13 +220,13 @@ impl Inner {
         self.modify(key, fence, |found, _| {
             let Some((old, value)) = found else {
                 let Some(expiry) = options.vivify else {
-                    return (Decision::Keep, false);
+                    return (None, false);
                 };
                 let write = semantics::vivified(expiry);
                 let header = self.header_for(&write, None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                 visit(&self.view(key, key_hash, &header, &[], true));
-                return (Decision::Put(Keyed::encode(key, &header, &[])), true);
+                return (Some(Change::Put(Keyed::encode(key, &header, &[]))), true);
             };
             let mut header = old;
             if let Some(expiry) = options.touch {
@@ -255,7 +250,8 @@ impl Inner {
             if !options.no_bump {
                 header.bits |= FETCHED;
             }
-            (Decision::Put(Keyed::encode(key, &header, &[value])), true)
+            let change = Change::Put(Keyed::encode(key, &header, &[value]));
+            (Some(change), true)
         })
     }
 }

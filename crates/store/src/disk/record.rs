@@ -46,21 +46,16 @@ impl LogPointer {
 
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0; Self::LEN];
-        out[..8].copy_from_slice(&self.at.segment.to_le_bytes());
-        out[8..16].copy_from_slice(&self.at.offset.to_le_bytes());
+        out[..16].copy_from_slice(&self.at.encode());
         out[16..20].copy_from_slice(&self.frame_len.to_le_bytes());
         out[20..].copy_from_slice(&self.value_len.to_le_bytes());
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Option<LogPointer> {
-        let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
         let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
         Some(LogPointer {
-            at: Location {
-                segment: u64_at(0)?,
-                offset: u64_at(8)?,
-            },
+            at: Location::decode(bytes)?,
             frame_len: u32_at(16)?,
             value_len: u32_at(20)?,
         })

@@ -18,11 +18,11 @@ use std::path::Path;
 use heed::types::Bytes;
 use heed::{Database, EnvOpenOptions};
 
-use super::backup::{self, BackupError, DATA_FILE};
+use super::backup::{self, io_error, BackupError, DATA_FILE};
 use super::history::{self, LogPoint, Values};
 use super::io::OsIo;
 use super::journal::{self, LogPosition};
-use super::record::{self, Header, Keyed, LogPointer, IN_LOG};
+use super::record::{self, Header, Keyed};
 use super::{DiskConfig, DiskStore};
 
 /// What a restore did.
@@ -88,7 +88,6 @@ fn restore_into(
     until: Option<LogPoint>,
     to: &Path,
 ) -> Result<LogPosition, BackupError> {
-    let io_error = |context: String| move |source| BackupError::Io { context, source };
     let (full, _) = &chain.backups[0];
     fs::copy(full.join(DATA_FILE), to.join(DATA_FILE)).map_err(io_error(format!(
         "copying {}",
@@ -103,10 +102,9 @@ fn restore_into(
             )))?;
         }
     }
-    let target =
-        target_of(to, snapshot, until).map_err(io_error("reading the restored log".to_string()))?;
+    let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;
     let missing = history::missing(to, snapshot.lsn + 1, target.lsn)
-        .map_err(io_error("reading the restored log".to_string()))?;
+        .map_err(io_error("reading the restored log"))?;
     if !missing.is_empty() {
         return Err(BackupError::Refused(format!(
             "the backups lack entries {}",
@@ -151,10 +149,7 @@ fn target_of(
 /// Puts every value LMDB keeps in the log into LMDB itself, then deletes
 /// the log's segments: the restored directory starts a new history.
 fn forget_log(dir: &Path) -> Result<(), BackupError> {
-    let io_error = |source| BackupError::Io {
-        context: "reading a value from the restored log".to_string(),
-        source,
-    };
+    let reading_value = "reading a value from the restored log";
     let mut options = EnvOpenOptions::new();
     options.max_dbs(4).map_size(DiskConfig::new(dir).map_size);
     // SAFETY: the restored directory; the engine that replayed it is closed.
@@ -166,17 +161,16 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
     let mut pointed = Vec::new();
     for entry in items.iter(&txn)? {
         let (key, stored) = entry?;
-        if let Some((header, value)) = Header::decode(stored) {
-            if let Some(pointer) = LogPointer::of_stored(&header, value) {
-                pointed.push((key.to_vec(), header, pointer));
-            }
+        if let Some((inline, pointer)) = Header::decode(stored).and_then(super::in_log) {
+            pointed.push((key.to_vec(), inline, pointer));
         }
     }
     let mut open: Option<(u64, File)> = None;
-    for (key, header, pointer) in pointed {
+    for (key, inline, pointer) in pointed {
         let segment = pointer.at.segment;
         if open.as_ref().is_none_or(|(number, _)| *number != segment) {
-            let file = File::open(journal::segment_path(dir, segment)).map_err(io_error)?;
+            let file =
+                File::open(journal::segment_path(dir, segment)).map_err(io_error(reading_value))?;
             open = Some((segment, file));
         }
         let (_, file) = open.as_ref().expect("opened above");
@@ -188,11 +182,7 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             &key,
             pointer.record_len(),
         )
-        .map_err(io_error)?;
-        let inline = Header {
-            bits: header.bits & !IN_LOG,
-            ..header
-        };
+        .map_err(io_error(reading_value))?;
         let keyed = Keyed::encode(&key, &inline, &[record::value_of(value.record())]);
         items.put(&mut txn, &key, keyed.record())?;
     }
@@ -208,15 +198,9 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
     txn.commit()?;
     env.force_sync()?;
     env.prepare_for_closing().wait();
-    let segments = journal::segments(dir).map_err(|source| BackupError::Io {
-        context: "listing the restored log".to_string(),
-        source,
-    })?;
+    let segments = journal::segments(dir).map_err(io_error("listing the restored log"))?;
     for (_, path) in segments {
-        fs::remove_file(&path).map_err(|source| BackupError::Io {
-            context: format!("removing {}", path.display()),
-            source,
-        })?;
+        fs::remove_file(&path).map_err(io_error(format!("removing {}", path.display())))?;
     }
     Ok(())
 }

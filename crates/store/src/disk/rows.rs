@@ -63,28 +63,20 @@ impl Inner {
         key: &[u8],
         write: Write<'_>,
     ) -> heed::Result<usize> {
-        let sound = match (split_row_key(key), write) {
-            (Some((_, primary_key)), Write::RowPut { stored }) => {
-                key.len() <= MAX_ROW_KEY && StoredRecord::new(primary_key, stored).is_some()
-            }
-            (Some(_), _) => key.len() <= MAX_ROW_KEY,
-            (None, _) => false,
+        let sound = |&(_, primary_key): &(&[u8], &[u8])| {
+            key.len() <= MAX_ROW_KEY
+                && match write {
+                    Write::RowPut { stored } => StoredRecord::new(primary_key, stored).is_some(),
+                    _ => true,
+                }
         };
-        if !sound {
+        let Some((table, primary_key)) = split_row_key(key).filter(sound) else {
             tracing::error!("skipped a damaged row record in the log");
             return Ok(0);
-        }
-        let Some((table, primary_key)) = split_row_key(key) else {
-            return Ok(0);
         };
-        let (old, damaged) = match self.rows.get(txn, key)? {
-            Some(stored) => {
-                let old = Record::decode_columns(primary_key, stored);
-                let damaged = old.is_none();
-                (old, damaged)
-            }
-            None => (None, false),
-        };
+        let old_stored = self.rows.get(txn, key)?;
+        let old = old_stored.and_then(|stored| Record::decode_columns(primary_key, stored));
+        let damaged = old_stored.is_some() && old.is_none();
         if damaged {
             // Its index keys cannot be read from it: take the row out of
             // every index of its table wherever it is.

@@ -2,118 +2,67 @@
 
 use std::sync::atomic::Ordering;
 
+use super::resident::process_resident_bytes;
 use super::Inner;
+
+/// One figure as `stats kura` shows it.
+fn stat(name: &'static str, value: impl ToString) -> (&'static str, String) {
+    (name, value.to_string())
+}
 
 impl Inner {
     pub(super) fn engine_stats(&self) -> Vec<(&'static str, String)> {
         let counters = &self.counters;
         let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         let appends = load(&counters.appends);
+        let appended_writes = load(&counters.appended_writes);
         let fsyncs = load(&counters.fsyncs);
+        let fsync_micros = load(&counters.fsync_micros);
+        let journal_live_bytes = self.applied_counts.lock().log.total();
         let (cache_bytes, cache_records) = self.pending.cache_usage();
-        let info = self.env.info();
+        let env = &self.env;
+        let journal = &self.journal;
+        let info = env.info();
         vec![
-            ("disk_path", self.env.path().display().to_string()),
-            (
-                "disk_file_bytes",
-                self.env.real_disk_size().unwrap_or(0).to_string(),
-            ),
-            ("disk_map_bytes", info.map_size.to_string()),
-            (
-                "disk_used_bytes",
-                self.env.non_free_pages_size().unwrap_or(0).to_string(),
-            ),
-            ("disk_used_pages", (info.last_page_number + 1).to_string()),
-            ("disk_sync_policy", self.config.sync.name()),
-            ("disk_appends", appends.to_string()),
-            (
-                "disk_appended_writes",
-                load(&counters.appended_writes).to_string(),
-            ),
-            (
-                "disk_avg_append_writes",
-                (load(&counters.appended_writes) / appends.max(1)).to_string(),
-            ),
-            (
-                "disk_largest_append",
-                load(&counters.largest_append).to_string(),
-            ),
-            (
-                "disk_failed_appends",
-                load(&counters.failed_appends).to_string(),
-            ),
-            (
-                "disk_failed_commits",
-                load(&counters.failed_commits).to_string(),
-            ),
-            ("disk_applies", load(&counters.applies).to_string()),
-            (
-                "disk_applied_writes",
-                load(&counters.applied_writes).to_string(),
-            ),
-            ("log_server_id", self.server_id.to_string()),
-            ("log_last_lsn", self.journal.last_lsn().to_string()),
-            ("disk_journal_bytes", self.journal.bytes().to_string()),
-            (
-                "disk_journal_live_bytes",
-                self.applied_counts.lock().log.total().to_string(),
-            ),
-            (
-                "disk_journal_segments",
-                (self.journal.older_segments().len() + 1).to_string(),
-            ),
-            ("disk_compactions", load(&counters.compactions).to_string()),
-            (
-                "disk_compacted_bytes",
-                load(&counters.compacted_bytes).to_string(),
-            ),
-            (
-                "disk_journal_waiting_bytes",
-                self.pending.logged_bytes().to_string(),
-            ),
-            ("disk_fsyncs", fsyncs.to_string()),
-            (
-                "disk_fsync_avg_us",
-                (load(&counters.fsync_micros) / fsyncs.max(1)).to_string(),
-            ),
-            ("disk_pending_bytes", self.pending.bytes().to_string()),
-            ("disk_pending_limit", self.config.pending_limit.to_string()),
-            ("disk_fetch_marks_waiting", self.marks.waiting().to_string()),
-            ("disk_read_cache_bytes", cache_bytes.to_string()),
-            ("disk_read_cache_items", cache_records.to_string()),
-            (
-                "disk_read_cache_limit",
-                self.config.read_cache_bytes().to_string(),
-            ),
-            ("disk_reserve_bytes", self.config.reserve_bytes.to_string()),
-            (
-                "disk_out_of_space",
-                u8::from(self.health.is_out_of_space()).to_string(),
-            ),
-            (
-                "disk_poisoned",
-                u8::from(self.health.is_poisoned()).to_string(),
-            ),
-            (
-                "disk_writes_refused",
-                load(&counters.writes_refused).to_string(),
-            ),
-            ("disk_expired_reclaimed", load(&counters.swept).to_string()),
-            ("disk_memory_budget", self.config.memory_budget.to_string()),
-            (
-                "disk_resident_bytes",
-                super::resident::process_resident_bytes()
-                    .unwrap_or(0)
-                    .to_string(),
-            ),
-            (
-                "disk_resident_trims",
-                load(&counters.resident_trims).to_string(),
-            ),
-            (
-                "disk_prefetched_rounds",
-                load(&counters.prefetched_rounds).to_string(),
-            ),
+            stat("disk_path", env.path().display()),
+            stat("disk_file_bytes", env.real_disk_size().unwrap_or(0)),
+            stat("disk_map_bytes", info.map_size),
+            stat("disk_used_bytes", env.non_free_pages_size().unwrap_or(0)),
+            stat("disk_used_pages", info.last_page_number + 1),
+            stat("disk_sync_policy", self.config.sync.name()),
+            stat("disk_appends", appends),
+            stat("disk_appended_writes", appended_writes),
+            stat("disk_avg_append_writes", appended_writes / appends.max(1)),
+            stat("disk_largest_append", load(&counters.largest_append)),
+            stat("disk_failed_appends", load(&counters.failed_appends)),
+            stat("disk_failed_commits", load(&counters.failed_commits)),
+            stat("disk_applies", load(&counters.applies)),
+            stat("disk_applied_writes", load(&counters.applied_writes)),
+            stat("log_server_id", self.server_id),
+            stat("log_last_lsn", journal.last_lsn()),
+            stat("disk_journal_bytes", journal.bytes()),
+            stat("disk_journal_live_bytes", journal_live_bytes),
+            stat("disk_journal_segments", journal.older_segments().len() + 1),
+            stat("disk_compactions", load(&counters.compactions)),
+            stat("disk_compacted_bytes", load(&counters.compacted_bytes)),
+            stat("disk_journal_waiting_bytes", self.pending.logged_bytes()),
+            stat("disk_fsyncs", fsyncs),
+            stat("disk_fsync_avg_us", fsync_micros / fsyncs.max(1)),
+            stat("disk_pending_bytes", self.pending.bytes()),
+            stat("disk_pending_limit", self.config.pending_limit),
+            stat("disk_fetch_marks_waiting", self.marks.waiting()),
+            stat("disk_read_cache_bytes", cache_bytes),
+            stat("disk_read_cache_items", cache_records),
+            stat("disk_read_cache_limit", self.config.read_cache_bytes()),
+            stat("disk_reserve_bytes", self.config.reserve_bytes),
+            stat("disk_out_of_space", u8::from(self.health.is_out_of_space())),
+            stat("disk_poisoned", u8::from(self.health.is_poisoned())),
+            stat("disk_writes_refused", load(&counters.writes_refused)),
+            stat("disk_expired_reclaimed", load(&counters.swept)),
+            stat("disk_memory_budget", self.config.memory_budget),
+            stat("disk_resident_bytes", process_resident_bytes().unwrap_or(0)),
+            stat("disk_resident_trims", load(&counters.resident_trims)),
+            stat("disk_prefetched_rounds", load(&counters.prefetched_rounds)),
         ]
     }
 }

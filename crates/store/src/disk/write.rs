@@ -15,14 +15,6 @@ use super::pending::Change;
 use super::record::{Header, Keyed, FETCHED, STALE, WIN_SENT};
 use super::{current, Inner, WriteFailed};
 
-/// What a write does to its key, decided against the current item.
-pub(super) enum Decision {
-    Keep,
-    /// Store this record (header and value, encoded, with the key).
-    Put(Keyed),
-    Remove,
-}
-
 impl Inner {
     /// Flushes everything written so far: reads skip it at once, the writer
     /// clears it from LMDB in its next commit.
@@ -48,31 +40,25 @@ impl Inner {
 
     /// A write: decides against the current item under the key's shard lock
     /// (so read-modify-writes are atomic) and leaves the change pending.
+    /// `decide` gets the live item and whether a dead one was there, and
+    /// returns the change to make (`None`: the key stays as it is).
     pub(super) fn modify<R>(
         &self,
         key: &[u8],
         fence: &AckFence,
-        decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Decision, R),
+        decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Option<Change>, R),
     ) -> Result<R, WriteFailed> {
         self.apply_due_flush(fence);
         let mut shard = self.pending.lock(key);
-        let (decision, result) = self.with_record(&mut shard, key, |found| {
+        let (change, result) = self.with_record(&mut shard, key, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
             if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
                 self.counters
                     .expired_unfetched
                     .fetch_add(1, Ordering::Relaxed);
             }
-            decide(
-                found.filter(|(header, _)| !dead && self.alive(header)),
-                dead,
-            )
+            decide(found.filter(|_| !dead), dead)
         })?;
-        let change = match decision {
-            Decision::Keep => None,
-            Decision::Put(keyed) => Some(Change::Put(keyed)),
-            Decision::Remove => Some(Change::Remove),
-        };
         if let Some(change) = change {
             self.access_times.note(shard.hash(), self.clock.now());
             fence.raise(shard.put(key, change));
@@ -109,7 +95,7 @@ impl Inner {
         self.modify(command.key, fence, |existing, reused| {
             let current = existing.map(|(old, value)| current(&old, value));
             let write = match semantics::plan_store(command, current) {
-                StorePlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                StorePlan::Refuse(outcome) => return (None, outcome),
                 StorePlan::Write(write) => write,
             };
             // An item stored already expired (a negative or past exptime)
@@ -120,8 +106,8 @@ impl Inner {
             if reused {
                 self.note_reclaimed(self.class_of(command.key, write.value_len()), 1);
             }
-            let decision = Decision::Put(Keyed::encode(command.key, &header, &write.parts));
-            (decision, StoreOutcome::Stored { cas: header.cas })
+            let change = Change::Put(Keyed::encode(command.key, &header, &write.parts));
+            (Some(change), StoreOutcome::Stored { cas: header.cas })
         })
     }
 
@@ -182,12 +168,12 @@ impl Inner {
     ) -> Result<DeleteOutcome, WriteFailed> {
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
-            let decision = match (semantics::plan_delete(command, current), existing) {
-                (DeletePlan::Refuse(outcome), _) => return (Decision::Keep, outcome),
+            let change = match (semantics::plan_delete(command, current), existing) {
+                (DeletePlan::Refuse(outcome), _) => return (None, outcome),
                 (DeletePlan::Remove, _) if self.stamps.is_some() => {
-                    Decision::Put(self.tombstone(key))
+                    Change::Put(self.tombstone(key))
                 }
-                (DeletePlan::Remove, _) => Decision::Remove,
+                (DeletePlan::Remove, _) => Change::Remove,
                 (DeletePlan::Invalidate(expiry), Some((old, value))) => {
                     let header = Header {
                         cas: self.next_cas(),
@@ -195,13 +181,13 @@ impl Inner {
                         expiry_unix: self.expiry_of(expiry, old.expiry_unix),
                         ..old
                     };
-                    Decision::Put(Keyed::encode(key, &header, &[value]))
+                    Change::Put(Keyed::encode(key, &header, &[value]))
                 }
                 (DeletePlan::Invalidate(_), None) => {
                     unreachable!("a plan for a missing item refuses")
                 }
             };
-            (decision, DeleteOutcome::Deleted)
+            (Some(change), DeleteOutcome::Deleted)
         })
     }
 
@@ -226,7 +212,7 @@ impl Inner {
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let (header, digits, value, created) = match semantics::plan_arith(command, current) {
-                ArithPlan::Refuse(outcome) => return (Decision::Keep, outcome),
+                ArithPlan::Refuse(outcome) => return (None, outcome),
                 ArithPlan::Create {
                     value,
                     digits,
@@ -262,10 +248,8 @@ impl Inner {
                 ttl: self.ttl(header.expiry_unix),
                 created,
             };
-            (
-                Decision::Put(Keyed::encode(key, &header, &[&digits])),
-                outcome,
-            )
+            let change = Change::Put(Keyed::encode(key, &header, &[&digits]));
+            (Some(change), outcome)
         })
     }
 }
