@@ -265,7 +265,7 @@ impl Inner {
     }
 }
 
-/// An LMDB failure as an I/O error, for compaction's mixed work.
+/// An LMDB failure as an I/O error, for compaction's and snapshots' mixed work.
 pub(super) fn lmdb(error: heed::Error) -> io::Error {
     io::Error::other(error.to_string())
 }

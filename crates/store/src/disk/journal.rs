@@ -142,9 +142,7 @@ impl GroupHead {
     }
 
     fn decode(bytes: &[u8]) -> Option<GroupHead> {
-        if bytes.len() != GROUP_HEAD_LEN {
-            return None;
-        }
+        let bytes: &[u8; GROUP_HEAD_LEN] = bytes.try_into().ok()?;
         Some(GroupHead {
             first_lsn: u64::from_le_bytes(bytes[..8].try_into().ok()?),
             micros: u64::from_le_bytes(bytes[8..16].try_into().ok()?),

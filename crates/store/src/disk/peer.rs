@@ -166,7 +166,7 @@ impl Inner {
                 let Some((incoming, _)) = Header::decode(record) else {
                     return true;
                 };
-                if self.flushed(incoming.cas) {
+                if self.flushes.covers(incoming.cas) {
                     return false;
                 }
                 if !self.made_here(incoming.cas) {
@@ -189,11 +189,6 @@ impl Inner {
             .is_some_and(|stamps| stamp::made_by(cas, stamps.rank()))
     }
 
-    /// Whether a write of `cas` is covered by a flush here.
-    fn flushed(&self, cas: u64) -> bool {
-        self.flushes.covers(cas)
-    }
-
     /// Whether a peer's flush through `boundary` is news: past the newest
     /// flush here. (A counter's boundary, a flush from before the peer had
     /// peers, covers only counters' items: `flushed.rs` removes no stamp's.)
@@ -207,7 +202,7 @@ impl Inner {
         let Some((incoming, _)) = Header::decode(record) else {
             return Err(WriteFailed);
         };
-        if self.flushed(incoming.cas) {
+        if self.flushes.covers(incoming.cas) {
             // From before a flush here: dead already.
             return Ok(Verdict::Held);
         }

@@ -191,6 +191,22 @@ struct ShardState {
     cache: ReadCache,
 }
 
+impl ShardState {
+    /// The key's newest pending write, youngest generation first.
+    #[inline]
+    fn newest(&self, hash: u64, space: Space, key: &[u8]) -> Option<Pending<'_>> {
+        find(&self.fresh, hash, space, key)
+            .or_else(|| find(self.appending.as_ref()?, hash, space, key))
+            .or_else(|| find(&self.logged, hash, space, key))
+            .or_else(|| {
+                self.applying
+                    .iter()
+                    .rev()
+                    .find_map(|map| find(map, hash, space, key))
+            })
+    }
+}
+
 /// The writes one journal group carries (every shard's `fresh` map at the
 /// drain), or one LMDB transaction (every shard's `logged` map).
 pub struct Batch {
@@ -364,21 +380,10 @@ impl Shard<'_> {
         self.hash
     }
 
-    /// The key's newest pending write, fresh or being appended.
+    /// The key's newest pending write, of any generation.
     pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
         debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
-        let state = &*self.state;
-        let (hash, space) = (self.hash, self.space);
-        find(&state.fresh, hash, space, key)
-            .or_else(|| find(state.appending.as_ref()?, hash, space, key))
-            .or_else(|| find(&state.logged, hash, space, key))
-            .or_else(|| {
-                state
-                    .applying
-                    .iter()
-                    .rev()
-                    .find_map(|map| find(map, hash, space, key))
-            })
+        self.state.newest(self.hash, self.space, key)
     }
 
     /// The committed record of `key`, if it is cached.
@@ -679,15 +684,11 @@ impl PendingWrites {
                     let key = keyed.key();
                     let header = Header::decode(keyed.record()).map(|(header, _)| header);
                     let in_log = header.is_some_and(|header| header.has(record::IN_LOG));
+                    // Not if a newer write is pending (`applying` is taken).
                     let wanted = !in_log
                         && keyed.record().len() <= MAX_CACHED_RECORD
                         && header.is_some_and(|header| was_read(hash, header.cas))
-                        && find(&state.fresh, hash, Space::Item, key).is_none()
-                        && state
-                            .appending
-                            .as_ref()
-                            .is_none_or(|map| find(map, hash, Space::Item, key).is_none())
-                        && find(&state.logged, hash, Space::Item, key).is_none();
+                        && state.newest(hash, Space::Item, key).is_none();
                     if wanted {
                         record::set_bits(keyed.record_mut(), record::FETCHED);
                         state.cache.insert(hash, Space::Item, keyed, budget);

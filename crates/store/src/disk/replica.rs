@@ -20,7 +20,7 @@ use parking_lot::MutexGuard;
 
 use super::change::Write;
 use super::journal::{self, LogPosition, Record};
-use super::pending::{Change, Pending, Space};
+use super::pending::{Change, Space};
 use super::record::{self, Counts, Header, Keyed};
 use super::Inner;
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
@@ -76,31 +76,27 @@ impl Inner {
         }
         let mut flush = None;
         for record in entries {
-            match *record {
+            let (space, key, change) = match *record {
                 Record::Put { key, record } => {
                     if let Some((header, _)) = Header::decode(record) {
                         self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                     }
-                    let mut shard = self.pending.lock(key);
-                    shard.put(key, Change::Put(Keyed::new(key, record)));
+                    (Space::Item, key, Change::Put(Keyed::new(key, record)))
                 }
-                Record::Remove { key } => {
-                    self.pending.lock(key).put(key, Change::Remove);
-                }
+                Record::Remove { key } => (Space::Item, key, Change::Remove),
                 Record::RowPut { key, record } => {
-                    let mut shard = self.pending.lock_in(Space::Row, key);
-                    shard.put(key, Change::Put(Keyed::new(key, record)));
+                    (Space::Row, key, Change::Put(Keyed::new(key, record)))
                 }
-                Record::RowRemove { key } => {
-                    self.pending
-                        .lock_in(Space::Row, key)
-                        .put(key, Change::Remove);
+                Record::RowRemove { key } => (Space::Row, key, Change::Remove),
+                Record::Flush(boundary) => {
+                    flush = Some(boundary);
+                    continue;
                 }
-                Record::Flush(boundary) => flush = Some(boundary),
                 Record::Group(_) | Record::Move { .. } => {
                     return Err("a group holding more than entries".to_string())
                 }
-            }
+            };
+            self.pending.lock_in(space, key).put(key, change);
         }
         if let Some(boundary) = flush {
             self.take_flush(boundary);
@@ -233,7 +229,7 @@ impl BaseLoader<'_> {
                 }
                 Record::RowPut { key, record } => {
                     written += key.len() + record.len();
-                    let write = Write::of(Space::Row, Pending::Put(record), None);
+                    let write = Write::RowPut { stored: record };
                     inner.apply_row(&mut txn, key, write).map(drop)
                 }
                 // The master's newest flush: what it stamped before stays

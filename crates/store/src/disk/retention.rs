@@ -28,6 +28,27 @@ impl LogRetention {
         max_age: Some(Duration::ZERO),
         max_bytes: Some(0),
     };
+
+    /// The segments of `older` (oldest first) that retention lets go: the
+    /// oldest, while the segments after them still hold more than the size
+    /// limit, and those last appended to before the age limit.
+    pub fn past(&self, older: &[SegmentAge], now: SystemTime) -> Vec<u64> {
+        let mut kept: u64 = older.iter().map(|segment| segment.len).sum();
+        let mut past = Vec::new();
+        for segment in older {
+            let too_big = self.max_bytes.is_some_and(|limit| kept > limit);
+            let too_old = self.max_age.is_some_and(|limit| {
+                now.duration_since(segment.modified)
+                    .is_ok_and(|age| age > limit)
+            });
+            if !too_big && !too_old {
+                break;
+            }
+            past.push(segment.number);
+            kept -= segment.len;
+        }
+        past
+    }
 }
 
 impl std::str::FromStr for LogRetention {
@@ -98,29 +119,6 @@ pub struct SegmentAge {
     pub len: u64,
     /// When it was last appended to.
     pub modified: SystemTime,
-}
-
-impl LogRetention {
-    /// The segments of `older` (oldest first) that retention lets go: the
-    /// oldest, while the segments after them still hold more than the size
-    /// limit, and those last appended to before the age limit.
-    pub fn past(&self, older: &[SegmentAge], now: SystemTime) -> Vec<u64> {
-        let mut kept: u64 = older.iter().map(|segment| segment.len).sum();
-        let mut past = Vec::new();
-        for segment in older {
-            let too_big = self.max_bytes.is_some_and(|limit| kept > limit);
-            let too_old = self.max_age.is_some_and(|limit| {
-                now.duration_since(segment.modified)
-                    .is_ok_and(|age| age > limit)
-            });
-            if !too_big && !too_old {
-                break;
-            }
-            past.push(segment.number);
-            kept -= segment.len;
-        }
-        past
-    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 use std::io;
 use std::sync::Arc;
 
+use super::compactor::lmdb;
 use super::feed::Feed;
 use super::journal::{self, LogPosition, Record};
 use super::record::Header;
@@ -25,7 +26,6 @@ impl Inner {
         self: &Arc<Self>,
         send: &mut dyn FnMut(SnapshotPart<'_>) -> io::Result<()>,
     ) -> io::Result<(LogPosition, Feed)> {
-        let lmdb = |error: heed::Error| io::Error::other(error.to_string());
         // Before the transaction: the segments holding what follows the
         // snapshot (and the values it points to) stay until it is sent.
         let _hold = self.journal.hold_history();

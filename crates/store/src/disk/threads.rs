@@ -34,39 +34,37 @@ pub(super) struct Signals {
     pub(super) space_checked: parking_lot::Mutex<Option<Instant>>,
 }
 
+/// Wakes `thread` if it has started.
+fn unpark(thread: &OnceLock<Thread>) {
+    if let Some(thread) = thread.get() {
+        thread.unpark();
+    }
+}
+
 impl Signals {
     pub fn wake_writer(&self) {
         if self.writer_idle.load(Ordering::SeqCst) {
-            if let Some(writer) = self.writer.get() {
-                writer.unpark();
-            }
+            unpark(&self.writer);
         }
     }
 
     /// Asks the applier for a round now.
     pub fn wake_applier(&self) {
         self.apply_requested.store(true, Ordering::SeqCst);
-        if let Some(applier) = self.applier.get() {
-            applier.unpark();
-        }
+        unpark(&self.applier);
     }
 
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.writer.get() {
-            thread.unpark();
-        }
+        unpark(&self.writer);
     }
 
     /// After the writer ended: the applier applies what is left and ends,
     /// then the syncer.
     pub fn finish(&self) {
         self.finishing.store(true, Ordering::SeqCst);
-        for thread in [&self.applier, &self.syncer] {
-            if let Some(thread) = thread.get() {
-                thread.unpark();
-            }
-        }
+        unpark(&self.applier);
+        unpark(&self.syncer);
     }
 
     pub fn stopping(&self) -> bool {
@@ -82,22 +80,23 @@ impl Signals {
 /// in that order (the order they are stopped in).
 pub(super) fn start(inner: &Arc<Inner>) -> io::Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
-    let spawn = |name: &str, run: fn(&Inner)| {
+    let mut spawn = |name: &str, run: fn(&Inner), slot: &OnceLock<Thread>| -> io::Result<()> {
         let inner = inner.clone();
-        thread::Builder::new()
+        let handle = thread::Builder::new()
             .name(name.into())
-            .spawn(move || run(&inner))
+            .spawn(move || run(&inner))?;
+        let _ = slot.set(handle.thread().clone());
+        threads.push(handle);
+        Ok(())
     };
-    let writer = spawn("kura-disk-writer", Inner::write_loop)?;
-    let _ = inner.signals.writer.set(writer.thread().clone());
-    threads.push(writer);
-    let applier = spawn("kura-disk-applier", Inner::apply_loop)?;
-    let _ = inner.signals.applier.set(applier.thread().clone());
-    threads.push(applier);
+    spawn("kura-disk-writer", Inner::write_loop, &inner.signals.writer)?;
+    spawn(
+        "kura-disk-applier",
+        Inner::apply_loop,
+        &inner.signals.applier,
+    )?;
     if inner.config.sync.background_period().is_some() {
-        let syncer = spawn("kura-disk-syncer", Inner::sync_loop)?;
-        let _ = inner.signals.syncer.set(syncer.thread().clone());
-        threads.push(syncer);
+        spawn("kura-disk-syncer", Inner::sync_loop, &inner.signals.syncer)?;
     }
     Ok(threads)
 }
