@@ -261,8 +261,9 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
 }
 
 /// First-read notes wait while rounds apply writes (a later transaction sets
-/// many of them on each page it rewrites), go once a round has no writes,
-/// and never pile up past their limit.
+/// many of them on each page it rewrites), go once a round has no writes
+/// (a second after the last round with writes), and never pile up past their
+/// limit.
 #[test]
 fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,11 +283,13 @@ fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
     set(&store, b"other", b"w", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(marks_waiting(&store), 50, "a round with writes leaves them");
-    // Past the limit, a round with writes takes them down to half of it.
+    // Past the limit, a round takes them down to half of it (a round with
+    // writes, or one the applier makes as soon as it sees the notes over
+    // the limit, which may come in the middle of the reads).
     read_each(&store, 50..250, false);
     set(&store, b"other", b"x", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    assert!(marks_waiting(&store) <= 50, "{}", marks_waiting(&store));
+    assert!(marks_waiting(&store) <= 100, "{}", marks_waiting(&store));
     // No more writes: a quiet round takes the rest.
     wait_until_no_marks_wait(&store);
     read_each(&store, 0..250, true);

@@ -44,6 +44,11 @@ pub(super) const ROUND_JOURNAL_BYTES: u64 = 256 << 20;
 /// is larger than memory (the device serves several reads at once).
 pub(super) const PREFETCH_THREADS: usize = 16;
 
+/// A round without writes is quiet (it commits first-read marks) only this
+/// long after the last round with writes: a round that a late request makes
+/// right after one with writes is not a pause in the writes.
+const QUIET_AFTER: Duration = Duration::from_secs(1);
+
 /// First-read marks committed per LMDB transaction at most.
 pub(super) const MARK_BATCH: usize = 64 * 1024;
 
@@ -61,6 +66,8 @@ pub(super) struct ApplierState {
     pub(super) compact_after: Instant,
     /// When retention was last applied: the log ages without rounds too.
     pub(super) retention_checked: Instant,
+    /// When the last round with writes ended.
+    pub(super) writes_applied_at: Instant,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -99,7 +106,7 @@ impl Inner {
     }
 
     /// How many first-read marks this round commits: all at shutdown, a
-    /// batch when the round has no writes, and down to half the limit when
+    /// batch when the round is quiet (no writes for [`QUIET_AFTER`]), and down to half the limit when
     /// too many wait. Under writes they wait, so that one transaction sets
     /// many bits on each page it rewrites.
     pub(super) fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
@@ -122,6 +129,7 @@ impl Inner {
             unsynced: None,
             compact_after: Instant::now(),
             retention_checked: Instant::now(),
+            writes_applied_at: Instant::now(),
         };
         let mut last_round = Instant::now();
         loop {
@@ -135,7 +143,7 @@ impl Inner {
                 || self.marks.waiting() > self.config.mark_limit();
             if due {
                 last_round = Instant::now();
-                let worked = self.apply_round(&mut state.retry, finishing);
+                let worked = self.apply_round(&mut state, finishing);
                 if let Some(segment) = worked.filter(|&segment| segment != 0) {
                     state.unsynced = Some(segment);
                 }
@@ -191,11 +199,8 @@ impl Inner {
     /// first-read marks and a batch of expired items. Returns `None` when
     /// there was nothing to do or the commit failed, else the newest
     /// journal segment LMDB now holds (0 when it holds no new one).
-    pub(super) fn apply_round(
-        &self,
-        retry: &mut Option<ApplyRound>,
-        all_marks: bool,
-    ) -> Option<u64> {
+    pub(super) fn apply_round(&self, state: &mut ApplierState, all_marks: bool) -> Option<u64> {
+        let retry = &mut state.retry;
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
             match self.journal.prepare() {
@@ -252,7 +257,8 @@ impl Inner {
             round.segment = segment;
             round.last = last;
         }
-        let marks = self.marks.take(self.marks_due(all_marks, round.is_none()));
+        let quiet = round.is_none() && state.writes_applied_at.elapsed() >= QUIET_AFTER;
+        let marks = self.marks.take(self.marks_due(all_marks, quiet));
         if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
             self.applied.advance(through, false);
             return None;
@@ -284,6 +290,7 @@ impl Inner {
                 }
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
+                    state.writes_applied_at = Instant::now();
                     segment = round.segment;
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
@@ -544,14 +551,12 @@ impl Inner {
 
     /// Commits only the keys whose newest write in `round` is a removal.
     pub(super) fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
-        let mut newest = std::collections::HashMap::new();
-        for batch in &round.batches {
-            newest.extend(
-                batch
-                    .writes()
-                    .map(|(space, key, change)| ((space, key), change)),
-            );
-        }
+        let newest: std::collections::HashMap<_, _> = round
+            .batches
+            .iter()
+            .flat_map(|batch| batch.writes())
+            .map(|(space, key, change)| ((space, key), change))
+            .collect();
         let mut removed: Vec<(Space, &[u8])> = newest
             .into_iter()
             .filter(|(_, change)| *change == Pending::Remove)
