@@ -106,9 +106,9 @@ impl Inner {
     }
 
     /// How many first-read marks this round commits: all at shutdown, a
-    /// batch when the round is quiet (no writes for [`QUIET_AFTER`]), and down to half the limit when
-    /// too many wait. Under writes they wait, so that one transaction sets
-    /// many bits on each page it rewrites.
+    /// batch when the round is quiet (no writes for [`QUIET_AFTER`]), and
+    /// down to half the limit when too many wait. Under writes they wait, so
+    /// that one transaction sets many bits on each page it rewrites.
     pub(super) fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
         let waiting = self.marks.waiting();
         let limit = self.config.mark_limit();
