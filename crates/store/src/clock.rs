@@ -29,20 +29,22 @@ pub fn unix_micros() -> u64 {
 /// The server's clock: seconds since start, plus a test-only offset.
 #[derive(Debug)]
 pub struct Clock {
-    /// Seconds of the coarse monotonic clock at start.
-    started: i64,
+    /// Nanoseconds of the coarse monotonic clock at the last whole Unix
+    /// second before start, so server seconds tick with Unix seconds.
+    started_nanos: i64,
     /// Unix time that corresponds to server time 0.
     epoch_unix: u64,
     /// Seconds added by tests to travel forward without sleeping.
     skipped: AtomicU32,
 }
 
-/// Seconds of `CLOCK_MONOTONIC_COARSE`: read from the vDSO page without
+/// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: read from the vDSO page without
 /// touching the TSC, about ten times cheaper than `Instant::now()` and
 /// accurate to a few milliseconds, ample for whole seconds. Every get reads
 /// the clock (memcached reads a global its timer updates).
-fn monotonic_seconds() -> i64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE).map_or(0, |now| now.tv_sec())
+fn monotonic_nanos() -> i64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
+        .map_or(0, |now| now.tv_sec() * 1_000_000_000 + now.tv_nsec())
 }
 
 impl Default for Clock {
@@ -55,18 +57,23 @@ impl Clock {
     pub fn new() -> Self {
         let unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+            .unwrap_or_default();
+        // Counting from the Unix second's start keeps the server's Unix time
+        // from running up to a second ahead of the real one (an absolute
+        // exptime a few seconds away would expire early).
+        // The coarse clock's tick of a few milliseconds is added as slack.
+        const COARSE_SLACK_NANOS: i64 = 10_000_000;
         Clock {
-            started: monotonic_seconds(),
-            epoch_unix: unix.saturating_sub(u64::from(FIRST_TICK)),
+            started_nanos: monotonic_nanos() - i64::from(unix.subsec_nanos()) + COARSE_SLACK_NANOS,
+            epoch_unix: unix.as_secs().saturating_sub(u64::from(FIRST_TICK)),
             skipped: AtomicU32::new(0),
         }
     }
 
     /// Current server time in seconds.
     pub fn now(&self) -> u32 {
-        let elapsed = (monotonic_seconds() - self.started).clamp(0, i64::from(u32::MAX / 2)) as u32;
+        let elapsed = ((monotonic_nanos() - self.started_nanos) / 1_000_000_000)
+            .clamp(0, i64::from(u32::MAX / 2)) as u32;
         FIRST_TICK + elapsed + self.skipped.load(Ordering::Relaxed)
     }
 
@@ -198,6 +205,17 @@ mod tests {
         assert_eq!(clock.from_unix(clock.to_unix(at)), at);
         assert_eq!(clock.to_unix(at), clock.unix_now() + 100);
         assert_eq!(clock.from_unix(1), 1, "before the start is expired");
+    }
+
+    #[test]
+    fn server_unix_time_never_runs_ahead_of_the_real_one() {
+        for _ in 0..300 {
+            let clock = Clock::new();
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            let server = clock.unix_now();
+            let real = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            assert!(server <= real.as_secs(), "{server} is ahead of {real:?}");
+        }
     }
 
     #[test]
