@@ -212,9 +212,10 @@ pub struct ServeArgs {
     /// a size (4GiB, 512MiB) or both (24h,4GiB); 0 keeps none.
     #[arg(long = "log-retention", default_value = "24h,4GiB")]
     log_retention: String,
-    /// Disk engine: the most update log kept beyond --log-retention for
-    /// attached replicas that have not read it (a size, as 16GiB); a replica
-    /// further behind resynchronizes from a snapshot.
+    /// Disk engine: attached replicas keep the log they have not read past
+    /// --log-retention while the log from the oldest such segment on is at
+    /// most this (a size, as 16GiB); a replica further behind
+    /// resynchronizes from a snapshot.
     #[arg(long = "log-retention-max", default_value = "16GiB")]
     log_retention_max: String,
     /// Follow this master (HOST:PORT, its memcached port) as a read-only

@@ -113,9 +113,9 @@ impl DiskConfig {
         self.pending_limit / 4
     }
 
-    /// What one LMDB transaction of the applier rewrites at most, for a
-    /// transaction's dirty pages are all in memory: a sixteenth of the
-    /// pending memory.
+    /// Records one transaction of first-read notes rewrites at most (a
+    /// transaction's dirty pages are all in memory): a sixteenth of the
+    /// pending memory. Four of it are the least garbage worth compacting.
     pub fn apply_threshold(&self) -> usize {
         self.pending_limit / 16
     }

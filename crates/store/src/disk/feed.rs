@@ -1,9 +1,10 @@
 //! Replication's master side: the update log read as it grows, from a
 //! replica's position on, one group at a time. Each group goes out as the
-//! journal's own records (head, then entries), checksummed with seed 0 and
-//! with every value in place: a put whose value the log keeps elsewhere (a
-//! touch of a large value) is sent with the value read from there. Moves
-//! are the compactor's, not changes, and are not sent.
+//! journal's own records (head, then entries), checksummed with their
+//! segment's seed, and with every value in place: a put whose value the
+//! log keeps elsewhere (a touch of a large value) is sent with the value
+//! read from there. Moves are the compactor's, not changes, and are not
+//! sent.
 //!
 //! A group is read only once the journal says it is whole (its first LSN
 //! is at most the journal's last), so a group being appended is never sent
