@@ -296,6 +296,27 @@ fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
     assert_eq!(fetched_before(&store, b"k299"), Some(false));
 }
 
+/// The round that applies a flush drops the first-read notes of the items
+/// it removed: nothing is left for a commit to set.
+#[test]
+fn a_flush_drops_the_first_read_notes_of_what_it_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::None);
+    for i in 0..30 {
+        set(&store, format!("k{i}").as_bytes(), b"v", 0);
+    }
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    read_each(&store, 0..30, false);
+    set(&store, b"other", b"w", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert_eq!(marks_waiting(&store), 30, "a round with writes leaves them");
+    store.flush_all(0, &AckFence::default());
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert_eq!(marks_waiting(&store), 0);
+    set(&store, b"k0", b"v", 0);
+    assert_eq!(fetched_before(&store, b"k0"), Some(false), "a new item");
+}
+
 /// A first read whose note the applier has not committed yet (writes keep
 /// coming) still counts: in a scan (`lru_crawler metadump`'s `fetch=`) and
 /// when its item expires (`expired_unfetched`).

@@ -367,6 +367,7 @@ impl Inner {
         let mut counts = self.applied_counts.lock().clone();
         if let Some(boundary) = round.and_then(|round| round.flush) {
             self.clear_flushed(&mut txn, &mut counts, boundary)?;
+            self.marks.forget_through(boundary);
         }
         // The writes a flush covers are skipped once the flush is in LMDB
         // (this round's, or an earlier one's): not by `Flushes::through`,

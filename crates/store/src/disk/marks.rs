@@ -117,6 +117,26 @@ impl FetchMarks {
         }
     }
 
+    /// Drops the notes of items a flush through `boundary` removed: they
+    /// would wait for a commit with nothing to set, and in a write-heavy
+    /// load after a read-heavy one they were hundreds of thousands of small
+    /// blocks left across the heap (`docs/decisions/allocator.md`).
+    pub fn forget_through(&self, boundary: u64) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let waiting = shard.keys.len();
+            shard.keys.retain(|&(_, cas)| cas > boundary);
+            let held = shard.noted.len();
+            shard.noted.retain(|_, cas| *cas > boundary);
+            self.waiting
+                .fetch_sub(waiting - shard.keys.len(), Ordering::Relaxed);
+            self.held
+                .fetch_sub(held - shard.noted.len(), Ordering::Relaxed);
+            shard.keys.shrink_to_fit();
+            shard.noted.shrink_to_fit();
+        }
+    }
+
     /// Drops notes taken for a commit that is over.
     pub fn forget(&self, taken: &[(Arc<[u8]>, u64)]) {
         for (key, cas) in taken {
@@ -163,6 +183,29 @@ mod tests {
         assert!(marks.noted(marks.hash(b"k"), 7), "put back, still seen");
         marks.forget(&taken);
         assert!(!marks.noted(marks.hash(b"k"), 7));
+    }
+
+    #[test]
+    fn a_flush_forgets_the_notes_of_the_items_it_covers_only() {
+        let marks = FetchMarks::new();
+        for cas in 1..=100u64 {
+            let key = format!("k{cas}");
+            marks.note(marks.hash(key.as_bytes()), key.as_bytes(), cas);
+        }
+        // Some are with the writer when the flush comes.
+        let taken = marks.take(10);
+        marks.forget_through(60);
+        let taken_newer = taken.iter().filter(|&&(_, cas)| cas > 60).count();
+        assert_eq!(marks.waiting(), 40 - taken_newer);
+        assert!(!marks.noted(marks.hash(b"k60"), 60));
+        assert!(marks.noted(marks.hash(b"k61"), 61));
+        // The commit of the taken notes ends without counting any twice.
+        marks.forget(&taken);
+        let rest = marks.take(usize::MAX);
+        assert!(rest.iter().all(|&(_, cas)| cas > 60));
+        marks.forget(&rest);
+        assert_eq!(marks.held.load(Ordering::Relaxed), 0);
+        assert_eq!(marks.waiting(), 0);
     }
 
     #[test]
