@@ -260,6 +260,14 @@ fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
     );
 }
 
+/// Reads `k{i}` for each `i` for the first time, then has a round with a
+/// write applied: a round with writes leaves the notes waiting.
+fn read_first_while_writes_go_on(store: &DiskStore, keys: std::ops::Range<usize>) {
+    read_each(store, keys, false);
+    set(store, b"other", b"w", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+}
+
 /// First-read notes wait while rounds apply writes (a later transaction sets
 /// many of them on each page it rewrites), go once a round has no writes
 /// (a second after the last round with writes), and never pile up past their
@@ -279,9 +287,7 @@ fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
         set(&store, format!("k{i}").as_bytes(), b"v", 0);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_each(&store, 0..50, false);
-    set(&store, b"other", b"w", 0);
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    read_first_while_writes_go_on(&store, 0..50);
     assert_eq!(marks_waiting(&store), 50, "a round with writes leaves them");
     // Past the limit, a round takes them down to half of it (a round with
     // writes, or one the applier makes as soon as it sees the notes over
@@ -306,9 +312,7 @@ fn a_flush_drops_the_first_read_notes_of_what_it_removed() {
         set(&store, format!("k{i}").as_bytes(), b"v", 0);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_each(&store, 0..30, false);
-    set(&store, b"other", b"w", 0);
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    read_first_while_writes_go_on(&store, 0..30);
     assert_eq!(marks_waiting(&store), 30, "a round with writes leaves them");
     store.flush_all(0, &AckFence::default());
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
@@ -335,9 +339,7 @@ fn a_noted_first_read_counts_before_its_commit() {
         set(&store, format!("k{i}").as_bytes(), b"v", expiry);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_each(&store, 0..2, false);
-    set(&store, b"other", b"w", 0);
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    read_first_while_writes_go_on(&store, 0..2);
     assert_eq!(marks_waiting(&store), 2, "the notes are not committed yet");
     let mut fetched = std::collections::BTreeMap::new();
     store.scan(&mut |item| {
