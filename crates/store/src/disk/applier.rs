@@ -423,12 +423,12 @@ impl Inner {
         // Keys whose expired items this commit removes.
         let mut swept = Vec::new();
         let reclaimed = if reclaim {
-            self.reclaim_expired(&mut txn, &mut counts, &mut swept)?
+            self.remove_due(&mut txn, &mut counts, None, &mut swept)?
         } else {
             0
         };
         if let Some(classes) = crawl {
-            self.crawl_expired(&mut txn, &mut counts, classes, &mut swept)?;
+            self.remove_due(&mut txn, &mut counts, Some(classes), &mut swept)?;
         }
         self.put_meta(
             &mut txn,

@@ -14,60 +14,48 @@ use crate::AckState;
 pub(super) const RECLAIM_BATCH: usize = 10_000;
 
 impl Inner {
-    /// Removes a batch of expired items, oldest first, by the expiry index.
-    pub(super) fn reclaim_expired(
+    /// Removes expired items, oldest first by the expiry index: a batch of
+    /// any class (`classes` `None`: an apply round's reclaim), or all of
+    /// those of the classes marked (`lru_crawler crawl`, counted in
+    /// `crawler_reclaimed`). Returns how many it removed.
+    pub(super) fn remove_due(
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
+        classes: Option<&[bool]>,
         swept: &mut Vec<Vec<u8>>,
     ) -> heed::Result<u64> {
-        let due = self.due_expiry_keys(txn, RECLAIM_BATCH)?;
+        let limit = if classes.is_some() {
+            usize::MAX
+        } else {
+            RECLAIM_BATCH
+        };
+        let marked = |key: &[u8], old: &Old| {
+            classes.is_none_or(|classes| {
+                let class = self.class_of(key, old.value_len);
+                classes.get(class).copied().unwrap_or(false)
+            })
+        };
         let mut removed = 0;
-        for index_key in &due {
+        for index_key in &self.due_expiry_keys(txn, limit)? {
             let key = &index_key[4..];
-            self.expiry.delete(txn, index_key)?;
             let found = self.stored_old(txn, key)?;
+            if found.as_ref().is_some_and(|old| !marked(key, old)) {
+                continue;
+            }
+            self.expiry.delete(txn, index_key)?;
             let Some(old) = found.filter(|old| self.sweepable(&old.header)) else {
                 continue;
             };
             let class = self.remove_expired(txn, counts, key, &old)?;
             swept.push(key.to_vec());
-            self.note_reclaimed(class, 1);
+            match classes {
+                None => self.note_reclaimed(class, 1),
+                Some(_) => self.counters.crawler_reclaimed.add(class, 1),
+            }
             removed += 1;
         }
         Ok(removed)
-    }
-
-    /// Removes every expired item of the classes marked in `classes`
-    /// (`lru_crawler crawl`), counted in `crawler_reclaimed`.
-    pub(super) fn crawl_expired(
-        &self,
-        txn: &mut RwTxn<'_>,
-        counts: &mut Counts,
-        classes: &[bool],
-        swept: &mut Vec<Vec<u8>>,
-    ) -> heed::Result<()> {
-        for index_key in &self.due_expiry_keys(txn, usize::MAX)? {
-            let key = &index_key[4..];
-            let Some(old) = self.stored_old(txn, key)? else {
-                self.expiry.delete(txn, index_key)?;
-                continue;
-            };
-            if !classes
-                .get(self.class_of(key, old.value_len))
-                .copied()
-                .unwrap_or(false)
-            {
-                continue;
-            }
-            self.expiry.delete(txn, index_key)?;
-            if self.sweepable(&old.header) {
-                let class = self.remove_expired(txn, counts, key, &old)?;
-                swept.push(key.to_vec());
-                self.counters.crawler_reclaimed.add(class, 1);
-            }
-        }
-        Ok(())
     }
 
     /// The expiry index's entries that are due, oldest first, at most `limit`.
