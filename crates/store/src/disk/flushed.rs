@@ -62,10 +62,6 @@ impl Inner {
 
     /// The newest flush boundary LMDB reflects; 0 for none.
     pub(super) fn flushed_boundary(&self, txn: &heed::RoTxn<'_>) -> heed::Result<u64> {
-        Ok(self
-            .meta
-            .get(txn, FLUSHED)?
-            .and_then(|bytes| bytes.try_into().ok())
-            .map_or(0, u64::from_le_bytes))
+        super::meta_u64(&self.meta, txn, FLUSHED)
     }
 }

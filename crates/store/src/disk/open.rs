@@ -15,8 +15,8 @@ use super::flushes::Flushes;
 use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
-    access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, threads,
-    Counters, DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
+    access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, meta_u64,
+    threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
@@ -88,17 +88,9 @@ impl DiskStore {
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
         let upgrade = check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
-        let last_cas = meta
-            .get(&txn, b"cas")?
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
+        let last_cas = meta_u64(&meta, &txn, b"cas")?;
         // Items stamped before the newest flush applied stay dead.
-        let flushed = meta
-            .get(&txn, flushed::FLUSHED)?
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
+        let flushed = meta_u64(&meta, &txn, flushed::FLUSHED)?;
         let mut counts = Counts {
             // Every commit records them: none yet is none at all.
             classes: meta
@@ -114,11 +106,7 @@ impl DiskStore {
                 counts.log.set(segment, bytes);
             }
         }
-        let applied_segment = meta
-            .get(&txn, JOURNAL_APPLIED)?
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0);
+        let applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
         let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
         let base_incomplete = meta.get(&txn, replica::BASE_INCOMPLETE)?.is_some();
