@@ -453,8 +453,6 @@ pub struct Journal {
     dir: PathBuf,
     io: Arc<dyn Io>,
     current: Mutex<Segment>,
-    /// Bytes in every segment file, the current one included.
-    bytes: AtomicU64,
     /// Every segment but the current one, with its size and when it was
     /// last appended to.
     older: Mutex<BTreeMap<u64, SegmentAge>>,
@@ -521,7 +519,6 @@ impl Journal {
             dir: dir.to_path_buf(),
             io,
             current: Mutex::new(segment),
-            bytes: AtomicU64::new(older.values().map(|segment| segment.len).sum()),
             older: Mutex::new(older),
             open: Mutex::new(HashMap::new()),
             last_lsn: AtomicU64::new(0),
@@ -584,7 +581,6 @@ impl Journal {
             return Err(error);
         }
         segment.len += group.len() as u64;
-        self.bytes.fetch_add(group.len() as u64, Ordering::Relaxed);
         if let Some(last) = last {
             segment.last = last;
             self.last_lsn.store(last.lsn, Ordering::Release);
@@ -625,7 +621,7 @@ impl Journal {
         let mut current = self.current.lock();
         next.0.last = current.last;
         let old = std::mem::replace(&mut *current, next.0);
-        drop(current);
+        // Still under `current`'s lock: `bytes` sees the segment in one place.
         self.older.lock().insert(
             old.number,
             SegmentAge {
@@ -634,6 +630,7 @@ impl Journal {
                 modified: SystemTime::now(),
             },
         );
+        drop(current);
         Retired {
             number: old.number,
             io: self.io.clone(),
@@ -658,13 +655,7 @@ impl Journal {
         self.window.forget(number);
         fs::remove_file(segment_path(&self.dir, number))?;
         drop(open);
-        if let Some(removed) = self.older.lock().remove(&number) {
-            let _ = self
-                .bytes
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                    Some(b.saturating_sub(removed.len))
-                });
-        }
+        self.older.lock().remove(&number);
         Ok(())
     }
 
@@ -674,7 +665,9 @@ impl Journal {
 
     /// Bytes in the segment files.
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        // Under the current segment's lock, as `switch` moves it to `older`.
+        let current = self.current.lock();
+        current.len + self.older.lock().values().map(|s| s.len).sum::<u64>()
     }
 
     /// Bytes appended to the current segment: what the applier has not
