@@ -143,12 +143,7 @@ impl Inner {
         // segments: the current one stays current until it is done.
         let seed = journal::seed_of(self.journal.current_number());
         for (key, pointer) in &live {
-            let stored = self.journal.read_stored(
-                pointer.at,
-                pointer.frame_len as usize,
-                key,
-                pointer.record_len(),
-            )?;
+            let stored = self.read_logged(key, pointer)?;
             moves.push((&key[..], pointer.at, group.len()));
             let record = Record::Move {
                 key,
