@@ -267,7 +267,6 @@ impl Inner {
     /// oldest first (they were acknowledged before a crash), fsyncs the data
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
-        let mut replayed = None;
         let mut counts = self.applied_counts.lock().clone();
         for (number, path) in segments {
             if *number <= applied {
@@ -347,12 +346,11 @@ impl Inner {
             self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
-            replayed = Some(*number);
         }
         *self.applied_counts.lock() = counts;
         self.config.io.sync_data(&self.env)?;
-        let last = replayed.unwrap_or(applied).max(applied);
-        self.remove_dead_segments(last);
+        // `applied` (where LMDB stood), or the last segment replayed.
+        self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
         Ok(())
     }
 }
