@@ -378,7 +378,6 @@ impl Inner {
     }
 }
 
-/// What memcached's decisions read of a record.
 /// A `meta` value of eight bytes (u64 LE); 0 when it is missing.
 fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) -> heed::Result<u64> {
     let bytes = meta.get(txn, key)?;
@@ -387,6 +386,7 @@ fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) ->
         .map_or(0, u64::from_le_bytes))
 }
 
+/// What memcached's decisions read of a record.
 fn current<'v>(header: &Header, value: &'v [u8]) -> Current<'v> {
     Current {
         value,
