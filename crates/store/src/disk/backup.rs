@@ -238,9 +238,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         if let Some(bytes) = meta.get(&txn, super::APPLIED_LSN)? {
             found.applied = LogPosition::decode(bytes).unwrap_or_default();
         }
-        if let Some(bytes) = meta.get(&txn, super::JOURNAL_APPLIED)? {
-            found.applied_segment = bytes.try_into().map(u64::from_le_bytes).unwrap_or(0);
-        }
+        found.applied_segment = super::meta_u64(&meta, &txn, super::JOURNAL_APPLIED)?;
         for entry in meta.prefix_iter(&txn, b"log")? {
             let (key, live) = entry?;
             let live = live.try_into().map(u64::from_le_bytes).unwrap_or(0);
