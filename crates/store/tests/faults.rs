@@ -421,6 +421,48 @@ fn a_failed_log_fsync_is_not_acknowledged_and_poisons_the_engine() {
     recovers(dir.path(), &kept);
 }
 
+/// Writers racing the writer thread when the log starts failing (its fsync,
+/// or its writes on a full disk): a write that lands in a group while the
+/// writer takes it fails with the group, and no later empty round
+/// acknowledges it. After the power cut, every write acknowledged is there.
+#[test]
+fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
+    const WRITERS: usize = 6;
+    let failures: [fn(&mut Faults); 2] = [
+        |f| f.sync_log = Some(Fault::Fails(libc::EIO)),
+        |f| f.write_log = Some(Fault::Fails(libc::ENOSPC)),
+    ];
+    for round in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new(dir.path());
+        let store = open(dir.path(), SyncPolicy::Always, io.clone());
+        let acknowledged = std::sync::Mutex::new(BTreeMap::new());
+        std::thread::scope(|scope| {
+            for writer in 0..WRITERS {
+                let (store, acknowledged) = (&store, &acknowledged);
+                scope.spawn(move || {
+                    for i in 0.. {
+                        let key = format!("w{writer}-{i}").into_bytes();
+                        let value = value_of(i, 50);
+                        match set(store, &key, &value) {
+                            Some(true) => acknowledged.lock().unwrap().insert(key, value),
+                            _ => return,
+                        };
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            io.set(failures[round % 2]);
+        });
+        io.crash();
+        drop(store);
+        io.cut_power(false);
+        let acknowledged = acknowledged.into_inner().unwrap();
+        assert!(!acknowledged.is_empty(), "round {round}: nothing written");
+        recovers(dir.path(), &acknowledged);
+    }
+}
+
 #[test]
 fn a_full_disk_refuses_writes_keeps_deletes_and_writes_resume_when_space_returns() {
     let dir = tempfile::tempdir().unwrap();

@@ -203,9 +203,14 @@ impl Inner {
                     self.flushes.request_again(boundary);
                 }
                 // Never acknowledged: those connections are closed instead,
-                // and reads go back to what was there before.
+                // and reads go back to what was there before. Writes made
+                // while the drain walked the shards may be in the batch:
+                // they fail too, or a later empty round would acknowledge
+                // them (one not in it fails with them; a later round may
+                // still journal it, as a reply lost with its connection).
+                let newest = batch.newest;
                 self.pending.drop_failed(batch);
-                self.acks.advance(through, true);
+                self.acks.advance(newest, true);
                 return None;
             }
         }

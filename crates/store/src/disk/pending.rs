@@ -213,6 +213,10 @@ pub struct Batch {
     /// The sequence number up to which every write is in this batch (or,
     /// for an apply, in this one or an earlier one).
     pub through: u64,
+    /// No write in the batch is numbered above this. A drain's batch may
+    /// hold writes numbered after `through` (made while it walked the
+    /// shards): if its append fails, every write up to here is failed.
+    pub newest: u64,
     maps: Vec<(usize, Arc<Entries>)>,
     bytes: usize,
 }
@@ -519,11 +523,14 @@ impl PendingWrites {
     /// `appending` until [`merge_logged`](Self::merge_logged). The batch's `through`
     /// is the sequence number up to which every write is in it: a write
     /// takes its number under its shard's lock, so one numbered before this
-    /// call is in the map swapped out once that shard is locked here.
+    /// call is in the map swapped out once that shard is locked here. Its
+    /// `newest` is read after the walk, so it bounds every write taken.
     pub fn drain(&self) -> Batch {
         self.dirty.store(false, Ordering::Release);
+        let through = self.last_seq();
         let mut batch = Batch {
-            through: self.last_seq(),
+            through,
+            newest: through,
             maps: Vec::new(),
             bytes: 0,
         };
@@ -539,6 +546,7 @@ impl PendingWrites {
             batch.bytes += std::mem::take(&mut state.fresh_bytes);
             batch.maps.push((index, map));
         }
+        batch.newest = self.last_seq();
         batch
     }
 
@@ -631,6 +639,7 @@ impl PendingWrites {
     pub fn take_logged(&self, through: u64) -> Batch {
         let mut batch = Batch {
             through,
+            newest: through,
             maps: Vec::new(),
             bytes: 0,
         };
