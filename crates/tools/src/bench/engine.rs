@@ -374,7 +374,8 @@ impl<'w> Generator<'w> {
         loop {
             let now = self.now_ns();
             let over = self.deadline_ns().is_some_and(|d| now >= d)
-                || self.progress.stop.load(Ordering::Relaxed);
+                || self.progress.stop.load(Ordering::Relaxed)
+                || super::ctrl_c::pressed();
             if over {
                 break;
             }

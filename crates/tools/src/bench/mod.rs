@@ -4,6 +4,7 @@
 //! reports, scenarios and side-by-side comparisons, and TLS (`--tls`) for
 //! servers started with memcached's `-Z`.
 
+pub mod ctrl_c;
 pub mod dist;
 pub mod engine;
 pub mod html;
@@ -390,6 +391,7 @@ pub fn measure(
     let clients_per_thread = workload.clients.div_ceil(workload.threads.max(1) as u64);
     raise_open_files(clients_per_thread * workload.servers.len() as u64 + 256);
     let progress = Arc::new(Progress::default());
+    ctrl_c::catch();
     let show = !quiet && std::io::stderr().is_terminal();
     let ticker = show.then(|| {
         let progress = progress.clone();
@@ -419,6 +421,12 @@ pub fn measure(
         let _ = ticker.join();
     }
     let measured = measured?;
+    if ctrl_c::pressed() {
+        eprintln!(
+            "kura bench: interrupted; the figures cover the {:.1} s it ran",
+            measured.elapsed.as_secs_f64()
+        );
+    }
     // A run in which no TLS session got through measured nothing: say why
     // rather than print a summary of zeros.
     if let (0, Some(failure)) = (measured.responses, &measured.tls_failure) {

@@ -180,6 +180,9 @@ impl Scenario {
             let name = args.name.clone().unwrap_or_default();
             let (run, _) = measure(&name, &workload, quiet)?;
             runs.push(run);
+            if super::ctrl_c::pressed() {
+                break;
+            }
         }
         Ok(runs)
     }
@@ -274,6 +277,10 @@ pub fn compare_to(args: &CompareArgs, out: &mut impl Write) -> Result<Report, Be
         let mut round_runs = vec![vec![None; targets.len()]; phases];
         for &t in &order {
             let runs = scenario.run(&targets[t], true)?;
+            // Ratios of cut-short runs would mislead: nothing is compared.
+            if super::ctrl_c::pressed() {
+                return Err(std::io::Error::other("interrupted: no comparison").into());
+            }
             for (phase, run) in runs.iter().enumerate() {
                 round_figures[phase][t] = scenario.figure(run);
                 reads[phase][t].0 += run.hits;
