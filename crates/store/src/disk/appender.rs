@@ -147,9 +147,9 @@ impl Inner {
             encode_group(group, &mut offsets, head, flush, &batch, segment);
         }
         let result = if self.health.is_poisoned() {
-            Err(None)
+            Err(AppendFailed::Poisoned)
         } else {
-            self.append(group, last).map_err(Some)
+            self.append(group, last)
         };
         logged.through = through;
         match result {
@@ -183,19 +183,25 @@ impl Inner {
                     self.signals.wake_applier();
                 }
             }
-            Err(error) => {
-                drop(logged);
+            Err(failure) => {
                 self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
-                match error {
-                    Some(error) if is_enospc(&error) => {
+                match failure {
+                    AppendFailed::Write(error) if is_enospc(&error) => {
                         tracing::error!(%error, "disk full: refusing writes until space is freed");
                         self.health.set_out_of_space(true);
                     }
-                    Some(error) => {
+                    AppendFailed::Write(error) => {
                         tracing::error!(%error, "journal write failed: refusing writes from now on");
                         self.health.poison();
                     }
-                    None => {}
+                    // Whatever the errno: after a failed fsync the kernel
+                    // may have dropped the group's pages, and a group
+                    // appended after them would replay past a hole.
+                    AppendFailed::Sync(error) => {
+                        tracing::error!(%error, "journal fsync failed: refusing writes from now on");
+                        self.health.poison();
+                    }
+                    AppendFailed::Poisoned => {}
                 }
                 // Once space is back, the flush reaches the log with the
                 // next append rather than be lost.
@@ -208,9 +214,12 @@ impl Inner {
                 // they fail too, or a later empty round would acknowledge
                 // them (one not in it fails with them; a later round may
                 // still journal it, as a reply lost with its connection).
+                // Decided before `logged` is let go, as a success is: the
+                // applier must not count them applied before they fail.
                 let newest = batch.newest;
                 self.pending.drop_failed(batch);
                 self.acks.advance(newest, true);
+                drop(logged);
                 return None;
             }
         }
@@ -219,13 +228,27 @@ impl Inner {
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
     /// Returns where the group starts.
-    pub(super) fn append(&self, group: &[u8], last: LogPosition) -> io::Result<Location> {
-        let start = self.journal.append(group, Some(last))?;
+    pub(super) fn append(&self, group: &[u8], last: LogPosition) -> Result<Location, AppendFailed> {
+        let start = self
+            .journal
+            .append(group, Some(last))
+            .map_err(AppendFailed::Write)?;
         if self.config.sync == SyncPolicy::Always {
             let started = Instant::now();
-            self.journal.sync()?;
+            self.journal.sync().map_err(AppendFailed::Sync)?;
             self.count_fsync(started);
         }
         Ok(start)
     }
+}
+
+/// Why a group did not reach the journal.
+#[derive(Debug)]
+pub(super) enum AppendFailed {
+    /// Its write failed; the segment was cut back to where it was.
+    Write(io::Error),
+    /// Written, but its fsync failed.
+    Sync(io::Error),
+    /// The engine was poisoned before: nothing is appended any more.
+    Poisoned,
 }
