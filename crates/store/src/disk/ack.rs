@@ -51,10 +51,17 @@ impl Acks {
         }
         if failed {
             let mut ranges = self.failed.lock();
-            if ranges.len() == FAILED_RANGES_KEPT {
-                ranges.pop_front();
+            match ranges.back_mut() {
+                // Appends failing one after another (a full disk) make one
+                // range, so a slow waiter's is not pushed out.
+                Some(last) if last.1 == previous => last.1 = through,
+                _ => {
+                    if ranges.len() == FAILED_RANGES_KEPT {
+                        ranges.pop_front();
+                    }
+                    ranges.push_back((previous + 1, through));
+                }
             }
-            ranges.push_back((previous + 1, through));
         }
         {
             let _guard = self.progress.lock();
@@ -96,5 +103,21 @@ mod tests {
         assert_eq!(acks.state(10), AckState::Waiting);
         acks.advance(12, false);
         assert_eq!(acks.state(11), AckState::Ready);
+    }
+
+    #[test]
+    fn failures_one_after_another_are_one_range_and_none_is_forgotten() {
+        let acks = Acks::default();
+        acks.advance(1, false);
+        for through in 2..(FAILED_RANGES_KEPT as u64 * 3) {
+            acks.advance(through, true);
+        }
+        assert_eq!(acks.failed.lock().len(), 1);
+        assert_eq!(acks.state(1), AckState::Ready);
+        assert_eq!(acks.state(2), AckState::Failed);
+        assert_eq!(
+            acks.state(FAILED_RANGES_KEPT as u64 * 3 - 1),
+            AckState::Failed
+        );
     }
 }
