@@ -216,13 +216,16 @@ impl Inner {
         };
         let (through, taken) = {
             let mut logged = self.logged.lock();
-            let through = logged.through;
+            // What this round leaves applied: every write up to `through`
+            // if it takes them, or if none was journalled since the last
+            // take; a group journalled since `dirty` was read is not.
+            let through = (next.is_some() || !logged.dirty).then_some(logged.through);
             // Only the applier clears `dirty`: a prepared segment is used.
             let taken = next.map(|next| {
                 logged.dirty = false;
                 let retired = self.journal.switch(next);
                 (
-                    self.pending.take_logged(through),
+                    self.pending.take_logged(logged.through),
                     logged.flush.take(),
                     retired,
                 )
@@ -260,7 +263,9 @@ impl Inner {
         let quiet = round.is_none() && state.writes_applied_at.elapsed() >= QUIET_AFTER;
         let marks = self.marks.take(self.marks_due(all_marks, quiet));
         if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
-            self.applied.advance(through, false);
+            if let Some(through) = through {
+                self.applied.advance(through, false);
+            }
             return None;
         }
         if round.is_some() && self.health.is_poisoned() {
@@ -315,7 +320,9 @@ impl Inner {
                     self.marks.forget(&done);
                     self.marks.put_back(early);
                 }
-                self.applied.advance(through, false);
+                if let Some(through) = through {
+                    self.applied.advance(through, false);
+                }
             }
             Err(error) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
