@@ -407,6 +407,52 @@ fn a_short_log_write_is_cut_back_and_the_log_replays_whole() {
     assert_eq!(set(&store, b"next", b"v"), Some(true));
 }
 
+/// A read that shows a write not journalled yet waits for that write: when
+/// its append fails, the read is not acknowledged either (the server closes
+/// the connection instead of replying), so no client is shown a value a
+/// power cut takes back.
+#[test]
+fn a_read_of_a_write_whose_append_fails_is_refused_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let read = |key: &[u8], fence: &AckFence| {
+        let mut found = None;
+        store.get(key, &GetOptions::default(), fence, &mut |item| {
+            found = Some(item.value.to_vec())
+        });
+        found
+    };
+    // Journalled and acknowledged: read without waiting.
+    assert_eq!(set(&store, b"k", b"old"), Some(true));
+    let fence = AckFence::default();
+    assert_eq!(read(b"k", &fence), Some(b"old".to_vec()));
+    assert_eq!(fence.take(), None);
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    let written = AckFence::default();
+    let command = StoreCommand {
+        mode: StoreMode::Set,
+        key: b"k",
+        value: b"new",
+        flags: 0,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    };
+    assert!(matches!(
+        store.store(&command, &written),
+        StoreOutcome::Stored { .. }
+    ));
+    // Pending until the writer thread is asked to append (or its idle
+    // tick): this read sees it, unless that tick came in between.
+    let fence = AckFence::default();
+    if read(b"k", &fence) == Some(b"new".to_vec()) {
+        assert_eq!(acknowledged(&store, &fence), AckState::Failed);
+    }
+    assert_eq!(acknowledged(&store, &written), AckState::Failed);
+    assert_eq!(read(b"k", &AckFence::default()), Some(b"old".to_vec()));
+}
+
 /// Whatever its errno, ENOSPC included: after a failed fsync the kernel may
 /// have dropped the group's pages, so nothing may be appended after them.
 #[test]

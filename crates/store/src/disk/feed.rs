@@ -467,7 +467,7 @@ impl Inner {
             ));
         }
         let mut shard = self.pending.lock(key);
-        self.with_record(&mut shard, key, |found| {
+        self.with_record(&mut shard, key, &crate::AckFence::default(), |found| {
             found.map(|(header, value)| {
                 Cow::Owned(Keyed::encode(key, &header, &[value]).record().to_vec())
             })

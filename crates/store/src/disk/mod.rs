@@ -478,7 +478,7 @@ impl Store for DiskStore {
         let mut shard = inner.pending.lock(key);
         let key_hash = shard.hash();
         inner
-            .with_record(&mut shard, key, |found| {
+            .with_record(&mut shard, key, &AckFence::default(), |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),

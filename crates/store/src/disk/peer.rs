@@ -173,7 +173,7 @@ impl Inner {
                     return true;
                 }
                 let mut shard = self.pending.lock(key);
-                self.with_record(&mut shard, key, |found| {
+                self.with_record(&mut shard, key, &AckFence::default(), |found| {
                     found.is_none_or(|(held, _)| held.cas < incoming.cas)
                 })
                 .unwrap_or(true)
@@ -212,12 +212,13 @@ impl Inner {
         // again since): not a conflict.
         let echo = self.made_here(incoming.cas);
         let mut shard = self.pending.lock(key);
-        let verdict = self.with_record(&mut shard, key, |found| match found {
-            Some((held, _)) if held.cas == incoming.cas => Verdict::Held,
-            Some((held, _)) if held.cas > incoming.cas && echo => Verdict::Held,
-            Some((held, _)) if held.cas > incoming.cas => Verdict::Older,
-            _ => Verdict::Taken,
-        })?;
+        let verdict =
+            self.with_record(&mut shard, key, &AckFence::default(), |found| match found {
+                Some((held, _)) if held.cas == incoming.cas => Verdict::Held,
+                Some((held, _)) if held.cas > incoming.cas && echo => Verdict::Held,
+                Some((held, _)) if held.cas > incoming.cas => Verdict::Older,
+                _ => Verdict::Taken,
+            })?;
         if verdict == Verdict::Taken {
             shard.put(key, Change::Put(Keyed::new(key, record)));
         }

@@ -82,6 +82,8 @@ pub enum Change {
 struct Entry {
     hash: u64,
     space: Space,
+    /// The write's sequence number.
+    seq: u64,
     held: Held,
     /// Where the journal holds it, once it is journalled.
     logged: Option<Location>,
@@ -102,7 +104,7 @@ pub enum Pending<'a> {
 }
 
 impl Entry {
-    fn new(hash: u64, space: Space, key: &[u8], change: Change) -> Entry {
+    fn new(hash: u64, space: Space, seq: u64, key: &[u8], change: Change) -> Entry {
         let held = match change {
             Change::Put(keyed) => {
                 debug_assert_eq!(keyed.key(), key);
@@ -113,6 +115,7 @@ impl Entry {
         Entry {
             hash,
             space,
+            seq,
             held,
             logged: None,
         }
@@ -390,6 +393,23 @@ impl Shard<'_> {
         self.state.newest(self.hash, self.space, key)
     }
 
+    /// The sequence number of the key's newest write if it is not
+    /// journalled yet (so not acknowledged: it may still fail). A reply
+    /// that shows it waits for it, as the writer's own reply does.
+    pub fn unjournalled(&self, key: &[u8]) -> Option<u64> {
+        let (state, hash, space) = (&self.state, self.hash, self.space);
+        state
+            .fresh
+            .find(hash, |entry| entry.is(space, key))
+            .or_else(|| {
+                state
+                    .appending
+                    .as_ref()?
+                    .find(hash, |entry| entry.is(space, key))
+            })
+            .map(|entry| entry.seq)
+    }
+
     /// The committed record of `key`, if it is cached.
     pub fn cached(&self, key: &[u8]) -> Option<&[u8]> {
         self.state.cache.get(self.hash, self.space, key)
@@ -415,7 +435,7 @@ impl Shard<'_> {
         debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
         let (hash, space) = (self.hash, self.space);
-        let entry = Entry::new(hash, space, key, change);
+        let entry = Entry::new(hash, space, seq, key, change);
         let added = entry.charge();
         let state = &mut *self.state;
         state.cache.remove(hash, space, key);
@@ -683,6 +703,7 @@ impl PendingWrites {
                     let Entry {
                         hash,
                         space: Space::Item,
+                        seq,
                         held: Held::Put(mut keyed),
                         logged,
                     } = entry
@@ -705,6 +726,7 @@ impl PendingWrites {
                         freed.push(Entry {
                             hash,
                             space: Space::Item,
+                            seq,
                             held: Held::Put(keyed),
                             logged,
                         });

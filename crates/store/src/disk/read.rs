@@ -27,15 +27,23 @@ impl Inner {
     /// The caller holds the key's shard lock, so no write of the key comes
     /// between the look in the pending table and the read of LMDB: a write
     /// the writer has just retired is seen committed, and what is cached is
-    /// LMDB's newest.
+    /// LMDB's newest. A pending write not journalled yet raises `fence`:
+    /// what the caller replies from it waits until it is acknowledged.
     pub(super) fn with_record<R>(
         &self,
         shard: &mut Shard<'_>,
         key: &[u8],
+        fence: &AckFence,
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
         let hash = shard.hash();
-        match shard.get(key) {
+        let pending = shard.get(key);
+        if pending.is_some() {
+            if let Some(seq) = shard.unjournalled(key) {
+                fence.raise(seq);
+            }
+        }
+        match pending {
             Some(Pending::Put(record)) => {
                 let found = Header::decode(record);
                 let Some((header, pointer)) = found.and_then(in_log) else {
@@ -172,7 +180,7 @@ impl Inner {
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
         let key_hash = shard.hash();
-        let lookup = self.with_record(&mut shard, key, |found| {
+        let lookup = self.with_record(&mut shard, key, fence, |found| {
             let Some((header, value)) = found else {
                 return Lookup::Miss;
             };

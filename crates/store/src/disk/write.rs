@@ -50,7 +50,7 @@ impl Inner {
     ) -> Result<R, WriteFailed> {
         self.apply_due_flush(fence);
         let mut shard = self.pending.lock(key);
-        let (change, result) = self.with_record(&mut shard, key, |found| {
+        let (change, result) = self.with_record(&mut shard, key, fence, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
             if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
                 self.counters
