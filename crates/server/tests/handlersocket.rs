@@ -298,7 +298,7 @@ fn every_error_reply_and_escaping_both_ways() {
         .store()
         .tables()
         .unwrap()
-        .get_row(b"users", b"k")
+        .get_row(b"users", b"k", &kura_store::AckFence::default())
         .unwrap()
         .unwrap();
     assert_eq!(stored.get(b"v"), Some(&value[..]));

@@ -145,9 +145,16 @@ pub trait Tables: Send + Sync {
     /// `Done`, or `Missing` when there was no such row.
     fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome;
 
-    /// The row, with every write made before it; `Err` when it cannot be read.
+    /// The row, with every write made before it; `Err` when it cannot be
+    /// read. A reply showing a row write not journalled yet waits for it:
+    /// `fence` is raised to it.
     #[allow(clippy::result_unit_err)]
-    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, ()>;
+    fn get_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+        fence: &AckFence,
+    ) -> Result<Option<Record>, ()>;
 
     /// Hands `visit` every row of the table in primary-key order until it
     /// answers false, after every write made before is applied.

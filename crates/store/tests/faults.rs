@@ -453,6 +453,41 @@ fn a_read_of_a_write_whose_append_fails_is_refused_with_it() {
     assert_eq!(read(b"k", &AckFence::default()), Some(b"old".to_vec()));
 }
 
+/// The same for a table row read by its primary key.
+#[test]
+fn a_read_of_a_row_whose_append_fails_is_refused_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let tables = store.tables().unwrap();
+    let put = |value: &[u8], fence: &AckFence| {
+        let mut row = Record::new(&b"r"[..]);
+        row.put(b"v", value);
+        assert_eq!(
+            tables.put_row(b"t", &row, RowMode::Put, fence),
+            RowOutcome::Done
+        );
+    };
+    let read = |fence: &AckFence| {
+        let row = tables.get_row(b"t", b"r", fence).unwrap()?;
+        row.get(b"v").map(<[u8]>::to_vec)
+    };
+    let written = AckFence::default();
+    put(b"old", &written);
+    assert_eq!(acknowledged(&store, &written), AckState::Ready);
+    let fence = AckFence::default();
+    assert_eq!(read(&fence), Some(b"old".to_vec()));
+    assert_eq!(fence.take(), None);
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    put(b"new", &written);
+    let fence = AckFence::default();
+    if read(&fence) == Some(b"new".to_vec()) {
+        assert_eq!(acknowledged(&store, &fence), AckState::Failed);
+    }
+    assert_eq!(acknowledged(&store, &written), AckState::Failed);
+    assert_eq!(read(&AckFence::default()), Some(b"old".to_vec()));
+}
+
 /// Whatever its errno, ENOSPC included: after a failed fsync the kernel may
 /// have dropped the group's pages, so nothing may be appended after them.
 #[test]

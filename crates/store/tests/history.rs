@@ -266,7 +266,11 @@ fn put_row(engine: &DiskStore, key: &[u8], value: &[u8]) {
 }
 
 fn row_value(engine: &DiskStore, key: &[u8]) -> Option<Vec<u8>> {
-    let row = engine.tables().unwrap().get_row(b"t", key).unwrap()?;
+    let row = engine
+        .tables()
+        .unwrap()
+        .get_row(b"t", key, &kura_store::AckFence::default())
+        .unwrap()?;
     row.get(b"v").map(<[u8]>::to_vec)
 }
 

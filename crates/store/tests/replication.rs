@@ -232,8 +232,8 @@ fn flushes_rows_and_index_definitions_reach_the_replica() {
     let on_replica: &dyn Tables = &replica;
     assert_eq!(on_replica.indexes(b"users"), tables.indexes(b"users"));
     assert_eq!(
-        on_replica.get_row(b"users", b"u2"),
-        tables.get_row(b"users", b"u2")
+        on_replica.get_row(b"users", b"u2", &AckFence::default()),
+        tables.get_row(b"users", b"u2", &AckFence::default())
     );
     assert_eq!(
         on_replica.check_indexes(b"users"),

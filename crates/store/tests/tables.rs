@@ -24,7 +24,9 @@ fn put(tables: &dyn Tables, table: &str, record: &Record, mode: RowMode) -> RowO
 }
 
 fn get(tables: &dyn Tables, table: &str, key: &str) -> Option<Record> {
-    tables.get_row(table.as_bytes(), key.as_bytes()).unwrap()
+    tables
+        .get_row(table.as_bytes(), key.as_bytes(), &AckFence::default())
+        .unwrap()
 }
 
 /// Builds an index of `kind` on `column` of table `t`.

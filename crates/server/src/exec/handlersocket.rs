@@ -368,7 +368,10 @@ impl Table<'_> {
         if let (true, None, Some(primary_key)) = (exact, index, value) {
             // One row at most: a point read, which sees pending writes
             // without waiting for them to reach LMDB.
-            return match self.tables.get_row(&self.open.table, primary_key) {
+            return match self
+                .tables
+                .get_row(&self.open.table, primary_key, &self.ctx.fence)
+            {
                 Ok(row) => {
                     if let Some(row) = row {
                         visit(row);

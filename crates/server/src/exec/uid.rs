@@ -22,7 +22,7 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u
         None => largest_numeric_key(tables, table),
     };
     let mut next = last.checked_add(1)?;
-    if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes()) {
+    if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes(), &ctx.fence) {
         next = largest_numeric_key(tables, table)
             .max(next)
             .checked_add(1)?;

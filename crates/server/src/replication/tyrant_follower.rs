@@ -36,7 +36,16 @@ fn position(shared: &Shared) -> u64 {
     shared
         .store
         .tables()
-        .and_then(|tables| tables.get_row(POSITION_TABLE, POSITION_KEY).ok().flatten())
+        .and_then(|tables| {
+            tables
+                .get_row(
+                    POSITION_TABLE,
+                    POSITION_KEY,
+                    &kura_store::AckFence::default(),
+                )
+                .ok()
+                .flatten()
+        })
         .and_then(|row| {
             let (_, value) = row.columns.first()?;
             std::str::from_utf8(value).ok()?.parse().ok()

@@ -44,7 +44,9 @@ impl Inner {
     /// This server's position in `peer`'s log: the newest entry of it
     /// applied here.
     pub(super) fn peer_position(&self, peer: &str) -> Option<LogPosition> {
-        let row = self.get_row(POSITIONS, peer.as_bytes()).ok()??;
+        let row = self
+            .get_row(POSITIONS, peer.as_bytes(), &crate::AckFence::default())
+            .ok()??;
         let number = |name: &[u8]| -> Option<u64> {
             let (_, value) = row.columns.iter().find(|(column, _)| column == name)?;
             std::str::from_utf8(value).ok()?.parse().ok()

@@ -104,13 +104,18 @@ impl Inner {
     /// The row's stored columns: its pending write, else the read cache's
     /// copy, else LMDB's; `cache`: a row read from LMDB may enter the read
     /// cache (a read's, not a write's, which would drop it at once). The
-    /// caller holds the key's shard lock.
+    /// caller holds the key's shard lock. A pending write not journalled
+    /// yet raises `fence`, as in [`with_record`](Inner::with_record).
     fn stored_row(
         &self,
         shard: &mut super::pending::Shard<'_>,
         key: &[u8],
         cache: bool,
+        fence: &AckFence,
     ) -> Result<Option<Vec<u8>>, WriteFailed> {
+        if let Some(seq) = shard.unjournalled(key) {
+            fence.raise(seq);
+        }
         match shard.get(key) {
             Some(Pending::Put(stored)) => return Ok(Some(stored.to_vec())),
             Some(Pending::Remove) => return Ok(None),
@@ -145,7 +150,7 @@ impl Inner {
         // A row whose stored columns are damaged is edited as if absent, so
         // that a write repairs it (reads of it fail until then).
         let current = self
-            .stored_row(&mut shard, &key, false)?
+            .stored_row(&mut shard, &key, false, fence)?
             .and_then(|stored| Record::decode_columns(primary_key, &stored));
         let change = match edit(current) {
             RowEdit::Leave => return Ok(RowOutcome::Kept),
@@ -174,7 +179,7 @@ impl Inner {
             return Ok(RowOutcome::Invalid);
         };
         let mut shard = self.pending.lock_in(Space::Row, &key);
-        if self.stored_row(&mut shard, &key, false)?.is_none() {
+        if self.stored_row(&mut shard, &key, false, fence)?.is_none() {
             return Ok(RowOutcome::Missing);
         }
         fence.raise(shard.put(&key, Change::Remove));
@@ -187,12 +192,13 @@ impl Inner {
         &self,
         table: &[u8],
         primary_key: &[u8],
+        fence: &AckFence,
     ) -> Result<Option<Record>, WriteFailed> {
         let Some(key) = row_key(table, primary_key) else {
             return Ok(None);
         };
         let mut shard = self.pending.lock_in(Space::Row, &key);
-        let stored = self.stored_row(&mut shard, &key, true)?;
+        let stored = self.stored_row(&mut shard, &key, true, fence)?;
         drop(shard);
         match stored {
             Some(stored) => Record::decode_columns(primary_key, &stored)
@@ -294,8 +300,15 @@ impl Tables for DiskStore {
             .unwrap_or(RowOutcome::Failed)
     }
 
-    fn get_row(&self, table: &[u8], primary_key: &[u8]) -> Result<Option<Record>, ()> {
-        self.inner.get_row(table, primary_key).map_err(|_| ())
+    fn get_row(
+        &self,
+        table: &[u8],
+        primary_key: &[u8],
+        fence: &AckFence,
+    ) -> Result<Option<Record>, ()> {
+        self.inner
+            .get_row(table, primary_key, fence)
+            .map_err(|_| ())
     }
 
     fn visit_rows(

@@ -76,7 +76,7 @@ fn table(name: &[u8], request: &Request, ctx: &Context<'_>) -> (u16, Vec<u8>) {
     };
     let key = &request.key[..];
     match request.method {
-        Method::Get | Method::Head => match tables.get_row(name, key) {
+        Method::Get | Method::Head => match tables.get_row(name, key, &ctx.fence) {
             Ok(Some(row)) => (200, row.zero_separated()),
             Ok(None) => (404, Vec::new()),
             Err(()) => (500, Vec::new()),

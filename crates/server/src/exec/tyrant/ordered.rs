@@ -48,7 +48,10 @@ impl KeyValues for OrderedKeys<'_> {
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let row = self.tables.get_row(self.name, key).ok()??;
+        let row = self
+            .tables
+            .get_row(self.name, key, &self.ctx.fence)
+            .ok()??;
         Some(value_of(&row))
     }
 

@@ -144,7 +144,10 @@ impl Db<'_> {
     }
 
     fn get(&self, key: &[u8]) -> Option<Record> {
-        self.tables.get_row(self.table, key).ok().flatten()
+        self.tables
+            .get_row(self.table, key, &self.ctx.fence)
+            .ok()
+            .flatten()
     }
 
     /// The rows any of `queries` matches, in primary-key order: a scan
