@@ -296,7 +296,8 @@ impl Worker {
             }
             self.serve_watchers();
             if std::mem::take(&mut self.scratch.wrote) {
-                // One append for every write of this round.
+                // One append for every write of this round (and for the
+                // writes its reads showed).
                 self.shared.store.request_append();
             }
             self.arm_held();

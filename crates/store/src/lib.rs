@@ -29,7 +29,8 @@ pub trait Store: Send + Sync {
     /// stub created by `vivify` on a miss). Returns whether `visit` was called.
     ///
     /// Every call that may write (a read may: touch, vivify, recache) raises
-    /// `fence` to the write's ticket when its reply must wait for its append.
+    /// `fence` to the write's ticket when its reply must wait for its append;
+    /// so does a read that shows a write whose append is not done yet.
     fn get(
         &self,
         key: &[u8],
@@ -50,8 +51,9 @@ pub trait Store: Send + Sync {
     /// Invalidates every item now (`delay` ≤ 0) or at a later time.
     fn flush_all(&self, delay: i64, fence: &AckFence);
 
-    /// Item metadata for `me`, without touching the item.
-    fn debug(&self, key: &[u8]) -> Option<DebugView>;
+    /// Item metadata for `me`, without touching the item; `fence` as for
+    /// [`get`](Store::get).
+    fn debug(&self, key: &[u8], fence: &AckFence) -> Option<DebugView>;
 
     /// Background upkeep: reclaims expired and flushed items. Returns how many
     /// items it removed.

@@ -1078,7 +1078,7 @@ impl Store for MemoryStore {
         }
     }
 
-    fn debug(&self, key: &[u8]) -> Option<DebugView> {
+    fn debug(&self, key: &[u8], _fence: &AckFence) -> Option<DebugView> {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();

@@ -704,7 +704,9 @@ fn a_read_tells_the_seconds_since_the_items_last_access() {
     assert_eq!(idle(&store), 2, "since the read before");
     assert_eq!(idle(&store), 0);
     assert_eq!(
-        kura_store::Store::debug(&store, b"k").unwrap().idle_seconds,
+        kura_store::Store::debug(&store, b"k", &AckFence::default())
+            .unwrap()
+            .idle_seconds,
         0,
         "me shows it too"
     );

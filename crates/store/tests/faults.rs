@@ -427,7 +427,9 @@ fn a_read_of_a_write_whose_append_fails_is_refused_with_it() {
     assert_eq!(set(&store, b"k", b"old"), Some(true));
     let fence = AckFence::default();
     assert_eq!(read(b"k", &fence), Some(b"old".to_vec()));
-    assert_eq!(fence.take(), None);
+    // Acknowledged already: nothing to wait for (the fence may name it while
+    // the writer moves it out of `appending`, already decided).
+    assert_eq!(acknowledged(&store, &fence), AckState::Ready);
     io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
     let written = AckFence::default();
     let command = StoreCommand {
@@ -444,9 +446,12 @@ fn a_read_of_a_write_whose_append_fails_is_refused_with_it() {
         StoreOutcome::Stored { .. }
     ));
     // Pending until the writer thread is asked to append (or its idle
-    // tick): this read sees it, unless that tick came in between.
-    let fence = AckFence::default();
+    // tick): these reads see it, unless that tick came in between. `me`'s
+    // metadata shows it too.
+    let (shown, fence) = (AckFence::default(), AckFence::default());
+    assert!(store.debug(b"k", &shown).is_some());
     if read(b"k", &fence) == Some(b"new".to_vec()) {
+        assert_eq!(acknowledged(&store, &shown), AckState::Failed);
         assert_eq!(acknowledged(&store, &fence), AckState::Failed);
     }
     assert_eq!(acknowledged(&store, &written), AckState::Failed);
@@ -477,7 +482,9 @@ fn a_read_of_a_row_whose_append_fails_is_refused_with_it() {
     assert_eq!(acknowledged(&store, &written), AckState::Ready);
     let fence = AckFence::default();
     assert_eq!(read(&fence), Some(b"old".to_vec()));
-    assert_eq!(fence.take(), None);
+    // Acknowledged already: nothing to wait for (the fence may name it while
+    // the writer moves it out of `appending`, already decided).
+    assert_eq!(acknowledged(&store, &fence), AckState::Ready);
     io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
     put(b"new", &written);
     let fence = AckFence::default();
@@ -551,7 +558,13 @@ fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
                     }
                 });
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Some writes acknowledged first, however slow the disk.
+            let started = Instant::now();
+            while acknowledged.lock().unwrap().len() < 20
+                && started.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             io.set(failure);
         });
         io.crash();

@@ -292,7 +292,7 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
 }
 
 fn debug(key: &MetaKey<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
-    let Some(item) = ctx.shared.store.debug(&key.bytes) else {
+    let Some(item) = ctx.shared.store.debug(&key.bytes, &ctx.fence) else {
         out.extend_from_slice(b"EN\r\n");
         return;
     };

@@ -6,8 +6,8 @@ use kura_proto::text::{
 };
 use kura_proto::ErrorReply;
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
-    StoreOutcome,
+    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand,
+    StoreMode, StoreOutcome,
 };
 
 use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
@@ -352,7 +352,10 @@ fn log_fetch(key: &[u8], ctx: &Context<'_>) {
         size = Some(item.value.len())
     });
     let class = match size {
-        Some(_) => store.debug(key).map_or(0, |item| item.class),
+        // For a watcher's log line, not a reply: nothing waits.
+        Some(_) => store
+            .debug(key, &AckFence::default())
+            .map_or(0, |item| item.class),
         None => 0,
     };
     ctx.shared
@@ -387,7 +390,7 @@ fn log_store(request: &StoreRequest<'_>, outcome: StoreOutcome, ctx: &Context<'_
     let class = ctx
         .shared
         .store
-        .debug(request.key)
+        .debug(request.key, &AckFence::default())
         .map_or(0, |item| item.class);
     ctx.shared.watchers.item_store(
         request.key,

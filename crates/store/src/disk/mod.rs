@@ -19,9 +19,9 @@
 //! Reads of committed data are LMDB read transactions on the memory map and
 //! write nothing; a first read only notes the fetched bit.
 //!
-//! Reads see a pending write before it is journalled (read-uncommitted, as
-//! Redis reads see writes before the append-only file is synced); a group
-//! whose append fails closes the connections that wrote in it,
+//! Reads find a pending write at once, but a reply that shows one not
+//! journalled yet waits for it like the writer's own; a group whose append
+//! fails closes the connections that wrote in it, or showed its writes,
 //! unacknowledged.
 
 mod access_times;
@@ -473,12 +473,12 @@ impl Store for DiskStore {
         }
     }
 
-    fn debug(&self, key: &[u8]) -> Option<DebugView> {
+    fn debug(&self, key: &[u8], fence: &AckFence) -> Option<DebugView> {
         let inner = &self.inner;
         let mut shard = inner.pending.lock(key);
         let key_hash = shard.hash();
         inner
-            .with_record(&mut shard, key, &AckFence::default(), |found| {
+            .with_record(&mut shard, key, fence, |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),

@@ -216,9 +216,9 @@ pub struct Batch {
     /// The sequence number up to which every write is in this batch (or,
     /// for an apply, in this one or an earlier one).
     pub through: u64,
-    /// No write in the batch is numbered above this. A drain's batch may
-    /// hold writes numbered after `through` (made while it walked the
-    /// shards): if its append fails, every write up to here is failed.
+    /// A drain's batch may hold writes numbered after `through` (made while
+    /// it walked the shards), none after this: if its append fails, every
+    /// write up to here is failed. (An apply's: `through`, unused.)
     pub newest: u64,
     maps: Vec<(usize, Arc<Entries>)>,
     bytes: usize,

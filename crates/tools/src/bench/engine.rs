@@ -386,7 +386,11 @@ impl<'w> Generator<'w> {
                 break;
             }
             let timeout = self.next_wakeup(now);
-            self.poll.poll(&mut events, Some(timeout))?;
+            match self.poll.poll(&mut events, Some(timeout)) {
+                // A signal (Ctrl-C) woke it: the loop looks at the flag.
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                result => result?,
+            }
             for event in events.iter() {
                 let key = event.token().0;
                 if event.is_writable() {

@@ -177,6 +177,10 @@ impl Scenario {
             if args.load {
                 load_phase(&workload)?;
             }
+            // Interrupted while loading: this phase measures nothing.
+            if super::ctrl_c::pressed() {
+                break;
+            }
             let name = args.name.clone().unwrap_or_default();
             let (run, _) = measure(&name, &workload, quiet)?;
             runs.push(run);
