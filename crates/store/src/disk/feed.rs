@@ -455,7 +455,8 @@ impl Inner {
     /// A journalled put's record with its value in place: a pointer record
     /// (a touch of a value the log keeps) is read where it leads, else the
     /// key's current item stands in (a later entry of the key follows it
-    /// in the log anyway). `None`: the key has no item now.
+    /// in the log anyway) once it is journalled. `None`: the key has no
+    /// item now.
     pub(super) fn resolved_put<'s>(&self, key: &[u8], stored: &'s [u8]) -> Option<Cow<'s, [u8]>> {
         let Some((inline, pointer)) = Header::decode(stored).and_then(super::in_log) else {
             return Some(Cow::Borrowed(stored));
@@ -466,14 +467,31 @@ impl Inner {
                 Keyed::encode(key, &inline, &[value]).record().to_vec(),
             ));
         }
-        let mut shard = self.pending.lock(key);
-        self.with_record(&mut shard, key, &crate::AckFence::default(), |found| {
-            found.map(|(header, value)| {
-                Cow::Owned(Keyed::encode(key, &header, &[value]).record().to_vec())
-            })
-        })
-        .ok()
-        .flatten()
+        loop {
+            let fence = crate::AckFence::default();
+            let mut shard = self.pending.lock(key);
+            let current = self
+                .with_record(&mut shard, key, &fence, |found| {
+                    found.map(|(header, value)| {
+                        Cow::Owned(Keyed::encode(key, &header, &[value]).record().to_vec())
+                    })
+                })
+                .ok()
+                .flatten();
+            drop(shard);
+            // A write not journalled yet may still fail: then it never
+            // was, and what stands in is what the key held before it.
+            let Some(ticket) = fence.take() else {
+                return current;
+            };
+            self.signals.wake_writer();
+            match self.acks.wait(ticket, Duration::from_millis(100)) {
+                crate::AckState::Ready => return current,
+                // The writer is gone: nothing more will be decided.
+                crate::AckState::Waiting if self.signals.stopping() => return current,
+                _ => {}
+            }
+        }
     }
 }
 
