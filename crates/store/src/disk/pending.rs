@@ -169,8 +169,11 @@ fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool)
 type Entries = HashTable<Entry>;
 
 fn find<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<Pending<'m>> {
+    find_entry(map, hash, space, key).map(Entry::pending)
+}
+
+fn find_entry<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<&'m Entry> {
     map.find(hash, |entry| entry.is(space, key))
-        .map(Entry::pending)
 }
 
 /// One shard: the writes since the last drain, the ones being journalled,
@@ -195,18 +198,23 @@ struct ShardState {
 }
 
 impl ShardState {
-    /// The key's newest pending write, youngest generation first.
+    /// The key's newest pending write, youngest generation first, and
+    /// whether it is journalled (not in `fresh` or `appending`).
     #[inline]
-    fn newest(&self, hash: u64, space: Space, key: &[u8]) -> Option<Pending<'_>> {
-        find(&self.fresh, hash, space, key)
-            .or_else(|| find(self.appending.as_ref()?, hash, space, key))
-            .or_else(|| find(&self.logged, hash, space, key))
+    fn newest(&self, hash: u64, space: Space, key: &[u8]) -> Option<(&Entry, bool)> {
+        let unjournalled = find_entry(&self.fresh, hash, space, key)
+            .or_else(|| find_entry(self.appending.as_ref()?, hash, space, key));
+        if let Some(entry) = unjournalled {
+            return Some((entry, false));
+        }
+        find_entry(&self.logged, hash, space, key)
             .or_else(|| {
                 self.applying
                     .iter()
                     .rev()
-                    .find_map(|map| find(map, hash, space, key))
+                    .find_map(|map| find_entry(map, hash, space, key))
             })
+            .map(|entry| (entry, true))
     }
 }
 
@@ -390,24 +398,21 @@ impl Shard<'_> {
     /// The key's newest pending write, of any generation.
     pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
         debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
-        self.state.newest(self.hash, self.space, key)
+        let (entry, _) = self.state.newest(self.hash, self.space, key)?;
+        Some(entry.pending())
     }
 
-    /// The sequence number of the key's newest write if it is not
-    /// journalled yet (so not acknowledged: it may still fail). A reply
-    /// that shows it waits for it, as the writer's own reply does.
-    pub fn unjournalled(&self, key: &[u8]) -> Option<u64> {
-        let (state, hash, space) = (&self.state, self.hash, self.space);
-        state
-            .fresh
-            .find(hash, |entry| entry.is(space, key))
-            .or_else(|| {
-                state
-                    .appending
-                    .as_ref()?
-                    .find(hash, |entry| entry.is(space, key))
-            })
-            .map(|entry| entry.seq)
+    /// [`get`](Self::get) for a read whose reply shows the write: one not
+    /// journalled yet (so not acknowledged: it may still fail) raises
+    /// `fence` to its number, and the reply waits for it as the writer's
+    /// own does.
+    pub fn get_for_reply(&self, key: &[u8], fence: &crate::AckFence) -> Option<Pending<'_>> {
+        debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
+        let (entry, journalled) = self.state.newest(self.hash, self.space, key)?;
+        if !journalled {
+            fence.raise(entry.seq);
+        }
+        Some(entry.pending())
     }
 
     /// The committed record of `key`, if it is cached.

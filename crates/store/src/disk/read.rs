@@ -37,13 +37,7 @@ impl Inner {
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
         let hash = shard.hash();
-        let pending = shard.get(key);
-        if pending.is_some() {
-            if let Some(seq) = shard.unjournalled(key) {
-                fence.raise(seq);
-            }
-        }
-        match pending {
+        match shard.get_for_reply(key, fence) {
             Some(Pending::Put(record)) => {
                 let found = Header::decode(record);
                 let Some((header, pointer)) = found.and_then(in_log) else {

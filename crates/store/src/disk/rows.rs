@@ -113,10 +113,7 @@ impl Inner {
         cache: bool,
         fence: &AckFence,
     ) -> Result<Option<Vec<u8>>, WriteFailed> {
-        if let Some(seq) = shard.unjournalled(key) {
-            fence.raise(seq);
-        }
-        match shard.get(key) {
+        match shard.get_for_reply(key, fence) {
             Some(Pending::Put(stored)) => return Ok(Some(stored.to_vec())),
             Some(Pending::Remove) => return Ok(None),
             None => {}
