@@ -733,6 +733,15 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         None => None,
     };
     let serving = serving_line(&resolved, restored);
+    // Caught from before the port opens: a client (or test) that signals
+    // as soon as it can connect must get a clean stop, not the default
+    // action's death.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
+    ])
+    .context("installing signal handlers")?;
     let handle = kura_server::start(resolved.server, store, resolved.memory.evictions)
         .context("starting the server")?;
     if let Some(user) = &args.user {
@@ -744,12 +753,6 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let shared = handle.shared().clone();
     let stopped = shared.clone();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGUSR1,
-    ])
-    .context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("kura-signals".into())
         .spawn(move || {
