@@ -121,8 +121,10 @@ impl Entry {
         }
     }
 
-    fn is(&self, space: Space, key: &[u8]) -> bool {
-        self.space == space && self.key() == key
+    /// The full hash first: the table matches 7 bits of it, and the key
+    /// compare reads another allocation.
+    fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
+        self.hash == hash && self.space == space && self.key() == key
     }
 
     fn key(&self) -> &[u8] {
@@ -173,7 +175,7 @@ fn find<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<Pen
 }
 
 fn find_entry<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<&'m Entry> {
-    map.find(hash, |entry| entry.is(space, key))
+    map.find(hash, |entry| entry.is(hash, space, key))
 }
 
 /// One shard: the writes since the last drain, the ones being journalled,
@@ -444,7 +446,7 @@ impl Shard<'_> {
         let added = entry.charge();
         let state = &mut *self.state;
         state.cache.remove(hash, space, key);
-        let removed = match state.fresh.find_mut(hash, |old| old.is(space, key)) {
+        let removed = match state.fresh.find_mut(hash, |old| old.is(hash, space, key)) {
             Some(old) => std::mem::replace(old, entry).charge(),
             None => {
                 state.fresh.insert_unique(hash, entry, |entry| entry.hash);
@@ -632,7 +634,7 @@ impl PendingWrites {
                 let space = entry.space;
                 let removed = match state
                     .logged
-                    .find_mut(hash, |old| old.is(space, entry.key()))
+                    .find_mut(hash, |old| old.is(hash, space, entry.key()))
                 {
                     Some(old) => std::mem::replace(old, entry).charge(),
                     None => {
