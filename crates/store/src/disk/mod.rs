@@ -51,6 +51,7 @@ mod peer;
 mod pending;
 mod policy;
 mod read;
+mod read_cache;
 mod record;
 #[cfg(test)]
 mod replay_fuzz;

@@ -16,17 +16,12 @@
 //! the oldest. A write is never copied, and never looked up again to be
 //! retired: the swaps and the drops are one step per shard.
 //!
-//! Each shard also caches committed records that were read (`cache`), items'
-//! and rows' (an entry knows its space), so a hot read costs one hash lookup
-//! instead of a B-tree descent. A record enters the cache only under its
-//! shard's lock, read from LMDB when the key had no pending write, and every
-//! write of the key removes it under the same lock: the cache never holds
-//! anything older than LMDB's newest commit of that key. A record is cached on its key's second miss, not its
-//! first (a set of recently missed key hashes keeps the door), so a scan or
-//! random reads over data larger than the cache do not pay a copy per read.
-//! Eviction is first in, first out, by bytes.
+//! Each shard also keeps a read cache of committed records
+//! (`read_cache.rs`) under the same lock: a record enters it only while
+//! the key has no pending write, and every write of the key removes it, so
+//! the cache never holds anything older than LMDB's newest commit of that
+//! key.
 
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,15 +30,10 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::journal::Location;
+use super::read_cache::{entry_charge, ReadCache, MAX_CACHED_RECORD};
 use super::record::{self, Header, Keyed};
 
 const SHARDS: usize = 64;
-/// Bookkeeping charged per entry on top of key and record.
-const ENTRY_OVERHEAD: usize = 64;
-/// Larger records are not cached: copying them costs more than a descent.
-pub const MAX_CACHED_RECORD: usize = 16 * 1024;
-/// Keys missed once that each shard remembers (then it starts over).
-const DOORKEEPER_KEYS: usize = 4096;
 /// A shard's emptied map is kept for its next round unless it grew past
 /// this many entries (a burst should not pin its memory).
 const SPARE_MAP_ENTRIES: usize = 16 * 1024;
@@ -149,11 +139,6 @@ impl Entry {
     }
 }
 
-/// Bytes charged for an entry of the pending table or the read cache.
-fn entry_charge(key: &[u8], record_len: usize) -> usize {
-    key.len() + record_len + ENTRY_OVERHEAD
-}
-
 /// The pointer record of a journalled put whose value stays in the journal.
 fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool) -> Option<Keyed> {
     let (header, value) = Header::decode(keyed.record())?;
@@ -196,7 +181,7 @@ struct ShardState {
     applying: Vec<Arc<Entries>>,
     /// An emptied map for the next drain, so maps do not regrow each round.
     spare: Option<Entries>,
-    cache: ReadCache,
+    cache: ReadCache<Space>,
 }
 
 impl ShardState {
@@ -265,106 +250,6 @@ impl Batch {
             .binary_search_by_key(&shard, |(index, _)| *index)
             .ok()?;
         find(&self.maps[at].1, hash, Space::Item, key)
-    }
-}
-
-/// A cached committed record, with its key, the key's space and hash.
-struct CachedRecord {
-    hash: u64,
-    space: Space,
-    keyed: Keyed,
-}
-
-impl CachedRecord {
-    fn key(&self) -> &[u8] {
-        self.keyed.key()
-    }
-
-    fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
-        self.hash == hash && self.space == space && self.key() == key
-    }
-
-    fn record(&self) -> &[u8] {
-        self.keyed.record()
-    }
-}
-
-/// Committed records recently read, bounded by bytes.
-#[derive(Default)]
-struct ReadCache {
-    records: HashTable<CachedRecord>,
-    /// Key hashes in insertion order; may name records since removed
-    /// (skipped when evicting).
-    order: VecDeque<u64>,
-    bytes: usize,
-    /// Hashes of keys missed once and not cached yet.
-    missed_once: hashbrown::HashSet<u64, foldhash::fast::FixedState>,
-}
-
-impl ReadCache {
-    fn get(&self, hash: u64, space: Space, key: &[u8]) -> Option<&[u8]> {
-        self.records
-            .find(hash, |cached| cached.is(hash, space, key))
-            .map(CachedRecord::record)
-    }
-
-    fn get_mut(&mut self, hash: u64, space: Space, key: &[u8]) -> Option<&mut [u8]> {
-        self.records
-            .find_mut(hash, |cached| cached.is(hash, space, key))
-            .map(|cached| cached.keyed.record_mut())
-    }
-
-    fn remove(&mut self, hash: u64, space: Space, key: &[u8]) {
-        self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
-    }
-
-    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
-        if let Ok(found) = self
-            .records
-            .find_entry(hash, |cached| cached.hash == hash && also(cached))
-        {
-            let (cached, _) = found.remove();
-            self.bytes -= entry_charge(cached.key(), cached.record().len());
-        }
-    }
-
-    /// Whether a record just missed should be cached: yes on its key's
-    /// second miss since the doorkeeper last started over.
-    fn admit(&mut self, hash: u64) -> bool {
-        if self.missed_once.remove(&hash) {
-            return true;
-        }
-        if self.missed_once.len() >= DOORKEEPER_KEYS {
-            self.missed_once.clear();
-        }
-        self.missed_once.insert(hash);
-        false
-    }
-
-    fn insert(&mut self, hash: u64, space: Space, keyed: Keyed, budget: usize) {
-        let charge = entry_charge(keyed.key(), keyed.record().len());
-        if charge > budget / 8 {
-            return;
-        }
-        while self.bytes + charge > budget {
-            let Some(oldest) = self.order.pop_front() else {
-                break;
-            };
-            // 64-bit hashes: another record with the same one is not worth a key copy.
-            self.remove_where(oldest, |_| true);
-        }
-        self.remove(hash, space, keyed.key());
-        let cached = CachedRecord { hash, space, keyed };
-        self.records
-            .insert_unique(hash, cached, |cached| cached.hash);
-        self.bytes += charge;
-        self.order.push_back(hash);
-        // Writes remove records but leave their hashes in `order`.
-        if self.order.len() > 2 * self.records.len() + 64 {
-            let records = &self.records;
-            self.order
-                .retain(|&hash| records.find(hash, |cached| cached.hash == hash).is_some());
-        }
     }
 }
 
@@ -532,10 +417,7 @@ impl PendingWrites {
     pub fn cache_usage(&self) -> (usize, usize) {
         self.shards.iter().fold((0, 0), |(bytes, records), shard| {
             let state = shard.lock();
-            (
-                bytes + state.cache.bytes,
-                records + state.cache.records.len(),
-            )
+            (bytes + state.cache.bytes(), records + state.cache.len())
         })
     }
 
@@ -760,6 +642,7 @@ impl PendingWrites {
 
 #[cfg(test)]
 mod tests {
+    use super::super::read_cache::ENTRY_OVERHEAD;
     use super::*;
 
     fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
@@ -936,7 +819,7 @@ mod tests {
     }
 
     #[test]
-    fn a_write_removes_the_cached_record_and_the_cache_keeps_to_its_budget() {
+    fn a_write_removes_the_cached_record_and_a_flush_empties_the_caches() {
         let pending = PendingWrites::new(SHARDS * 4096);
         assert!(!pending.lock(b"k").admit(), "not on the first miss");
         assert!(pending.lock(b"k").admit(), "on the second");
@@ -947,34 +830,8 @@ mod tests {
         pending.lock(b"k").put(b"k", Change::Remove);
         assert_eq!(pending.lock(b"k").cached(b"k"), None);
         assert_eq!(pending.cache_usage(), (0, 0));
-
-        // One shard, many records: the oldest leave first, within budget.
-        let shard_of_k = {
-            let mut keys = Vec::new();
-            let mut i = 0u32;
-            while keys.len() < 200 {
-                let key = format!("key{i}").into_bytes();
-                if shard_of(pending.hasher.hash_one(&key))
-                    == shard_of(pending.hasher.hash_one(b"k"))
-                {
-                    keys.push(key);
-                }
-                i += 1;
-            }
-            keys
-        };
-        for key in &shard_of_k {
-            pending.lock(key).cache(key, &record);
-        }
-        let (bytes, records) = pending.cache_usage();
-        assert!(bytes <= 4096, "{bytes}");
-        assert!(records > 10, "{records}");
-        assert_eq!(pending.lock(&shard_of_k[0]).cached(&shard_of_k[0]), None);
-        let last = shard_of_k.last().unwrap();
-        assert!(pending.lock(last).cached(last).is_some());
-        // A record too large for the budget is not cached.
-        pending.lock(b"big").cache(b"big", &[0; 4096]);
-        assert_eq!(pending.lock(b"big").cached(b"big"), None);
+        pending.lock(b"j").cache(b"j", &record);
+        assert_eq!(pending.cache_usage().1, 1);
         pending.clear_cache();
         assert_eq!(pending.cache_usage(), (0, 0));
     }

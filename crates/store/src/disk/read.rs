@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use crate::semantics::{self};
 use crate::{AckFence, GetOptions, ItemView};
 
-use super::pending::{Change, Pending, Shard, MAX_CACHED_RECORD};
+use super::pending::{Change, Pending, Shard};
+use super::read_cache::MAX_CACHED_RECORD;
 use super::record::{self, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 

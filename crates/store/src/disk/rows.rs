@@ -13,7 +13,8 @@
 use kura_table::{Record, StoredRecord};
 
 use super::change::Write;
-use super::pending::{Change, Pending, Space, MAX_CACHED_RECORD};
+use super::pending::{Change, Pending, Space};
+use super::read_cache::MAX_CACHED_RECORD;
 use super::record::Keyed;
 use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};

@@ -1,0 +1,206 @@
+//! Committed records recently read, so that a hot read costs one hash
+//! lookup instead of a B-tree descent. Each pending shard owns one and
+//! touches it only under the shard's lock (`pending.rs` says why what it
+//! holds is never older than LMDB).
+//!
+//! A record is cached on its key's second miss, not its first (a set of
+//! recently missed key hashes keeps the door), so a scan or random reads
+//! over data larger than the cache do not pay a copy per read. Eviction is
+//! first in, first out, by bytes.
+
+use std::collections::VecDeque;
+
+use hashbrown::HashTable;
+
+use super::record::Keyed;
+
+/// Bookkeeping charged per entry on top of key and record.
+pub(super) const ENTRY_OVERHEAD: usize = 64;
+/// Larger records are not cached: copying them costs more than a descent.
+pub const MAX_CACHED_RECORD: usize = 16 * 1024;
+/// Keys missed once that each cache remembers (then it starts over).
+const DOORKEEPER_KEYS: usize = 4096;
+
+/// Bytes charged for an entry of the pending table or the read cache.
+pub(super) fn entry_charge(key: &[u8], record_len: usize) -> usize {
+    key.len() + record_len + ENTRY_OVERHEAD
+}
+
+/// A cached committed record, with its key, the key's space and hash.
+struct CachedRecord<S> {
+    hash: u64,
+    space: S,
+    keyed: Keyed,
+}
+
+impl<S: Copy + Eq> CachedRecord<S> {
+    fn key(&self) -> &[u8] {
+        self.keyed.key()
+    }
+
+    fn is(&self, hash: u64, space: S, key: &[u8]) -> bool {
+        self.hash == hash && self.space == space && self.key() == key
+    }
+
+    fn record(&self) -> &[u8] {
+        self.keyed.record()
+    }
+}
+
+/// Committed records recently read, bounded by bytes; `S` tells the
+/// keyspaces apart (the same bytes in two spaces are two keys).
+pub(super) struct ReadCache<S> {
+    records: HashTable<CachedRecord<S>>,
+    /// Key hashes in insertion order; may name records since removed
+    /// (skipped when evicting).
+    order: VecDeque<u64>,
+    bytes: usize,
+    /// Hashes of keys missed once and not cached yet.
+    missed_once: hashbrown::HashSet<u64, foldhash::fast::FixedState>,
+}
+
+impl<S: Copy + Eq> ReadCache<S> {
+    /// Bytes charged for the records held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The cached record of `key` (of `hash`, in `space`).
+    pub(super) fn get(&self, hash: u64, space: S, key: &[u8]) -> Option<&[u8]> {
+        self.records
+            .find(hash, |cached| cached.is(hash, space, key))
+            .map(CachedRecord::record)
+    }
+
+    pub(super) fn get_mut(&mut self, hash: u64, space: S, key: &[u8]) -> Option<&mut [u8]> {
+        self.records
+            .find_mut(hash, |cached| cached.is(hash, space, key))
+            .map(|cached| cached.keyed.record_mut())
+    }
+
+    pub(super) fn remove(&mut self, hash: u64, space: S, key: &[u8]) {
+        self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
+    }
+
+    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord<S>) -> bool) {
+        if let Ok(found) = self
+            .records
+            .find_entry(hash, |cached| cached.hash == hash && also(cached))
+        {
+            let (cached, _) = found.remove();
+            self.bytes -= entry_charge(cached.key(), cached.record().len());
+        }
+    }
+
+    /// Whether a record just missed should be cached: yes on its key's
+    /// second miss since the doorkeeper last started over.
+    pub(super) fn admit(&mut self, hash: u64) -> bool {
+        if self.missed_once.remove(&hash) {
+            return true;
+        }
+        if self.missed_once.len() >= DOORKEEPER_KEYS {
+            self.missed_once.clear();
+        }
+        self.missed_once.insert(hash);
+        false
+    }
+
+    /// Caches a record within `budget` bytes, evicting the oldest first;
+    /// one larger than an eighth of the budget is not cached.
+    pub(super) fn insert(&mut self, hash: u64, space: S, keyed: Keyed, budget: usize) {
+        let charge = entry_charge(keyed.key(), keyed.record().len());
+        if charge > budget / 8 {
+            return;
+        }
+        while self.bytes + charge > budget {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            // 64-bit hashes: another record with the same one is not worth a key copy.
+            self.remove_where(oldest, |_| true);
+        }
+        self.remove(hash, space, keyed.key());
+        let cached = CachedRecord { hash, space, keyed };
+        self.records
+            .insert_unique(hash, cached, |cached| cached.hash);
+        self.bytes += charge;
+        self.order.push_back(hash);
+        // Writes remove records but leave their hashes in `order`.
+        if self.order.len() > 2 * self.records.len() + 64 {
+            let records = &self.records;
+            self.order
+                .retain(|&hash| records.find(hash, |cached| cached.hash == hash).is_some());
+        }
+    }
+}
+
+impl<S> Default for ReadCache<S> {
+    fn default() -> Self {
+        ReadCache {
+            records: HashTable::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            missed_once: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyed(key: &[u8], len: usize) -> Keyed {
+        Keyed::new(key, &vec![7; len])
+    }
+
+    #[test]
+    fn the_oldest_records_leave_first_and_the_cache_keeps_to_its_budget() {
+        let mut cache = ReadCache::default();
+        let budget = 4096;
+        for i in 0..200u64 {
+            let key = format!("key{i}");
+            cache.insert(i, (), keyed(key.as_bytes(), 100), budget);
+        }
+        assert!(cache.bytes() <= budget, "{}", cache.bytes());
+        assert!(cache.len() > 10, "{}", cache.len());
+        assert_eq!(cache.get(0, (), b"key0"), None);
+        assert!(cache.get(199, (), b"key199").is_some());
+        // A record larger than an eighth of the budget is not cached.
+        cache.insert(1000, (), keyed(b"big", 600), budget);
+        assert_eq!(cache.get(1000, (), b"big"), None);
+        // Removed records leave their hashes behind; the order is pruned.
+        for i in 150..200u64 {
+            cache.remove(i, (), format!("key{i}").as_bytes());
+        }
+        assert_eq!(cache.len(), 0);
+        assert_eq!(cache.bytes(), 0);
+        for i in 0..1000u64 {
+            cache.insert(i, (), keyed(format!("k{i}").as_bytes(), 10), budget);
+        }
+        assert!(cache.order.len() <= 2 * cache.len() + 64);
+    }
+
+    #[test]
+    fn the_same_bytes_in_two_spaces_are_two_records() {
+        let mut cache = ReadCache::default();
+        cache.insert(5, false, keyed(b"k", 1), 4096);
+        cache.insert(5, true, keyed(b"k", 2), 4096);
+        assert_eq!(cache.get(5, false, b"k").map(<[u8]>::len), Some(1));
+        assert_eq!(cache.get(5, true, b"k").map(<[u8]>::len), Some(2));
+        cache.remove(5, true, b"k");
+        assert_eq!(cache.get(5, true, b"k"), None);
+        assert!(cache.get(5, false, b"k").is_some());
+    }
+
+    #[test]
+    fn a_key_is_admitted_on_its_second_miss() {
+        let mut cache = ReadCache::<()>::default();
+        assert!(!cache.admit(9));
+        assert!(cache.admit(9));
+        assert!(!cache.admit(9), "the door starts over for it");
+    }
+}
