@@ -54,7 +54,7 @@ fn a_replica_holds_the_masters_log_with_its_lsns_and_can_be_fed_on_after_a_resta
             "CAS included"
         );
     }
-    // A touch of a value the log keeps logs a pointer: it goes out whole.
+    // A touch of a value the log keeps journals the item whole.
     assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
     master.wait_until_all_applied();
     set(&master, b"small", b"v2", 3);
@@ -129,6 +129,50 @@ fn a_segment_gone_from_the_middle_of_the_log_sends_the_replica_to_a_snapshot() {
         matches!(master.feed(first_position), Err(FeedRefused::Gone(_))),
         "the log has a gap after the replica's position"
     );
+}
+
+/// A touch journals the item whole, value included, never a pointer to
+/// the put that holds the value: once the touch is applied, nothing needs
+/// that put's segment, and retention may let it go while a replica has yet
+/// to read the touch. The feed sends the log's records as they are.
+#[test]
+fn a_touch_carries_its_value_so_its_group_needs_no_older_segment() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replica = open(replica_dir.path());
+    let large = vec![b'L'; 8192];
+    {
+        let master = open(master_dir.path());
+        set(&master, b"large", &large, 1);
+        let mut feed = master.feed(LogPosition::default()).unwrap();
+        drain(&mut *feed, &replica);
+    }
+    {
+        // A restart starts a new segment: the replica's position and the
+        // touch are in a later one than the put.
+        let master = open(master_dir.path());
+        set(&master, b"x", b"1", 0);
+        let mut feed = master.feed(replica.position().unwrap()).unwrap();
+        drain(&mut *feed, &replica);
+        assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
+    }
+    let mut segments: Vec<_> = std::fs::read_dir(master_dir.path())
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().into_string().ok()?;
+            let written = entry.metadata().ok()?.len() > 0;
+            (name.starts_with("journal-") && written).then_some(name)
+        })
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 2, "{segments:?}");
+    std::fs::remove_file(master_dir.path().join(&segments[0])).unwrap();
+    let master = open(master_dir.path());
+    assert_eq!(get(&master, b"large").map(|found| found.0), Some(large));
+    let mut feed = master.feed(replica.position().unwrap()).unwrap();
+    assert_eq!(drain(&mut *feed, &replica), 1, "the touch's group");
+    assert_eq!(get(&replica, b"large"), get(&master, b"large"));
+    assert_eq!(replica.position(), master.position());
 }
 
 #[test]

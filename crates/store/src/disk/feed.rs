@@ -1,16 +1,14 @@
 //! Replication's master side: the update log read as it grows, from a
 //! replica's position on, one group at a time. Each group goes out as the
-//! journal's own records (head, then entries), checksummed with their
-//! segment's seed, and with every value in place: a put whose value the
-//! log keeps elsewhere (a touch of a large value) is sent with the value
-//! read from there. Moves are the compactor's, not changes, and are not
-//! sent.
+//! journal's own records (head, then entries), as the segment holds them
+//! and checksummed with its seed: every put in the log carries its value
+//! (a touch journals the item whole), so a group needs no other segment.
+//! Moves are the compactor's, not changes, and are not sent.
 //!
 //! A group is read only once the journal says it is whole (its first LSN
 //! is at most the journal's last), so a group being appended is never sent
 //! half.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -20,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::journal::{self, GroupHead, LogPosition, Record};
-use super::record::{self, Header, Keyed, IN_LOG};
 use super::Inner;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
@@ -355,30 +352,15 @@ impl Feed {
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
         let segment = self.segment;
         let seed = journal::seed_of(segment);
-        // The segment's own bytes go as they are, checksummed with its seed;
-        // only a put whose value lies elsewhere in the log is made anew.
         let mut out = Vec::with_capacity(head_len);
         out.extend_from_slice(self.raw_at(head_len));
         self.offset += head_len as u64;
         let mut entries = 0u64;
         while let Found::Record(framed) = self.look()? {
-            let record = self.record_at(framed);
-            if !record.is_entry() {
+            if !self.record_at(framed).is_entry() {
                 break;
             }
-            match record {
-                Record::Put { key, record } if points_into_log(record) => {
-                    let resolved = self.inner.resolved_put(key, record);
-                    let key = key.to_vec();
-                    match &resolved {
-                        Some(record) => {
-                            journal::encode(&mut out, Record::Put { key: &key, record }, seed)
-                        }
-                        None => journal::encode(&mut out, Record::Remove { key: &key }, seed),
-                    }
-                }
-                _ => out.extend_from_slice(self.raw_at(framed)),
-            }
+            out.extend_from_slice(self.raw_at(framed));
             entries += 1;
             self.offset += framed as u64;
         }
@@ -393,11 +375,6 @@ impl Feed {
             micros: head.micros,
         })
     }
-}
-
-/// Whether a put's stored record is a pointer into the log.
-fn points_into_log(stored: &[u8]) -> bool {
-    Header::decode(stored).is_some_and(|(header, _)| header.has(IN_LOG))
 }
 
 impl LogFeed for Feed {
@@ -448,50 +425,6 @@ impl LogFeed for Feed {
 
     fn last_position(&self) -> LogPosition {
         self.inner.journal.current_end().2
-    }
-}
-
-impl Inner {
-    /// A journalled put's record with its value in place: a pointer record
-    /// (a touch of a value the log keeps) is read where it leads, else the
-    /// key's current item stands in (a later entry of the key follows it
-    /// in the log anyway) once it is journalled. `None`: the key has no
-    /// item now.
-    pub(super) fn resolved_put<'s>(&self, key: &[u8], stored: &'s [u8]) -> Option<Cow<'s, [u8]>> {
-        let Some((inline, pointer)) = Header::decode(stored).and_then(super::in_log) else {
-            return Some(Cow::Borrowed(stored));
-        };
-        if let Ok(from_log) = self.read_logged(key, &pointer) {
-            let value = record::value_of(from_log.record());
-            return Some(Cow::Owned(
-                Keyed::encode(key, &inline, &[value]).record().to_vec(),
-            ));
-        }
-        loop {
-            let fence = crate::AckFence::default();
-            let mut shard = self.pending.lock(key);
-            let current = self
-                .with_record(&mut shard, key, &fence, |found| {
-                    found.map(|(header, value)| {
-                        Cow::Owned(Keyed::encode(key, &header, &[value]).record().to_vec())
-                    })
-                })
-                .ok()
-                .flatten();
-            drop(shard);
-            // A write not journalled yet may still fail: then it never
-            // was, and what stands in is what the key held before it.
-            let Some(ticket) = fence.take() else {
-                return current;
-            };
-            self.signals.wake_writer();
-            match self.acks.wait(ticket, Duration::from_millis(100)) {
-                crate::AckState::Ready => return current,
-                // The writer is gone: nothing more will be decided.
-                crate::AckState::Waiting if self.signals.stopping() => return current,
-                _ => {}
-            }
-        }
     }
 }
 

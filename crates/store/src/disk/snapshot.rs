@@ -8,13 +8,14 @@
 //! the round before): the feed repeats those entries, and since every entry
 //! is a key's whole state, the replica ends where the master is.
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 
 use super::compactor::lmdb;
 use super::feed::Feed;
 use super::journal::{self, LogPosition, Record};
-use super::record::Header;
+use super::record::{self, Header, Keyed};
 use super::{indexes, Inner, APPLIED_LSN};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
 
@@ -62,12 +63,11 @@ impl Inner {
             if header.cas <= flushed_through {
                 continue;
             }
-            if let Some(record) = self.resolved_put(key, stored) {
-                parts.push(Record::Put {
-                    key,
-                    record: &record,
-                })?;
-            }
+            let record = self.with_value(key, stored)?;
+            parts.push(Record::Put {
+                key,
+                record: &record,
+            })?;
         }
         for entry in self.rows.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
@@ -80,6 +80,23 @@ impl Inner {
         drop(txn);
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
+    }
+}
+
+impl Inner {
+    /// An item's record with its value in place: a pointer is read where it
+    /// leads. The snapshot's history hold keeps every segment its LMDB
+    /// transaction points into, so a failed read is an I/O error, and fails
+    /// the snapshot (the replica asks again).
+    fn with_value<'s>(&self, key: &[u8], stored: &'s [u8]) -> io::Result<Cow<'s, [u8]>> {
+        let Some((header, pointer)) = Header::decode(stored).and_then(super::in_log) else {
+            return Ok(Cow::Borrowed(stored));
+        };
+        let from_log = self.read_logged(key, &pointer)?;
+        let value = record::value_of(from_log.record());
+        Ok(Cow::Owned(
+            Keyed::encode(key, &header, &[value]).record().to_vec(),
+        ))
     }
 }
 
