@@ -65,8 +65,29 @@ driver=(python3 "$CLIENTS_DIR/php_sessions_driver.py" --port-a "$PORT_A" --port-
 
 before="$CLIENT_TMP/before.state" after="$CLIENT_TMP/after.state"
 "${driver[@]}" --sessions "$HALF" --phase write --state "$before" || die "writing sessions failed"
-# Let the replicas take the last writes, then kill master 2 mid-run.
-sleep 1
+# Let master 2's replica take the last writes (its position reaches the
+# master's last LSN), then kill master 2 mid-run.
+python3 - "${masters[1]}" "${replicas[1]}" <<'EOF' || die "master 2's replica did not catch up"
+import socket, sys, time
+def stats(port, group):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"stats {group}\r\n".encode())
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
+master, replica = int(sys.argv[1]), int(sys.argv[2])
+deadline = time.time() + 60
+while time.time() < deadline:
+    last = int(stats(master, "kura").get("log_last_lsn", "-1"))
+    if int(stats(replica, "replication").get("repl_lsn", "-2")) >= last:
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit(1)
+EOF
 log "killing master 2 (port ${masters[1]}) with SIGKILL"
 kill -KILL -- "-$PGID_kura2"
 # Some writes fail until nutcracker ejects the dead master: they are not counted.

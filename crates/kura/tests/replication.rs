@@ -697,7 +697,14 @@ fn a_tokyo_tyrant_followers_position_is_kept_with_what_it_applied() {
     let mut replica = serve(&dir.path().join("replica"), port, &flags);
     let mut killed_at = Vec::new();
     for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(150));
+        // Killed once it has taken a message since it started: mid-stream
+        // however slowly it came up.
+        let from = counter(port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while counter(port) == from && from < MESSAGES as u32 {
+            assert!(Instant::now() < deadline, "no message taken since {from}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         killed_at.push(counter(port));
         replica.kill();
         replica = serve(&dir.path().join("replica"), port, &flags);

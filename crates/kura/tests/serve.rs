@@ -759,7 +759,8 @@ fn resident_memory_stays_within_the_budget(log_values_from: &str) {
         stream.write_all(&request).unwrap();
     }
     assert_eq!(request_line(&mut stream, b"mn\r\n").unwrap(), "MN\r\n");
-    let mut peak = 0;
+    // The budget, plus what any kura process holds (binary, threads, buffers).
+    let allowed = 32 * 1024 + 24 * 1024;
     for round in 0..2 {
         for i in 0..ITEMS {
             assert_eq!(
@@ -768,15 +769,19 @@ fn resident_memory_stays_within_the_budget(log_values_from: &str) {
                 "round {round} r{i}"
             );
         }
-        std::thread::sleep(Duration::from_millis(300));
-        peak = peak.max(server.rss_kib());
+        // The maintenance thread trims every 100 ms; a loaded machine may
+        // run it late, not never.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut resident = server.rss_kib();
+        while resident > allowed && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            resident = server.rss_kib();
+        }
+        assert!(
+            resident <= allowed,
+            "resident {resident} KiB, allowed {allowed} KiB (--log-values-from {log_values_from})"
+        );
     }
-    // The budget, plus what any kura process holds (binary, threads, buffers).
-    let allowed = 32 * 1024 + 24 * 1024;
-    assert!(
-        peak <= allowed,
-        "resident {peak} KiB, allowed {allowed} KiB (--log-values-from {log_values_from})"
-    );
     if log_values_from == "0" {
         assert!(server.engine_stat("disk_resident_trims") > 0);
     }
@@ -945,6 +950,9 @@ fn items_survive_a_sigusr1_restart_but_not_a_kill_after_it() {
         batch.extend_from_slice(b"\r\n");
     }
     batch.extend_from_slice(b"mn\r\n");
+    // Each item was stored between these two instants (a slow machine may
+    // take seconds over the batch).
+    let writing_began = Instant::now();
     stream.write_all(&batch).unwrap();
     assert_eq!(request_line(&mut stream, b"").unwrap(), "MN\r\n");
     let stored_at = Instant::now();
@@ -965,6 +973,7 @@ fn items_survive_a_sigusr1_restart_but_not_a_kill_after_it() {
     let mut stream = server.connect();
     assert_eq!(count_hits(&mut stream, "w", 0..COUNT), COUNT);
     let down = stored_at.elapsed().as_secs() as i64;
+    let down_at_most = writing_began.elapsed().as_secs_f64().ceil() as i64;
     let mut highest_cas = 0;
     for (i, was) in sample.iter().zip(&before) {
         let (ttl, flags, cas, value) = meta_get(&mut stream, &format!("w:{i}")).unwrap();
@@ -977,10 +986,10 @@ fn items_survive_a_sigusr1_restart_but_not_a_kill_after_it() {
         if want_ttl == 0 {
             assert_eq!(ttl, -1, "w:{i}");
         } else {
-            let left = want_ttl - down;
+            let (least, most) = (want_ttl - down_at_most - 1, want_ttl - down + 1);
             assert!(
-                (left - 2..=left + 1).contains(&ttl),
-                "w:{i}: ttl {ttl}, expected about {left}"
+                (least..=most).contains(&ttl),
+                "w:{i}: ttl {ttl}, expected {least} to {most}"
             );
         }
         highest_cas = highest_cas.max(cas);

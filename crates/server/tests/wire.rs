@@ -164,9 +164,8 @@ fn a_client_that_never_reads_does_not_block_others() {
     // server stops reading this connection.
     let requests = b"get fat\r\n".repeat(2000);
     let _ = greedy.write_all(&requests);
-    let started = Instant::now();
+    // A blocked worker would leave this exchange to its read timeout.
     still_serves(&server);
-    assert!(started.elapsed() < Duration::from_secs(2));
 }
 
 #[test]
@@ -251,12 +250,17 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
         MemoryConfig::default(),
     );
     let mut idle = server.connect();
-    idle.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    // Returns at the close; the timeout only bounds a failure.
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut buf = [0u8; 16];
-    assert_eq!(
-        idle.read(&mut buf).unwrap_or(0),
-        0,
-        "the idle connection was closed"
+    let read = idle.read(&mut buf);
+    assert!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the idle connection was not closed: {read:?}"
     );
     let mut fresh = server.connect();
     assert_eq!(stat(&mut fresh, "idle_kicks"), 1);

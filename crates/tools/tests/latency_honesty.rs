@@ -13,7 +13,9 @@ use kura_tools::bench::dist::{KeyPattern, SizeDist};
 use kura_tools::bench::engine::{self, Progress, Workload};
 use kura_tools::bench::summary::run_report;
 
-const STALL: Duration = Duration::from_millis(50);
+/// Long enough that a loaded machine's own scheduling delays (tens of
+/// milliseconds on two busy cores) stay well below half of it.
+const STALL: Duration = Duration::from_millis(300);
 const EVERY: u64 = 1000;
 
 /// A text-protocol server that answers every get with END, and sleeps

@@ -172,7 +172,7 @@ fn bench_completes_calls_through_tls_verified_against_the_ca() {
         &server,
         &format!(
             "--tls --tls-ca {ca} --num-conns 8 --ratio set:get=1:9 --sizes u32,1024 \
-             --keys 2000 --load --verify --duration 1s"
+             --keys 2000 --load --verify --num-calls 50"
         ),
     )
     .unwrap();
@@ -198,7 +198,7 @@ fn values_larger_than_rustls_buffers_go_out_and_come_back_whole() {
         &server,
         &format!(
             "--tls --tls-ca {ca} --num-conns 2 --pipeline 4 --ratio set:get=1:3 \
-             --sizes d200000 --keys 20 --load --verify --duration 1s"
+             --sizes d200000 --keys 20 --load --verify --num-calls 200"
         ),
     )
     .unwrap();
@@ -215,7 +215,7 @@ fn values_larger_than_rustls_buffers_go_out_and_come_back_whole() {
 fn without_a_ca_the_certificate_is_not_checked() {
     let pki = Pki::make();
     let server = Memcached::start_tls(&pki);
-    let measured = bench(&server, "--tls --num-conns 2 --method set --duration 300ms").unwrap();
+    let measured = bench(&server, "--tls --num-conns 2 --method set --num-calls 200").unwrap();
     assert_clean(&measured);
 }
 
