@@ -394,10 +394,8 @@ impl Inner {
         let mut applied = 0;
         for batch in batches {
             let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
-                .logged_writes()
-                .map(|(space, key, change, logged)| {
-                    (key_prefix(key), key, Write::of(space, change, logged))
-                })
+                .writes()
+                .map(|(space, key, change)| (key_prefix(key), key, Write::of(space, change)))
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
@@ -575,7 +573,7 @@ impl Inner {
         let mut counts = self.applied_counts.lock().clone();
         let flushed_through = self.flushes.through();
         for (space, key) in removed {
-            let write = Write::of(space, Pending::Remove, None);
+            let write = Write::of(space, Pending::Remove);
             self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
         self.put_meta(&mut txn, &mut counts, None)?;

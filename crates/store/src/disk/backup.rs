@@ -10,9 +10,8 @@
 //!
 //! An incremental backup holds only the segments with entries after the
 //! backup it continues (`since`), whose manifest it names. Segments are
-//! copied whole, not re-framed, so the log pointers of LMDB and of later
-//! entries stay valid; a segment copied again by a later backup has only
-//! grown. While a backup copies, no segment is removed ([`HistoryHold`]).
+//! copied whole, not re-framed, so LMDB's log pointers stay valid; a
+//! segment copied again by a later backup has only grown. While a backup copies, no segment is removed ([`HistoryHold`]).
 //!
 //! [`HistoryHold`]: super::journal::HistoryHold
 
@@ -26,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::history;
-use super::journal::{self, LogPosition, Numbering, Record};
+use super::journal::{self, LogPosition, Numbering};
 use super::record;
 use super::Inner;
 
@@ -272,8 +271,8 @@ fn segments_after(
     }
     match (start, oldest_first) {
         (Some(mut k), _) => {
-            // Segments of moves only, just before: later entries may point
-            // into them.
+            // Segments of moves only, just before, go too: the replay
+            // applies their moves, so LMDB points where the server's did.
             while k > 0
                 && first_lsn(&segments[k - 1].1, segments[k - 1].0)
                     .map_err(io_error("reading the journal"))?
@@ -298,7 +297,7 @@ fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
     let mut numbering = Numbering::default();
     let mut first = None;
     journal::replay(path, number, |record, _| {
-        if first.is_none() && !matches!(record, Record::Move { .. }) {
+        if first.is_none() {
             first = numbering.number(&record).map(|(lsn, _)| lsn);
         }
     })?;

@@ -9,8 +9,9 @@ use super::record::{self, Header, LogPointer};
 /// One change the applier makes to a key.
 #[derive(Clone, Copy)]
 pub(super) enum Write<'a> {
-    /// The key's new record; `logged`: where the journal holds it, so a
-    /// large value can stay there.
+    /// The key's new record. `logged`: where the journal holds it, so a
+    /// large value can stay there — given by the replay; a pending write
+    /// whose value stays in the log is already a pointer (`pending.rs`).
     Put {
         stored: &'a [u8],
         logged: Option<Location>,
@@ -31,9 +32,13 @@ pub(super) enum Write<'a> {
 }
 
 impl<'a> Write<'a> {
-    pub(super) fn of(space: Space, pending: Pending<'a>, logged: Option<Location>) -> Self {
+    /// A pending write's change.
+    pub(super) fn of(space: Space, pending: Pending<'a>) -> Self {
         match (space, pending) {
-            (Space::Item, Pending::Put(stored)) => Write::Put { stored, logged },
+            (Space::Item, Pending::Put(stored)) => Write::Put {
+                stored,
+                logged: None,
+            },
             (Space::Item, Pending::Remove) => Write::Remove,
             (Space::Row, Pending::Put(stored)) => Write::RowPut { stored },
             (Space::Row, Pending::Remove) => Write::RowRemove,

@@ -4,15 +4,12 @@
 //! on a stopped server's directory, a backup, or a live one (the segment
 //! being appended ends at its last whole record).
 
-use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use super::io::OsIo;
 use super::journal::{self, Numbering, Record};
-use super::record::{self, Header, LogPointer};
+use super::record::{self, Header};
 
 /// One change kura acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +32,7 @@ pub enum Change {
         /// Unix seconds; 0 never expires.
         expiry_unix: u32,
         cas: u64,
-        /// `None` when the value lives in a segment no longer kept.
+        /// `None` when the read skipped values ([`Values::Skip`]).
         value: Option<Vec<u8>>,
     },
     Remove {
@@ -107,8 +104,7 @@ pub enum Values {
 }
 
 /// Reads the entries of the segments in `dir`, oldest first, passing each
-/// to `visit` until it breaks. Values kept elsewhere in the log (an item
-/// touched, a value moved by compaction) are read from there.
+/// to `visit` until it breaks.
 pub fn read(
     dir: &Path,
     values: Values,
@@ -119,7 +115,6 @@ pub fn read(
         segments: segments.len(),
         ..Summary::default()
     };
-    let mut reader = ValueReader::new(dir);
     let mut stopped = false;
     for (number, path) in &segments {
         summary.bytes += std::fs::metadata(path)?.len();
@@ -135,9 +130,9 @@ pub fn read(
             let Some((lsn, head)) = numbering.number(&record) else {
                 return;
             };
+            // `number` passed over heads and moves: this is an entry.
             let change =
-                match change_of_record(record, |key, stored| reader.change_of(key, stored, values))
-                {
+                match change_of_record(record, |key, stored| put_change(key, stored, values)) {
                     Ok(Some(change)) => change,
                     Ok(None) => return,
                     Err(error) => {
@@ -239,71 +234,23 @@ fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
     })
 }
 
-/// Reads values where log pointers lead, keeping the segments open.
-struct ValueReader<'d> {
-    dir: &'d Path,
-    open: HashMap<u64, Option<File>>,
-}
-
-impl<'d> ValueReader<'d> {
-    fn new(dir: &'d Path) -> Self {
-        ValueReader {
-            dir,
-            open: HashMap::new(),
-        }
+/// The change a journalled put of `record` under `key` makes. Every put in
+/// the log carries its value (a touch journals the item whole): one holding
+/// a pointer is damage.
+fn put_change(key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
+    let damaged = |what| io::Error::new(io::ErrorKind::InvalidData, what);
+    let (header, value) =
+        Header::decode(record).ok_or_else(|| damaged("a put without a header"))?;
+    if header.has(record::IN_LOG) {
+        return Err(damaged(
+            "a put holding a pointer into the log: the log is damaged",
+        ));
     }
-
-    /// The change a journalled put of `record` under `key` makes.
-    fn change_of(&mut self, key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
-        let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "a put without a header");
-        let (header, value) = Header::decode(record).ok_or_else(corrupt)?;
-        let value = match (values, LogPointer::of_stored(&header, value)) {
-            (Values::Skip, _) => None,
-            (Values::Read, None) => Some(value.to_vec()),
-            (Values::Read, Some(pointer)) => self.pointed(key, &pointer)?,
-        };
-        Ok(set_change(key, &header, value))
-    }
-
-    /// The value at `pointer`; `None` if its segment is gone.
-    fn pointed(&mut self, key: &[u8], pointer: &LogPointer) -> io::Result<Option<Vec<u8>>> {
-        let segment = pointer.at.segment;
-        let file = match self.open.entry(segment) {
-            std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                let path = journal::segment_path(self.dir, segment);
-                slot.insert(match File::open(path) {
-                    Ok(file) => Some(file),
-                    Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-                    Err(error) => return Err(error),
-                })
-            }
-        };
-        let Some(file) = file else {
-            return Ok(None);
-        };
-        // The log may be damaged: a pointer must not make the read
-        // allocate past the file it names.
-        let end = pointer
-            .at
-            .offset
-            .saturating_add(u64::from(pointer.frame_len));
-        if end > file.metadata()?.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("a log pointer past the end of segment {segment}"),
-            ));
-        }
-        let stored = journal::read_stored(
-            &OsIo,
-            file,
-            pointer.at,
-            pointer.frame_len as usize,
-            key,
-            pointer.record_len(),
-        )?;
-        Ok(Some(record::value_of(stored.record()).to_vec()))
-    }
+    let value = match values {
+        Values::Read => Some(value.to_vec()),
+        Values::Skip => None,
+    };
+    Ok(set_change(key, &header, value))
 }
 
 /// The LSNs from `first` through `last` that no segment in `dir` holds, as

@@ -75,8 +75,6 @@ struct Entry {
     /// The write's sequence number.
     seq: u64,
     held: Held,
-    /// Where the journal holds it, once it is journalled.
-    logged: Option<Location>,
 }
 
 #[derive(Clone)]
@@ -107,7 +105,6 @@ impl Entry {
             space,
             seq,
             held,
-            logged: None,
         }
     }
 
@@ -222,18 +219,9 @@ pub struct Batch {
 impl Batch {
     /// The batch's writes, in no particular order.
     pub fn writes(&self) -> impl Iterator<Item = (Space, &[u8], Pending<'_>)> {
-        self.logged_writes()
-            .map(|(space, key, change, _)| (space, key, change))
-    }
-
-    /// The batch's writes with where the journal holds each, in no
-    /// particular order.
-    pub fn logged_writes(
-        &self,
-    ) -> impl Iterator<Item = (Space, &[u8], Pending<'_>, Option<Location>)> {
         self.maps.iter().flat_map(|(_, map)| {
             map.iter()
-                .map(|entry| (entry.space, entry.key(), entry.pending(), entry.logged))
+                .map(|entry| (entry.space, entry.key(), entry.pending()))
         })
     }
 
@@ -496,12 +484,12 @@ impl PendingWrites {
             let mut map = Arc::unwrap_or_clone(map);
             // Unchanged since the batch was encoded: the same order.
             for entry in map.iter_mut() {
-                entry.logged = locations.next().copied();
+                let at = locations.next().copied();
                 if entry.space != Space::Item {
                     // Rows live in LMDB whole, never in the log.
                     continue;
                 }
-                if let (Some(at), Held::Put(keyed)) = (entry.logged, &mut entry.held) {
+                if let (Some(at), Held::Put(keyed)) = (at, &mut entry.held) {
                     let before = entry_charge(keyed.key(), keyed.record().len());
                     if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
                         *keyed = pointed;
@@ -594,7 +582,6 @@ impl PendingWrites {
                         space: Space::Item,
                         seq,
                         held: Held::Put(mut keyed),
-                        logged,
                     } = entry
                     else {
                         freed.push(entry);
@@ -617,7 +604,6 @@ impl PendingWrites {
                             space: Space::Item,
                             seq,
                             held: Held::Put(keyed),
-                            logged,
                         });
                     }
                 }

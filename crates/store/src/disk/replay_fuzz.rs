@@ -117,6 +117,45 @@ fn read_every_way(dir: &Path, keys: &[Vec<u8>]) {
     }
 }
 
+/// Every put the log holds carries its value; one holding a pointer (which
+/// kura never journals) is damage, reported as such rather than read as a
+/// 24-byte value or followed.
+#[test]
+fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
+    use super::record::{self, Header, LogPointer};
+    let header = Header {
+        flags: 0,
+        expiry_unix: 0,
+        cas: 1,
+        bits: 0,
+    };
+    let dir = with_segment(|number| {
+        let at = Location {
+            segment: number,
+            offset: 0,
+        };
+        let pointer = LogPointer::to_put(at, b"k", &[0; 100], 83);
+        let mut bytes = Vec::new();
+        let head = GroupHead {
+            first_lsn: 1,
+            micros: 1,
+            origin: 1,
+        };
+        journal::encode(&mut bytes, Record::Group(head), journal::seed_of(number));
+        let stored = record::pointer_record(&header, &pointer);
+        let put = Record::Put {
+            key: b"k",
+            record: &stored,
+        };
+        journal::encode(&mut bytes, put, journal::seed_of(number));
+        bytes
+    });
+    let error = history::read(dir.path(), Values::Read, |_| ControlFlow::Continue(()))
+        .expect_err("refused");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+    assert!(error.to_string().contains("damaged"), "{error}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
