@@ -111,6 +111,20 @@ fn apply_now(client: &mut Client) {
     std::thread::sleep(Duration::from_millis(500));
 }
 
+/// The first entry the log in `dir` holds, as `kura log stats` reads a
+/// live server's directory (0 if a segment went while it read).
+fn first_lsn_kept(dir: &Path) -> u64 {
+    let output = std::process::Command::new(support::kura_bin())
+        .args(["log", "stats", "--json", "--dir"])
+        .arg(dir)
+        .output()
+        .expect("kura log stats runs");
+    serde_json::from_slice::<serde_json::Value>(&output.stdout)
+        .ok()
+        .and_then(|stats| stats["first_lsn"].as_u64())
+        .unwrap_or(0)
+}
+
 fn wait_for_catch_up(master: u16, replica: u16) {
     let last = Client::connect(master).stats("replication")["repl_lsn"].clone();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -168,7 +182,8 @@ fn difference(master: u16, replica: u16) -> Option<String> {
 /// a difference must last to count.)
 fn assert_same_data(master: u16, replica: u16, name: &str) {
     let mut last = None;
-    for _ in 0..20 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
         last = difference(master, replica);
         if last.is_none() {
             return;
@@ -218,6 +233,7 @@ fn replicas_survive_kills_and_a_resync_and_equal_the_master() {
             // large values against 4 MiB of retention.
             replica_b.kill();
             let mut client = Client::connect(master_port);
+            let b_at_most: u64 = client.stats("kura")["log_last_lsn"].parse().unwrap();
             // A round now: B's position ends its segment, and the values
             // below start the next.
             apply_now(&mut client);
@@ -229,9 +245,16 @@ fn replicas_survive_kills_and_a_resync_and_equal_the_master() {
                 assert_eq!(client.call(&request), "STORED");
             }
             // Retention lets B's segment go once the large values' segment
-            // (live: they stay in the log) is applied after it.
-            apply_now(&mut client);
-            apply_now(&mut client);
+            // (live: they stay in the log) is applied after it: the log's
+            // first entry is then past any position B can have.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while first_lsn_kept(&dir.path().join("master")) <= b_at_most + 1 {
+                assert!(
+                    Instant::now() < deadline,
+                    "the master's log still reaches B"
+                );
+                apply_now(&mut client);
+            }
             replica_b = serve(&dir.path().join("b"), b_port, &follow);
         }
         std::thread::sleep(Duration::from_millis(rng.random_range(50..300)));
