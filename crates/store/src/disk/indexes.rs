@@ -511,21 +511,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes every index of `kind` again from its rows (what a format
-    /// upgrade changed in them), in `txn`.
-    pub(super) fn rebuild_entries(&self, txn: &mut RwTxn<'_>, kind: IndexKind) -> heed::Result<()> {
-        for (table, def) in self.index_defs.all() {
-            if def.kind == kind {
-                drop_entries(&self.indexes, txn, def.id, None)?;
-                let mut after = None;
-                while let Some(next) = self.build_batch(txn, &table, &def, after.as_deref())? {
-                    after = Some(next);
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Writes the entries of every row of `table` into the building index
     /// `def`, a transaction per batch of rows.
     fn build_entries(&self, table: &[u8], def: &IndexDef, key: &[u8]) -> heed::Result<()> {

@@ -505,15 +505,6 @@ impl Journal {
                 },
             );
         }
-        // Directories of builds that recycled dead segments hold them as
-        // `spare-<k>.log`: space nothing will use.
-        for entry in fs::read_dir(dir)?.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with("spare-") && name.ends_with(".log") {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
         let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),

@@ -20,27 +20,16 @@ use super::{
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
-use kura_table::IndexKind;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
-/// `docs/DESIGN.md` describes them. Format 2 added table rows (the `rows`
-/// database, journal records 6 and 7); format 3 gave q-gram indexes the
-/// grams of a value's UTF-8 alone when the value is not all UTF-8, so
-/// `STRINC` can use them; format 4 made the grams four characters long. A
-/// directory of format 1 is marked 4 when opened (it has no rows), one of
-/// format 2 or 3 has its q-gram indexes rebuilt, and a kura of an older
-/// format refuses it then.
+/// `docs/DESIGN.md` describes them. Formats 1 to 3 were written only by
+/// development builds (before rows, and before q-gram indexes took the
+/// grams `STRINC` needs, four characters long); no kura release reads them.
 pub const FORMAT_VERSION: u32 = 4;
-/// The format before rows, which this kura upgrades.
-const FORMAT_BEFORE_ROWS: u32 = 1;
-/// The format before `STRINC`'s grams, which this kura upgrades.
-const FORMAT_BEFORE_UTF8_GRAMS: u32 = 2;
-/// The format of three-character grams, which this kura upgrades.
-const FORMAT_BEFORE_LONGER_GRAMS: u32 = 3;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +76,7 @@ impl DiskStore {
         let indexes = indexes::create_database(&env, &mut txn)?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
-        let upgrade = check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
+        check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
         let last_cas = meta_u64(&meta, &txn, b"cas")?;
         // Items stamped before the newest flush applied stay dead.
         let flushed = meta_u64(&meta, &txn, flushed::FLUSHED)?;
@@ -168,9 +157,6 @@ impl DiskStore {
         });
         inner.journal.resume_after(applied_lsn);
         inner.replay(&segments, applied_segment)?;
-        if let Upgrade::QGramIndexes { from } = upgrade {
-            inner.upgrade_qgram_indexes(from)?;
-        }
         inner.measure_lmdb_usage();
         inner.check_space();
         let threads = threads::start(&inner).map_err(OpenError::Thread)?;
@@ -195,16 +181,6 @@ impl Drop for DiskStore {
     }
 }
 
-/// What opening a directory of an older format still has to do.
-#[derive(Debug, PartialEq, Eq)]
-enum Upgrade {
-    Nothing,
-    /// Rebuild the q-gram indexes, then mark the directory.
-    QGramIndexes {
-        from: u32,
-    },
-}
-
 /// Refuses a data directory of another format; marks a new one with
 /// [`FORMAT_VERSION`].
 fn check_format(
@@ -213,21 +189,13 @@ fn check_format(
     meta: &Database<Bytes, Bytes>,
     items: &Database<Bytes, Bytes>,
     has_journal: bool,
-) -> Result<Upgrade, OpenError> {
+) -> Result<(), OpenError> {
     let found = meta
         .get(txn, FORMAT_KEY)?
         .and_then(|bytes| bytes.try_into().ok())
         .map(u32::from_le_bytes);
     match found {
-        Some(FORMAT_VERSION) => Ok(Upgrade::Nothing),
-        Some(FORMAT_BEFORE_ROWS) => {
-            meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-            Ok(Upgrade::Nothing)
-        }
-        // Marked once the indexes are rebuilt, in the same transaction.
-        Some(from @ (FORMAT_BEFORE_UTF8_GRAMS | FORMAT_BEFORE_LONGER_GRAMS)) => {
-            Ok(Upgrade::QGramIndexes { from })
-        }
+        Some(FORMAT_VERSION) => Ok(()),
         Some(other) => Err(OpenError::Format(format!(
             "{} holds data of format {other}; this kura reads format {FORMAT_VERSION}",
             dir.display()
@@ -240,29 +208,12 @@ fn check_format(
         }
         None => {
             meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-            Ok(Upgrade::Nothing)
+            Ok(())
         }
     }
 }
 
 impl Inner {
-    /// Format 2 or 3 to 4: every q-gram index written again from its rows,
-    /// and the directory marked, in one transaction.
-    fn upgrade_qgram_indexes(&self, from: u32) -> Result<(), OpenError> {
-        // Said by default: the server does not listen until it is done
-        // (about a minute per million rows of text).
-        tracing::warn!(
-            "{}: format {from} to {FORMAT_VERSION}: rebuilding the q-gram indexes before serving",
-            self.env.path().display()
-        );
-        let mut txn = self.env.write_txn()?;
-        self.rebuild_entries(&mut txn, IndexKind::QGram)?;
-        self.meta
-            .put(&mut txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-        self.config.io.commit(txn)?;
-        Ok(())
-    }
-
     /// Puts the writes of journal segments LMDB does not hold yet into it,
     /// oldest first (they were acknowledged before a crash), fsyncs the data
     /// file and deletes the segments nothing points into.
