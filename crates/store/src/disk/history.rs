@@ -178,10 +178,7 @@ pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     while !rest.is_empty() {
         let (record, len) = journal::decode(rest, seed).ok_or_else(damaged)?;
         rest = &rest[len..];
-        let change = change_of_record(record, |key, stored| {
-            let (header, value) = Header::decode(stored).ok_or_else(damaged)?;
-            Ok(set_change(key, &header, Some(value.to_vec())))
-        })?;
+        let change = change_of_record(record, |key, stored| put_change(key, stored, Values::Read))?;
         if let Some(change) = change {
             changes.push(change);
         }

@@ -176,7 +176,7 @@ pub struct Numbering {
 impl Numbering {
     /// The LSN and group of `record` if it is an entry (a head starts a
     /// group; moves are no entries). `None` also for an entry without a
-    /// head before it, which a format-1 segment never holds.
+    /// head before it, which only a damaged segment holds.
     pub fn number(&mut self, record: &Record<'_>) -> Option<(u64, GroupHead)> {
         if let Record::Group(head) = record {
             self.head = Some(*head);

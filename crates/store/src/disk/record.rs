@@ -89,6 +89,15 @@ pub fn stored_value_len(header: &Header, value: &[u8]) -> usize {
     }
 }
 
+/// The header of a put's record as the log holds it or another server
+/// sends it: `None` unless it is a header and the value itself. (Only LMDB
+/// holds pointers; one received would lead into the sender's log, not
+/// this server's.)
+pub fn header_of_put(stored: &[u8]) -> Option<Header> {
+    let (header, _) = Header::decode(stored)?;
+    (!header.has(IN_LOG)).then_some(header)
+}
+
 /// The LMDB record of `header` with its value in the log at `pointer`.
 pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN + LogPointer::LEN] {
     let mut out = [0; HEADER_LEN + LogPointer::LEN];

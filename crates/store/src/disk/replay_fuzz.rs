@@ -156,6 +156,58 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
     assert!(error.to_string().contains("damaged"), "{error}");
 }
 
+/// A master's group holding a put with a pointer (which would lead into
+/// this server's log at the master's offsets) is refused whole: nothing of
+/// it is pending, to be journalled later as this server's own.
+#[test]
+fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
+    use super::record::{self, Header, Keyed, LogPointer};
+    use crate::replication::{LogPosition, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let replica = DiskStore::open(config(dir.path())).unwrap();
+    let header = Header {
+        flags: 0,
+        expiry_unix: 0,
+        cas: 1,
+        bits: 0,
+    };
+    let plain = Keyed::encode(b"fine", &header, &[b"v"]);
+    let at = Location {
+        segment: 1,
+        offset: 0,
+    };
+    let pointer = record::pointer_record(&header, &LogPointer::to_put(at, b"k", &[0; 100], 83));
+    let seed = journal::seed_of(1);
+    let mut group = Vec::new();
+    let head = GroupHead {
+        first_lsn: 1,
+        micros: 1,
+        origin: 7,
+    };
+    journal::encode(&mut group, Record::Group(head), seed);
+    let fine = Record::Put {
+        key: b"fine",
+        record: plain.record(),
+    };
+    journal::encode(&mut group, fine, seed);
+    let forged = Record::Put {
+        key: b"k",
+        record: &pointer,
+    };
+    journal::encode(&mut group, forged, seed);
+    let error = replica.apply_group(seed, &group).unwrap_err();
+    assert!(error.contains("value in place"), "{error}");
+    assert_eq!(replica.position(), Some(LogPosition::default()));
+    let mut found = false;
+    replica.get(
+        b"fine",
+        &GetOptions::default(),
+        &AckFence::default(),
+        &mut |_| found = true,
+    );
+    assert!(!found, "the refused group's first put is pending");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 

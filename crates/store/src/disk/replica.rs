@@ -21,7 +21,7 @@ use parking_lot::MutexGuard;
 use super::change::Write;
 use super::journal::{self, LogPosition, Record};
 use super::pending::{Change, Space};
-use super::record::{self, Counts, Header, Keyed};
+use super::record::{self, Counts, Keyed};
 use super::Inner;
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
 
@@ -74,11 +74,24 @@ impl Inner {
                 head.first_lsn
             ));
         }
+        // Checked whole before any of it is pending: a refused group must
+        // leave nothing behind to be journalled as this server's own.
+        for record in entries {
+            match *record {
+                Record::Group(_) | Record::Move { .. } => {
+                    return Err("a group holding more than entries".to_string())
+                }
+                Record::Put { record, .. } if record::header_of_put(record).is_none() => {
+                    return Err("a put without its value in place".to_string())
+                }
+                _ => {}
+            }
+        }
         let mut flush = None;
         for record in entries {
             let (space, key, change) = match *record {
                 Record::Put { key, record } => {
-                    if let Some((header, _)) = Header::decode(record) {
+                    if let Some(header) = record::header_of_put(record) {
                         self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                     }
                     (Space::Item, key, Change::Put(Keyed::new(key, record)))
@@ -92,9 +105,7 @@ impl Inner {
                     flush = Some(boundary);
                     continue;
                 }
-                Record::Group(_) | Record::Move { .. } => {
-                    return Err("a group holding more than entries".to_string())
-                }
+                Record::Group(_) | Record::Move { .. } => continue,
             };
             self.pending.lock_in(space, key).put(key, change);
         }
@@ -217,9 +228,9 @@ impl BaseLoader<'_> {
         for record in records {
             let result = match record {
                 Record::Put { key, record } => {
-                    if let Some((header, _)) = Header::decode(record) {
-                        self.max_cas = self.max_cas.max(header.cas);
-                    }
+                    let header = record::header_of_put(record)
+                        .ok_or("a snapshot put without its value in place")?;
+                    self.max_cas = self.max_cas.max(header.cas);
                     written += key.len() + record.len();
                     let write = Write::Put {
                         stored: record,

@@ -92,7 +92,9 @@ impl Inner {
         let Some((header, pointer)) = Header::decode(stored).and_then(super::in_log) else {
             return Ok(Cow::Borrowed(stored));
         };
-        let from_log = self.read_logged(key, &pointer)?;
+        let from_log = self
+            .read_logged(key, &pointer)
+            .inspect_err(|error| super::log_read_failed(error, &pointer))?;
         let value = record::value_of(from_log.record());
         Ok(Cow::Owned(
             Keyed::encode(key, &header, &[value]).record().to_vec(),
