@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 
 /// A port free now and not handed out before in this process: tests run
 /// in parallel, and the system may give a port just let go to the next
-/// caller before the server meant for it has bound it.
+/// caller before the server meant for it has bound it. Taken below the
+/// kernel's ephemeral range (from 32768), so that no client's outgoing
+/// connection takes it before its server binds it: the 20,000-connection
+/// tests use most of that range while the others start servers.
 pub fn free_port() -> u16 {
+    const BELOW_EPHEMERAL: std::ops::Range<u16> = 20_000..32_000;
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap();
     loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if !handed_out.contains(&port) {
+        let port = rand::random_range(BELOW_EPHEMERAL);
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             handed_out.push(port);
             return port;
         }
