@@ -30,6 +30,22 @@ fn drain(feed: &mut dyn LogFeed, replica: &DiskStore) -> usize {
     groups
 }
 
+/// The names of the journal segments in `dir` that hold anything, oldest
+/// first.
+fn written_segments(dir: &std::path::Path) -> Vec<String> {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().into_string().ok()?;
+            let written = entry.metadata().ok()?.len() > 0;
+            (name.starts_with("journal-") && written).then_some(name)
+        })
+        .collect();
+    segments.sort();
+    segments
+}
+
 #[test]
 fn a_replica_holds_the_masters_log_with_its_lsns_and_can_be_fed_on_after_a_restart() {
     let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -112,16 +128,7 @@ fn a_segment_gone_from_the_middle_of_the_log_sends_the_replica_to_a_snapshot() {
     assert_eq!(replica.position(), Some(first_position));
     // A segment after the replica's goes (as retention lets a segment
     // nothing points into go before an older one that holds a value).
-    let mut segments: Vec<_> = std::fs::read_dir(master_dir.path())
-        .unwrap()
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let name = entry.file_name().into_string().ok()?;
-            let written = entry.metadata().ok()?.len() > 0;
-            (name.starts_with("journal-") && written).then_some(name)
-        })
-        .collect();
-    segments.sort();
+    let segments = written_segments(master_dir.path());
     assert!(segments.len() >= 3, "{segments:?}");
     std::fs::remove_file(master_dir.path().join(&segments[1])).unwrap();
     let master = open(master_dir.path());
@@ -155,16 +162,7 @@ fn a_touch_carries_its_value_so_its_group_needs_no_older_segment() {
         drain(&mut *feed, &replica);
         assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
     }
-    let mut segments: Vec<_> = std::fs::read_dir(master_dir.path())
-        .unwrap()
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let name = entry.file_name().into_string().ok()?;
-            let written = entry.metadata().ok()?.len() > 0;
-            (name.starts_with("journal-") && written).then_some(name)
-        })
-        .collect();
-    segments.sort();
+    let segments = written_segments(master_dir.path());
     assert!(segments.len() >= 2, "{segments:?}");
     std::fs::remove_file(master_dir.path().join(&segments[0])).unwrap();
     let master = open(master_dir.path());
