@@ -460,7 +460,8 @@ fn bad_replication_requests_get_memcached_answers() {
 
 /// A fake master: answers `STREAM`, then sends what `send` gives; returns
 /// how many times the replica connected.
-fn fake_master(send: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+fn fake_master(send: &[u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    let send = send.to_vec();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -475,10 +476,49 @@ fn fake_master(send: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>
                 continue;
             }
             let _ = stream.write_all(b"STREAM 4242\r\n");
-            let _ = stream.write_all(send);
+            let _ = stream.write_all(&send);
         }
     });
     (port, connections)
+}
+
+/// A `G` frame: LSN 1's group, whose one put's record is a pointer (the
+/// "in log" bit, then segment, offset, frame and value lengths) — records
+/// framed and checksummed as `docs/DESIGN.md` gives the journal's.
+fn group_with_a_pointer_put() -> Vec<u8> {
+    let seed: u32 = 7;
+    let record = |kind: u8, key: &[u8], rest: &[u8]| {
+        let mut body = vec![kind];
+        body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        body.extend_from_slice(key);
+        body.extend_from_slice(rest);
+        let mut crc = crc32fast::Hasher::new_with_initial(seed);
+        crc.update(&body);
+        let mut framed = (body.len() as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(&crc.finalize().to_le_bytes());
+        framed.extend_from_slice(&body);
+        framed
+    };
+    let head = [
+        &1u64.to_le_bytes()[..],
+        &1u64.to_le_bytes(),
+        &7u32.to_le_bytes(),
+    ]
+    .concat();
+    let pointer_record = [
+        &0u32.to_le_bytes()[..], // flags
+        &0u32.to_le_bytes(),     // expiry
+        &1u64.to_le_bytes(),     // cas
+        &[8],                    // bits: the value is in the log
+        &1u64.to_le_bytes(),     // segment
+        &0u64.to_le_bytes(),     // offset
+        &120u32.to_le_bytes(),   // frame length
+        &100u32.to_le_bytes(),   // value length
+    ]
+    .concat();
+    let records = [record(5, b"", &head), record(1, b"k", &pointer_record)].concat();
+    let payload = [&seed.to_be_bytes()[..], &records].concat();
+    [&b"G"[..], &(payload.len() as u32).to_be_bytes(), &payload].concat()
 }
 
 #[test]
@@ -490,6 +530,9 @@ fn a_replica_drops_a_master_that_sends_garbage_and_connects_again() {
         b"G\x00\x00\x00\x0c\x00\x00\x00\x01garbage!",
         // A frame longer than anything a master sends.
         b"G\xff\xff\xff\xff",
+        // A well-formed group whose put holds a pointer into the log
+        // instead of its value: it would lead into the replica's own log.
+        &group_with_a_pointer_put(),
     ] {
         let (master, connections) = fake_master(garbage);
         let dir = tempfile::tempdir().unwrap();
