@@ -235,14 +235,12 @@ fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
 /// the log carries its value (a touch journals the item whole): one holding
 /// a pointer is damage.
 fn put_change(key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
-    let damaged = |what| io::Error::new(io::ErrorKind::InvalidData, what);
-    let (header, value) =
-        Header::decode(record).ok_or_else(|| damaged("a put without a header"))?;
-    if header.has(record::IN_LOG) {
-        return Err(damaged(
-            "a put holding a pointer into the log: the log is damaged",
-        ));
-    }
+    let (header, value) = record::value_in_place(record).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a put without its value in place: the log is damaged",
+        )
+    })?;
     let value = match values {
         Values::Read => Some(value.to_vec()),
         Values::Skip => None,

@@ -201,7 +201,7 @@ impl Inner {
     /// Leaves a peer's record pending if its stamp is newer than the key's
     /// here (under the key's shard lock: no local write comes between).
     fn put_if_newer(&self, key: &[u8], record: &[u8]) -> Result<Verdict, WriteFailed> {
-        let Some(incoming) = super::record::header_of_put(record) else {
+        let Some((incoming, _)) = super::record::value_in_place(record) else {
             return Err(WriteFailed);
         };
         if self.flushes.covers(incoming.cas) {

@@ -89,13 +89,13 @@ pub fn stored_value_len(header: &Header, value: &[u8]) -> usize {
     }
 }
 
-/// The header of a put's record as the log holds it or another server
-/// sends it: `None` unless it is a header and the value itself. (Only LMDB
-/// holds pointers; one received would lead into the sender's log, not
-/// this server's.)
-pub fn header_of_put(stored: &[u8]) -> Option<Header> {
-    let (header, _) = Header::decode(stored)?;
-    (!header.has(IN_LOG)).then_some(header)
+/// The header and value of a put's record as the log holds it or another
+/// server sends it: `None` unless it is a header and the value itself.
+/// (Only LMDB holds pointers; one in a put would lead into a log at
+/// offsets no reader can trust.)
+pub fn value_in_place(stored: &[u8]) -> Option<(Header, &[u8])> {
+    let (header, value) = Header::decode(stored)?;
+    (!header.has(IN_LOG)).then_some((header, value))
 }
 
 /// The LMDB record of `header` with its value in the log at `pointer`.

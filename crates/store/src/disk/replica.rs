@@ -74,26 +74,17 @@ impl Inner {
                 head.first_lsn
             ));
         }
-        // Checked whole before any of it is pending: a refused group must
-        // leave nothing behind to be journalled as this server's own.
-        for record in entries {
-            match *record {
-                Record::Group(_) | Record::Move { .. } => {
-                    return Err("a group holding more than entries".to_string())
-                }
-                Record::Put { record, .. } if record::header_of_put(record).is_none() => {
-                    return Err("a put without its value in place".to_string())
-                }
-                _ => {}
-            }
-        }
+        // Read whole before any of it is pending: a refused group must leave
+        // nothing behind to be journalled as this server's own.
+        let mut writes = Vec::with_capacity(entries.len());
         let mut flush = None;
+        let mut max_cas = 0;
         for record in entries {
-            let (space, key, change) = match *record {
+            writes.push(match *record {
                 Record::Put { key, record } => {
-                    if let Some(header) = record::header_of_put(record) {
-                        self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
-                    }
+                    let (header, _) =
+                        record::value_in_place(record).ok_or("a put without its value in place")?;
+                    max_cas = max_cas.max(header.cas);
                     (Space::Item, key, Change::Put(Keyed::new(key, record)))
                 }
                 Record::Remove { key } => (Space::Item, key, Change::Remove),
@@ -105,8 +96,13 @@ impl Inner {
                     flush = Some(boundary);
                     continue;
                 }
-                Record::Group(_) | Record::Move { .. } => continue,
-            };
+                Record::Group(_) | Record::Move { .. } => {
+                    return Err("a group holding more than entries".to_string())
+                }
+            });
+        }
+        self.last_cas.fetch_max(max_cas, Ordering::AcqRel);
+        for (space, key, change) in writes {
             self.pending.lock_in(space, key).put(key, change);
         }
         if let Some(boundary) = flush {
@@ -228,7 +224,7 @@ impl BaseLoader<'_> {
         for record in records {
             let result = match record {
                 Record::Put { key, record } => {
-                    let header = record::header_of_put(record)
+                    let (header, _) = record::value_in_place(record)
                         .ok_or("a snapshot put without its value in place")?;
                     self.max_cas = self.max_cas.max(header.cas);
                     written += key.len() + record.len();
