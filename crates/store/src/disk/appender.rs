@@ -3,10 +3,8 @@
 //! may go out. Writes that arrive meanwhile form the next group, so groups
 //! grow with load.
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::thread;
-use std::time::Instant;
 
 use super::journal::{self, GroupHead, Location, LogPosition, Record};
 use super::pending::{Batch, Pending, Space};
@@ -146,109 +144,86 @@ impl Inner {
             segment = current;
             encode_group(group, &mut offsets, head, flush, &batch, segment);
         }
-        let result = if self.health.is_poisoned() {
-            Err(AppendFailed::Poisoned)
+        let start = if self.health.is_poisoned() {
+            None
         } else {
             self.append(group, last)
         };
         logged.through = through;
-        match result {
-            Ok(start) => {
-                debug_assert_eq!(start.segment, segment);
-                let locations: Vec<Location> = offsets
-                    .iter()
-                    .map(|&offset| Location {
-                        segment: start.segment,
-                        offset: start.offset + offset,
-                    })
-                    .collect();
-                logged.dirty = true;
-                if let Some(boundary) = flush {
-                    logged.flush = logged.flush.max(Some(boundary));
-                }
-                let counters = &self.counters;
-                counters.appends.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .appended_writes
-                    .fetch_add(writes as u64, Ordering::Relaxed);
-                counters
-                    .largest_append
-                    .fetch_max(writes as u64, Ordering::Relaxed);
-                self.acks.advance(through, false);
-                self.pending
-                    .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
-                drop(logged);
-                // A flush is applied at once: the room it frees shows.
-                if flush.is_some() || self.apply_due() {
-                    self.signals.wake_applier();
-                }
+        let Some(start) = start else {
+            self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
+            // Once space is back, the flush reaches the log with the next
+            // append rather than be lost.
+            if let Some(boundary) = flush {
+                self.flushes.request_again(boundary);
             }
-            Err(failure) => {
-                self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
-                match failure {
-                    AppendFailed::Write(error) if is_enospc(&error) => {
-                        tracing::error!(%error, "disk full: refusing writes until space is freed");
-                        self.health.set_out_of_space(true);
-                    }
-                    AppendFailed::Write(error) => {
-                        tracing::error!(%error, "journal write failed: refusing writes from now on");
-                        self.health.poison();
-                    }
-                    // Whatever the errno: after a failed fsync the kernel
-                    // may have dropped the group's pages, and a group
-                    // appended after them would replay past a hole.
-                    AppendFailed::Sync(error) => {
-                        tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                        self.health.poison();
-                    }
-                    AppendFailed::Poisoned => {}
-                }
-                // Once space is back, the flush reaches the log with the
-                // next append rather than be lost.
-                if let Some(boundary) = flush {
-                    self.flushes.request_again(boundary);
-                }
-                // Never acknowledged: those connections are closed instead,
-                // and reads go back to what was there before. Writes made
-                // while the drain walked the shards may be in the batch:
-                // they fail too, or a later empty round would acknowledge
-                // them (one not in it fails with them; a later round may
-                // still journal it, as a reply lost with its connection).
-                // Decided before `logged` is let go, as a success is: the
-                // applier must not count them applied before they fail.
-                let newest = batch.newest;
-                self.pending.drop_failed(batch);
-                self.acks.advance(newest, true);
-                drop(logged);
-                return None;
-            }
+            // Never acknowledged: those connections are closed instead, and
+            // reads go back to what was there before. Writes made while the
+            // drain walked the shards may be in the batch: they fail too, or
+            // a later empty round would acknowledge them (one not in it
+            // fails with them; a later round may still journal it, as a
+            // reply lost with its connection). Decided before `logged` is
+            // let go, as a success is: the applier must not count them
+            // applied before they fail.
+            let newest = batch.newest;
+            self.pending.drop_failed(batch);
+            self.acks.advance(newest, true);
+            drop(logged);
+            return None;
+        };
+        debug_assert_eq!(start.segment, segment);
+        let locations: Vec<Location> = offsets
+            .iter()
+            .map(|&offset| Location {
+                segment: start.segment,
+                offset: start.offset + offset,
+            })
+            .collect();
+        logged.dirty = true;
+        if let Some(boundary) = flush {
+            logged.flush = logged.flush.max(Some(boundary));
+        }
+        let counters = &self.counters;
+        counters.appends.fetch_add(1, Ordering::Relaxed);
+        counters
+            .appended_writes
+            .fetch_add(writes as u64, Ordering::Relaxed);
+        counters
+            .largest_append
+            .fetch_max(writes as u64, Ordering::Relaxed);
+        self.acks.advance(through, false);
+        self.pending
+            .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
+        drop(logged);
+        // A flush is applied at once: the room it frees shows.
+        if flush.is_some() || self.apply_due() {
+            self.signals.wake_applier();
         }
         Some(writes + usize::from(flush.is_some()))
     }
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
-    /// Returns where the group starts.
-    pub(super) fn append(&self, group: &[u8], last: LogPosition) -> Result<Location, AppendFailed> {
-        let start = self
-            .journal
-            .append(group, Some(last))
-            .map_err(AppendFailed::Write)?;
-        if self.config.sync == SyncPolicy::Always {
-            let started = Instant::now();
-            self.journal.sync().map_err(AppendFailed::Sync)?;
-            self.count_fsync(started);
-        }
-        Ok(start)
+    /// Returns where the group starts, or `None` when the write (the
+    /// engine is then out of space or poisoned) or the fsync failed.
+    fn append(&self, group: &[u8], last: LogPosition) -> Option<Location> {
+        let start = match self.journal.append(group, Some(last)) {
+            Ok(start) => start,
+            Err(error) if is_enospc(&error) => {
+                tracing::error!(%error, "disk full: refusing writes until space is freed");
+                self.health.set_out_of_space(true);
+                return None;
+            }
+            Err(error) => {
+                tracing::error!(%error, "journal write failed: refusing writes from now on");
+                self.health.poison();
+                return None;
+            }
+        };
+        // Whatever the errno: after a failed fsync the kernel may have
+        // dropped the group's pages, and a group appended after them would
+        // replay past a hole.
+        let synced = self.config.sync != SyncPolicy::Always
+            || self.fsync("journal fsync failed", || self.journal.sync());
+        synced.then_some(start)
     }
-}
-
-/// Why a group did not reach the journal.
-#[derive(Debug)]
-pub(super) enum AppendFailed {
-    /// Its write failed; the segment was cut back to where it was.
-    Write(io::Error),
-    /// Written, but its fsync failed.
-    Sync(io::Error),
-    /// The engine was poisoned before: nothing is appended any more.
-    Poisoned,
 }

@@ -189,7 +189,7 @@ impl Inner {
         let Some(segment) = state.unsynced else {
             return;
         };
-        if self.sync_now() {
+        if self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
             state.unsynced = None;
             self.remove_dead_segments(segment);
         }

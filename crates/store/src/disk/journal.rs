@@ -256,13 +256,9 @@ pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
 /// The record at the start of `bytes` and its framed length; `None` at the
 /// end, or at a torn or corrupt record, or one of another `seed`.
 pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(bytes.get(4..FRAME)?.try_into().ok()?);
-    let body = bytes.get(FRAME..FRAME.checked_add(len)?)?;
-    if len < BODY_HEAD || checksum(seed, body) != crc {
-        return None;
-    }
-    decode_checked(bytes)
+    let (record, len) = decode_checked(bytes)?;
+    let crc = u32::from_le_bytes(bytes[4..FRAME].try_into().ok()?);
+    (checksum(seed, &bytes[FRAME..len]) == crc).then_some((record, len))
 }
 
 /// [`decode`] of a record whose checksum [`decode`] has already checked
@@ -413,7 +409,6 @@ pub struct Retired {
     pub last: LogPosition,
     file: Arc<File>,
     len: u64,
-    reserved: u64,
     window: Arc<PageWindow>,
 }
 
@@ -427,13 +422,10 @@ impl Retired {
 
     /// Gives back the reserved space it did not use.
     pub fn release_unused(&self) {
-        let size = self.file.metadata().map_or(0, |m| m.len());
-        if size > self.len || self.reserved > self.len {
-            // Truncating to its own length also frees the blocks reserved
-            // past the end, which punching a hole there does not (ext4).
-            if let Err(error) = self.file.set_len(self.len) {
-                tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
-            }
+        // Truncating to its own length also frees the blocks reserved past
+        // the end, which punching a hole there does not (ext4).
+        if let Err(error) = self.file.set_len(self.len) {
+            tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
         }
     }
 }
@@ -628,7 +620,6 @@ impl Journal {
             last: old.last,
             file: old.file,
             len: old.len,
-            reserved: old.reserved,
             window: self.window.clone(),
         }
     }

@@ -10,7 +10,7 @@
 //!    │                   │
 //!    │                   ▼
 //!    │               applier thread ─ one LMDB transaction per round ─▶ data.mdb, fsync,
-//!    │                   journal segments deleted
+//!    │                   segments that retention does not keep deleted
 //!    │               syncer thread ─ fsync of the journal as the sync policy says
 //! ```
 //!

@@ -17,14 +17,7 @@ impl Inner {
             let finishing = self.signals.finishing();
             let groups = self.counters.appends.load(Ordering::Acquire);
             if groups > synced_groups {
-                let started = Instant::now();
-                match self.journal.sync() {
-                    Ok(()) => self.count_fsync(started),
-                    Err(error) => {
-                        tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                        self.health.poison();
-                    }
-                }
+                self.fsync("journal fsync failed", || self.journal.sync());
                 synced_groups = groups;
             }
             if finishing {
@@ -34,27 +27,23 @@ impl Inner {
         }
     }
 
-    /// fsyncs the data file; a failure poisons the engine. Returns whether
-    /// it succeeded.
-    pub(super) fn sync_now(&self) -> bool {
+    /// Runs `sync` and counts it; a failure poisons the engine. Returns
+    /// whether it succeeded.
+    pub(super) fn fsync<E: std::fmt::Display>(
+        &self,
+        what: &str,
+        sync: impl FnOnce() -> Result<(), E>,
+    ) -> bool {
         let started = Instant::now();
-        match self.config.io.sync_data(&self.env) {
-            Ok(()) => {
-                self.count_fsync(started);
-                true
-            }
-            Err(error) => {
-                tracing::error!(%error, "fsync failed: refusing writes from now on");
-                self.health.poison();
-                false
-            }
+        if let Err(error) = sync() {
+            tracing::error!(%error, "{what}: refusing writes from now on");
+            self.health.poison();
+            return false;
         }
-    }
-
-    pub(super) fn count_fsync(&self, started: Instant) {
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.counters
             .fsync_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        true
     }
 }
