@@ -658,6 +658,64 @@ fn a_lookup_holding_most_rows_asks_for_a_scan_and_a_rare_one_does_not() {
 }
 
 #[test]
+fn a_rare_equality_and_a_wide_range_together_find_the_rare_row() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(open(dir.path()));
+    for n in 0..2000 {
+        let colour = if n == 3 { "red" } else { "blue" };
+        let pairs = [("colour", colour), ("n", &n.to_string())];
+        let tables = engine.tables().unwrap();
+        put(tables, "t", &row(&format!("r{n:04}"), &pairs), RowMode::Put);
+    }
+    for (column, kind) in [("colour", IndexKind::Lexical), ("n", IndexKind::Decimal)] {
+        let build = IndexCommand::Build { kind, keep: false };
+        let tables = engine.tables().unwrap();
+        tables.set_index(b"t", column.as_bytes(), build).unwrap();
+    }
+    let lookup = |column: &str, operator: &str, expression: &str, kind| {
+        let (operator, flags) = kura_table::Operator::parse(operator).unwrap();
+        let condition =
+            kura_table::Condition::new(column.as_bytes(), operator, flags, expression.as_bytes());
+        kura_table::Lookup {
+            condition: 0,
+            column: column.as_bytes().to_vec(),
+            kind,
+            probes: kura_table::index::probes(&condition, kind).unwrap(),
+        }
+    };
+    // One row is red; every row's number is at least 0, under two thousand
+    // distinct index keys: the range is walked unsorted, far denser than
+    // the equality, and is cut short (the race once lost the equality's
+    // candidates there and spun for ever).
+    let lookups = [
+        lookup("colour", "STREQ", "red", IndexKind::Lexical),
+        lookup("n", "NUMGE", "0", IndexKind::Decimal),
+    ];
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let searcher = engine.clone();
+    std::thread::spawn(move || {
+        let mut found = Vec::new();
+        let tables = searcher.tables().unwrap();
+        tables
+            .lookup_rows(b"t", &lookups, false, &mut |row| {
+                found.push(String::from_utf8(row.key().to_vec()).unwrap());
+                true
+            })
+            .unwrap();
+        sender.send(found).unwrap();
+    });
+    let found = receiver
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the lookup ends");
+    assert!(found.contains(&"r0003".to_string()), "{found:?}");
+    assert!(
+        found.len() <= 8,
+        "the candidates are the red row's: {found:?}"
+    );
+}
+
+#[test]
 fn rows_are_walked_in_key_or_index_order_either_way() {
     use std::ops::Bound;
 

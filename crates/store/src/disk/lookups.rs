@@ -424,8 +424,9 @@ fn narrow<'t>(streams: Vec<Stream<'t>>, most: usize) -> heed::Result<Option<Vec<
                 // Much denser than the shortest: leave the rest to the rows'
                 // check, once what it walked has narrowed.
                 runner.done = true;
-                if let (true, Some(found)) = (runner.sorted, candidates.take()) {
-                    candidates = Some(walked_past(found, &runner.seen));
+                // An unsorted stream's keys so far rule on nothing.
+                if runner.sorted {
+                    candidates = candidates.map(|found| walked_past(found, &runner.seen));
                 }
                 runner.seen = Vec::new();
                 continue;
@@ -590,6 +591,20 @@ mod tests {
         let long = Stream::Sorted(numbered((0..200_000).filter(|&n| n != 3)));
         let found = narrow(vec![short, long], usize::MAX).unwrap().unwrap();
         assert_eq!(found, [&b"k00007"[..], b"k01500"]);
+    }
+
+    #[test]
+    fn a_dense_unsorted_stream_cut_short_keeps_the_candidates_of_a_stream_that_ended() {
+        // The sorted stream ends at one key; the unsorted one is then far
+        // denser and is cut short: its keys so far rule on nothing, and the
+        // race ends with the sorted stream's key (it once lost the
+        // candidates and raced on forever).
+        let streams = vec![
+            Stream::Sorted(keys(&["k00003"])),
+            Stream::Unsorted(numbered(0..2000)),
+        ];
+        let found = narrow(streams, usize::MAX).unwrap();
+        assert_eq!(found, Some(vec![&b"k00003"[..]]));
     }
 
     #[test]
