@@ -125,31 +125,32 @@ impl Inner {
         let mut files = Vec::new();
         // The snapshot first: the log copied after it covers every entry
         // after the snapshot's LSN.
-        let (snapshot, wanted, first_lsn) = match &since {
+        let (copied, first_lsn) = match &since {
             None => {
-                let (snapshot, wanted) = self.copy_lmdb(to)?;
+                let copied = self.copy_lmdb(to)?;
                 files.push(DATA_FILE.to_string());
-                (Some(snapshot), Wanted::Full(wanted), snapshot.lsn + 1)
+                let first_lsn = copied.applied.lsn + 1;
+                (Some(copied), first_lsn)
             }
-            Some((_, manifest)) => (
-                None,
-                Wanted::After(manifest.last.lsn),
-                manifest.last.lsn + 1,
-            ),
+            Some((_, manifest)) => (None, manifest.last.lsn + 1),
         };
+        let snapshot = copied.as_ref().map(|copied| copied.applied);
         let (current, current_len, last) = self.journal.current_end();
-        let segments = journal::segments(&self.config.dir)
+        let segments: Vec<(u64, PathBuf)> = journal::segments(&self.config.dir)
             .map_err(io_error("listing the journal"))?
             .into_iter()
-            .filter(|(number, _)| *number <= current);
-        let segments: Vec<(u64, PathBuf)> = segments.collect();
-        let chosen = match &wanted {
-            Wanted::Full((applied, pointed)) => segments
-                .iter()
-                .filter(|(number, _)| *number > *applied || pointed.contains(number))
-                .cloned()
+            .filter(|(number, _)| *number <= current)
+            .collect();
+        // A full backup needs the applied segment and those the snapshot
+        // points into; an incremental one what holds entries since.
+        let chosen = match copied {
+            Some(copied) => segments
+                .into_iter()
+                .filter(|(number, _)| {
+                    *number > copied.applied_segment || copied.pointed.contains(number)
+                })
                 .collect(),
-            Wanted::After(lsn) => segments_after(&segments, *lsn)?,
+            None => segments_after(&segments, first_lsn - 1)?,
         };
         for (number, path) in &chosen {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -188,9 +189,9 @@ impl Inner {
         Ok(manifest)
     }
 
-    /// Copies LMDB into `to` (compacting); returns the copy's newest entry,
-    /// and the segments it needs: the applied one and those it points into.
-    fn copy_lmdb(&self, to: &Path) -> Result<(LogPosition, (u64, Vec<u64>)), BackupError> {
+    /// Copies LMDB into `to` (compacting); returns what the copy's meta
+    /// table says of the log.
+    fn copy_lmdb(&self, to: &Path) -> Result<CopiedMeta, BackupError> {
         let path = to.join(DATA_FILE);
         let mut file = File::create(&path).map_err(io_error("creating the copy of LMDB"))?;
         self.env
@@ -198,17 +199,8 @@ impl Inner {
         file.sync_all()
             .map_err(io_error("syncing the copy of LMDB"))?;
         drop(file);
-        // What the copy holds is in its own meta table.
-        let meta = read_meta(to)?;
-        Ok((meta.applied, (meta.applied_segment, meta.pointed)))
+        read_meta(to)
     }
-}
-
-enum Wanted {
-    /// The applied segment and those the snapshot points into.
-    Full((u64, Vec<u64>)),
-    /// The segments with entries after this LSN.
-    After(u64),
 }
 
 /// What a copy of LMDB's meta table says of the log.
@@ -258,26 +250,19 @@ fn segments_after(
     segments: &[(u64, PathBuf)],
     lsn: u64,
 ) -> Result<Vec<(u64, PathBuf)>, BackupError> {
-    let mut start = None;
-    let mut oldest_first = None;
-    for (k, (number, path)) in segments.iter().enumerate() {
-        let Some(first) = first_lsn(path, *number).map_err(io_error("reading the journal"))? else {
-            continue;
-        };
-        oldest_first.get_or_insert(first);
-        if first <= lsn + 1 {
-            start = Some(k);
-        }
-    }
-    match (start, oldest_first) {
+    let firsts = segments
+        .iter()
+        .map(|(number, path)| first_lsn(path, *number))
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(io_error("reading the journal"))?;
+    let start = firsts
+        .iter()
+        .rposition(|first| first.is_some_and(|first| first <= lsn + 1));
+    match (start, firsts.iter().flatten().next()) {
         (Some(mut k), _) => {
             // Segments of moves only, just before, go too: the replay
             // applies their moves, so LMDB points where the server's did.
-            while k > 0
-                && first_lsn(&segments[k - 1].1, segments[k - 1].0)
-                    .map_err(io_error("reading the journal"))?
-                    .is_none()
-            {
+            while k > 0 && firsts[k - 1].is_none() {
                 k -= 1;
             }
             Ok(segments[k..].to_vec())
@@ -315,29 +300,18 @@ fn copy_file(from: &Path, to: &Path, limit: Option<u64>) -> Result<(), BackupErr
 }
 
 fn sum_file(path: &Path, name: &str) -> Result<FileSum, BackupError> {
-    let mut file = File::open(path).map_err(io_error(format!("reading {}", path.display())))?;
+    let reading = || io_error(format!("reading {}", path.display()));
+    let file = File::open(path).map_err(reading())?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0; 1 << 20];
-    let mut bytes = 0;
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(io_error(format!("reading {}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        bytes += n as u64;
-    }
-    let sha256 = hasher
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let bytes = io::copy(
+        &mut io::BufReader::with_capacity(1 << 20, file),
+        &mut hasher,
+    )
+    .map_err(reading())?;
     Ok(FileSum {
         name: name.to_string(),
         bytes,
-        sha256,
+        sha256: format!("{:x}", hasher.finalize()),
     })
 }
 
