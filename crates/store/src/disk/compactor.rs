@@ -108,7 +108,7 @@ impl Inner {
             let txn = self.env.read_txn().map_err(lmdb)?;
             let mut failed = None;
             journal::replay(
-                &self.journal.segment_path(victim),
+                &journal::segment_path(&self.config.dir, victim),
                 victim,
                 |found, offset| {
                     let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {

@@ -50,7 +50,7 @@ impl Inner {
             let class = self.remove_expired(txn, counts, key, &old)?;
             swept.push(key.to_vec());
             match classes {
-                None => self.note_reclaimed(class, 1),
+                None => self.counters.reclaimed.add(class, 1),
                 Some(_) => self.counters.crawler_reclaimed.add(class, 1),
             }
             removed += 1;
@@ -102,7 +102,7 @@ impl Inner {
         let before = self.counters.crawler_reclaimed.total();
         *self.signals.crawl.lock() = Some(classes);
         let seq = self.pending.next_seq();
-        if self.wait_until_applied(seq) == AckState::Waiting {
+        if self.wait_applied(seq, None) == AckState::Waiting {
             return 0;
         }
         (self.counters.crawler_reclaimed.total() - before) as usize
@@ -122,7 +122,7 @@ impl Inner {
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
         let seq = self.pending.next_seq();
-        if self.wait_until_applied(seq) == AckState::Waiting {
+        if self.wait_applied(seq, None) == AckState::Waiting {
             return 0;
         }
         (self.counters.swept.load(Ordering::Acquire) - before) as usize

@@ -36,7 +36,7 @@ impl Inner {
             // The flushed items' space goes back at once.
             for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
                 if items > 0 {
-                    self.note_reclaimed(index + 1, items);
+                    self.counters.reclaimed.add(index + 1, items);
                 }
             }
             counts.clear();
@@ -52,7 +52,7 @@ impl Inner {
                 let class = self.class_of(&key, old.value_len);
                 self.forget_old(txn, &key, Some(old), counts, 0)?;
                 self.items.delete(txn, &key)?;
-                self.note_reclaimed(class, 1);
+                self.counters.reclaimed.add(class, 1);
             }
         }
         let kept = self.flushed_boundary(txn)?;

@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use super::journal::{self, Numbering, Record};
-use super::record::{self, Header};
+use super::record;
 
 /// One change kura acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,15 +131,14 @@ pub fn read(
                 return;
             };
             // `number` passed over heads and moves: this is an entry.
-            let change =
-                match change_of_record(record, |key, stored| put_change(key, stored, values)) {
-                    Ok(Some(change)) => change,
-                    Ok(None) => return,
-                    Err(error) => {
-                        failed = Some(error);
-                        return;
-                    }
-                };
+            let change = match change_of_record(record, values) {
+                Ok(Some(change)) => change,
+                Ok(None) => return,
+                Err(error) => {
+                    failed = Some(error);
+                    return;
+                }
+            };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
                     failed = Some(io::Error::new(
@@ -178,7 +177,7 @@ pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     while !rest.is_empty() {
         let (record, len) = journal::decode(rest, seed).ok_or_else(damaged)?;
         rest = &rest[len..];
-        let change = change_of_record(record, |key, stored| put_change(key, stored, Values::Read))?;
+        let change = change_of_record(record, Values::Read)?;
         if let Some(change) = change {
             changes.push(change);
         }
@@ -186,32 +185,18 @@ pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     Ok(changes)
 }
 
-/// The change a journal record makes (a put's is what `put` makes of its
-/// key and stored record); `None` for a record that is no entry: a
-/// group's head, a move.
-fn change_of_record(
-    record: Record<'_>,
-    put: impl FnOnce(&[u8], &[u8]) -> io::Result<Change>,
-) -> io::Result<Option<Change>> {
+/// The change a journal record makes (a put's value read or skipped as
+/// `values` says); `None` for a record that is no entry: a group's head, a
+/// move.
+fn change_of_record(record: Record<'_>, values: Values) -> io::Result<Option<Change>> {
     Ok(Some(match record {
-        Record::Put { key, record } => put(key, record)?,
+        Record::Put { key, record } => put_change(key, record, values)?,
         Record::Remove { key } => Change::Remove { key: key.to_vec() },
         Record::Flush(through_cas) => Change::Flush { through_cas },
         Record::RowPut { key, record } => row_change(key, Some(record))?,
         Record::RowRemove { key } => row_change(key, None)?,
         Record::Group(_) | Record::Move { .. } => return Ok(None),
     }))
-}
-
-/// The change a put of `key` makes: its item, with `header`'s metadata.
-fn set_change(key: &[u8], header: &Header, value: Option<Vec<u8>>) -> Change {
-    Change::Set {
-        key: key.to_vec(),
-        flags: header.flags,
-        expiry_unix: header.expiry_unix,
-        cas: header.cas,
-        value,
-    }
 }
 
 /// The change a row record makes (`stored`: its columns; `None`: removed).
@@ -241,11 +226,13 @@ fn put_change(key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
             "a put without its value in place: the log is damaged",
         )
     })?;
-    let value = match values {
-        Values::Read => Some(value.to_vec()),
-        Values::Skip => None,
-    };
-    Ok(set_change(key, &header, value))
+    Ok(Change::Set {
+        key: key.to_vec(),
+        flags: header.flags,
+        expiry_unix: header.expiry_unix,
+        cas: header.cas,
+        value: (values == Values::Read).then(|| value.to_vec()),
+    })
 }
 
 /// The LSNs from `first` through `last` that no segment in `dir` holds, as

@@ -641,10 +641,6 @@ impl Journal {
         Ok(())
     }
 
-    pub fn segment_path(&self, number: u64) -> PathBuf {
-        segment_path(&self.dir, number)
-    }
-
     /// Bytes in the segment files.
     pub fn bytes(&self) -> u64 {
         // Under the current segment's lock, as `switch` moves it to `older`.

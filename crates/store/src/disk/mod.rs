@@ -255,7 +255,7 @@ impl DiskStore {
     /// Blocks until every write made so far is in LMDB (for callers that
     /// use the engine directly, such as benchmarks and tests).
     pub fn wait_until_all_applied(&self) -> AckState {
-        self.inner.wait_until_applied(self.inner.pending.last_seq())
+        self.inner.wait_applied(self.inner.pending.last_seq(), None)
     }
 }
 
@@ -298,11 +298,6 @@ impl Inner {
         !expired && !self.flushes.covers(header.cas)
     }
 
-    /// `count` expired or flushed items of `class` gave their space back.
-    fn note_reclaimed(&self, class: usize, count: u64) {
-        self.counters.reclaimed.add(class, count);
-    }
-
     fn next_cas(&self) -> u64 {
         match &self.stamps {
             Some(stamps) => stamps.next(&self.last_cas),
@@ -330,12 +325,6 @@ impl Inner {
         self.config.classes.class_of(item_size(key, value_len))
     }
 
-    /// Wakes the writer and the applier until write `seq` is in LMDB or
-    /// failed (or the engine stops).
-    fn wait_until_applied(&self, seq: u64) -> AckState {
-        self.wait_applied(seq, None)
-    }
-
     /// Brings LMDB up to every write made so far, for the figures and scans
     /// that read it directly: exact when the writes pause, at most
     /// [`CATCH_UP_WAIT`] late under load (a monitor polling `stats` must not
@@ -345,8 +334,8 @@ impl Inner {
         self.wait_applied(self.pending.last_seq(), Some(deadline));
     }
 
-    /// [`wait_until_applied`](Self::wait_until_applied), giving up at
-    /// `deadline` if there is one.
+    /// Wakes the writer and the applier until write `seq` is in LMDB or
+    /// failed (or the engine stops), giving up at `deadline` if there is one.
     fn wait_applied(&self, seq: u64, deadline: Option<std::time::Instant>) -> AckState {
         while self.applied.decided() < seq {
             self.signals.wake_writer();
@@ -661,7 +650,7 @@ impl crate::replication::Replication for DiskStore {
 
     fn position(&self) -> Option<LogPosition> {
         let inner = &self.inner;
-        (!inner.base_is_incomplete()).then(|| inner.journal.current_end().2)
+        (!inner.base_incomplete.load(Ordering::Acquire)).then(|| inner.journal.current_end().2)
     }
 
     fn feed(

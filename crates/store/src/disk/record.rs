@@ -73,20 +73,16 @@ impl LogPointer {
 
     /// The pointer a record stored in LMDB holds, if its value is in the log.
     pub fn of_stored(header: &Header, value: &[u8]) -> Option<LogPointer> {
-        if header.has(IN_LOG) {
-            LogPointer::decode(value)
-        } else {
-            None
-        }
+        header
+            .has(IN_LOG)
+            .then_some(value)
+            .and_then(LogPointer::decode)
     }
 }
 
 /// The length of the value of a record as LMDB stores it.
 pub fn stored_value_len(header: &Header, value: &[u8]) -> usize {
-    match LogPointer::of_stored(header, value) {
-        Some(pointer) => pointer.value_len as usize,
-        None => value.len(),
-    }
+    LogPointer::of_stored(header, value).map_or(value.len(), |pointer| pointer.value_len as usize)
 }
 
 /// The header and value of a put's record as the log holds it or another

@@ -198,11 +198,6 @@ impl Inner {
             max_cas: 0,
         })
     }
-
-    /// Whether a snapshot load was cut short (`meta` says so).
-    pub(super) fn base_is_incomplete(&self) -> bool {
-        self.base_incomplete.load(Ordering::Acquire)
-    }
 }
 
 /// A snapshot being loaded: it holds the journal's leader lock, so nothing

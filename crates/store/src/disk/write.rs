@@ -104,7 +104,9 @@ impl Inner {
             let header = self.header_for(&write, existing.map(|(old, _)| old));
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
             if reused {
-                self.note_reclaimed(self.class_of(command.key, write.value_len()), 1);
+                self.counters
+                    .reclaimed
+                    .add(self.class_of(command.key, write.value_len()), 1);
             }
             let change = Change::Put(Keyed::encode(command.key, &header, &write.parts));
             (Some(change), StoreOutcome::Stored { cas: header.cas })
