@@ -211,7 +211,7 @@ impl Inner {
                 // Noted in memory (`marks.rs`), whether the item is committed
                 // or still pending: the applier sets the bit in LMDB once the
                 // item is there.
-                self.marks.note(self.marks.hash(key), key, cas);
+                self.marks.note(key_hash, key, cas);
                 return Ok(true);
             }
             Lookup::Miss if options.vivify.is_none() => return Ok(false),
