@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use heed::RwTxn;
 
 use super::change::{Old, Write};
-use super::compactor::Compaction;
+use super::compactor::{Compaction, COMPACT_RETRY};
 use super::journal::LogPosition;
 use super::pending::{Batch, Pending, Space};
 use super::record::{self, Counts, Header, LogPointer, FETCHED};
@@ -165,7 +165,7 @@ impl Inner {
                         self.sync_applied(&mut state);
                         continue;
                     }
-                    Compaction::Failed { retry_at } => state.compact_after = retry_at,
+                    Compaction::Failed => state.compact_after = Instant::now() + COMPACT_RETRY,
                     Compaction::NotDue => {}
                 }
             }
@@ -403,15 +403,8 @@ impl Inner {
             applied += writes.len();
             for (_, key, write) in writes {
                 let weight = key.len() + write.weight();
-                let index_entries = match write {
-                    Write::RowPut { .. } | Write::RowRemove => {
-                        self.apply_row(&mut txn, key, write)?
-                    }
-                    _ => {
-                        self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
-                        0
-                    }
-                };
+                let index_entries =
+                    self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
                 // Each index entry a row's write changes may dirty a page.
                 dirty += 4096 * (1 + index_entries) + weight;
                 if dirty >= dirty_limit {
@@ -503,12 +496,7 @@ impl Inner {
                 round
                     .batches
                     .iter()
-                    .any(|batch| match batch.get(hash, key) {
-                        Some(Pending::Put(record)) => {
-                            Header::decode(record).is_some_and(|(header, _)| header.cas == cas)
-                        }
-                        _ => false,
-                    })
+                    .any(|batch| batch.get(hash, key).is_some_and(|write| write.stores(cas)))
             })
         };
         let mut noted: Vec<&(Arc<[u8]>, u64)> = marks
@@ -538,21 +526,20 @@ impl Inner {
                     }
                     Some((h, _)) if h.cas >= cas => {}
                     // Read while pending, and not in LMDB yet.
-                    _ if self.pending_item_is(key, cas) => early.push(mark.clone()),
+                    _ if self
+                        .pending
+                        .lock(key)
+                        .get(key)
+                        .is_some_and(|write| write.stores(cas)) =>
+                    {
+                        early.push(mark.clone())
+                    }
                     _ => {}
                 }
             }
             self.config.io.commit(txn)?;
         }
         Ok(early)
-    }
-
-    /// Whether the newest pending write of `key` stores the item `cas`.
-    pub(super) fn pending_item_is(&self, key: &[u8], cas: u64) -> bool {
-        match self.pending.lock(key).get(key) {
-            Some(Pending::Put(record)) => Header::decode(record).is_some_and(|(h, _)| h.cas == cas),
-            _ => false,
-        }
     }
 
     /// Commits only the keys whose newest write in `round` is a removal.
@@ -613,7 +600,8 @@ impl Inner {
     }
 
     /// Applies one pending write, keeping the expiry index and the counts
-    /// right.
+    /// right. Returns the index entries a row's write changed (0 for an
+    /// item's).
     pub(super) fn apply(
         &self,
         txn: &mut RwTxn<'_>,
@@ -621,15 +609,15 @@ impl Inner {
         write: Write<'_>,
         flushed_through: u64,
         counts: &mut Counts,
-    ) -> heed::Result<()> {
-        let old = match write {
+    ) -> heed::Result<usize> {
+        match write {
             Write::Put { stored, logged } => {
                 let Some((header, value)) = Header::decode(stored) else {
-                    return Ok(());
+                    return Ok(0);
                 };
                 if header.cas <= flushed_through {
                     // Written before a flush that covers it: already gone.
-                    return Ok(());
+                    return Ok(0);
                 }
                 // Read while pending: stored with its fetched bit, so the
                 // mark need not rewrite it.
@@ -661,12 +649,22 @@ impl Inner {
                 };
                 // Insert, or learn what was there, in one descent.
                 let len = stored.len();
-                let new = (header, value_len, pointer);
                 if let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? {
                     self.forget_old(txn, key, Old::of(old), counts, header.expiry_unix)?;
                     self.items.put_reserved(txn, key, len, write)?;
                 }
-                return self.index_new(txn, key, new, counts);
+                // Counted and indexed: its expiry, size and where its value is.
+                if header.expiry_unix != 0 {
+                    self.expiry
+                        .put(txn, &record::expiry_key(header.expiry_unix, key), &[])?;
+                }
+                counts.classes.add(
+                    self.class_of(key, value_len),
+                    record::item_size(key, value_len) as u64,
+                );
+                if let Some(pointer) = &pointer {
+                    counts.log.add(pointer);
+                }
             }
             Write::Move {
                 from,
@@ -674,11 +672,11 @@ impl Inner {
                 frame_len,
             } => {
                 let Some(old) = self.stored_old(txn, key)? else {
-                    return Ok(());
+                    return Ok(0);
                 };
                 let Some(moved) = old.pointer.filter(|pointer| pointer.at == from) else {
                     // Written or removed since: the copy is garbage.
-                    return Ok(());
+                    return Ok(0);
                 };
                 let pointer = LogPointer {
                     at: to,
@@ -689,18 +687,18 @@ impl Inner {
                 counts.log.add(&pointer);
                 // The header as it is now: its bits may have changed.
                 let record = record::pointer_record(&old.header, &pointer);
-                return self.items.put(txn, key, &record);
+                self.items.put(txn, key, &record)?;
             }
-            Write::Remove => self.stored_old(txn, key)?,
-            Write::RowPut { .. } | Write::RowRemove => {
-                return self.apply_row(txn, key, write).map(drop);
+            Write::Remove => {
+                let old = self.stored_old(txn, key)?;
+                if old.is_some() {
+                    self.forget_old(txn, key, old, counts, 0)?;
+                    self.items.delete(txn, key)?;
+                }
             }
-        };
-        if old.is_some() {
-            self.forget_old(txn, key, old, counts, 0)?;
-            self.items.delete(txn, key)?;
+            Write::RowPut { .. } | Write::RowRemove => return self.apply_row(txn, key, write),
         }
-        Ok(())
+        Ok(0)
     }
 
     /// Takes the record being replaced or removed out of the counts and the
@@ -719,29 +717,6 @@ impl Inner {
                 self.expiry
                     .delete(txn, &record::expiry_key(old.header.expiry_unix, key))?;
             }
-        }
-        Ok(())
-    }
-
-    /// Counts and indexes a record just stored under its key: its header,
-    /// value length and where the value is, if in the journal.
-    pub(super) fn index_new(
-        &self,
-        txn: &mut RwTxn<'_>,
-        key: &[u8],
-        (header, value_len, pointer): (Header, usize, Option<LogPointer>),
-        counts: &mut Counts,
-    ) -> heed::Result<()> {
-        if header.expiry_unix != 0 {
-            self.expiry
-                .put(txn, &record::expiry_key(header.expiry_unix, key), &[])?;
-        }
-        counts.classes.add(
-            self.class_of(key, value_len),
-            record::item_size(key, value_len) as u64,
-        );
-        if let Some(pointer) = &pointer {
-            counts.log.add(pointer);
         }
         Ok(())
     }

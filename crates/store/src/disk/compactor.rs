@@ -4,7 +4,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use super::change::{Old, Write};
 use super::journal::{self, Location, Record};
@@ -15,18 +15,17 @@ use super::{Inner, LogRetention};
 /// Moved values a compaction appends, fsyncs and commits at a time.
 pub(super) const COMPACT_CHUNK: usize = 8 << 20;
 
-/// The pause after a failed compaction (no room for the moved values, say).
-const COMPACT_RETRY: Duration = Duration::from_secs(10);
+/// The pause after a failed compaction (no room for the moved values, say):
+/// reading a segment again at once would likely fail again.
+pub(super) const COMPACT_RETRY: Duration = Duration::from_secs(10);
 
 /// What a call to compact came to.
 pub(super) enum Compaction {
     /// A segment was compacted (LMDB points to the copies; fsync it).
     Done,
     NotDue,
-    /// Try again no sooner than `retry_at`.
-    Failed {
-        retry_at: Instant,
-    },
+    /// Try again no sooner than [`COMPACT_RETRY`] from now.
+    Failed,
 }
 
 impl Inner {
@@ -73,10 +72,6 @@ impl Inner {
         let Some(victim) = victim else {
             return Compaction::NotDue;
         };
-        // Reading a segment again at once would likely fail again.
-        let failed = || Compaction::Failed {
-            retry_at: Instant::now() + COMPACT_RETRY,
-        };
         match self.compact(victim) {
             Ok(moved) => {
                 self.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -87,11 +82,11 @@ impl Inner {
             }
             Err(error) if is_enospc(&error) => {
                 tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
-                failed()
+                Compaction::Failed
             }
             Err(error) => {
                 tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
-                failed()
+                Compaction::Failed
             }
         }
     }

@@ -25,11 +25,7 @@ impl Inner {
         classes: Option<&[bool]>,
         swept: &mut Vec<Vec<u8>>,
     ) -> heed::Result<u64> {
-        let limit = if classes.is_some() {
-            usize::MAX
-        } else {
-            RECLAIM_BATCH
-        };
+        let limit = classes.map_or(RECLAIM_BATCH, |_| usize::MAX);
         let marked = |key: &[u8], old: &Old| {
             classes.is_none_or(|classes| {
                 let class = self.class_of(key, old.value_len);
@@ -47,7 +43,14 @@ impl Inner {
             let Some(old) = found.filter(|old| self.sweepable(&old.header)) else {
                 continue;
             };
-            let class = self.remove_expired(txn, counts, key, &old)?;
+            if !self.fetched(key, &old.header) {
+                self.counters
+                    .expired_unfetched
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.items.delete(txn, key)?;
+            self.uncount(counts, key, &old);
+            let class = self.class_of(key, old.value_len);
             swept.push(key.to_vec());
             match classes {
                 None => self.counters.reclaimed.add(class, 1),
@@ -75,25 +78,6 @@ impl Inner {
             .take(limit)
             .map(|(index_key, _)| index_key.to_vec())
             .collect())
-    }
-
-    /// Removes an expired item (its index entry is gone already); returns
-    /// its size class.
-    pub(super) fn remove_expired(
-        &self,
-        txn: &mut RwTxn<'_>,
-        counts: &mut Counts,
-        key: &[u8],
-        old: &Old,
-    ) -> heed::Result<usize> {
-        if !self.fetched(key, &old.header) {
-            self.counters
-                .expired_unfetched
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        self.items.delete(txn, key)?;
-        self.uncount(counts, key, old);
-        Ok(self.class_of(key, old.value_len))
     }
 
     /// Has the writer crawl the classes marked now; returns how many

@@ -227,7 +227,7 @@ impl BaseLoader<'_> {
                         stored: record,
                         logged: None,
                     };
-                    inner.apply(&mut txn, key, write, 0, &mut counts)
+                    inner.apply(&mut txn, key, write, 0, &mut counts).map(drop)
                 }
                 Record::RowPut { key, record } => {
                     written += key.len() + record.len();
