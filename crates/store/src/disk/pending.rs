@@ -91,6 +91,13 @@ pub enum Pending<'a> {
     Remove,
 }
 
+impl Pending<'_> {
+    /// Whether it stores the item `cas`.
+    pub fn stores(&self, cas: u64) -> bool {
+        matches!(self, Pending::Put(record) if Header::decode(record).is_some_and(|(header, _)| header.cas == cas))
+    }
+}
+
 impl Entry {
     fn new(hash: u64, space: Space, seq: u64, key: &[u8], change: Change) -> Entry {
         let held = match change {
@@ -576,35 +583,28 @@ impl PendingWrites {
                 let mut map = Arc::unwrap_or_clone(map);
                 let state = &mut *guard;
                 let mut freed = Vec::new();
+                // Cached if it was read and no newer write is pending
+                // (`applying` is taken), its value in place.
+                let wanted = |hash, keyed: &Keyed, state: &ShardState| {
+                    Header::decode(keyed.record()).is_some_and(|(header, _)| {
+                        !header.has(record::IN_LOG)
+                            && keyed.record().len() <= MAX_CACHED_RECORD
+                            && was_read(hash, header.cas)
+                            && state.newest(hash, Space::Item, keyed.key()).is_none()
+                    })
+                };
                 for entry in map.drain() {
-                    let Entry {
-                        hash,
-                        space: Space::Item,
-                        seq,
-                        held: Held::Put(mut keyed),
-                    } = entry
-                    else {
-                        freed.push(entry);
-                        continue;
-                    };
-                    let key = keyed.key();
-                    let header = Header::decode(keyed.record()).map(|(header, _)| header);
-                    let in_log = header.is_some_and(|header| header.has(record::IN_LOG));
-                    // Not if a newer write is pending (`applying` is taken).
-                    let wanted = !in_log
-                        && keyed.record().len() <= MAX_CACHED_RECORD
-                        && header.is_some_and(|header| was_read(hash, header.cas))
-                        && state.newest(hash, Space::Item, key).is_none();
-                    if wanted {
-                        record::set_bits(keyed.record_mut(), record::FETCHED);
-                        state.cache.insert(hash, Space::Item, keyed, budget);
-                    } else {
-                        freed.push(Entry {
+                    match entry {
+                        Entry {
                             hash,
                             space: Space::Item,
-                            seq,
-                            held: Held::Put(keyed),
-                        });
+                            held: Held::Put(mut keyed),
+                            ..
+                        } if wanted(hash, &keyed, state) => {
+                            record::set_bits(keyed.record_mut(), record::FETCHED);
+                            state.cache.insert(hash, Space::Item, keyed, budget);
+                        }
+                        entry => freed.push(entry),
                     }
                 }
                 drop(guard);
