@@ -170,13 +170,23 @@ impl Inner {
     ) -> Result<DeleteOutcome, WriteFailed> {
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
-            let change = match (semantics::plan_delete(command, current), existing) {
-                (DeletePlan::Refuse(outcome), _) => return (None, outcome),
-                (DeletePlan::Remove, _) if self.stamps.is_some() => {
-                    Change::Put(self.tombstone(key))
+            let change = match semantics::plan_delete(command, current) {
+                DeletePlan::Refuse(outcome) => return (None, outcome),
+                // A dual master's delete leaves the key, expired now, with a
+                // new stamp, so a peer's older write of it loses
+                // (`MultiPrimary`).
+                DeletePlan::Remove if self.stamps.is_some() => {
+                    let header = Header {
+                        flags: 0,
+                        expiry_unix: self.now_unix().max(1),
+                        cas: self.next_cas(),
+                        bits: 0,
+                    };
+                    Change::Put(Keyed::encode(key, &header, &[]))
                 }
-                (DeletePlan::Remove, _) => Change::Remove,
-                (DeletePlan::Invalidate(expiry), Some((old, value))) => {
+                DeletePlan::Remove => Change::Remove,
+                DeletePlan::Invalidate(expiry) => {
+                    let (old, value) = existing.expect("a plan for a missing item refuses");
                     let header = Header {
                         cas: self.next_cas(),
                         bits: (old.bits | STALE) & !WIN_SENT,
@@ -185,24 +195,9 @@ impl Inner {
                     };
                     Change::Put(Keyed::encode(key, &header, &[value]))
                 }
-                (DeletePlan::Invalidate(_), None) => {
-                    unreachable!("a plan for a missing item refuses")
-                }
             };
             (Some(change), DeleteOutcome::Deleted)
         })
-    }
-
-    /// What a dual master's delete leaves: the key, expired now, with a
-    /// new stamp, so a peer's older write of it loses (`MultiPrimary`).
-    fn tombstone(&self, key: &[u8]) -> Keyed {
-        let header = Header {
-            flags: 0,
-            expiry_unix: self.now_unix().max(1),
-            cas: self.next_cas(),
-            bits: 0,
-        };
-        Keyed::encode(key, &header, &[])
     }
 
     pub(super) fn arith(
