@@ -24,7 +24,6 @@ pub struct FedGroup {
     /// master's segment's: its bytes go unchanged).
     pub bytes: Vec<u8>,
     pub seed: u32,
-    pub first_lsn: u64,
     pub last_lsn: u64,
     /// When the master appended it (µs since the Unix epoch).
     pub micros: u64,

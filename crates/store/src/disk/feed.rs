@@ -88,14 +88,6 @@ impl Drop for Feed {
     }
 }
 
-/// What reading at the feed's place found.
-enum Found {
-    /// A whole record, its framed length.
-    Record(usize),
-    /// Nothing (yet) at this place.
-    End,
-}
-
 impl Feed {
     /// A feed of the groups after `after`, or why there is none: the log
     /// no longer holds them (retention), or `after` is not a point of this
@@ -237,13 +229,8 @@ impl Feed {
     /// with `hold`.
     fn at(inner: &Arc<Inner>, segment: u64, offset: u64, hold: u64) -> io::Result<Feed> {
         inner.replica_holds.set(hold, segment);
-        let file = match File::open(journal::segment_path(&inner.config.dir, segment)) {
-            Ok(file) => file,
-            Err(error) => {
-                inner.replica_holds.remove(hold);
-                return Err(error);
-            }
-        };
+        let file = File::open(journal::segment_path(&inner.config.dir, segment))
+            .inspect_err(|_| inner.replica_holds.remove(hold))?;
         Ok(Feed {
             hold,
             inner: inner.clone(),
@@ -257,8 +244,9 @@ impl Feed {
         })
     }
 
-    /// The record at `offset`, if it is whole.
-    fn look(&mut self) -> io::Result<Found> {
+    /// The framed length of the record at `offset`, if it is whole (`None`:
+    /// nothing, yet, at this place).
+    fn look(&mut self) -> io::Result<Option<usize>> {
         let frame_head = 8;
         let mut reads = 0;
         loop {
@@ -279,12 +267,8 @@ impl Feed {
                     reads += 1;
                 }
                 _ => {
-                    return Ok(
-                        match journal::decode(available, journal::seed_of(self.segment)) {
-                            Some((_, framed)) => Found::Record(framed),
-                            None => Found::End,
-                        },
-                    );
+                    let seed = journal::seed_of(self.segment);
+                    return Ok(journal::decode(available, seed).map(|(_, framed)| framed));
                 }
             }
         }
@@ -333,7 +317,7 @@ impl Feed {
         // Retired: nothing more comes to it, but a group may have been
         // appended between the read that found its end and the switch.
         self.filled = 0;
-        if let Found::Record(_) = self.look()? {
+        if self.look()?.is_some() {
             return Ok(true);
         }
         let next = self.segment + 1;
@@ -356,7 +340,7 @@ impl Feed {
         out.extend_from_slice(self.raw_at(head_len));
         self.offset += head_len as u64;
         let mut entries = 0u64;
-        while let Found::Record(framed) = self.look()? {
+        while let Some(framed) = self.look()? {
             if !self.record_at(framed).is_entry() {
                 break;
             }
@@ -370,7 +354,6 @@ impl Feed {
             origin: head.origin,
             seed,
             bytes: out,
-            first_lsn: head.first_lsn,
             last_lsn,
             micros: head.micros,
         })
@@ -384,7 +367,7 @@ impl LogFeed for Feed {
         loop {
             let bound = self.inner.journal.last_lsn();
             match self.look()? {
-                Found::Record(framed) => match self.record_at(framed) {
+                Some(framed) => match self.record_at(framed) {
                     Record::Group(head) if head.first_lsn <= bound => {
                         return self.read_group(head, framed).map(Some);
                     }
@@ -395,7 +378,7 @@ impl LogFeed for Feed {
                         continue;
                     }
                 },
-                Found::End => {
+                None => {
                     if self.next_segment()? {
                         continue;
                     }

@@ -20,8 +20,6 @@ use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::{IndexCommand, IndexKind, Lookup};
 
-/// The longest table name.
-pub const MAX_TABLE_NAME: usize = 255;
 /// LMDB's longest key: a row's key must fit.
 const MAX_ROW_KEY: usize = 511;
 
