@@ -226,9 +226,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         pointed: Vec::new(),
     };
     if let Some(meta) = meta {
-        if let Some(bytes) = meta.get(&txn, super::APPLIED_LSN)? {
-            found.applied = LogPosition::decode(bytes).unwrap_or_default();
-        }
+        found.applied = super::applied_position(&meta, &txn)?;
         found.applied_segment = super::meta_u64(&meta, &txn, super::JOURNAL_APPLIED)?;
         for entry in meta.prefix_iter(&txn, b"log")? {
             let (key, live) = entry?;

@@ -368,6 +368,15 @@ impl Inner {
     }
 }
 
+/// The newest entry LMDB holds (`meta`'s applied position).
+fn applied_position(
+    meta: &Database<Bytes, Bytes>,
+    txn: &heed::RoTxn<'_>,
+) -> heed::Result<LogPosition> {
+    let bytes = meta.get(txn, APPLIED_LSN)?;
+    Ok(bytes.and_then(LogPosition::decode).unwrap_or_default())
+}
+
 /// A `meta` value of eight bytes (u64 LE); 0 when it is missing.
 fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) -> heed::Result<u64> {
     let bytes = meta.get(txn, key)?;

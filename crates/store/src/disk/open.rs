@@ -16,7 +16,7 @@ use super::pending::PendingWrites;
 use super::record::{self, ClassCounts, Counts, Header};
 use super::{
     access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, meta_u64,
-    threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, APPLIED_LSN, JOURNAL_APPLIED,
+    threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
 use super::{indexes, replica};
 use crate::clock::Clock;
@@ -99,10 +99,7 @@ impl DiskStore {
         indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
         let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
         let base_incomplete = meta.get(&txn, replica::BASE_INCOMPLETE)?.is_some();
-        let applied_lsn = meta
-            .get(&txn, APPLIED_LSN)?
-            .and_then(LogPosition::decode)
-            .unwrap_or_default();
+        let applied_lsn = super::applied_position(&meta, &txn)?;
         txn.commit()?;
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(

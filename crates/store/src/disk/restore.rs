@@ -18,7 +18,7 @@ use std::path::Path;
 use heed::types::Bytes;
 use heed::{Database, EnvOpenOptions};
 
-use super::backup::{self, io_error, BackupError, DATA_FILE};
+use super::backup::{self, io_error, BackupError};
 use super::history::{self, LogPoint, Values};
 use super::io::OsIo;
 use super::journal::{self, LogPosition};
@@ -88,18 +88,13 @@ fn restore_into(
     until: Option<LogPoint>,
     to: &Path,
 ) -> Result<LogPosition, BackupError> {
-    let (full, _) = &chain.backups[0];
-    fs::copy(full.join(DATA_FILE), to.join(DATA_FILE)).map_err(io_error(format!(
-        "copying {}",
-        full.join(DATA_FILE).display()
-    )))?;
-    // Oldest backup first: a segment copied again later has only grown.
+    // Oldest backup first (the full one, whose manifest alone names the
+    // data file): a segment copied again later has only grown.
     for (dir, manifest) in &chain.backups {
-        for file in manifest.files.iter().filter(|f| f.name != DATA_FILE) {
-            fs::copy(dir.join(&file.name), to.join(&file.name)).map_err(io_error(format!(
-                "copying {}",
-                dir.join(&file.name).display()
-            )))?;
+        for file in &manifest.files {
+            let from = dir.join(&file.name);
+            fs::copy(&from, to.join(&file.name))
+                .map_err(io_error(format!("copying {}", from.display())))?;
         }
     }
     let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;

@@ -16,7 +16,7 @@ use super::compactor::lmdb;
 use super::feed::Feed;
 use super::journal::{self, LogPosition, Record};
 use super::record::{self, Header, Keyed};
-use super::{indexes, Inner, APPLIED_LSN};
+use super::{indexes, Inner};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
 
 /// Bytes of records sent in one part.
@@ -31,12 +31,7 @@ impl Inner {
         // snapshot (and the values it points to) stay until it is sent.
         let _hold = self.journal.hold_history();
         let txn = self.env.read_txn().map_err(lmdb)?;
-        let at = self
-            .meta
-            .get(&txn, APPLIED_LSN)
-            .map_err(lmdb)?
-            .and_then(LogPosition::decode)
-            .unwrap_or_default();
+        let at = super::applied_position(&self.meta, &txn).map_err(lmdb)?;
         let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(lmdb)?;
         for (table, def) in defs.all() {
             send(SnapshotPart::Index {
