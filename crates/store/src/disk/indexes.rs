@@ -211,11 +211,8 @@ fn drop_entries(
     id: u32,
     most: Option<usize>,
 ) -> heed::Result<bool> {
-    let (first, past) = span(&id.to_be_bytes(), Bound::Unbounded, false);
-    let every = (
-        first.as_ref().map(Vec::as_slice),
-        past.as_ref().map(Vec::as_slice),
-    );
+    let every = span(&id.to_be_bytes(), Bound::Unbounded, false);
+    let every = borrowed(&every);
     let last = match most {
         Some(most) => indexes
             .range(txn, &every)?
@@ -550,20 +547,18 @@ impl Inner {
         let Some(prefix) = table_prefix(table) else {
             return Ok(None);
         };
-        let past = prefix_end(&prefix);
-        let from = match after {
-            Some(key) => Bound::Excluded(key),
-            None => Bound::Included(&prefix[..]),
-        };
-        let to = match &past {
-            Some(end) => Bound::Excluded(&end[..]),
-            None => Bound::Unbounded,
+        let range = match after {
+            Some(key) => (
+                Bound::Excluded(key.to_vec()),
+                span(&prefix, Bound::Unbounded, false).1,
+            ),
+            None => span(&prefix, Bound::Unbounded, false),
         };
         let mut primary_keys: Vec<Vec<u8>> = Vec::new();
         let mut rows_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         let mut entries = 0;
         let mut last = None;
-        for entry in self.rows.range(txn, &(from, to))? {
+        for entry in self.rows.range(txn, &borrowed(&range))? {
             let (key, stored) = entry?;
             let primary_key = &key[prefix.len()..];
             if let Some(row) = Record::decode_columns(primary_key, stored) {
@@ -680,6 +675,14 @@ pub(super) fn span(
     }
 }
 
+/// Bounds of owned keys as LMDB's range takes them.
+pub(super) fn borrowed(bounds: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        bounds.0.as_ref().map(Vec::as_slice),
+        bounds.1.as_ref().map(Vec::as_slice),
+    )
+}
+
 /// The first key after every key starting with `prefix`.
 fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
@@ -724,11 +727,8 @@ impl Inner {
             None => (&self.rows, prefix),
             Some(def) => (&self.indexes, def.id.to_be_bytes().to_vec()),
         };
-        let (from, to) = span(&base, start, descending);
-        let range = (
-            from.as_ref().map(Vec::as_slice),
-            to.as_ref().map(Vec::as_slice),
-        );
+        let range = span(&base, start, descending);
+        let range = borrowed(&range);
         let entries = if descending {
             Either::Left(database.rev_range(&txn, &range)?)
         } else {

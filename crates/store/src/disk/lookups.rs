@@ -30,7 +30,7 @@ use heed::RoTxn;
 use itertools::{EitherOrBoth, Itertools};
 use kura_table::{KeyRange, Lookup, StoredRecord};
 
-use super::indexes::{def_in, entry_key, span};
+use super::indexes::{borrowed, def_in, entry_key, span};
 use super::rows::row_key;
 use super::{Inner, WriteFailed};
 
@@ -188,26 +188,14 @@ impl Inner {
         range: &KeyRange,
         first_of_each: bool,
     ) -> heed::Result<Entries<'t>> {
-        Ok(match range {
-            KeyRange::Prefix(prefix) => {
-                let entries = self.indexes.prefix_iter(txn, &entry_key(id, prefix))?;
-                match first_of_each {
-                    true => Box::new(entries.move_between_keys()),
-                    false => Box::new(entries),
-                }
-            }
-            KeyRange::Span(from, to) => {
-                let (from, to) = entry_bounds(id, from, to);
-                let bounds = (
-                    from.as_ref().map(Vec::as_slice),
-                    to.as_ref().map(Vec::as_slice),
-                );
-                let entries = self.indexes.range(txn, &bounds)?;
-                match first_of_each {
-                    true => Box::new(entries.move_between_keys()),
-                    false => Box::new(entries),
-                }
-            }
+        let bounds = match range {
+            KeyRange::Prefix(prefix) => span(&entry_key(id, prefix), Bound::Unbounded, false),
+            KeyRange::Span(from, to) => entry_bounds(id, from, to),
+        };
+        let entries = self.indexes.range(txn, &borrowed(&bounds))?;
+        Ok(match first_of_each {
+            true => Box::new(entries.move_between_keys()),
+            false => Box::new(entries),
         })
     }
 }
