@@ -196,12 +196,8 @@ impl Inner {
         let mut shard = self.pending.lock_in(Space::Row, &key);
         let stored = self.stored_row(&mut shard, &key, true, fence)?;
         drop(shard);
-        match stored {
-            Some(stored) => Record::decode_columns(primary_key, &stored)
-                .map(Some)
-                .ok_or(WriteFailed),
-            None => Ok(None),
-        }
+        let decoded = stored.map(|stored| Record::decode_columns(primary_key, &stored));
+        decoded.map(|record| record.ok_or(WriteFailed)).transpose()
     }
 
     /// Every row of `table` in primary-key order, once every write made
