@@ -221,6 +221,17 @@ pub fn start(
             "--tyrant-port cannot be combined with authentication (-S, --auth-file): Tokyo Tyrant's protocol has none",
         ));
     }
+    if text_users.is_some() && sasl.is_none() && config.protocol == ProtocolChoice::Binary {
+        // As memcached: the text logins would not guard binary requests.
+        return Err(io::Error::other(
+            "--auth-file's logins are for the text protocol: it cannot be combined with -B binary (use -S for SASL)",
+        ));
+    }
+    if config.udp_port.is_some() && (text_users.is_some() || sasl.is_some()) {
+        return Err(io::Error::other(
+            "-U cannot be combined with authentication (-S, --auth-file): UDP requests have no login",
+        ));
+    }
     if config.tyrant_db != TyrantDatabase::Hash && store.tables().is_none() {
         return Err(io::Error::other(
             "--tyrant-db btree:NAME and table:NAME need an engine that keeps tables (--engine disk)",

@@ -229,6 +229,11 @@ impl Worker {
             }));
         }
         let fixed_protocol = match shared.config.protocol {
+            // As memcached: text logins make every connection a text one,
+            // or binary requests would go around them.
+            ProtocolChoice::Auto if shared.text_users.is_some() && shared.sasl.is_none() => {
+                Some(Protocol::Text)
+            }
             ProtocolChoice::Auto => None,
             ProtocolChoice::Ascii => Some(Protocol::Text),
             ProtocolChoice::Binary => Some(Protocol::Binary),

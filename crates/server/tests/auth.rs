@@ -147,6 +147,67 @@ fn a_text_connection_logs_in_with_a_set_of_user_and_password() {
 }
 
 #[test]
+fn binary_requests_do_not_go_around_the_text_login() {
+    let users = users_file();
+    let server = TestServer::with(
+        ServerConfig {
+            auth_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    // A binary set, unauthenticated: the connection speaks text only, so
+    // the request is no command (a line-less one, then the closing QUIT).
+    let mut intruder = server.connect();
+    let mut request = Vec::new();
+    compose_request(&mut request, opcode::SET, 7, 0, &[0; 8], b"k", b"v");
+    compose_request(&mut request, opcode::QUIT, 8, 0, &[], &[], &[]);
+    intruder.write_all(&request).unwrap();
+    intruder.write_all(b"\r\n").unwrap();
+    intruder
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut reply = [0u8; 64];
+    let read = intruder.read(&mut reply).unwrap_or(0);
+    assert!(
+        read == 0 || reply[0] != 0x81,
+        "no binary reply: {:?}",
+        &reply[..read]
+    );
+    // Nothing was stored.
+    let mut stream = server.connect();
+    stream
+        .write_all(b"set x 0 0 16\r\nalice wonderland\r\nget k\r\n")
+        .unwrap();
+    let expected = b"STORED\r\nEND\r\n";
+    assert_eq!(support::read_exact_reply(&mut stream, expected), expected);
+}
+
+#[test]
+fn binary_only_and_udp_are_refused_with_text_logins() {
+    let users = users_file();
+    for config in [
+        ServerConfig {
+            auth_file: Some(users.path().to_path_buf()),
+            protocol: ProtocolChoice::Binary,
+            ..ServerConfig::default()
+        },
+        ServerConfig {
+            auth_file: Some(users.path().to_path_buf()),
+            udp_port: Some(0),
+            ..ServerConfig::default()
+        },
+    ] {
+        let store = std::sync::Arc::new(kura_store::MemoryStore::new(MemoryConfig::default()));
+        let error = kura_server::start(config, store, true).err().unwrap();
+        assert!(
+            error.to_string().contains("-B binary") || error.to_string().contains("-U"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn the_tyrant_port_is_refused_when_authentication_is_on() {
     let users = users_file();
     let config = ServerConfig {
