@@ -394,6 +394,23 @@ fn binary_quiet_commands_answer_only_misses_and_errors() {
 }
 
 #[test]
+fn a_binary_exptime_past_2038_is_an_absolute_time_not_a_negative_one() {
+    let server = TestServer::start();
+    // memcached reads the binary exptime unsigned: 0xFFFFFFFF is a Unix
+    // time in 2106, so the item lives (read as an i32, it was -1: expired).
+    let far = [0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF];
+    let mut request = binary_request(opcode::SET, 1, 0, &far, b"k", b"v");
+    request.extend(binary_request(opcode::GET, 2, 0, &[], b"k", b""));
+    request.extend(binary_request(opcode::TOUCH, 3, 0, &far[4..], b"k", b""));
+    request.extend(binary_request(opcode::GET, 4, 0, &[], b"k", b""));
+    let reply = server.exchange(&request, 4 * 24 + 5 + 5);
+    let responses = binary_responses(&reply);
+    let statuses: Vec<u16> = responses.iter().map(|r| r.1).collect();
+    assert_eq!(statuses, [0, 0, 0, 0], "{responses:?}");
+    assert_eq!(responses[3].6, b"v");
+}
+
+#[test]
 fn binary_incr_creates_with_initial_value_and_rejects_non_numbers() {
     let server = TestServer::start();
     let mut extras = Vec::new();

@@ -127,7 +127,7 @@ fn get(
     let with_key = matches!(code, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
     let with_value = code != op::TOUCH;
     let options = GetOptions {
-        touch: touch.map(|exptime| ctx.shared.store.clock().expiry(i64::from(exptime as i32))),
+        touch: touch.map(|exptime| ctx.shared.store.clock().expiry(i64::from(exptime))),
         ..GetOptions::default()
     };
     ctx.counters.cmd_get.incr();
@@ -226,7 +226,7 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
             key: request.key,
             value: request.value,
             flags,
-            expiry: ctx.shared.store.clock().expiry(i64::from(exptime as i32)),
+            expiry: ctx.shared.store.clock().expiry(i64::from(exptime)),
             compare_cas: (cas != 0).then_some(cas),
             stale_if_older: false,
         },
@@ -309,7 +309,7 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
             delta,
             compare_cas: (cas != 0).then_some(cas),
             vivify: (exptime != NO_AUTO_CREATE)
-                .then(|| (initial, clock.expiry(i64::from(exptime as i32)))),
+                .then(|| (initial, clock.expiry(i64::from(exptime)))),
             touch: None,
         },
         &ctx.fence,
@@ -361,9 +361,7 @@ fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
     if ctx.read_only() {
         return Err(Status::InternalError);
     }
-    ctx.shared
-        .store
-        .flush_all(i64::from(delay as i32), &ctx.fence);
+    ctx.shared.store.flush_all(i64::from(delay), &ctx.fence);
     success(request, 0, ctx, out);
     Ok(())
 }
