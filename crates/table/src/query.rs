@@ -135,7 +135,8 @@ fn decimal_parts(text: &[u8]) -> (i64, f64) {
         }
     }
     if negative {
-        (-integer, -fraction)
+        // Wrapping as the digits did: `-9223372036854775808` is i64::MIN.
+        (integer.wrapping_neg(), -fraction)
     } else {
         (integer, fraction)
     }
@@ -361,6 +362,15 @@ mod tests {
             column: column.as_bytes().to_vec(),
             kind,
         })
+    }
+
+    #[test]
+    fn the_most_negative_decimal_key_sorts_first_without_overflow() {
+        // Its digits wrap to i64::MIN; negating that overflowed (a panic in
+        // debug builds).
+        let most_negative = b"-9223372036854775808";
+        assert_eq!(compare_decimal(most_negative, b"1"), Ordering::Less);
+        assert_eq!(compare_decimal(b"-1", most_negative), Ordering::Greater);
     }
 
     #[test]
