@@ -1,6 +1,9 @@
 //! A record: its primary key and its columns, in the order Tokyo Cabinet's
 //! map keeps them (a column put again keeps its place, a new one goes last).
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+
 /// One record of a table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
@@ -41,10 +44,54 @@ impl Record {
     pub fn from_pairs<'a>(key: &[u8], fields: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let mut record = Record::new(key);
         let mut fields = fields.into_iter();
-        while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
-            record.put(name, value);
-        }
+        let pairs = std::iter::from_fn(|| match (fields.next(), fields.next()) {
+            (Some(name), Some(value)) => Some((name, Some(value))),
+            _ => None,
+        });
+        record.put_all(pairs);
         record
+    }
+
+    /// Sets columns as [`put`](Self::put) would one by one (`None` removes
+    /// one), with one lookup per column instead of a search of the record
+    /// each time: a request of many columns was quadratic.
+    pub fn put_all<'a>(&mut self, changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>) {
+        let mut at: HashMap<Vec<u8>, usize> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(index, (name, _))| (name.clone(), index))
+            .collect();
+        let mut removed = vec![false; self.columns.len()];
+        for (name, value) in changes {
+            match (at.entry(name.to_vec()), value) {
+                (Entry::Occupied(known), Some(value)) => {
+                    self.columns[*known.get()].1 = value.to_vec();
+                }
+                (Entry::Occupied(known), None) => removed[known.remove()] = true,
+                (Entry::Vacant(new), Some(value)) => {
+                    new.insert(self.columns.len());
+                    self.columns.push((name.to_vec(), value.to_vec()));
+                    removed.push(false);
+                }
+                (Entry::Vacant(_), None) => {}
+            }
+        }
+        let mut removed = removed.into_iter();
+        self.columns.retain(|_| !removed.next().unwrap_or(false));
+    }
+
+    /// Tokyo Cabinet's putcat: `other`'s columns this record lacks go last;
+    /// the ones it has stay as they are.
+    pub fn add_missing(&mut self, other: &Record) {
+        let have: HashSet<&[u8]> = self.columns.iter().map(|(name, _)| &name[..]).collect();
+        let missing: Vec<_> = other
+            .columns
+            .iter()
+            .filter(|(name, _)| !have.contains(&name[..]))
+            .cloned()
+            .collect();
+        self.columns.extend(missing);
     }
 
     /// The columns as Tokyo Tyrant carries them: `name\0value\0…`, no
@@ -187,6 +234,47 @@ pub fn join_zero_separated<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn put_all_does_what_puts_and_removals_one_by_one_do() {
+        let start = Record::from_pairs(b"k", [&b"a"[..], b"1", b"b", b"2", b"c", b"3"]);
+        let changes: [(&[u8], Option<&[u8]>); 6] = [
+            (b"b", None),
+            (b"d", Some(b"4")),
+            (b"a", Some(b"5")),
+            (b"b", Some(b"6")),
+            (b"x", None),
+            (b"d", Some(b"7")),
+        ];
+        let mut one_by_one = start.clone();
+        for (name, value) in changes {
+            match value {
+                Some(value) => one_by_one.put(name, value),
+                None => one_by_one.columns.retain(|(have, _)| have != name),
+            }
+        }
+        let mut at_once = start;
+        at_once.put_all(changes);
+        assert_eq!(at_once, one_by_one);
+        assert_eq!(
+            at_once.zero_separated(),
+            b"a\x005\x00c\x003\x00d\x007\x00b\x006"
+        );
+    }
+
+    #[test]
+    fn a_record_of_a_hundred_thousand_columns_is_built_one_lookup_per_column() {
+        // A search of the record per column made this 5e9 comparisons.
+        let names: Vec<String> = (0..100_000).map(|n| format!("c{n}")).collect();
+        let fields = names.iter().flat_map(|name| [name.as_bytes(), b"v"]);
+        let record = Record::from_pairs(b"k", fields);
+        assert_eq!(record.columns.len(), 100_000);
+        assert_eq!(record.columns[99_999].0, b"c99999");
+        let mut merged = Record::from_pairs(b"k", [&b"c5"[..], b"old"]);
+        merged.add_missing(&record);
+        assert_eq!(merged.columns.len(), 100_000);
+        assert_eq!(merged.get(b"c5"), Some(&b"old"[..]));
+    }
 
     #[test]
     fn a_column_put_again_keeps_its_place_with_the_last_value() {

@@ -12,6 +12,7 @@
 //! answered, as an auto-increment id is); one that exists answers
 //! `1 1 121` (MySQL's duplicate key). `U` leaves `_key` as it is.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 
 use kura_proto::handlersocket::{reply, Exec, Filter, Request};
@@ -225,15 +226,17 @@ impl Table<'_> {
     fn insert(&self, exec: &Exec, out: &mut Vec<u8>) {
         let count = (exec.count as usize).min(self.open.columns.len());
         let mut row = Record::new(&b""[..]);
+        let mut values = Vec::new();
         for (at, name) in self.open.columns.iter().enumerate().take(count) {
             // Announced values past the end of the line are empty.
             let value = exec.values.get(at).cloned().unwrap_or(Some(Vec::new()));
             match (name == KEY_COLUMN, value) {
                 (true, Some(key)) => row.key = key,
-                (false, Some(value)) => row.put(name, &value),
+                (false, Some(value)) => values.push((&name[..], value)),
                 (_, None) => {}
             }
         }
+        row.put_all(values.iter().map(|(name, value)| (*name, Some(&value[..]))));
         let mut generated = None;
         if row.key.is_empty() {
             match new_uid(self.tables, &self.open.table, self.ctx) {
@@ -437,12 +440,17 @@ impl Table<'_> {
 
     fn rows(&self, hits: &[Record], out: &mut Vec<u8>) {
         let columns = &self.open.columns;
-        reply::rows(
-            out,
-            columns.len(),
-            hits.iter()
-                .flat_map(|row| columns.iter().map(move |name| column(row, name))),
-        );
+        let values = hits.iter().flat_map(|row| {
+            // A row of many columns is read through a map: a search of it
+            // per opened column would be quadratic.
+            let index: Option<HashMap<&[u8], &[u8]>> = (row.columns.len() > 16)
+                .then(|| row.columns.iter().map(|(n, v)| (&n[..], &v[..])).collect());
+            columns.iter().map(move |name| match &index {
+                Some(index) if name != KEY_COLUMN => index.get(&name[..]).copied(),
+                _ => column(row, name),
+            })
+        });
+        reply::rows(out, columns.len(), values);
     }
 }
 
@@ -493,25 +501,24 @@ fn edit(
     match modify.op[0] {
         b'D' => RowEdit::Remove,
         b'U' => {
-            for (at, name) in columns.iter().enumerate() {
-                if name == KEY_COLUMN {
-                    continue;
-                }
-                match value(at) {
-                    Some(new) => row.put(name, &new),
-                    None => row.columns.retain(|(have, _)| have != name),
-                }
-            }
+            let values: Vec<Option<Vec<u8>>> = (0..columns.len()).map(value).collect();
+            let changes = columns.iter().zip(&values);
+            let changes = changes.filter(|(name, _)| *name != KEY_COLUMN);
+            row.put_all(changes.map(|(name, value)| (&name[..], value.as_deref())));
             RowEdit::Put(row)
         }
         sign => {
+            // Each column's current value, kept up to date as the deltas go
+            // in (a row of many columns is not searched once per column).
+            let mut current: HashMap<Vec<u8>, Vec<u8>> = row.columns.iter().cloned().collect();
+            let mut changes = Vec::new();
             for (at, name) in columns.iter().enumerate() {
-                let (Some(old), Some(delta)) = (column(&row, name), value(at)) else {
-                    continue;
-                };
                 if name == KEY_COLUMN {
                     continue;
                 }
+                let (Some(old), Some(delta)) = (current.get(name), value(at)) else {
+                    continue;
+                };
                 let old = atoll(old);
                 let delta = atoll(&delta);
                 let new = match sign {
@@ -522,8 +529,15 @@ fn edit(
                 if sign == b'-' && ((old < 0 && new > 0) || (old > 0 && new < 0)) {
                     return RowEdit::Leave;
                 }
-                row.put(name, new.to_string().as_bytes());
+                let new = new.to_string().into_bytes();
+                current.insert(name.clone(), new.clone());
+                changes.push((name, new));
             }
+            row.put_all(
+                changes
+                    .iter()
+                    .map(|(name, new)| (&name[..], Some(&new[..]))),
+            );
             RowEdit::Put(row)
         }
     }

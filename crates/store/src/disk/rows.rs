@@ -254,12 +254,7 @@ impl Tables for DiskStore {
             &mut |current| match (mode, current) {
                 (RowMode::Keep, Some(_)) => RowEdit::Leave,
                 (RowMode::Cat, Some(mut merged)) => {
-                    // Tokyo Cabinet's putcat: columns already there stay.
-                    for (name, value) in &row.columns {
-                        if !merged.columns.iter().any(|(have, _)| have == name) {
-                            merged.columns.push((name.clone(), value.clone()));
-                        }
-                    }
+                    merged.add_missing(row);
                     RowEdit::Put(merged)
                 }
                 _ => RowEdit::Put(row.clone()),
