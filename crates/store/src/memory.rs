@@ -68,6 +68,9 @@ pub struct MemoryConfig {
     pub limit_bytes: usize,
     /// Evict when full; false answers "out of memory" instead (`-M`).
     pub evict: bool,
+    /// The largest value (`-I`): an append or prepend past it is out of
+    /// memory.
+    pub max_value_bytes: usize,
     /// Number of lock stripes; a power of two.
     pub shards: usize,
     pub classes: SizeClasses,
@@ -97,6 +100,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             limit_bytes: 64 << 20,
             evict: true,
+            max_value_bytes: 1 << 20,
             shards: 256,
             classes: SizeClasses::default(),
             flush_whole_second: false,
@@ -115,6 +119,8 @@ pub struct MemoryStore {
     clock: Clock,
     classes: SizeClasses,
     evict: bool,
+    /// The largest value (`-I`).
+    max_value_bytes: usize,
     limit: AtomicUsize,
     /// Bytes charged for all live items (see [`ITEM_OVERHEAD`]).
     used: AtomicUsize,
@@ -551,6 +557,7 @@ impl MemoryStore {
             clock: Clock::new(),
             classes: config.classes,
             evict: config.evict,
+            max_value_bytes: config.max_value_bytes,
             limit: AtomicUsize::new(config.limit_bytes),
             used: AtomicUsize::new(0),
             last_cas: AtomicU64::new(0),
@@ -913,7 +920,7 @@ impl Store for MemoryStore {
         let reuses_expired = matches!(found, Lookup::Dead(_));
         let existing = found.live();
         let current = existing.map(|i| shard.slots[i as usize].current());
-        let slot = match semantics::plan_store(command, current) {
+        let slot = match semantics::plan_store(command, current, self.max_value_bytes) {
             StorePlan::Refuse(outcome) => {
                 if let (StoreMode::Add, Some(i)) = (command.mode, existing) {
                     // memcached bumps the item a failed add found.

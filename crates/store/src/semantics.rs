@@ -53,7 +53,13 @@ pub enum StorePlan<'a> {
 }
 
 /// set, add, replace, append, prepend and cas (text, meta and binary).
-pub fn plan_store<'a>(command: &StoreCommand<'a>, current: Option<Current<'a>>) -> StorePlan<'a> {
+/// An append or prepend whose value would grow past `max_value` (`-I`) is
+/// not stored: memcached finds no item that large to allocate.
+pub fn plan_store<'a>(
+    command: &StoreCommand<'a>,
+    current: Option<Current<'a>>,
+    max_value: usize,
+) -> StorePlan<'a> {
     let mut stale = false;
     if let (Some(item), Some(cas)) = (&current, command.compare_cas) {
         if cas != item.cas {
@@ -72,6 +78,11 @@ pub fn plan_store<'a>(command: &StoreCommand<'a>, current: Option<Current<'a>>) 
             return StorePlan::Refuse(StoreOutcome::NotFound)
         }
         (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+            return StorePlan::Refuse(StoreOutcome::NotStored)
+        }
+        (StoreMode::Append | StoreMode::Prepend, Some(item))
+            if item.value.len() + command.value.len() > max_value =>
+        {
             return StorePlan::Refuse(StoreOutcome::NotStored)
         }
         // Append and prepend keep the item's flags and expiry.
@@ -237,7 +248,8 @@ mod tests {
 
     #[test]
     fn store_modes_refuse_as_memcached_does() {
-        let refused = |mode, cas, current| match plan_store(&store(mode, cas), current) {
+        let refused = |mode, cas, current| match plan_store(&store(mode, cas), current, usize::MAX)
+        {
             StorePlan::Refuse(outcome) => Some(outcome),
             StorePlan::Write(_) => None,
         };
@@ -264,9 +276,11 @@ mod tests {
 
     #[test]
     fn append_keeps_flags_and_expiry_and_a_stale_cas_keeps_the_token() {
-        let StorePlan::Write(write) =
-            plan_store(&store(StoreMode::Append, None), Some(item(b"old")))
-        else {
+        let StorePlan::Write(write) = plan_store(
+            &store(StoreMode::Append, None),
+            Some(item(b"old")),
+            usize::MAX,
+        ) else {
             panic!("writes")
         };
         assert_eq!(
@@ -281,7 +295,7 @@ mod tests {
             win_sent: true,
             ..item(b"old")
         };
-        let StorePlan::Write(write) = plan_store(&stale, Some(taken)) else {
+        let StorePlan::Write(write) = plan_store(&stale, Some(taken), usize::MAX) else {
             panic!("an older CAS stores")
         };
         assert!(write.stale && write.win_sent);
@@ -291,7 +305,7 @@ mod tests {
             ..store(StoreMode::Set, Some(11))
         };
         assert!(matches!(
-            plan_store(&newer, Some(item(b"old"))),
+            plan_store(&newer, Some(item(b"old")), usize::MAX),
             StorePlan::Refuse(StoreOutcome::Exists)
         ));
     }

@@ -198,6 +198,32 @@ fn add_replace_append_prepend() {
 }
 
 #[test]
+fn an_append_or_prepend_past_the_item_size_limit_is_not_stored() {
+    on_each_engine(|store| {
+        // Both engines' limit is the default -I, 1 MiB.
+        let half = vec![b'a'; 600 << 10];
+        assert!(matches!(
+            set(store, b"k", &half),
+            StoreOutcome::Stored { .. }
+        ));
+        for mode in [StoreMode::Append, StoreMode::Prepend] {
+            assert_eq!(
+                store.store(&command(mode, b"k", &half), &AckFence::default()),
+                StoreOutcome::NotStored
+            );
+        }
+        assert_eq!(value(store, b"k").map(|v| v.len()), Some(600 << 10));
+        assert!(matches!(
+            store.store(
+                &command(StoreMode::Append, b"k", b"b"),
+                &AckFence::default()
+            ),
+            StoreOutcome::Stored { .. }
+        ));
+    });
+}
+
+#[test]
 fn append_with_a_stale_cas_is_refused() {
     on_each_engine(|store| {
         let StoreOutcome::Stored { cas } = set(store, b"k", b"a") else {

@@ -765,7 +765,7 @@ fn a_row_may_not_grow_past_the_limit_by_any_write() {
     let engine = DiskStore::open(DiskConfig {
         map_size: 64 << 20,
         reserve_bytes: 0,
-        max_row_bytes: 100,
+        max_value_bytes: 100,
         ..DiskConfig::new(dir.path())
     })
     .unwrap();

@@ -691,7 +691,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 log_values_from: disk.log_values_from_bytes,
                 background_expiry: resolved.server.lru_maintainer,
                 server_id: disk.server_id,
-                max_row_bytes: resolved.server.max_item_size,
+                max_value_bytes: resolved.server.max_item_size,
                 log_retention: LogRetention {
                     max_age: disk
                         .log_retention_seconds
@@ -710,6 +710,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             let memory = Arc::new(MemoryStore::new(MemoryConfig {
                 limit_bytes: resolved.memory.limit_bytes,
                 evict: resolved.memory.evictions,
+                max_value_bytes: resolved.server.max_item_size,
                 classes,
                 // Without CAS values memcached's flush_all covers its whole second.
                 flush_whole_second: !resolved.server.cas_enabled,

@@ -42,9 +42,10 @@ pub struct DiskConfig {
     /// The most log kept for attached replicas beyond `log_retention`
     /// (bytes): a replica further behind resynchronizes from a snapshot.
     pub log_retention_max: u64,
-    /// The largest a table row may be, its columns encoded (`-I`): a write
-    /// or an edit that would make one larger is refused.
-    pub max_row_bytes: usize,
+    /// The largest an item's value or a table row (its columns encoded)
+    /// may be (`-I`): a write or an edit that would make one larger is
+    /// refused.
+    pub max_value_bytes: usize,
     /// A restore's replay: the entries after this LSN are not applied.
     pub replay_until: Option<u64>,
     /// The file operations (the fault tests inject failures here).
@@ -80,7 +81,7 @@ impl DiskConfig {
             server_id: None,
             log_retention: LogRetention::default(),
             log_retention_max: 16 << 30,
-            max_row_bytes: 1 << 20,
+            max_value_bytes: 1 << 20,
             replay_until: None,
             io: Arc::new(OsIo),
             multi_primary: None,

@@ -152,7 +152,7 @@ impl Inner {
             RowEdit::Leave => return Ok(RowOutcome::Kept),
             RowEdit::Put(row) => {
                 let stored = row.encode_columns();
-                if stored.len() > self.config.max_row_bytes {
+                if stored.len() > self.config.max_value_bytes {
                     return Ok(RowOutcome::TooLarge);
                 }
                 Change::Put(Keyed::new(&key, &stored))

@@ -94,7 +94,7 @@ impl Inner {
         }
         self.modify(command.key, fence, |existing, reused| {
             let current = existing.map(|(old, value)| current(&old, value));
-            let write = match semantics::plan_store(command, current) {
+            let write = match semantics::plan_store(command, current, self.config.max_value_bytes) {
                 StorePlan::Refuse(outcome) => return (None, outcome),
                 StorePlan::Write(write) => write,
             };
