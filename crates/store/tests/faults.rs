@@ -384,6 +384,29 @@ fn a_failed_log_write_is_not_acknowledged_and_poisons_the_engine() {
 }
 
 #[test]
+fn a_flush_on_a_poisoned_engine_is_refused_and_the_engine_still_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    fill(&store, 5, 100);
+    io.set(|f| f.write_log = Some(Fault::Fails(libc::EIO)));
+    assert_eq!(set(&store, b"lost", b"v"), Some(false));
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
+    // Its append cannot happen, and stays requested: the writer once
+    // retried it in a loop that never parked and never saw the stop.
+    let fence = AckFence::default();
+    store.flush_all(0, &fence);
+    assert_eq!(acknowledged(&store, &fence), AckState::Failed);
+    let (stopped, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(store);
+        stopped.send(()).unwrap();
+    });
+    wait.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the engine stops");
+}
+
+#[test]
 fn a_short_log_write_is_cut_back_and_the_log_replays_whole() {
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());

@@ -79,13 +79,16 @@ impl Inner {
     pub(super) fn write_loop(&self) {
         loop {
             let stopping = self.signals.stopping();
-            let worked = self.journal_round(&mut self.journal_leader.lock());
+            let appended = self.journal_round_as(&mut self.journal_leader.lock(), None);
+            let worked = appended.is_some_and(|entries| entries > 0);
             if stopping && !worked {
                 return;
             }
             if !worked {
                 self.signals.writer_idle.store(true, Ordering::SeqCst);
-                if !self.has_work() {
+                // A failed append (a full disk, a poisoned engine) leaves its
+                // flush requested again: a tick's pause, not a spin on it.
+                if appended.is_none() || !self.has_work() {
                     thread::park_timeout(IDLE_TICK);
                 }
                 self.signals.writer_idle.store(false, Ordering::SeqCst);
