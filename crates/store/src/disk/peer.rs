@@ -18,8 +18,9 @@ use kura_table::Record as Row;
 
 use super::journal::{LogPosition, Record};
 use super::pending::Change;
+use super::pending::Space;
 use super::record::{Header, Keyed};
-use super::replica::records;
+use super::replica::{key_fits, records};
 use super::{Inner, WriteFailed};
 use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};
 use crate::stamp;
@@ -204,6 +205,13 @@ impl Inner {
         let Some((incoming, _)) = super::record::value_in_place(record) else {
             return Err(WriteFailed);
         };
+        if !key_fits(Space::Item, key) {
+            tracing::warn!(
+                key_len = key.len(),
+                "a peer's write of a key no protocol takes: discarded"
+            );
+            return Ok(Verdict::Older);
+        }
         if self.flushes.covers(incoming.cas) {
             // From before a flush here: dead already.
             return Ok(Verdict::Held);

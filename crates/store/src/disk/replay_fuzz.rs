@@ -160,6 +160,59 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
 /// this server's log at the master's offsets) is refused whole: nothing of
 /// it is pending, to be journalled later as this server's own.
 #[test]
+fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
+    use super::record::{Header, Keyed};
+    use crate::replication::{LogPosition, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let replica = DiskStore::open(config(dir.path())).unwrap();
+    let header = Header {
+        flags: 0,
+        expiry_unix: 0,
+        cas: 1,
+        bits: 0,
+    };
+    let seed = journal::seed_of(1);
+    let long = vec![b'k'; 600];
+    for key in [&b""[..], &long[..]] {
+        let item = Keyed::encode(key, &header, &[b"v"]);
+        let mut group = Vec::new();
+        let head = GroupHead {
+            first_lsn: 1,
+            micros: 1,
+            origin: 7,
+        };
+        journal::encode(&mut group, Record::Group(head), seed);
+        let put = Record::Put {
+            key,
+            record: item.record(),
+        };
+        journal::encode(&mut group, put, seed);
+        let error = replica.apply_group(seed, &group).unwrap_err();
+        assert!(error.contains("no protocol takes"), "{error}");
+    }
+    // Nothing was journalled, nothing poisoned: a good group follows.
+    assert_eq!(replica.position(), Some(LogPosition::default()));
+    let item = Keyed::encode(b"fine", &header, &[b"v"]);
+    let mut group = Vec::new();
+    let head = GroupHead {
+        first_lsn: 1,
+        micros: 1,
+        origin: 7,
+    };
+    journal::encode(&mut group, Record::Group(head), seed);
+    let put = Record::Put {
+        key: b"fine",
+        record: item.record(),
+    };
+    journal::encode(&mut group, put, seed);
+    replica.apply_group(seed, &group).unwrap();
+    replica.wait_until_all_applied();
+    drop(replica);
+    let reopened = DiskStore::open(config(dir.path())).expect("the log replays");
+    assert_eq!(reopened.position().map(|at| at.lsn), Some(1));
+}
+
+#[test]
 fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
     use super::record::{self, Header, Keyed, LogPointer};
     use crate::replication::{LogPosition, Replication};

@@ -80,7 +80,7 @@ impl Inner {
         let mut flush = None;
         let mut max_cas = 0;
         for record in entries {
-            writes.push(match *record {
+            let write = match *record {
                 Record::Put { key, record } => {
                     let (header, _) =
                         record::value_in_place(record).ok_or("a put without its value in place")?;
@@ -99,7 +99,11 @@ impl Inner {
                 Record::Group(_) | Record::Move { .. } => {
                     return Err("a group holding more than entries".to_string())
                 }
-            });
+            };
+            if !key_fits(write.0, write.1) {
+                return Err("a key no protocol takes (empty or too long)".to_string());
+            }
+            writes.push(write);
         }
         self.last_cas.fetch_max(max_cas, Ordering::AcqRel);
         for (space, key, change) in writes {
@@ -199,6 +203,21 @@ impl Inner {
         })
     }
 }
+
+/// Whether a key from another server is one this engine can hold: an
+/// item's 1–250 bytes (memcached's limit, which every protocol checks), a
+/// row's table and primary key within LMDB's 511. LMDB refusing it would
+/// poison the engine, and again at every replay of the log.
+pub(super) fn key_fits(space: Space, key: &[u8]) -> bool {
+    match space {
+        Space::Item => (1..=MAX_ITEM_KEY).contains(&key.len()),
+        Space::Row => super::rows::split_row_key(key)
+            .is_some_and(|(table, primary_key)| super::rows::row_key(table, primary_key).is_some()),
+    }
+}
+
+/// The longest item key: memcached's.
+const MAX_ITEM_KEY: usize = 250;
 
 /// A snapshot being loaded: it holds the journal's leader lock, so nothing
 /// is appended meanwhile.
