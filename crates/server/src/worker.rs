@@ -694,7 +694,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             return Next::Close;
         }
         match stop {
-            Stop::Close if connection.fence != 0 && !connection.output.is_empty() => {
+            // What the client is owed goes out first (memcached closes
+            // after the write too): replies composed before a `quit`, or a
+            // `Connection: close`, and a write's held reply.
+            Stop::Close if !connection.output.is_empty() || connection.stream.holds_output() => {
                 connection.closing = true;
                 return Next::Wait;
             }

@@ -394,6 +394,50 @@ fn binary_quiet_commands_answer_only_misses_and_errors() {
 }
 
 #[test]
+fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
+    let server = TestServer::start();
+    // A small receive buffer, fixed before the connection opens, so an
+    // unread reply cannot all fit in the kernel's buffers.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(8 << 10).unwrap();
+    socket.connect(&server.addr.into()).unwrap();
+    let mut stream: std::net::TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let value = vec![b'v'; 900 << 10];
+    let mut set = format!("set k 0 0 {}\r\n", value.len()).into_bytes();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    stream.write_all(&set).unwrap();
+    assert_eq!(
+        support::read_exact_reply(&mut stream, b"STORED\r\n"),
+        b"STORED\r\n"
+    );
+    // Three gets, then quit, read slowly: a pass serves gets until its
+    // replies pass a mebibyte, so the third get and the quit share one,
+    // which starts once the second reply fits in the socket, leaving no
+    // room for the third: the rest of it waits in the server when the quit
+    // is served (it was dropped with the connection: the client got part of
+    // a value, then the end).
+    stream
+        .write_all(b"get k\r\nget k\r\nget k\r\nquit\r\n")
+        .unwrap();
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 8 << 10];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let head = format!("VALUE k 0 {}\r\n", value.len());
+    assert_eq!(reply.len(), 3 * (head.len() + value.len() + 2 + 5));
+    assert!(reply.ends_with(b"\r\nEND\r\n"));
+}
+
+#[test]
 fn a_binary_exptime_past_2038_is_an_absolute_time_not_a_negative_one() {
     let server = TestServer::start();
     // memcached reads the binary exptime unsigned: 0xFFFFFFFF is a Unix
