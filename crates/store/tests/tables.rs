@@ -716,6 +716,37 @@ fn a_rare_equality_and_a_wide_range_together_find_the_rare_row() {
 }
 
 #[test]
+fn a_condition_of_many_and_repeated_words_still_finds_its_rows() {
+    use kura_store::IndexKind;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    let words: Vec<String> = (0..40).map(|n| format!("w{n}")).collect();
+    put(
+        tables,
+        "t",
+        &row("all", &[("tags", &words.join(" "))]),
+        RowMode::Put,
+    );
+    put(
+        tables,
+        "t",
+        &row("most", &[("tags", &words[..39].join(" "))]),
+        RowMode::Put,
+    );
+    put(tables, "t", &row("none", &[("tags", "x")]), RowMode::Put);
+    index(tables, "tags", IndexKind::Token);
+    // Forty distinct words, then one of them fifty thousand times more:
+    // each distinct range is one stream, and only the first few are raced
+    // (the caller checks the condition on every row it is handed).
+    let mut expression = words.join(" ");
+    expression.push_str(&" w0".repeat(50_000));
+    let found = indexed_keys(tables, "tags", IndexKind::Token, ("STRAND", &expression));
+    assert!(found.contains(&"all".to_string()), "{found:?}");
+    assert!(!found.contains(&"none".to_string()), "{found:?}");
+}
+
+#[test]
 fn rows_are_walked_in_key_or_index_order_either_way() {
     use std::ops::Bound;
 

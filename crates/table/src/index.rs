@@ -158,7 +158,7 @@ fn grams(folded: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// A set of index keys.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KeyRange {
     /// Keys starting with these bytes.
     Prefix(Vec<u8>),
