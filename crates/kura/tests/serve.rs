@@ -117,6 +117,7 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-t", "0"],
         &["serve", "-I", "2g"],
         &["serve", "-I", "lots"],
+        &["serve", "-I", "2m", "--max-reply", "1m"],
         &["serve", "--engine", "memory", "-m", "1", "-I", "2m"],
         &["serve", "--sync", "sometimes"],
         &["serve", "--sync", "interval=soon"],

@@ -97,6 +97,11 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Largest value (`-I`).
     pub max_item_size: usize,
+    /// The most one request's reply may hold (`--max-reply`): a multi-key
+    /// get past it answers `SERVER_ERROR out of memory writing get
+    /// response`, as memcached does when it cannot allocate one, instead of
+    /// copying every value asked for into memory.
+    pub max_reply_bytes: usize,
     /// Report and check CAS values (`-C` turns this off).
     pub cas_enabled: bool,
     /// memcached's `-B`.
@@ -274,6 +279,7 @@ impl Default for ServerConfig {
             threads: std::thread::available_parallelism().map_or(4, |n| n.get()),
             max_connections: 16384,
             max_item_size: 1024 * 1024,
+            max_reply_bytes: 64 << 20,
             cas_enabled: true,
             protocol: ProtocolChoice::Auto,
             requests_per_event: 20,

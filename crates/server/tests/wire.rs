@@ -394,6 +394,39 @@ fn binary_quiet_commands_answer_only_misses_and_errors() {
 }
 
 #[test]
+fn a_multi_get_past_the_reply_limit_is_refused_whole() {
+    let server = TestServer::with(
+        ServerConfig {
+            max_reply_bytes: 10_000,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    let value = "v".repeat(4000);
+    for key in ["a", "b", "c"] {
+        let set = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
+        stream.write_all(set.as_bytes()).unwrap();
+        assert_eq!(
+            support::read_exact_reply(&mut stream, b"STORED\r\n"),
+            b"STORED\r\n"
+        );
+    }
+    // Three values pass 10,000 bytes: as memcached when it cannot allocate
+    // a reply, nothing of it goes (a get of many large values copied them
+    // all into memory first).
+    let refused = b"SERVER_ERROR out of memory writing get response\r\n";
+    stream.write_all(b"get a b c\r\n").unwrap();
+    assert_eq!(support::read_exact_reply(&mut stream, refused), refused);
+    stream.write_all(b"get a b\r\n").unwrap();
+    let two = format!("VALUE a 0 4000\r\n{value}\r\nVALUE b 0 4000\r\n{value}\r\nEND\r\n");
+    assert_eq!(
+        support::read_exact_reply(&mut stream, two.as_bytes()),
+        two.as_bytes()
+    );
+}
+
+#[test]
 fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
     let server = TestServer::start();
     // A small receive buffer, fixed before the connection opens, so an

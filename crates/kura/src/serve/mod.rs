@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// Largest item (k/m/g suffix allowed; 1k to 1g).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     max_item_size: String,
+    /// The most one request's reply may hold, a multi-key get's values
+    /// together (k/m/g suffix allowed; at least -I).
+    #[arg(long = "max-reply", default_value = "64m")]
+    max_reply: String,
     /// Answer "out of memory" instead of evicting.
     #[arg(short = 'M', long = "disable-evictions")]
     disable_evictions: bool,
@@ -363,6 +367,12 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&max_item_size) {
         return Err(usage("-I: the item size limit must be between 1k and 1g"));
     }
+    let max_reply_bytes = parse_size(&args.max_reply, 1, "--max-reply")?;
+    if max_reply_bytes < max_item_size {
+        return Err(usage(
+            "--max-reply: a reply must hold the largest item (-I) at least",
+        ));
+    }
     // memcached's rule: one item may take at most half the cache.
     if args.engine == EngineArg::Memory && max_item_size > memory_limit / 2 {
         return Err(usage(
@@ -423,6 +433,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         threads,
         max_connections: args.conn_limit,
         max_item_size,
+        max_reply_bytes,
         cas_enabled: !args.disable_cas,
         protocol: match args.protocol {
             ProtocolArg::Auto => ProtocolChoice::Auto,

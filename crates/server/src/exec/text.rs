@@ -22,8 +22,16 @@ const MAX_MEMLIMIT_MB: u64 = 1_000_000_000;
 pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
     match request {
         Request::Get { mode, keys } => {
+            let start = out.len();
             for key in keys.iter() {
                 get(key, mode, ctx, out);
+                if out.len() - start > ctx.shared.config.max_reply_bytes {
+                    // As memcached when it cannot allocate a reply: none of
+                    // it goes.
+                    out.truncate(start);
+                    ErrorReply::Server("out of memory writing get response").compose(out);
+                    return Action::Continue;
+                }
             }
             out.extend_from_slice(b"END\r\n");
         }

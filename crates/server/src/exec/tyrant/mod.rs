@@ -112,11 +112,10 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             None => reply::status(out, false),
         },
         Request::Mget { keys } => {
-            let found: Vec<(&[u8], Vec<u8>)> = keys
-                .iter()
-                .filter_map(|key| Some((*key, db.get(key)?)))
-                .collect();
-            reply::records(out, found.iter().map(|(k, v)| (*k, &v[..])));
+            match found_within(keys, ctx.shared.config.max_reply_bytes, |key| db.get(key)) {
+                Some(found) => reply::records(out, found.iter().map(|(k, v)| (*k, &v[..]))),
+                None => reply::status(out, false),
+            }
         }
         Request::Vsiz { key } => match db.get(key) {
             Some(value) => reply::value_size(out, value.len() as u32),
@@ -181,7 +180,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             reply::stat(out, stat_lines(ctx, db.kind(), count, size))
         }
         Request::SetMaster { host, port, .. } => reply::status(out, set_master(ctx, host, *port)),
-        Request::Misc { name, args, .. } => match misc(db, name, args) {
+        Request::Misc { name, args, .. } => match misc(db, name, args, ctx) {
             Some(items) => reply::list(out, true, items.iter().map(|item| &item[..])),
             // An unknown function, too few arguments or a failure: status
             // 1 and no elements, as ttserver answers.
@@ -278,7 +277,41 @@ fn vanish(db: &dyn KeyValues) {
     }
 }
 
-fn misc(db: &dyn KeyValues, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+/// The values `get` finds for `keys`, in order, or `None` once together
+/// they pass `limit` (`--max-reply`: the reply would hold too much).
+fn found_within<'k>(
+    keys: &[&'k [u8]],
+    limit: usize,
+    mut get: impl FnMut(&[u8]) -> Option<Vec<u8>>,
+) -> Option<Vec<(&'k [u8], Vec<u8>)>> {
+    let mut found = Vec::new();
+    let mut bytes = 0;
+    for &key in keys {
+        if let Some(value) = get(key) {
+            bytes += key.len() + value.len();
+            if bytes > limit {
+                return None;
+            }
+            found.push((key, value));
+        }
+    }
+    Some(found)
+}
+
+/// A `getlist`'s answer: each key found, then its value.
+fn key_value_list(found: Vec<(&[u8], Vec<u8>)>) -> Vec<Vec<u8>> {
+    found
+        .into_iter()
+        .flat_map(|(key, value)| [key.to_vec(), value])
+        .collect()
+}
+
+fn misc(
+    db: &dyn KeyValues,
+    name: &[u8],
+    args: &[&[u8]],
+    ctx: &Context<'_>,
+) -> Option<Vec<Vec<u8>>> {
     let mode = match name {
         b"put" => Some(PutMode::Put),
         b"putkeep" => Some(PutMode::Keep),
@@ -302,12 +335,10 @@ fn misc(db: &dyn KeyValues, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>>
             }
             Some(Vec::new())
         }
-        b"getlist" => Some(
-            args.iter()
-                .filter_map(|key| Some([key.to_vec(), db.get(key)?]))
-                .flatten()
-                .collect(),
-        ),
+        b"getlist" => {
+            let found = found_within(args, ctx.shared.config.max_reply_bytes, |key| db.get(key))?;
+            Some(key_value_list(found))
+        }
         b"range" => {
             let begin = args.first().copied().unwrap_or_default();
             let end = args.get(1).copied();

@@ -20,7 +20,10 @@ use kura_table::{
     SetOperation,
 };
 
-use super::{next_key, start_iterator, stat_lines, Action, Context, KeyIterator};
+use super::{
+    found_within, key_value_list, next_key, start_iterator, stat_lines, Action, Context,
+    KeyIterator,
+};
 
 pub fn execute(
     table: &[u8],
@@ -48,11 +51,11 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::Mget { keys } => {
-            let found: Vec<(&[u8], Vec<u8>)> = keys
-                .iter()
-                .filter_map(|key| Some((*key, db.get(key)?.zero_separated())))
-                .collect();
-            reply::records(out, found.iter().map(|(k, v)| (*k, &v[..])));
+            let limit = ctx.shared.config.max_reply_bytes;
+            match found_within(keys, limit, |key| Some(db.get(key)?.zero_separated())) {
+                Some(found) => reply::records(out, found.iter().map(|(k, v)| (*k, &v[..]))),
+                None => reply::status(out, false),
+            }
         }
         Request::Vsiz { key } => match db.get(key) {
             Some(row) => reply::value_size(out, row.zero_separated().len() as u32),
@@ -367,15 +370,11 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             }
             Some(Vec::new())
         }
-        b"getlist" => Some(
-            args.iter()
-                .filter_map(|key| {
-                    let row = db.get(key)?;
-                    Some([key.to_vec(), row.zero_separated()])
-                })
-                .flatten()
-                .collect(),
-        ),
+        b"getlist" => {
+            let limit = db.ctx.shared.config.max_reply_bytes;
+            let found = found_within(args, limit, |key| Some(db.get(key)?.zero_separated()))?;
+            Some(key_value_list(found))
+        }
         b"iterinit" => {
             let start = args.first().copied().unwrap_or_default();
             start_iterator(db.ctx, db.iterator(Bound::Included(start.to_vec())));
