@@ -297,3 +297,31 @@ proptest! {
         read_every_way(dir.path(), &keys);
     }
 }
+
+#[test]
+fn a_snapshot_load_is_not_held_up_by_a_number_taken_without_a_write() {
+    use crate::replication::{BaseLoad, SnapshotPart};
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(config(dir.path())).unwrap();
+    let inner = store.inner.clone();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // A reclaim or a crawl numbers the round it waits for without a
+        // write: no drain covers it while the loader keeps the journal.
+        inner.pending.next_seq();
+        let mut loader = inner.load_base().unwrap();
+        inner.pending.next_seq();
+        let index = SnapshotPart::Index {
+            table: b"t",
+            column: b"c",
+            kind: kura_table::IndexKind::Lexical,
+        };
+        let added = loader.add(index);
+        drop(loader);
+        done.send(added).unwrap();
+    });
+    let added = finished
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the load goes on");
+    assert_eq!(added, Ok(()));
+}

@@ -26,13 +26,31 @@ use super::Inner;
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
 
 thread_local! {
-    /// Set while this thread runs [`Inner::one_append`]'s writes.
+    /// Set while this thread holds the journal's leader lock to write
+    /// ([`Inner::one_append`]) or to load a snapshot ([`BaseLoader`]).
     static HOLDS_THE_JOURNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether this thread holds the journal's leader lock for `one_append`.
+/// Whether this thread holds the journal's leader lock (nothing it waits
+/// for may need an append).
 pub(super) fn holds_the_journal() -> bool {
     HOLDS_THE_JOURNAL.with(std::cell::Cell::get)
+}
+
+/// Marks this thread as holding the journal's leader lock while it lives.
+struct JournalHeld;
+
+impl JournalHeld {
+    fn mark() -> JournalHeld {
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
+        JournalHeld
+    }
+}
+
+impl Drop for JournalHeld {
+    fn drop(&mut self) {
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
+    }
 }
 
 /// `meta` key: present while a snapshot is being loaded.
@@ -151,9 +169,9 @@ impl Inner {
     pub(super) fn one_append(&self, writes: &mut dyn FnMut()) -> bool {
         self.wait_for_pending_room();
         let mut leader = self.journal_leader.lock();
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
+        let held = JournalHeld::mark();
         writes();
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
+        drop(held);
         self.journal_round_as(&mut leader, None).is_some()
     }
 
@@ -161,9 +179,11 @@ impl Inner {
     pub(super) fn load_base(&self) -> Result<BaseLoader<'_>, String> {
         let failed = |error: heed::Error| format!("clearing for a snapshot: {error}");
         let mut leader = self.journal_leader.lock();
-        if self.pending.is_dirty() {
-            self.journal_round(&mut leader);
-        }
+        let held = JournalHeld::mark();
+        // Even with nothing to append: the round journals "through" every
+        // number taken so far, which the catch-up (and an index part's)
+        // waits for while this thread keeps the journal.
+        self.journal_round(&mut leader);
         self.catch_up()
             .map_err(|_| "the engine cannot apply writes (disk full or failed)".to_string())?;
         let mut txn = self.env.write_txn().map_err(failed)?;
@@ -199,6 +219,7 @@ impl Inner {
         Ok(BaseLoader {
             inner: self,
             _leader: leader,
+            _held: held,
             max_cas: 0,
         })
     }
@@ -224,6 +245,7 @@ const MAX_ITEM_KEY: usize = 250;
 pub(super) struct BaseLoader<'s> {
     inner: &'s Inner,
     _leader: MutexGuard<'s, Vec<u8>>,
+    _held: JournalHeld,
     max_cas: u64,
 }
 

@@ -232,7 +232,12 @@ impl Inner {
     /// engine cannot apply (disk full, failed, stopping), where LMDB would
     /// not show acknowledged rows.
     pub(super) fn catch_up(&self) -> Result<(), WriteFailed> {
-        let seq = self.pending.last_seq();
+        // A thread that keeps the journal waits for what is journalled: a
+        // number taken since (a reclaim's, say) needs an append it blocks.
+        let seq = match super::replica::holds_the_journal() {
+            true => self.logged.lock().through,
+            false => self.pending.last_seq(),
+        };
         while self.applied.decided() < seq {
             self.signals.wake_writer();
             self.signals.wake_applier();
