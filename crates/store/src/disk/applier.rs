@@ -370,6 +370,7 @@ impl Inner {
                 .prefetched_rounds
                 .fetch_add(1, Ordering::Relaxed);
         }
+        let _whole = self.round_in_parts.lock();
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
         if let Some(boundary) = round.and_then(|round| round.flush) {

@@ -194,8 +194,13 @@ impl Inner {
     fn copy_lmdb(&self, to: &Path) -> Result<CopiedMeta, BackupError> {
         let path = to.join(DATA_FILE);
         let mut file = File::create(&path).map_err(io_error("creating the copy of LMDB"))?;
+        // Between rounds: part of one would hold entries past the position
+        // the copy says it holds, and a restore to that position would keep
+        // them.
+        let whole = self.round_in_parts.lock();
         self.env
             .copy_to_file(&mut file, CompactionOption::Enabled)?;
+        drop(whole);
         file.sync_all()
             .map_err(io_error("syncing the copy of LMDB"))?;
         drop(file);

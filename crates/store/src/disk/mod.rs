@@ -159,6 +159,11 @@ struct Inner {
     /// Items and bytes per class, and the journal bytes LMDB points to,
     /// as of the last commit.
     applied_counts: Mutex<Counts>,
+    /// Held by the applier while LMDB may hold part of a round (a large
+    /// round commits in parts, its applied position only with the last), and
+    /// by a backup's copy of LMDB, which so holds whole rounds: exactly the
+    /// entries up to its position.
+    round_in_parts: Mutex<()>,
     counters: Counters,
     signals: threads::Signals,
     /// This process's claim on the directory; released when the last
