@@ -504,3 +504,17 @@ fn a_flush_from_before_a_server_had_peers_covers_nothing_of_its_peers() {
     assert_eq!(get(&b, b"kept").unwrap().0, b"after the flush");
     assert_eq!(get(&b, b"gone"), None);
 }
+
+#[test]
+fn a_delayed_flush_does_not_fire_once_the_server_is_a_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    set(&engine, b"k", b"v", 0);
+    engine.flush_all(1, &AckFence::default());
+    // It becomes a replica before the flush is due: its flushes are its
+    // master's from now on.
+    engine.replication().unwrap().set_read_only(true);
+    std::thread::sleep(Duration::from_millis(2100));
+    engine.maintain();
+    assert_eq!(get(&engine, b"k").map(|found| found.0), Some(b"v".to_vec()));
+}

@@ -760,6 +760,12 @@ impl crate::replication::Replication for DiskStore {
 
     fn set_read_only(&self, read_only: bool) {
         self.inner.health.set_read_only(read_only);
+        if read_only {
+            // A replica's flushes are its master's: one delayed here would
+            // wipe what it loads, and be journalled among the master's
+            // entries.
+            self.inner.flushes.delayed.cancel();
+        }
     }
 
     fn read_only(&self) -> bool {
