@@ -960,3 +960,75 @@ fn a_failed_commit_while_an_index_builds_leaves_no_index_behind() {
     assert_eq!(tables.indexes(b"t"), [(b"text".to_vec(), IndexKind::QGram)]);
     assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
 }
+
+#[test]
+fn a_segment_freed_by_removing_expired_items_goes_only_once_that_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = DiskStore::open(DiskConfig {
+        log_retention: kura_store::LogRetention::NOTHING,
+        log_values_from: 100,
+        ..config(dir.path(), SyncPolicy::Always, io.clone())
+    })
+    .expect("opens");
+    // Values in the log, expiring in a second, applied: LMDB points into
+    // their segment.
+    for n in 0..10 {
+        let key = format!("e{n}");
+        let command = StoreCommand {
+            mode: StoreMode::Set,
+            key: key.as_bytes(),
+            value: &value_of(n, 2000),
+            flags: 0,
+            expiry: store.clock().expiry(1),
+            compare_cas: None,
+            stale_if_older: false,
+        };
+        let fence = AckFence::default();
+        store.store(&command, &fence);
+        assert_eq!(acknowledged(&store, &fence), AckState::Ready);
+    }
+    store.wait_until_all_applied();
+    let segments = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|entry| is_segment(&entry.path()))
+            .count()
+    };
+    let before = segments(dir.path());
+    std::thread::sleep(Duration::from_millis(2100));
+    // The crawl's round removes them: nothing points into their segment
+    // any more, once that round is durable. Retention lets it go then.
+    assert_eq!(store.crawl(&|_| true), 10);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while segments(dir.path()) >= before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(segments(dir.path()) < before, "the freed segment goes");
+    io.crash();
+    drop(store);
+    io.cut_power(false);
+    // What the power cut kept must not point into the deleted segment.
+    let store = recovers(dir.path(), &BTreeMap::new());
+    for n in 0..10 {
+        let key = format!("e{n}");
+        assert_eq!(get(&store, key.as_bytes()), None);
+        let command = StoreCommand {
+            mode: StoreMode::Add,
+            key: key.as_bytes(),
+            value: b"again",
+            flags: 0,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        };
+        assert!(
+            matches!(
+                store.store(&command, &AckFence::default()),
+                kura_store::StoreOutcome::Stored { .. }
+            ),
+            "{key}"
+        );
+    }
+}

@@ -144,8 +144,14 @@ impl Inner {
             if due {
                 last_round = Instant::now();
                 let worked = self.apply_round(&mut state, finishing);
-                if let Some(segment) = worked.filter(|&segment| segment != 0) {
-                    state.unsynced = Some(segment);
+                // A round of expired items or marks only holds no new
+                // segment, but its commit may free one: it is fsynced
+                // before anything is deleted, as a round of writes is.
+                if let Some(segment) = worked {
+                    state.unsynced = Some(match segment {
+                        0 => self.applied_segment.load(Ordering::Acquire),
+                        segment => segment,
+                    });
                 }
                 self.sync_applied(&mut state);
                 if finishing && (worked.is_none() || state.retry.is_some()) {
