@@ -276,6 +276,10 @@ impl Feed {
 
     /// Reads up to `want` bytes of the segment from `offset`.
     fn fill(&mut self, want: usize) -> io::Result<()> {
+        // Never more than the segment holds now: a torn or damaged length
+        // must not size the buffer (up to 4 GiB).
+        let on_disk = self.file.metadata()?.len().saturating_sub(self.offset);
+        let want = want.min(usize::try_from(on_disk).unwrap_or(usize::MAX));
         if self.buffer.len() < want {
             self.buffer.resize(want, 0);
         }
