@@ -258,3 +258,31 @@ fn writes_on_the_disk_engine_are_answered_once_appended() {
         [&[0][..], &201u64.to_be_bytes()].concat()
     );
 }
+
+#[test]
+fn copy_writes_a_backup_only_to_an_absolute_path_and_not_with_dumping_off() {
+    let work = tempfile::tempdir().unwrap();
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"k", b"v"), 1), [0]);
+    let to = work.path().join("copy");
+    let path = to.to_str().unwrap().as_bytes();
+    assert_eq!(call(&mut s, &Request::Copy { path: b"relative" }, 1), [1]);
+    assert!(!std::path::Path::new("relative").exists());
+    assert_eq!(call(&mut s, &Request::Copy { path }, 1), [0]);
+    assert!(to.join("manifest.json").exists());
+
+    let refused = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        dumping_enabled: false,
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&refused);
+    let elsewhere = work.path().join("refused");
+    let path = elsewhere.to_str().unwrap().as_bytes();
+    assert_eq!(call(&mut s, &Request::Copy { path }, 1), [1]);
+    assert!(!elsewhere.exists());
+}

@@ -229,7 +229,11 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
 /// `copy`: a hot backup into a directory on the server's machine.
 fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
     let to = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-    ctx.shared.store.backup(to, None).is_ok()
+    // As the text protocol's `backup`: not with dumping off (-X), and only
+    // to an absolute path (not one relative to the server's directory).
+    ctx.shared.config.dumping_enabled
+        && to.is_absolute()
+        && ctx.shared.store.backup(to, None).is_ok()
 }
 
 /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per server,
