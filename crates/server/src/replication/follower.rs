@@ -88,8 +88,16 @@ fn read_frame(
     let mut head = [0; wire::FRAME_HEAD];
     read_full(reader, &mut head, stopped)?;
     let (kind, len) = wire::frame_head(&head, max_len)?;
-    payload.resize(len, 0);
-    read_full(reader, payload, stopped)?;
+    // Grown as the bytes come, not to the length the master claims.
+    payload.clear();
+    let mut left = len;
+    while left > 0 {
+        let start = payload.len();
+        let step = left.min(1 << 20);
+        payload.resize(start + step, 0);
+        read_full(reader, &mut payload[start..], stopped)?;
+        left -= step;
+    }
     Ok(kind)
 }
 
