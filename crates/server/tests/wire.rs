@@ -241,6 +241,30 @@ fn stat(stream: &mut std::net::TcpStream, name: &str) -> u64 {
 }
 
 #[test]
+fn replicas_count_against_the_connection_limit() {
+    let server = TestServer::disk_with(ServerConfig {
+        max_connections: 3,
+        ..ServerConfig::default()
+    });
+    let mut replicas: Vec<_> = (0..3).map(|_| server.connect()).collect();
+    for (n, replica) in replicas.iter_mut().enumerate() {
+        replica
+            .write_all(format!("replicate {} none\r\n", n + 10).as_bytes())
+            .unwrap();
+        // Its feed has begun: it is out of the workers' loops.
+        assert!(!read_at_least(replica, 1).is_empty());
+    }
+    // Fed on a thread of its own, each still holds its place: a fourth
+    // connection is one too many.
+    let mut refused = server.connect();
+    assert_eq!(
+        read_at_least(&mut refused, 33),
+        b"ERROR Too many open connections\r\n"
+    );
+    drop(replicas);
+}
+
+#[test]
 fn idle_connections_are_closed_after_the_idle_timeout() {
     let server = TestServer::with(
         ServerConfig {

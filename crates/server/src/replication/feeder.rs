@@ -30,9 +30,14 @@ pub(crate) fn serve_replica(
     request: LinkRequest,
     peer: String,
 ) {
+    // Still one of the server's connections (`-c` bounds replicas too), for
+    // as long as its feed runs.
+    shared.connections.current.fetch_add(1, Ordering::Relaxed);
+    let counted = CountedReplica(shared.clone());
     let spawned = std::thread::Builder::new()
         .name("kura-repl-feed".to_string())
         .spawn(move || {
+            let _counted = counted;
             let Some(replication) = shared.store.replication() else {
                 let _ = stream.write_all(b"SERVER_ERROR replication needs the disk engine\r\n");
                 return;
@@ -69,6 +74,15 @@ pub(crate) fn serve_replica(
         });
     if let Err(error) = spawned {
         tracing::error!(%error, "cannot start a replica's feed");
+    }
+}
+
+/// A replica's place in the connection count, given back when its feed ends.
+struct CountedReplica(Arc<Shared>);
+
+impl Drop for CountedReplica {
+    fn drop(&mut self) {
+        self.0.connections.current.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
