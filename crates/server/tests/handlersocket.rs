@@ -352,3 +352,34 @@ fn authentication_guards_each_port_with_its_own_secret() {
         b"0\t1\n"
     );
 }
+
+#[test]
+fn ranges_over_values_cut_in_a_lexical_index_compare_the_values_whole() {
+    let server = server(None);
+    let mut hs = Hs::connect(&server, true);
+    assert_eq!(
+        hs.call(&[b"P", b"0", b"db", b"long", b"PRIMARY", b"_key,text"]),
+        b"0\t1\n"
+    );
+    // Three values the index cuts to the same 480 bytes.
+    let text = |last: u8| [vec![b'x'; 480], vec![last]].concat();
+    for (key, last) in [(&b"ka"[..], b'a'), (b"kc", b'c'), (b"ke", b'e')] {
+        assert_eq!(hs.call(&[b"0", b"+", b"2", key, &text(last)]), b"0\t1\t0\n");
+    }
+    let tables = server.store().tables().unwrap();
+    let lexical = IndexCommand::Build {
+        kind: IndexKind::Lexical,
+        keep: false,
+    };
+    tables.set_index(b"long", b"text", lexical).unwrap();
+    assert_eq!(
+        hs.call(&[b"P", b"1", b"db", b"long", b"text", b"_key"]),
+        b"0\t1\n"
+    );
+    let find = |hs: &mut Hs, op: &[u8], last: u8| hs.call(&[b"1", op, b"1", &text(last), b"10"]);
+    assert_eq!(find(&mut hs, b">", b'c'), b"0\t1\tke\n");
+    assert_eq!(find(&mut hs, b">=", b'b'), b"0\t1\tkc\tke\n");
+    assert_eq!(find(&mut hs, b"<", b'c'), b"0\t1\tka\n");
+    assert_eq!(find(&mut hs, b"<=", b'd'), b"0\t1\tkc\tka\n");
+    assert_eq!(find(&mut hs, b"=", b'c'), b"0\t1\tkc\n");
+}

@@ -354,12 +354,18 @@ impl Table<'_> {
         // NULL sorts lowest, and no row has it: `>` and `>=` start at the
         // first row, `<`, `<=` and `=` find nothing.
         let key = value.map(|value| self.key_of(value));
+        // A lexical key is its value cut at a NUL or at its 480th byte, and
+        // stands for every value cut to it: from a cut key, `>` and `<`
+        // start at the key itself and rows are told apart by their values.
+        let cut =
+            matches!(self.open.index, Some((_, IndexKind::Lexical))) && key.as_deref() != value;
         let (start, descending) = match (op, &key) {
             (b"<" | b"<=" | b"=", None) => return true,
             (_, None) => (Bound::Unbounded, false),
             (b"=" | b">=", Some(key)) => (Bound::Included(&key[..]), false),
-            (b">", Some(key)) => (Bound::Excluded(&key[..]), false),
-            (b"<", Some(key)) => (Bound::Excluded(&key[..]), true),
+            (b">", Some(key)) if !cut => (Bound::Excluded(&key[..]), false),
+            (b">", Some(key)) => (Bound::Included(&key[..]), false),
+            (b"<", Some(key)) if !cut => (Bound::Excluded(&key[..]), true),
             (_, Some(key)) => (Bound::Included(&key[..]), true),
         };
         let exact = op == b"=";
@@ -398,10 +404,31 @@ impl Table<'_> {
                 if exact && !value.is_some_and(|value| self.equals(&row, value)) {
                     return true;
                 }
+                if cut && key.as_deref() == Some(found) && !self.beyond(&row, op, value) {
+                    return true;
+                }
                 visit(row)
             },
         );
         walked.unwrap_or(false)
+    }
+
+    /// Whether a row's value in the open (lexical) index is on `op`'s side
+    /// of `value`, compared whole.
+    fn beyond(&self, row: &Record, op: &[u8], value: Option<&[u8]>) -> bool {
+        let (Some((name, _)), Some(value)) = (&self.open.index, value) else {
+            return true;
+        };
+        let Some(have) = column(row, name) else {
+            return false;
+        };
+        match op {
+            b">" => have > value,
+            b">=" => have >= value,
+            b"<" => have < value,
+            b"<=" => have <= value,
+            _ => true,
+        }
     }
 
     /// Whether a row's value in the open index equals `value` (the
