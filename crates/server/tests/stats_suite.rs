@@ -226,7 +226,6 @@ fn stats_settings_shows_memcacheds_settings_from_the_configuration() {
     std::fs::write(&users, "someone:secret\n").unwrap();
     let server = TestServer::with(
         ServerConfig {
-            udp_port: Some(0),
             detail_delimiter: Some(b'#'),
             auth_file: Some(users.clone()),
             maxconns_fast: false,
