@@ -376,7 +376,6 @@ impl Inner {
                 .prefetched_rounds
                 .fetch_add(1, Ordering::Relaxed);
         }
-        let _whole = self.round_in_parts.lock();
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
         if let Some(boundary) = round.and_then(|round| round.flush) {
@@ -417,6 +416,7 @@ impl Inner {
                 if dirty >= dirty_limit {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
+                    self.mark_partial(&mut txn, round)?;
                     self.put_meta(&mut txn, &mut counts, None)?;
                     self.config.io.commit(txn)?;
                     *self.applied_counts.lock() = counts.clone();
@@ -434,6 +434,9 @@ impl Inner {
         };
         if let Some(classes) = crawl {
             self.remove_due(&mut txn, &mut counts, Some(classes), &mut swept)?;
+        }
+        if round.is_some() {
+            self.meta.delete(&mut txn, super::PARTIAL_ROUND)?;
         }
         self.put_meta(
             &mut txn,
@@ -570,6 +573,7 @@ impl Inner {
             let write = Write::of(space, Pending::Remove);
             self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
+        self.mark_partial(&mut txn, Some(round))?;
         self.put_meta(&mut txn, &mut counts, None)?;
         self.config.io.commit(txn)?;
         self.measure_lmdb_usage();
@@ -580,6 +584,17 @@ impl Inner {
     /// Records, with a transaction's writes, the last CAS handed out, the
     /// class counts, the journal bytes each segment holds for LMDB, and the
     /// newest journal segment LMDB now holds.
+    /// Notes in `meta` that LMDB holds part of `round` (the commit that
+    /// finishes it removes the note).
+    fn mark_partial(&self, txn: &mut RwTxn<'_>, round: Option<&ApplyRound>) -> heed::Result<()> {
+        match round {
+            Some(round) => self
+                .meta
+                .put(txn, super::PARTIAL_ROUND, &round.last.encode()),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn put_meta(
         &self,
         txn: &mut RwTxn<'_>,

@@ -59,6 +59,11 @@ pub struct Manifest {
     pub first_lsn: u64,
     /// The newest entry it holds: a restore without `--until` reaches it.
     pub last: LogPosition,
+    /// Full backups copied while a round was applied in parts: the copy
+    /// holds some of that round's entries, so it is consistent from the
+    /// round's last entry on, and a restore reaches that at the earliest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_from: Option<LogPosition>,
     pub files: Vec<FileSum>,
 }
 
@@ -135,6 +140,9 @@ impl Inner {
             Some((_, manifest)) => (None, manifest.last.lsn + 1),
         };
         let snapshot = copied.as_ref().map(|copied| copied.applied);
+        let consistent_from = copied
+            .as_ref()
+            .and_then(|copied| copied.partial.filter(|partial| *partial > copied.applied));
         let (current, current_len, last) = self.journal.current_end();
         let segments: Vec<(u64, PathBuf)> = journal::segments(&self.config.dir)
             .map_err(io_error("listing the journal"))?
@@ -179,6 +187,7 @@ impl Inner {
                 .map(|(dir, _)| fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())),
             first_lsn,
             last: last.max(snapshot.unwrap_or_default()),
+            consistent_from,
             files: files
                 .iter()
                 .map(|name| sum_file(&to.join(name), name))
@@ -194,13 +203,8 @@ impl Inner {
     fn copy_lmdb(&self, to: &Path) -> Result<CopiedMeta, BackupError> {
         let path = to.join(DATA_FILE);
         let mut file = File::create(&path).map_err(io_error("creating the copy of LMDB"))?;
-        // Between rounds: part of one would hold entries past the position
-        // the copy says it holds, and a restore to that position would keep
-        // them.
-        let whole = self.round_in_parts.lock();
         self.env
             .copy_to_file(&mut file, CompactionOption::Enabled)?;
-        drop(whole);
         file.sync_all()
             .map_err(io_error("syncing the copy of LMDB"))?;
         drop(file);
@@ -211,6 +215,8 @@ impl Inner {
 /// What a copy of LMDB's meta table says of the log.
 struct CopiedMeta {
     applied: LogPosition,
+    /// The last entry of a round the copy holds part of.
+    partial: Option<LogPosition>,
     applied_segment: u64,
     pointed: Vec<u64>,
 }
@@ -227,11 +233,14 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
     let meta: Option<Database<Bytes, Bytes>> = env.open_database(&txn, Some("meta"))?;
     let mut found = CopiedMeta {
         applied: LogPosition::default(),
+        partial: None,
         applied_segment: 0,
         pointed: Vec::new(),
     };
     if let Some(meta) = meta {
         found.applied = super::applied_position(&meta, &txn)?;
+        let partial = meta.get(&txn, super::PARTIAL_ROUND)?;
+        found.partial = partial.and_then(LogPosition::decode);
         found.applied_segment = super::meta_u64(&meta, &txn, super::JOURNAL_APPLIED)?;
         for entry in meta.prefix_iter(&txn, b"log")? {
             let (key, live) = entry?;
@@ -361,6 +370,13 @@ impl Chain {
     /// The full backup's snapshot.
     pub fn snapshot(&self) -> LogPosition {
         self.backups[0].1.snapshot.unwrap_or_default()
+    }
+
+    /// The earliest point a restore may reach: the snapshot, or the end of
+    /// a round its copy caught in parts.
+    pub fn earliest(&self) -> LogPosition {
+        self.snapshot()
+            .max(self.backups[0].1.consistent_from.unwrap_or_default())
     }
 
     /// The newest entry the chain holds.

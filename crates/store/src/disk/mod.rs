@@ -99,6 +99,10 @@ const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
 const JOURNAL_APPLIED: &[u8] = b"journal";
 /// `meta` key: the newest update-log entry LMDB holds ([`LogPosition`]).
 const APPLIED_LSN: &[u8] = b"lsn";
+/// `meta` key: while LMDB holds part of a round (a large one commits in
+/// parts, its position only with the last), the round's last entry; a copy
+/// of LMDB (a full backup) is consistent from there, not from `lsn`.
+const PARTIAL_ROUND: &[u8] = b"partial_lsn";
 
 pub struct DiskStore {
     inner: Arc<Inner>,
@@ -159,11 +163,6 @@ struct Inner {
     /// Items and bytes per class, and the journal bytes LMDB points to,
     /// as of the last commit.
     applied_counts: Mutex<Counts>,
-    /// Held by the applier while LMDB may hold part of a round (a large
-    /// round commits in parts, its applied position only with the last), and
-    /// by a backup's copy of LMDB, which so holds whole rounds: exactly the
-    /// entries up to its position.
-    round_in_parts: Mutex<()>,
     counters: Counters,
     signals: threads::Signals,
     /// This process's claim on the directory; released when the last

@@ -146,7 +146,6 @@ impl DiskStore {
             applied_segment: AtomicU64::new(applied_segment),
             lmdb_usage: Mutex::new(None),
             applied_counts: Mutex::new(counts),
-            round_in_parts: Mutex::new(()),
             counters: Counters::default(),
             signals: threads::Signals::default(),
             config,

@@ -202,6 +202,7 @@ impl Inner {
                         || super::indexes::is_index_meta(key)
                         || key == b"classes"
                         || key == super::flushed::FLUSHED
+                        || key == super::PARTIAL_ROUND
                 })
                 .collect();
             for key in stale {

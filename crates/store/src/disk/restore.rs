@@ -45,13 +45,14 @@ pub fn restore(
 ) -> Result<RestoreReport, BackupError> {
     let chain = backup::verify(from)?;
     let snapshot = chain.snapshot();
+    let earliest = chain.earliest();
     let available = chain.last();
     let refuse = |message: String| Err(BackupError::Refused(message));
     match until {
-        Some(LogPoint::Lsn(lsn)) if lsn < snapshot.lsn => {
+        Some(LogPoint::Lsn(lsn)) if lsn < earliest.lsn => {
             return refuse(format!(
-                "LSN {lsn} is before the full backup's snapshot (LSN {}); restore from an earlier full backup",
-                snapshot.lsn
+                "LSN {lsn} is before the full backup's snapshot (consistent from LSN {}); restore from an earlier full backup",
+                earliest.lsn
             ));
         }
         Some(LogPoint::Lsn(lsn)) if lsn > available.lsn => {
@@ -61,10 +62,10 @@ pub fn restore(
                 history::describe_ranges(&[(available.lsn + 1, lsn)])
             ));
         }
-        Some(LogPoint::Micros(micros)) if micros < snapshot.micros => {
+        Some(LogPoint::Micros(micros)) if micros < earliest.micros => {
             return refuse(format!(
-                "that instant is before the full backup's snapshot (LSN {} at {} µs); restore from an earlier full backup",
-                snapshot.lsn, snapshot.micros
+                "that instant is before the full backup's snapshot (consistent from LSN {} at {} µs); restore from an earlier full backup",
+                earliest.lsn, earliest.micros
             ));
         }
         _ => {}
