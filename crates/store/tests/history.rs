@@ -383,7 +383,10 @@ fn a_backup_taken_while_a_round_commits_in_parts_restores_from_the_rounds_end() 
     if earliest > snapshot {
         let refused =
             restore::restore(&full, Some(LogPoint::Lsn(snapshot)), &work.path().join("x"));
-        let error = refused.err().expect("refused").to_string();
+        let Err(error) = refused else {
+            panic!("a restore before the copy's round was refused")
+        };
+        let error = error.to_string();
         assert!(
             error.contains(&format!("consistent from LSN {earliest}")),
             "{error}"
