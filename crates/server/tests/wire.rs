@@ -448,6 +448,21 @@ fn a_multi_get_past_the_reply_limit_is_refused_whole() {
         support::read_exact_reply(&mut stream, two.as_bytes()),
         two.as_bytes()
     );
+    // One value goes whatever its size: the limit is on what a reply adds
+    // to it.
+    let large = "w".repeat(12_000);
+    let set = format!("set large 0 0 {}\r\n{large}\r\n", large.len());
+    stream.write_all(set.as_bytes()).unwrap();
+    assert_eq!(
+        support::read_exact_reply(&mut stream, b"STORED\r\n"),
+        b"STORED\r\n"
+    );
+    stream.write_all(b"get large\r\n").unwrap();
+    let one = format!("VALUE large 0 12000\r\n{large}\r\nEND\r\n");
+    assert_eq!(
+        support::read_exact_reply(&mut stream, one.as_bytes()),
+        one.as_bytes()
+    );
 }
 
 #[test]

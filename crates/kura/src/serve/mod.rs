@@ -50,9 +50,10 @@ pub struct ServeArgs {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     max_item_size: String,
     /// The most one request's reply may hold, a multi-key get's values
-    /// together (k/m/g suffix allowed; at least -I).
-    #[arg(long = "max-reply", default_value = "64m")]
-    max_reply: String,
+    /// together; its first value always goes (k/m/g suffix allowed; at
+    /// least -I; default 64m, or twice -I if more).
+    #[arg(long = "max-reply")]
+    max_reply: Option<String>,
     /// Answer "out of memory" instead of evicting.
     #[arg(short = 'M', long = "disable-evictions")]
     disable_evictions: bool,
@@ -367,7 +368,10 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     if !(MIN_ITEM_SIZE..=MAX_ITEM_SIZE).contains(&max_item_size) {
         return Err(usage("-I: the item size limit must be between 1k and 1g"));
     }
-    let max_reply_bytes = parse_size(&args.max_reply, 1, "--max-reply")?;
+    let max_reply_bytes = match &args.max_reply {
+        Some(text) => parse_size(text, 1, "--max-reply")?,
+        None => (64 * MIB).max(2 * max_item_size),
+    };
     if max_reply_bytes < max_item_size {
         return Err(usage(
             "--max-reply: a reply must hold the largest item (-I) at least",

@@ -23,9 +23,10 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
     match request {
         Request::Get { mode, keys } => {
             let start = out.len();
-            for key in keys.iter() {
+            for (index, key) in keys.iter().enumerate() {
                 get(key, mode, ctx, out);
-                if out.len() - start > ctx.shared.config.max_reply_bytes {
+                // The first value always goes (an item of -I and its line).
+                if index > 0 && out.len() - start > ctx.shared.config.max_reply_bytes {
                     // As memcached when it cannot allocate a reply: none of
                     // it goes.
                     out.truncate(start);

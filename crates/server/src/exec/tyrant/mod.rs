@@ -293,7 +293,8 @@ fn found_within<'k>(
     for &key in keys {
         if let Some(value) = get(key) {
             bytes += key.len() + value.len();
-            if bytes > limit {
+            // The first value always goes (an item of -I and its key).
+            if bytes > limit && !found.is_empty() {
                 return None;
             }
             found.push((key, value));
