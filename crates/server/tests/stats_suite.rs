@@ -245,6 +245,8 @@ fn stats_settings_shows_memcacheds_settings_from_the_configuration() {
     // -D turns per-prefix counting on from the start, as in memcached.
     assert_eq!(get("detail_enabled"), "yes");
     assert_eq!(get("auth_enabled_sasl"), "no");
+    // -Y makes every connection a text one, as memcached's ascii binding.
+    assert_eq!(get("binding_protocol"), "ascii");
     assert_eq!(get("auth_enabled_ascii"), users.display().to_string());
     assert_eq!(get("maxconns_fast"), "no");
     assert_eq!(get("ssl_enabled"), "no");

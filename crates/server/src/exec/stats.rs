@@ -9,7 +9,7 @@ use kura_proto::text::Keys;
 use kura_proto::ErrorReply;
 
 use super::{Context, PROTOCOL_VERSION};
-use crate::config::TlsSettings;
+use crate::config::{ProtocolChoice, TlsSettings};
 use crate::stats::{CounterTotals, PrefixCounts};
 
 type Lines = Vec<(String, String)>;
@@ -436,7 +436,12 @@ fn settings(ctx: &Context<'_>) -> Lines {
     line(l, "reqs_per_event", config.requests_per_event);
     line(l, "cas_enabled", yes_no(config.cas_enabled));
     line(l, "tcp_backlog", config.backlog);
-    line(l, "binding_protocol", config.protocol.binding_name());
+    // Text logins make every connection a text one (`worker.rs`).
+    let binding = match (config.protocol, &config.auth_file, config.sasl) {
+        (ProtocolChoice::Auto, Some(_), false) => ProtocolChoice::Ascii,
+        (protocol, ..) => protocol,
+    };
+    line(l, "binding_protocol", binding.binding_name());
     line(l, "auth_enabled_sasl", yes_no(config.sasl));
     line(l, "auth_enabled_ascii", path_or(&config.auth_file, "no"));
     line(l, "item_size_max", config.max_item_size);
