@@ -143,15 +143,18 @@ impl Inner {
                 || self.marks.waiting() > self.config.mark_limit();
             if due {
                 last_round = Instant::now();
+                let pointed_before = self.applied_counts.lock().log.total();
                 let worked = self.apply_round(&mut state, finishing);
-                // A round of expired items or marks only holds no new
-                // segment, but its commit may free one: it is fsynced
-                // before anything is deleted, as a round of writes is.
-                if let Some(segment) = worked {
-                    state.unsynced = Some(match segment {
-                        0 => self.applied_segment.load(Ordering::Acquire),
-                        segment => segment,
-                    });
+                // A round that removed expired items holds no new segment,
+                // but its commit may free one: it is fsynced before anything
+                // is deleted, as a round of writes is.
+                let freed = self.applied_counts.lock().log.total() < pointed_before;
+                match worked {
+                    Some(0) if freed => {
+                        state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                    }
+                    Some(0) | None => {}
+                    Some(segment) => state.unsynced = Some(segment),
                 }
                 self.sync_applied(&mut state);
                 if finishing && (worked.is_none() || state.retry.is_some()) {

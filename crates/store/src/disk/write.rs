@@ -33,7 +33,9 @@ impl Inner {
 
     /// Applies a delayed flush whose time has come.
     pub(super) fn apply_due_flush(&self, fence: &AckFence) {
-        if self.flushes.delayed.take_due(self.clock.now()) {
+        // A replica's flushes are its master's: one scheduled just as it
+        // became one is dropped when due.
+        if self.flushes.delayed.take_due(self.clock.now()) && !self.health.is_read_only() {
             self.flush(fence);
         }
     }
