@@ -468,7 +468,8 @@ impl Worker {
     }
 
     /// Gives a connection that sent `replicate` to a replication thread:
-    /// it leaves this loop (and the connection count) for good.
+    /// it leaves this loop for good (its feed keeps its place in the
+    /// connection count).
     fn hand_to_replication(&mut self, key: usize, request: kura_proto::replication::LinkRequest) {
         let Some(connection) = self.take_out(key) else {
             return;

@@ -68,8 +68,8 @@ pub struct MemoryConfig {
     pub limit_bytes: usize,
     /// Evict when full; false answers "out of memory" instead (`-M`).
     pub evict: bool,
-    /// The largest value (`-I`): an append or prepend past it is out of
-    /// memory.
+    /// The largest value (`-I`): an append or prepend past it is not
+    /// stored.
     pub max_value_bytes: usize,
     /// Number of lock stripes; a power of two.
     pub shards: usize,
