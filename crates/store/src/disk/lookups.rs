@@ -29,6 +29,7 @@ use std::ops::Bound;
 use heed::types::Bytes;
 use heed::{Database, RoTxn};
 use itertools::{EitherOrBoth, Itertools};
+use kura_table::index::Probes;
 use kura_table::{KeyRange, Lookup, StoredRecord};
 
 use super::indexes::{borrowed, def_in, entry_key, span};
@@ -87,31 +88,14 @@ impl Inner {
     ) -> Result<Option<u64>, WriteFailed> {
         self.catch_up()?;
         let txn = self.env.read_txn()?;
-        // Each stream once (an index's rows under one range, or under any of
-        // a few), each range once in it.
-        let mut wanted: Vec<(u32, Vec<KeyRange>)> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut indexed = Vec::with_capacity(lookups.len());
         for lookup in lookups {
             let Some(def) = def_in(&self.meta, &txn, table, &lookup.column, lookup.kind)? else {
                 return Ok(None);
             };
-            let mut distinct = HashSet::new();
-            let ranges = lookup
-                .probes
-                .ranges
-                .iter()
-                .filter(|range| distinct.insert(*range));
-            let ranges: Vec<KeyRange> = ranges.cloned().collect();
-            let specs = match lookup.probes.every {
-                true => ranges.into_iter().map(|range| vec![range]).collect(),
-                false => vec![ranges],
-            };
-            for spec in specs {
-                if wanted.len() < MAX_STREAMS && seen.insert((def.id, spec.clone())) {
-                    wanted.push((def.id, spec));
-                }
-            }
+            indexed.push((def.id, &lookup.probes));
         }
+        let wanted = distinct_streams(indexed);
         let mut streams = Vec::with_capacity(wanted.len());
         for (id, ranges) in &wanted {
             streams.push(self.stream(&txn, *id, ranges)?);
@@ -202,6 +186,31 @@ impl Inner {
         });
         Ok(Stream::Unsorted(Box::new(parts.flatten())))
     }
+}
+
+/// The streams lookups ask for (each with its index's id): an index's rows
+/// under one range (`every`), or under any of a lookup's ranges, each range
+/// once; each stream once, and at most [`MAX_STREAMS`].
+fn distinct_streams<'p>(
+    lookups: impl IntoIterator<Item = (u32, &'p Probes)>,
+) -> Vec<(u32, Vec<KeyRange>)> {
+    let mut wanted = Vec::new();
+    let mut seen = HashSet::new();
+    for (id, probes) in lookups {
+        let mut distinct = HashSet::new();
+        let ranges = probes.ranges.iter().filter(|range| distinct.insert(*range));
+        let ranges: Vec<KeyRange> = ranges.cloned().collect();
+        let specs = match probes.every {
+            true => ranges.into_iter().map(|range| vec![range]).collect(),
+            false => vec![ranges],
+        };
+        for spec in specs {
+            if wanted.len() < MAX_STREAMS && seen.insert((id, spec.clone())) {
+                wanted.push((id, spec));
+            }
+        }
+    }
+    wanted
 }
 
 /// The entries of index `id` (in `indexes`) under `range`: every one, or the
@@ -603,6 +612,36 @@ mod tests {
         let long = Stream::Sorted(numbered((0..200_000).filter(|&n| n != 3)));
         let found = narrow(vec![short, long], usize::MAX).unwrap().unwrap();
         assert_eq!(found, [&b"k00007"[..], b"k01500"]);
+    }
+
+    #[test]
+    fn each_stream_is_raced_once_and_at_most_sixteen() {
+        let word = |w: &str| KeyRange::Prefix(w.as_bytes().to_vec());
+        let repeated = Probes {
+            ranges: vec![word("x"); 50_000],
+            every: true,
+        };
+        assert_eq!(distinct_streams([(1, &repeated)]), [(1, vec![word("x")])]);
+        // The same ranges in another index are other streams; a union's
+        // ranges each once, and an identical union once.
+        let union = Probes {
+            ranges: vec![word("a"), word("b"), word("a")],
+            every: false,
+        };
+        let streams = distinct_streams([(1, &repeated), (2, &repeated), (1, &union), (1, &union)]);
+        assert_eq!(
+            streams,
+            [
+                (1, vec![word("x")]),
+                (2, vec![word("x")]),
+                (1, vec![word("a"), word("b")])
+            ]
+        );
+        let many = Probes {
+            ranges: (0..40).map(|n| word(&format!("w{n}"))).collect(),
+            every: true,
+        };
+        assert_eq!(distinct_streams([(1, &many)]).len(), MAX_STREAMS);
     }
 
     #[test]
