@@ -42,6 +42,17 @@ fn binary(
     )
 }
 
+/// A server whose text connections log in with `users`' passwords (-Y).
+fn text_login_server(users: &tempfile::NamedTempFile) -> TestServer {
+    TestServer::with(
+        ServerConfig {
+            auth_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    )
+}
+
 fn assert_closed(stream: &mut TcpStream) {
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).expect("the server closes");
@@ -117,13 +128,7 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
 #[test]
 fn a_text_connection_logs_in_with_a_set_of_user_and_password() {
     let users = users_file();
-    let server = TestServer::with(
-        ServerConfig {
-            auth_file: Some(users.path().to_path_buf()),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    );
+    let server = text_login_server(&users);
     let mut stream = server.connect();
     let mut exchange = |request: &[u8], expected: &[u8]| {
         stream.write_all(request).unwrap();
@@ -149,13 +154,7 @@ fn a_text_connection_logs_in_with_a_set_of_user_and_password() {
 #[test]
 fn binary_requests_do_not_go_around_the_text_login() {
     let users = users_file();
-    let server = TestServer::with(
-        ServerConfig {
-            auth_file: Some(users.path().to_path_buf()),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    );
+    let server = text_login_server(&users);
     // A binary set, unauthenticated: the connection speaks text only, so
     // the request is no command (a line-less one, then the closing QUIT).
     let mut intruder = server.connect();

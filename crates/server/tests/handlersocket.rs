@@ -60,6 +60,13 @@ impl Hs {
     }
 }
 
+/// Builds an index of `kind` on `column` of `table`, as `setindex` does.
+fn build_index(server: &TestServer, table: &[u8], column: &[u8], kind: IndexKind) {
+    let build = IndexCommand::Build { kind, keep: false };
+    let tables = server.store().tables().unwrap();
+    tables.set_index(table, column, build).unwrap();
+}
+
 fn fill(hs: &mut Hs) {
     assert_eq!(
         hs.call(&[b"P", b"0", b"db", b"users", b"PRIMARY", b"_key,name,age"]),
@@ -195,12 +202,7 @@ fn secondary_indexes_order_finds_by_their_values() {
     let server = server(None);
     let mut hs = Hs::connect(&server, true);
     fill(&mut hs);
-    let tables = server.store().tables().unwrap();
-    let decimal = IndexCommand::Build {
-        kind: IndexKind::Decimal,
-        keep: false,
-    };
-    tables.set_index(b"users", b"age", decimal).unwrap();
+    build_index(&server, b"users", b"age", IndexKind::Decimal);
     assert_eq!(
         hs.call(&[b"P", b"3", b"db", b"users", b"age", b"_key,age"]),
         b"0\t1\n"
@@ -366,12 +368,7 @@ fn ranges_over_values_cut_in_a_lexical_index_compare_the_values_whole() {
     for (key, last) in [(&b"ka"[..], b'a'), (b"kc", b'c'), (b"ke", b'e')] {
         assert_eq!(hs.call(&[b"0", b"+", b"2", key, &text(last)]), b"0\t1\t0\n");
     }
-    let tables = server.store().tables().unwrap();
-    let lexical = IndexCommand::Build {
-        kind: IndexKind::Lexical,
-        keep: false,
-    };
-    tables.set_index(b"long", b"text", lexical).unwrap();
+    build_index(&server, b"long", b"text", IndexKind::Lexical);
     assert_eq!(
         hs.call(&[b"P", b"1", b"db", b"long", b"text", b"_key"]),
         b"0\t1\n"

@@ -156,43 +156,10 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
     assert!(error.to_string().contains("damaged"), "{error}");
 }
 
-/// A master's group holding a put with a pointer (which would lead into
-/// this server's log at the master's offsets) is refused whole: nothing of
-/// it is pending, to be journalled later as this server's own.
-#[test]
-fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
-    use super::record::{Header, Keyed};
-    use crate::replication::{LogPosition, Replication};
-    let dir = tempfile::tempdir().unwrap();
-    let replica = DiskStore::open(config(dir.path())).unwrap();
-    let header = Header {
-        flags: 0,
-        expiry_unix: 0,
-        cas: 1,
-        bits: 0,
-    };
+/// A master's first group (LSN 1, checksummed with segment 1's seed):
+/// its head, then a put of each (key, stored record).
+fn master_group(puts: &[(&[u8], &[u8])]) -> (u32, Vec<u8>) {
     let seed = journal::seed_of(1);
-    let long = vec![b'k'; 600];
-    for key in [&b""[..], &long[..]] {
-        let item = Keyed::encode(key, &header, &[b"v"]);
-        let mut group = Vec::new();
-        let head = GroupHead {
-            first_lsn: 1,
-            micros: 1,
-            origin: 7,
-        };
-        journal::encode(&mut group, Record::Group(head), seed);
-        let put = Record::Put {
-            key,
-            record: item.record(),
-        };
-        journal::encode(&mut group, put, seed);
-        let error = replica.apply_group(seed, &group).unwrap_err();
-        assert!(error.contains("no protocol takes"), "{error}");
-    }
-    // Nothing was journalled, nothing poisoned: a good group follows.
-    assert_eq!(replica.position(), Some(LogPosition::default()));
-    let item = Keyed::encode(b"fine", &header, &[b"v"]);
     let mut group = Vec::new();
     let head = GroupHead {
         first_lsn: 1,
@@ -200,11 +167,39 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
         origin: 7,
     };
     journal::encode(&mut group, Record::Group(head), seed);
-    let put = Record::Put {
-        key: b"fine",
-        record: item.record(),
-    };
-    journal::encode(&mut group, put, seed);
+    for &(key, record) in puts {
+        journal::encode(&mut group, Record::Put { key, record }, seed);
+    }
+    (seed, group)
+}
+
+const HEADER: super::record::Header = super::record::Header {
+    flags: 0,
+    expiry_unix: 0,
+    cas: 1,
+    bits: 0,
+};
+
+/// A master's group with a key LMDB cannot hold (empty, or past its 511
+/// bytes) is refused whole: journalled, LMDB's refusal would poison the
+/// engine, and again at every replay.
+#[test]
+fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
+    use super::record::Keyed;
+    use crate::replication::{LogPosition, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let replica = DiskStore::open(config(dir.path())).unwrap();
+    let long = vec![b'k'; 600];
+    for key in [&b""[..], &long[..]] {
+        let item = Keyed::encode(key, &HEADER, &[b"v"]);
+        let (seed, group) = master_group(&[(key, item.record())]);
+        let error = replica.apply_group(seed, &group).unwrap_err();
+        assert!(error.contains("no protocol takes"), "{error}");
+    }
+    // Nothing was journalled, nothing poisoned: a good group follows.
+    assert_eq!(replica.position(), Some(LogPosition::default()));
+    let item = Keyed::encode(b"fine", &HEADER, &[b"v"]);
+    let (seed, group) = master_group(&[(b"fine", item.record())]);
     replica.apply_group(seed, &group).unwrap();
     replica.wait_until_all_applied();
     drop(replica);
@@ -212,42 +207,22 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
     assert_eq!(reopened.position().map(|at| at.lsn), Some(1));
 }
 
+/// A master's group holding a put with a pointer (which would lead into
+/// this server's log at the master's offsets) is refused whole: nothing of
+/// it is pending, to be journalled later as this server's own.
 #[test]
 fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
-    use super::record::{self, Header, Keyed, LogPointer};
+    use super::record::{self, Keyed, LogPointer};
     use crate::replication::{LogPosition, Replication};
     let dir = tempfile::tempdir().unwrap();
     let replica = DiskStore::open(config(dir.path())).unwrap();
-    let header = Header {
-        flags: 0,
-        expiry_unix: 0,
-        cas: 1,
-        bits: 0,
-    };
-    let plain = Keyed::encode(b"fine", &header, &[b"v"]);
+    let plain = Keyed::encode(b"fine", &HEADER, &[b"v"]);
     let at = Location {
         segment: 1,
         offset: 0,
     };
-    let pointer = record::pointer_record(&header, &LogPointer::to_put(at, b"k", &[0; 100], 83));
-    let seed = journal::seed_of(1);
-    let mut group = Vec::new();
-    let head = GroupHead {
-        first_lsn: 1,
-        micros: 1,
-        origin: 7,
-    };
-    journal::encode(&mut group, Record::Group(head), seed);
-    let fine = Record::Put {
-        key: b"fine",
-        record: plain.record(),
-    };
-    journal::encode(&mut group, fine, seed);
-    let forged = Record::Put {
-        key: b"k",
-        record: &pointer,
-    };
-    journal::encode(&mut group, forged, seed);
+    let pointer = record::pointer_record(&HEADER, &LogPointer::to_put(at, b"k", &[0; 100], 83));
+    let (seed, group) = master_group(&[(b"fine", plain.record()), (b"k", &pointer)]);
     let error = replica.apply_group(seed, &group).unwrap_err();
     assert!(error.contains("value in place"), "{error}");
     assert_eq!(replica.position(), Some(LogPosition::default()));
