@@ -584,9 +584,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Records, with a transaction's writes, the last CAS handed out, the
-    /// class counts, the journal bytes each segment holds for LMDB, and the
-    /// newest journal segment LMDB now holds.
     /// Notes in `meta` that LMDB holds part of `round` (the commit that
     /// finishes it removes the note).
     fn mark_partial(&self, txn: &mut RwTxn<'_>, round: Option<&ApplyRound>) -> heed::Result<()> {
@@ -598,6 +595,9 @@ impl Inner {
         }
     }
 
+    /// Records, with a transaction's writes, the last CAS handed out, the
+    /// class counts, the journal bytes each segment holds for LMDB, and the
+    /// newest journal segment LMDB now holds.
     pub(super) fn put_meta(
         &self,
         txn: &mut RwTxn<'_>,
