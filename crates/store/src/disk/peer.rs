@@ -17,8 +17,7 @@ use std::sync::atomic::Ordering;
 use kura_table::Record as Row;
 
 use super::journal::{LogPosition, Record};
-use super::pending::Change;
-use super::pending::Space;
+use super::pending::{Change, Space};
 use super::record::{Header, Keyed};
 use super::replica::{key_fits, records};
 use super::{Inner, WriteFailed};
