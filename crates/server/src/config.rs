@@ -97,10 +97,10 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Largest value (`-I`).
     pub max_item_size: usize,
-    /// The most one request's reply may hold (`--max-reply`; its first value
-    /// always goes): a multi-key get past it answers `SERVER_ERROR out of memory writing get
-    /// response`, as memcached does when it cannot allocate one, instead of
-    /// copying every value asked for into memory.
+    /// The most one request's reply may hold (`--max-reply`; its first
+    /// value always goes): a multi-key get past it answers `SERVER_ERROR out
+    /// of memory writing get response`, as memcached does when it cannot
+    /// allocate one, instead of copying every value asked for into memory.
     pub max_reply_bytes: usize,
     /// Report and check CAS values (`-C` turns this off).
     pub cas_enabled: bool,
