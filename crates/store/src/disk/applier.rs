@@ -421,8 +421,7 @@ impl Inner {
                     // it harmlessly (every record is a key's whole state).
                     self.mark_partial(&mut txn, round)?;
                     self.put_meta(&mut txn, &mut counts, None)?;
-                    self.config.io.commit(txn)?;
-                    *self.applied_counts.lock() = counts.clone();
+                    self.commit_counted(txn, counts.clone())?;
                     txn = self.env.write_txn()?;
                     dirty = 0;
                 }
@@ -446,7 +445,7 @@ impl Inner {
             &mut counts,
             round.map(|round| (round.segment, round.last)),
         )?;
-        self.config.io.commit(txn)?;
+        self.commit_counted(txn, counts)?;
         // Not before the commit: a read meanwhile would cache them again.
         // (A dual master's last-writer-wins must not meet a swept tombstone.)
         for key in &swept {
@@ -457,7 +456,6 @@ impl Inner {
                 .fetch_max(round.segment, Ordering::AcqRel);
         }
         self.measure_lmdb_usage();
-        *self.applied_counts.lock() = counts;
         self.counters
             .applied_writes
             .fetch_add(applied as u64, Ordering::Relaxed);
@@ -578,9 +576,19 @@ impl Inner {
         }
         self.mark_partial(&mut txn, Some(round))?;
         self.put_meta(&mut txn, &mut counts, None)?;
-        self.config.io.commit(txn)?;
+        self.commit_counted(txn, counts)?;
         self.measure_lmdb_usage();
-        *self.applied_counts.lock() = counts;
+        Ok(())
+    }
+
+    /// Commits `txn` and makes `counts` the applied ones, holding them across
+    /// the commit: a snapshot load, on another thread, that starts its
+    /// transaction once this one ends copies them only once they are
+    /// stored, so neither overwrites the other's.
+    pub(super) fn commit_counted(&self, txn: RwTxn<'_>, counts: Counts) -> heed::Result<()> {
+        let mut applied = self.applied_counts.lock();
+        self.config.io.commit(txn)?;
+        *applied = counts;
         Ok(())
     }
 

@@ -192,8 +192,7 @@ impl Inner {
                 .map_err(lmdb)?;
         }
         self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
-        self.config.io.commit(txn).map_err(lmdb)?;
-        *self.applied_counts.lock() = counts;
+        self.commit_counted(txn, counts).map_err(lmdb)?;
         Ok(group.len() as u64)
     }
 
