@@ -211,9 +211,9 @@ impl Inner {
             self.meta.put(&mut txn, BASE_INCOMPLETE, &[1])
         })();
         cleared.map_err(failed)?;
-        self.config.io.commit(txn).map_err(failed)?;
+        self.commit_counted(txn, Counts::default())
+            .map_err(failed)?;
         self.base_incomplete.store(true, Ordering::Release);
-        *self.applied_counts.lock() = Counts::default();
         self.index_defs.clear();
         self.flushes.reset();
         self.pending.clear_cache();
@@ -292,8 +292,7 @@ impl BaseLoader<'_> {
                 inner
                     .put_meta(&mut txn, &mut counts, None)
                     .map_err(failed)?;
-                *inner.applied_counts.lock() = counts.clone();
-                inner.config.io.commit(txn).map_err(failed)?;
+                inner.commit_counted(txn, counts.clone()).map_err(failed)?;
                 txn = inner.env.write_txn().map_err(failed)?;
                 written = 0;
             }
@@ -301,8 +300,7 @@ impl BaseLoader<'_> {
         inner
             .put_meta(&mut txn, &mut counts, None)
             .map_err(failed)?;
-        *inner.applied_counts.lock() = counts;
-        inner.config.io.commit(txn).map_err(failed)
+        inner.commit_counted(txn, counts).map_err(failed)
     }
 }
 
@@ -347,8 +345,7 @@ impl BaseLoad for BaseLoader<'_> {
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
-        inner.config.io.commit(txn).map_err(failed)?;
-        *inner.applied_counts.lock() = counts;
+        inner.commit_counted(txn, counts).map_err(failed)?;
         inner.config.io.sync_data(&inner.env).map_err(failed)?;
         inner
             .applied_segment
