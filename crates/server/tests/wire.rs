@@ -466,6 +466,41 @@ fn a_multi_get_past_the_reply_limit_is_refused_whole() {
 }
 
 #[test]
+fn an_append_past_the_item_size_limit_is_not_stored() {
+    let server = TestServer::with(
+        ServerConfig {
+            max_item_size: 10_000,
+            ..ServerConfig::default()
+        },
+        MemoryConfig {
+            max_value_bytes: 10_000,
+            ..MemoryConfig::default()
+        },
+    );
+    let mut stream = server.connect();
+    let part = "p".repeat(6000);
+    let set = format!("set k 0 0 {}\r\n{part}\r\n", part.len());
+    stream.write_all(set.as_bytes()).unwrap();
+    assert_eq!(
+        support::read_exact_reply(&mut stream, b"STORED\r\n"),
+        b"STORED\r\n"
+    );
+    // Each request is under -I; together they would pass it, as memcached
+    // finds no item that large to allocate.
+    for verb in ["append", "prepend"] {
+        let grow = format!("{verb} k 0 0 {}\r\n{part}\r\n", part.len());
+        stream.write_all(grow.as_bytes()).unwrap();
+        let refused = b"NOT_STORED\r\n";
+        assert_eq!(support::read_exact_reply(&mut stream, refused), refused);
+    }
+    stream.write_all(b"append k 0 0 1\r\nq\r\n").unwrap();
+    assert_eq!(
+        support::read_exact_reply(&mut stream, b"STORED\r\n"),
+        b"STORED\r\n"
+    );
+}
+
+#[test]
 fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
     let server = TestServer::start();
     // A small receive buffer, fixed before the connection opens, so an
