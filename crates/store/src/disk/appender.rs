@@ -79,7 +79,7 @@ impl Inner {
     pub(super) fn write_loop(&self) {
         loop {
             let stopping = self.signals.stopping();
-            let appended = self.journal_round_as(&mut self.journal_leader.lock(), None);
+            let appended = self.journal_round(&mut self.journal_leader.lock(), None);
             let worked = appended.is_some_and(|entries| entries > 0);
             if stopping && !worked {
                 return;
@@ -101,17 +101,11 @@ impl Inner {
     }
 
     /// Journals every pending write (and a flush) in one append, then lets
-    /// their replies go. Returns false when there was nothing to do. The
-    /// caller holds the journal's leader lock, whose buffer is `group`.
-    pub(super) fn journal_round(&self, group: &mut Vec<u8>) -> bool {
-        self.journal_round_as(group, None) != Some(0)
-    }
-
-    /// [`journal_round`](Self::journal_round), numbering the group with
-    /// `replicated`'s LSNs, time and origin when it is a master's group
-    /// (`replica.rs`). Returns the entries appended (`None`: the append
-    /// failed).
-    pub(super) fn journal_round_as(
+    /// their replies go. The caller holds the journal's leader lock, whose
+    /// buffer is `group`. `replicated` numbers the group with a master's
+    /// LSNs, time and origin (`replica.rs`). Returns the entries appended
+    /// (`None`: the append failed).
+    pub(super) fn journal_round(
         &self,
         group: &mut Vec<u8>,
         replicated: Option<GroupHead>,
@@ -217,8 +211,7 @@ impl Inner {
                 return None;
             }
             Err(error) => {
-                tracing::error!(%error, "journal write failed: refusing writes from now on");
-                self.health.poison();
+                self.poison("journal write failed", error);
                 return None;
             }
         };

@@ -212,14 +212,9 @@ impl Inner {
         let retry = &mut state.retry;
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
-            match self.journal.prepare() {
-                Ok(next) => Some(next),
-                Err(error) => {
-                    tracing::error!(%error, "cannot start a journal segment: refusing writes from now on");
-                    self.health.poison();
-                    None
-                }
-            }
+            (self.journal.prepare())
+                .inspect_err(|error| self.poison("cannot start a journal segment", error))
+                .ok()
         } else {
             None
         };
@@ -244,10 +239,9 @@ impl Inner {
         let taken = taken.map(|(batch, flush, retired)| {
             // Under every policy: LMDB is about to point into it, and its
             // pointers must never reach the disk before what they point to.
-            if let Err(error) = retired.sync() {
-                tracing::error!(%error, "journal fsync failed: refusing writes from now on");
-                self.health.poison();
-            }
+            self.fsync("journal fsync failed", || {
+                self.journal.sync_retired(&retired)
+            });
             retired.release_unused();
             (batch, flush, retired.number, retired.last)
         });
@@ -420,8 +414,7 @@ impl Inner {
                     // Part of the round: a replay of the journal repeats
                     // it harmlessly (every record is a key's whole state).
                     self.mark_partial(&mut txn, round)?;
-                    self.put_meta(&mut txn, &mut counts, None)?;
-                    self.commit_counted(txn, counts.clone())?;
+                    self.commit_counted(txn, &mut counts, None)?;
                     txn = self.env.write_txn()?;
                     dirty = 0;
                 }
@@ -440,12 +433,8 @@ impl Inner {
         if round.is_some() {
             self.meta.delete(&mut txn, super::PARTIAL_ROUND)?;
         }
-        self.put_meta(
-            &mut txn,
-            &mut counts,
-            round.map(|round| (round.segment, round.last)),
-        )?;
-        self.commit_counted(txn, counts)?;
+        let newest = round.map(|round| (round.segment, round.last));
+        self.commit_counted(txn, &mut counts, newest)?;
         // Not before the commit: a read meanwhile would cache them again.
         // (A dual master's last-writer-wins must not meet a swept tombstone.)
         for key in &swept {
@@ -575,20 +564,26 @@ impl Inner {
             self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
         self.mark_partial(&mut txn, Some(round))?;
-        self.put_meta(&mut txn, &mut counts, None)?;
-        self.commit_counted(txn, counts)?;
+        self.commit_counted(txn, &mut counts, None)?;
         self.measure_lmdb_usage();
         Ok(())
     }
 
-    /// Commits `txn` and makes `counts` the applied ones, holding them across
-    /// the commit: a snapshot load, on another thread, that starts its
-    /// transaction once this one ends copies them only once they are
-    /// stored, so neither overwrites the other's.
-    pub(super) fn commit_counted(&self, txn: RwTxn<'_>, counts: Counts) -> heed::Result<()> {
-        let mut applied = self.applied_counts.lock();
+    /// Records the meta (`put_meta`), commits `txn` and makes `counts` the
+    /// applied ones, holding them across the commit: a snapshot load, on
+    /// another thread, that starts its transaction once this one ends
+    /// copies them only once they are stored, so neither overwrites the
+    /// other's.
+    pub(super) fn commit_counted(
+        &self,
+        mut txn: RwTxn<'_>,
+        counts: &mut Counts,
+        applied: Option<(u64, LogPosition)>,
+    ) -> heed::Result<()> {
+        self.put_meta(&mut txn, counts, applied)?;
+        let mut applied_counts = self.applied_counts.lock();
         self.config.io.commit(txn)?;
-        *applied = counts;
+        *applied_counts = counts.clone();
         Ok(())
     }
 

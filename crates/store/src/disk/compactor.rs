@@ -191,8 +191,7 @@ impl Inner {
             self.apply(&mut txn, key, write, 0, &mut counts)
                 .map_err(lmdb)?;
         }
-        self.put_meta(&mut txn, &mut counts, None).map_err(lmdb)?;
-        self.commit_counted(txn, counts).map_err(lmdb)?;
+        self.commit_counted(txn, &mut counts, None).map_err(lmdb)?;
         Ok(group.len() as u64)
     }
 

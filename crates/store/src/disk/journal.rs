@@ -404,29 +404,24 @@ impl LogPosition {
 /// A segment no longer appended to.
 pub struct Retired {
     pub number: u64,
-    io: Arc<dyn Io>,
     /// The newest entry appended up to the end of this segment.
     pub last: LogPosition,
     file: Arc<File>,
     len: u64,
-    window: Arc<PageWindow>,
 }
 
 impl Retired {
-    /// fsyncs it: it may hold acknowledged writes the syncer has not reached.
-    pub fn sync(&self) -> io::Result<()> {
-        self.io.sync_log(&self.file)?;
-        self.window.synced(self.number, &self.file, self.len);
-        Ok(())
-    }
-
     /// Gives back the reserved space it did not use.
     pub fn release_unused(&self) {
-        // Truncating to its own length also frees the blocks reserved past
-        // the end, which punching a hole there does not (ext4).
-        if let Err(error) = self.file.set_len(self.len) {
-            tracing::debug!(%error, segment = self.number, "cannot release a segment's unused space");
-        }
+        release_reserved(&self.file, self.number, self.len);
+    }
+}
+
+/// Truncates segment `number` to its own length, `len`: that frees the
+/// blocks reserved past its end, which punching a hole there does not (ext4).
+fn release_reserved(file: &File, number: u64, len: u64) {
+    if let Err(error) = file.set_len(len) {
+        tracing::debug!(%error, segment = number, "cannot release a segment's unused space");
     }
 }
 
@@ -482,11 +477,8 @@ impl Journal {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let len = file.metadata()?.len();
             // A segment a crash (or a clean stop) left current may still
-            // hold its reservation past its end: truncating to its own
-            // length frees it, as `Retired::release_unused` does.
-            if let Err(error) = file.set_len(len) {
-                tracing::debug!(%error, segment = found, "cannot release a segment's unused space");
-            }
+            // hold its reservation past its end.
+            release_reserved(&file, found, len);
             let modified = file.metadata()?.modified()?;
             older.insert(
                 found,
@@ -580,8 +572,18 @@ impl Journal {
             let current = self.current.lock();
             (current.number, current.file.clone(), current.len)
         };
-        self.io.sync_log(&file)?;
-        self.window.synced(number, &file, len);
+        self.sync_segment(number, &file, len)
+    }
+
+    /// fsyncs a retired segment: it may hold acknowledged writes the syncer
+    /// has not reached.
+    pub fn sync_retired(&self, retired: &Retired) -> io::Result<()> {
+        self.sync_segment(retired.number, &retired.file, retired.len)
+    }
+
+    fn sync_segment(&self, number: u64, file: &Arc<File>, len: u64) -> io::Result<()> {
+        self.io.sync_log(file)?;
+        self.window.synced(number, file, len);
         Ok(())
     }
 
@@ -616,11 +618,9 @@ impl Journal {
         drop(current);
         Retired {
             number: old.number,
-            io: self.io.clone(),
             last: old.last,
             file: old.file,
             len: old.len,
-            window: self.window.clone(),
         }
     }
 
@@ -940,7 +940,7 @@ mod tests {
         journal.append(&group, Some(lsn(1))).unwrap();
         let next = journal.prepare().unwrap();
         let retired = journal.switch(next);
-        retired.sync().unwrap();
+        journal.sync_retired(&retired).unwrap();
         assert_eq!((retired.number, retired.last), (7, lsn(1)));
         let mut second = Vec::new();
         encode(&mut second, Record::Flush(5), seed_of(8));

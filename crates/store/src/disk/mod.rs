@@ -636,7 +636,7 @@ impl Store for DiskStore {
         // which workers leave to the writer thread.
         if inner.config.sync != SyncPolicy::Always {
             if let Some(mut group) = inner.journal_leader.try_lock() {
-                inner.journal_round(&mut group);
+                inner.journal_round(&mut group, None);
                 return;
             }
         }

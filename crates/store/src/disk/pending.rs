@@ -159,12 +159,21 @@ fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool)
 /// Pending writes by key, looked up with the hash the shard's lock computed.
 type Entries = HashTable<Entry>;
 
-fn find<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<Pending<'m>> {
-    find_entry(map, hash, space, key).map(Entry::pending)
-}
-
 fn find_entry<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<&'m Entry> {
     map.find(hash, |entry| entry.is(hash, space, key))
+}
+
+/// Puts `entry` in `map` in place of the key's older one; returns what the
+/// older one was charged (0: none).
+fn replace(map: &mut Entries, entry: Entry) -> usize {
+    let (hash, space) = (entry.hash, entry.space);
+    match map.find_mut(hash, |old| old.is(hash, space, entry.key())) {
+        Some(old) => std::mem::replace(old, entry).charge(),
+        None => {
+            map.insert_unique(hash, entry, |entry| entry.hash);
+            0
+        }
+    }
 }
 
 /// One shard: the writes since the last drain, the ones being journalled,
@@ -244,7 +253,7 @@ impl Batch {
             .maps
             .binary_search_by_key(&shard, |(index, _)| *index)
             .ok()?;
-        find(&self.maps[at].1, hash, Space::Item, key)
+        find_entry(&self.maps[at].1, hash, Space::Item, key).map(Entry::pending)
     }
 }
 
@@ -326,13 +335,7 @@ impl Shard<'_> {
         let added = entry.charge();
         let state = &mut *self.state;
         state.cache.remove(hash, space, key);
-        let removed = match state.fresh.find_mut(hash, |old| old.is(hash, space, key)) {
-            Some(old) => std::mem::replace(old, entry).charge(),
-            None => {
-                state.fresh.insert_unique(hash, entry, |entry| entry.hash);
-                0
-            }
-        };
+        let removed = replace(&mut state.fresh, entry);
         state.fresh_bytes = state.fresh_bytes + added - removed;
         self.owner.bytes.fetch_add(added, Ordering::Relaxed);
         self.owner.bytes.fetch_sub(removed, Ordering::Relaxed);
@@ -431,7 +434,27 @@ impl PendingWrites {
     /// `newest` is read after the walk, so it bounds every write taken.
     pub fn drain(&self) -> Batch {
         self.dirty.store(false, Ordering::Release);
-        let through = self.last_seq();
+        let mut batch = self.take_maps(self.last_seq(), |state| {
+            if state.fresh.is_empty() {
+                return None;
+            }
+            debug_assert!(state.appending.is_none(), "the last batch is retired");
+            let spare = state.spare.take().unwrap_or_default();
+            let map = Arc::new(std::mem::replace(&mut state.fresh, spare));
+            state.appending = Some(map.clone());
+            Some((map, std::mem::take(&mut state.fresh_bytes)))
+        });
+        batch.newest = self.last_seq();
+        batch
+    }
+
+    /// A batch of the maps `take` takes from each shard (with the bytes
+    /// charged for them), every write up to `through` in it.
+    fn take_maps(
+        &self,
+        through: u64,
+        mut take: impl FnMut(&mut ShardState) -> Option<(Arc<Entries>, usize)>,
+    ) -> Batch {
         let mut batch = Batch {
             through,
             newest: through,
@@ -439,18 +462,11 @@ impl PendingWrites {
             bytes: 0,
         };
         for (index, shard) in self.shards.iter().enumerate() {
-            let mut state = shard.lock();
-            if state.fresh.is_empty() {
-                continue;
+            if let Some((map, bytes)) = take(&mut shard.lock()) {
+                batch.bytes += bytes;
+                batch.maps.push((index, map));
             }
-            debug_assert!(state.appending.is_none(), "the last batch is retired");
-            let spare = state.spare.take().unwrap_or_default();
-            let map = Arc::new(std::mem::replace(&mut state.fresh, spare));
-            state.appending = Some(map.clone());
-            batch.bytes += std::mem::take(&mut state.fresh_bytes);
-            batch.maps.push((index, map));
         }
-        batch.newest = self.last_seq();
         batch
     }
 
@@ -506,19 +522,8 @@ impl PendingWrites {
             }
             let state = &mut *state;
             for entry in map.drain() {
-                let hash = entry.hash;
                 let added = entry.charge();
-                let space = entry.space;
-                let removed = match state
-                    .logged
-                    .find_mut(hash, |old| old.is(hash, space, entry.key()))
-                {
-                    Some(old) => std::mem::replace(old, entry).charge(),
-                    None => {
-                        state.logged.insert_unique(hash, entry, |entry| entry.hash);
-                        0
-                    }
-                };
+                let removed = replace(&mut state.logged, entry);
                 state.logged_bytes = state.logged_bytes + added - removed;
                 replaced += removed;
             }
@@ -541,22 +546,14 @@ impl PendingWrites {
     /// readable as `applying` until [`retire_applied`](Self::retire_applied).
     /// `through`: every write numbered up to it was journalled before.
     pub fn take_logged(&self, through: u64) -> Batch {
-        let mut batch = Batch {
-            through,
-            newest: through,
-            maps: Vec::new(),
-            bytes: 0,
-        };
-        for (index, shard) in self.shards.iter().enumerate() {
-            let mut state = shard.lock();
+        let batch = self.take_maps(through, |state| {
             if state.logged.is_empty() {
-                continue;
+                return None;
             }
             let map = Arc::new(std::mem::take(&mut state.logged));
             state.applying.push(map.clone());
-            batch.bytes += std::mem::take(&mut state.logged_bytes);
-            batch.maps.push((index, map));
-        }
+            Some((map, std::mem::take(&mut state.logged_bytes)))
+        });
         self.logged_bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
         batch
     }

@@ -83,7 +83,7 @@ impl Inner {
         let mut leader = self.journal_leader.lock();
         if self.pending.is_dirty() {
             // Local writes (a replica refuses them; a promoted one not).
-            self.journal_round(&mut leader);
+            self.journal_round(&mut leader, None);
         }
         let due = self.journal.last_lsn() + 1;
         if head.first_lsn != due {
@@ -130,7 +130,7 @@ impl Inner {
         if let Some(boundary) = flush {
             self.take_flush(boundary);
         }
-        let appended = self.journal_round_as(&mut leader, Some(*head));
+        let appended = self.journal_round(&mut leader, Some(*head));
         drop(leader);
         match appended {
             Some(count) if count == entries.len() => {}
@@ -172,7 +172,7 @@ impl Inner {
         let held = JournalHeld::mark();
         writes();
         drop(held);
-        self.journal_round_as(&mut leader, None).is_some()
+        self.journal_round(&mut leader, None).is_some()
     }
 
     /// Clears this server for a snapshot (see the module's notes).
@@ -183,7 +183,7 @@ impl Inner {
         // Even with nothing to append: the round journals "through" every
         // number taken so far, which the catch-up (and an index part's)
         // waits for while this thread keeps the journal.
-        self.journal_round(&mut leader);
+        self.journal_round(&mut leader, None);
         self.catch_up()
             .map_err(|_| "the engine cannot apply writes (disk full or failed)".to_string())?;
         let mut txn = self.env.write_txn().map_err(failed)?;
@@ -200,7 +200,6 @@ impl Inner {
                 .filter(|key| {
                     record::log_live_segment(key).is_some()
                         || super::indexes::is_index_meta(key)
-                        || key == b"classes"
                         || key == super::flushed::FLUSHED
                         || key == super::PARTIAL_ROUND
                 })
@@ -211,8 +210,7 @@ impl Inner {
             self.meta.put(&mut txn, BASE_INCOMPLETE, &[1])
         })();
         cleared.map_err(failed)?;
-        self.commit_counted(txn, Counts::default())
-            .map_err(failed)?;
+        (self.commit_counted(txn, &mut Counts::default(), None)).map_err(failed)?;
         self.base_incomplete.store(true, Ordering::Release);
         self.index_defs.clear();
         self.flushes.reset();
@@ -289,18 +287,12 @@ impl BaseLoader<'_> {
             };
             result.map_err(failed)?;
             if written >= BASE_TXN_BYTES {
-                inner
-                    .put_meta(&mut txn, &mut counts, None)
-                    .map_err(failed)?;
-                inner.commit_counted(txn, counts.clone()).map_err(failed)?;
+                (inner.commit_counted(txn, &mut counts, None)).map_err(failed)?;
                 txn = inner.env.write_txn().map_err(failed)?;
                 written = 0;
             }
         }
-        inner
-            .put_meta(&mut txn, &mut counts, None)
-            .map_err(failed)?;
-        inner.commit_counted(txn, counts).map_err(failed)
+        (inner.commit_counted(txn, &mut counts, None)).map_err(failed)
     }
 }
 
@@ -334,18 +326,16 @@ impl BaseLoad for BaseLoader<'_> {
             let _logged = inner.logged.lock();
             inner.journal.switch(next)
         };
-        retired.sync().map_err(io_failed)?;
+        inner.journal.sync_retired(&retired).map_err(io_failed)?;
         inner.last_cas.fetch_max(self.max_cas, Ordering::AcqRel);
         let mut txn = inner.env.write_txn().map_err(failed)?;
         let mut counts = inner.applied_counts.lock().clone();
         inner
-            .put_meta(&mut txn, &mut counts, Some((retired.number, at)))
-            .map_err(failed)?;
-        inner
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
-        inner.commit_counted(txn, counts).map_err(failed)?;
+        let applied = Some((retired.number, at));
+        (inner.commit_counted(txn, &mut counts, applied)).map_err(failed)?;
         inner.config.io.sync_data(&inner.env).map_err(failed)?;
         inner
             .applied_segment

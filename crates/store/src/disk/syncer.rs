@@ -36,8 +36,7 @@ impl Inner {
     ) -> bool {
         let started = Instant::now();
         if let Err(error) = sync() {
-            tracing::error!(%error, "{what}: refusing writes from now on");
-            self.health.poison();
+            self.poison(what, error);
             return false;
         }
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -45,5 +44,11 @@ impl Inner {
             .fsync_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         true
+    }
+
+    /// Refuses writes from now on, saying why.
+    pub(super) fn poison(&self, what: &str, error: impl std::fmt::Display) {
+        tracing::error!(%error, "{what}: refusing writes from now on");
+        self.health.poison();
     }
 }

@@ -128,18 +128,23 @@ impl Inner {
     /// CAS.
     pub(super) fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
         let expiry_unix = self.expiry_of(write.expiry, old.map_or(0, |old| old.expiry_unix));
-        let mut bits = 0;
+        let mut header = self.new_header(write.flags, expiry_unix);
         if write.stale {
-            bits |= STALE;
+            header.bits |= STALE;
         }
         if write.win_sent {
-            bits |= WIN_SENT;
+            header.bits |= WIN_SENT;
         }
+        header
+    }
+
+    /// The header of a new item, with a new CAS.
+    fn new_header(&self, flags: u32, expiry_unix: u32) -> Header {
         Header {
-            flags: write.flags,
+            flags,
             expiry_unix,
             cas: self.next_cas(),
-            bits,
+            bits: 0,
         }
     }
 
@@ -148,20 +153,14 @@ impl Inner {
     pub(super) fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
         self.apply_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
-        let cas = self.next_cas();
-        let header = Header {
-            flags: command.flags,
-            expiry_unix: self.to_unix(command.expiry),
-            cas,
-            bits: 0,
-        };
+        let header = self.new_header(command.flags, self.to_unix(command.expiry));
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
         self.access_times.note(shard.hash(), self.clock.now());
         fence.raise(shard.put(command.key, Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();
-        StoreOutcome::Stored { cas }
+        StoreOutcome::Stored { cas: header.cas }
     }
 
     pub(super) fn delete(
@@ -178,12 +177,7 @@ impl Inner {
                 // new stamp, so a peer's older write of it loses
                 // (`MultiPrimary`).
                 DeletePlan::Remove if self.stamps.is_some() => {
-                    let header = Header {
-                        flags: 0,
-                        expiry_unix: self.now_unix().max(1),
-                        cas: self.next_cas(),
-                        bits: 0,
-                    };
+                    let header = self.new_header(0, self.now_unix().max(1));
                     Change::Put(Keyed::encode(key, &header, &[]))
                 }
                 DeletePlan::Remove => Change::Remove,
@@ -217,12 +211,7 @@ impl Inner {
                     digits,
                     expiry,
                 } => {
-                    let header = Header {
-                        flags: 0,
-                        expiry_unix: self.to_unix(expiry),
-                        cas: self.next_cas(),
-                        bits: 0,
-                    };
+                    let header = self.new_header(0, self.to_unix(expiry));
                     self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                     (header, digits, value, true)
                 }
