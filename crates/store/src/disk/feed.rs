@@ -453,3 +453,72 @@ fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> 
     })?;
     Ok(groups)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::disk::{DiskConfig, DiskStore};
+    use crate::{AckFence, Store, StoreCommand, StoreMode};
+
+    #[test]
+    fn a_damaged_length_does_not_size_the_read_buffer_past_the_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(DiskConfig {
+            map_size: 16 << 20,
+            reserve_bytes: 0,
+            background_expiry: false,
+            ..DiskConfig::new(dir.path())
+        })
+        .unwrap();
+        for key in [&b"a"[..], b"b", b"c"] {
+            let command = StoreCommand {
+                mode: StoreMode::Set,
+                key,
+                value: b"value",
+                flags: 0,
+                expiry: 0,
+                compare_cas: None,
+                stale_if_older: false,
+            };
+            store.store(&command, &AckFence::default());
+            store.wait_until_all_applied();
+        }
+        // A record head after the last group whose length claims 256 MiB
+        // (a torn write, or damage), then a few bytes of body. Not 4 GiB:
+        // a fill that regressed fails the assertion, not the machine.
+        let (segment, _, _) = store.inner.journal.current_end();
+        let path = journal::segment_path(dir.path(), segment);
+        let mut damaged = (1u32 << 28).to_le_bytes().to_vec();
+        damaged.extend_from_slice(&[0xab; 4 + 32]);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&damaged)
+            .unwrap();
+        // Each applied round starts a segment: the feed reads several, and
+        // its buffer (kept from one to the next) fits the largest.
+        let largest = journal::segments(dir.path())
+            .unwrap()
+            .iter()
+            .map(|(_, path)| std::fs::metadata(path).unwrap().len())
+            .max()
+            .unwrap();
+
+        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
+        let mut groups = 0;
+        while feed.next_group(Duration::ZERO).unwrap().is_some() {
+            groups += 1;
+        }
+        // The groups before the damage go out; the damaged record is never
+        // whole, and reading it asked for no more than the file holds.
+        assert_eq!(groups, 3);
+        assert!(
+            feed.buffer.len() as u64 <= largest,
+            "a buffer of {} bytes for segments of at most {largest}",
+            feed.buffer.len()
+        );
+    }
+}
