@@ -302,3 +302,27 @@ fn load_snapshot(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_length_does_not_size_the_payload_before_its_bytes_come() {
+        // A group frame claiming 256 MiB (under the follower's 1 GiB
+        // limit), of which only 300 bytes come before the master closes.
+        let mut stream = vec![b'G'];
+        stream.extend_from_slice(&(256u32 << 20).to_be_bytes());
+        stream.extend_from_slice(&[0; 300]);
+        let mut payload = Vec::new();
+        let mut master = io::Cursor::new(stream);
+        let error = read_frame(&mut master, &mut payload, 1 << 30, &|| false).unwrap_err();
+        assert_eq!(error, "the master closed the link");
+        // The payload grew by what came (a step at a time), not to the claim.
+        assert!(
+            payload.capacity() <= 2 << 20,
+            "a payload of {} bytes for 300 received",
+            payload.capacity()
+        );
+    }
+}
