@@ -252,10 +252,6 @@ impl From<heed::Error> for WriteFailed {
 }
 
 impl DiskStore {
-    pub fn path(&self) -> &Path {
-        self.inner.env.path()
-    }
-
     /// Blocks until every write made so far is in LMDB (for callers that
     /// use the engine directly, such as benchmarks and tests).
     pub fn wait_until_all_applied(&self) -> AckState {

@@ -224,9 +224,7 @@ impl Inner {
         }
         Ok(())
     }
-}
 
-impl Inner {
     /// Brings LMDB up to every write made so far, for a read of a whole
     /// table or an index; fails rather than waits for ever when the
     /// engine cannot apply (disk full, failed, stopping), where LMDB would

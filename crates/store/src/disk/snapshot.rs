@@ -76,9 +76,7 @@ impl Inner {
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
     }
-}
 
-impl Inner {
     /// An item's record with its value in place: a pointer is read where it
     /// leads. The snapshot's history hold keeps every segment its LMDB
     /// transaction points into, so a failed read is an I/O error, and fails
