@@ -128,3 +128,17 @@ impl DiskConfig {
         self.pending_limit / 600
     }
 }
+
+#[cfg(test)]
+impl DiskConfig {
+    /// A small engine for unit tests: a 16 MiB map, no reserve kept free,
+    /// no background expiry.
+    pub(crate) fn for_tests(dir: &std::path::Path) -> DiskConfig {
+        DiskConfig {
+            map_size: 16 << 20,
+            reserve_bytes: 0,
+            background_expiry: false,
+            ..DiskConfig::new(dir)
+        }
+    }
+}

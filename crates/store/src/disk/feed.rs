@@ -465,13 +465,7 @@ mod tests {
     #[test]
     fn a_damaged_length_does_not_size_the_read_buffer_past_the_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let store = DiskStore::open(DiskConfig {
-            map_size: 16 << 20,
-            reserve_bytes: 0,
-            background_expiry: false,
-            ..DiskConfig::new(dir.path())
-        })
-        .unwrap();
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
         for key in [&b"a"[..], b"b", b"c"] {
             let command = StoreCommand {
                 mode: StoreMode::Set,

@@ -77,20 +77,11 @@ fn cases() -> u32 {
         .unwrap_or(256)
 }
 
-fn config(dir: &Path) -> DiskConfig {
-    DiskConfig {
-        map_size: 16 << 20,
-        reserve_bytes: 0,
-        background_expiry: false,
-        ..DiskConfig::new(dir)
-    }
-}
-
 /// A data directory whose next replay reads `encode(number)` as its newest
 /// segment.
 fn with_segment(encode: impl FnOnce(u64) -> Vec<u8>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    drop(DiskStore::open(config(dir.path())).unwrap());
+    drop(DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap());
     let newest = journal::segments(dir.path())
         .unwrap()
         .last()
@@ -105,7 +96,7 @@ fn with_segment(encode: impl FnOnce(u64) -> Vec<u8>) -> tempfile::TempDir {
 fn read_every_way(dir: &Path, keys: &[Vec<u8>]) {
     let _ = history::read(dir, Values::Read, |_| ControlFlow::Continue(()));
     let _ = history::missing(dir, 1, 100);
-    if let Ok(store) = DiskStore::open(config(dir)) {
+    if let Ok(store) = DiskStore::open(DiskConfig::for_tests(dir)) {
         for key in keys {
             store.get(
                 key,
@@ -188,7 +179,7 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
     use super::record::Keyed;
     use crate::replication::{LogPosition, Replication};
     let dir = tempfile::tempdir().unwrap();
-    let replica = DiskStore::open(config(dir.path())).unwrap();
+    let replica = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
     let long = vec![b'k'; 600];
     for key in [&b""[..], &long[..]] {
         let item = Keyed::encode(key, &HEADER, &[b"v"]);
@@ -203,7 +194,7 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
     replica.apply_group(seed, &group).unwrap();
     replica.wait_until_all_applied();
     drop(replica);
-    let reopened = DiskStore::open(config(dir.path())).expect("the log replays");
+    let reopened = DiskStore::open(DiskConfig::for_tests(dir.path())).expect("the log replays");
     assert_eq!(reopened.position().map(|at| at.lsn), Some(1));
 }
 
@@ -215,7 +206,7 @@ fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
     use super::record::{self, Keyed, LogPointer};
     use crate::replication::{LogPosition, Replication};
     let dir = tempfile::tempdir().unwrap();
-    let replica = DiskStore::open(config(dir.path())).unwrap();
+    let replica = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
     let plain = Keyed::encode(b"fine", &HEADER, &[b"v"]);
     let at = Location {
         segment: 1,
@@ -277,7 +268,7 @@ proptest! {
 fn a_snapshot_load_is_not_held_up_by_a_number_taken_without_a_write() {
     use crate::replication::{BaseLoad, SnapshotPart};
     let dir = tempfile::tempdir().unwrap();
-    let store = DiskStore::open(config(dir.path())).unwrap();
+    let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
     let inner = store.inner.clone();
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

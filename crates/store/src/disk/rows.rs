@@ -389,13 +389,7 @@ mod damage_tests {
     #[test]
     fn a_damaged_row_written_over_leaves_no_stale_index_entry() {
         let dir = tempfile::tempdir().unwrap();
-        let store = DiskStore::open(DiskConfig {
-            map_size: 16 << 20,
-            reserve_bytes: 0,
-            background_expiry: false,
-            ..DiskConfig::new(dir.path())
-        })
-        .unwrap();
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
         let fence = AckFence::default();
         for (key, city) in [("a", "Kyoto"), ("b", "Osaka")] {
             let done = store.put_row(b"t", &row(key, city), RowMode::Put, &fence);
