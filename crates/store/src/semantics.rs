@@ -74,7 +74,8 @@ pub fn plan_store<'a>(
     }
     let write = match (command.mode, current) {
         (StoreMode::Add, Some(_)) => return StorePlan::Refuse(StoreOutcome::NotStored),
-        (StoreMode::Set, None) if command.compare_cas.is_some() => {
+        // A compare-and-set (a replace with a CAS too) of a missing item.
+        (StoreMode::Set | StoreMode::Replace, None) if command.compare_cas.is_some() => {
             return StorePlan::Refuse(StoreOutcome::NotFound)
         }
         (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
@@ -173,6 +174,10 @@ pub fn plan_arith(command: &ArithCommand, current: Option<Current<'_>>) -> Arith
             None => ArithPlan::Refuse(ArithOutcome::NotFound),
         };
     };
+    // memcached refuses an empty value before it compares the CAS.
+    if item.value.is_empty() {
+        return ArithPlan::Refuse(ArithOutcome::NonNumeric);
+    }
     if command.compare_cas.is_some_and(|cas| cas != item.cas) {
         return ArithPlan::Refuse(ArithOutcome::Exists);
     }

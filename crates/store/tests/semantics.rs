@@ -419,6 +419,43 @@ fn arith_checks_cas_vivifies_and_touches() {
 }
 
 #[test]
+fn counters_read_as_memcached_reads_them_and_an_empty_value_fails_before_the_cas() {
+    on_each_engine(|store| {
+        let fence = AckFence::default();
+        // A value stored with its own "\r\n", as memcached's strtoull reads it.
+        set(store, b"crlf", b"9\r\n");
+        assert!(matches!(
+            store.arith(b"crlf", &arith(false, 1), &fence),
+            ArithOutcome::Value { value: 10, .. }
+        ));
+        set(store, b"empty", b"");
+        let with_wrong_cas = ArithCommand {
+            compare_cas: Some(u64::MAX),
+            ..arith(false, 1)
+        };
+        assert_eq!(
+            store.arith(b"empty", &with_wrong_cas, &fence),
+            ArithOutcome::NonNumeric
+        );
+    });
+}
+
+#[test]
+fn a_replace_with_a_cas_of_a_missing_item_is_not_found() {
+    on_each_engine(|store| {
+        let replace = StoreCommand {
+            compare_cas: Some(5),
+            ..command(StoreMode::Replace, b"missing", b"x")
+        };
+        assert_eq!(
+            store.store(&replace, &AckFence::default()),
+            StoreOutcome::NotFound
+        );
+        assert_eq!(value(store, b"missing"), None);
+    });
+}
+
+#[test]
 fn delete_checks_cas() {
     on_each_engine(|store| {
         let StoreOutcome::Stored { cas } = set(store, b"k", b"v") else {
