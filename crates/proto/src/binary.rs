@@ -160,12 +160,16 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse<'_> {
             recovery: Recovery::Close,
         };
     }
-    if usize::from(header.key_len) > crate::MAX_KEY_LEN {
+    // As memcached does, a key too long or lengths that do not suit the
+    // opcode are a protocol error: "invalid arguments", then the close.
+    let value_len = body_len - fixed;
+    let (extras_len, key_len) = (usize::from(header.extras_len), usize::from(header.key_len));
+    if key_len > crate::MAX_KEY_LEN || !well_framed(header.opcode, extras_len, key_len, value_len) {
         return Parse::Reject {
             header,
             status: Status::InvalidArguments,
             consumed: HEADER_LEN,
-            recovery: Recovery::Swallow(u64::from(header.body_len)),
+            recovery: Recovery::Close,
         };
     }
     if body_len > max_body {
@@ -190,6 +194,27 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse<'_> {
             value,
         },
         consumed: HEADER_LEN + body_len,
+    }
+}
+
+/// Whether a request's lengths suit its opcode, as memcached checks them
+/// before it runs the command. Unknown opcodes pass: they are answered
+/// "unknown command" and the connection goes on.
+pub fn well_framed(code: u8, extras: usize, key: usize, value: usize) -> bool {
+    use opcode::*;
+    match code {
+        VERSION | NOOP | QUIT | QUITQ | SASL_LIST_MECHS => extras == 0 && key == 0 && value == 0,
+        FLUSH | FLUSHQ => (extras == 0 || extras == 4) && key == 0 && value == 0,
+        VERBOSITY => extras == 4 && key == 0 && value == 0,
+        SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ => extras == 8 && key > 0,
+        APPEND | APPENDQ | PREPEND | PREPENDQ => extras == 0 && key > 0,
+        GET | GETQ | GETK | GETKQ | DELETE | DELETEQ => extras == 0 && key > 0 && value == 0,
+        INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ => extras == 20 && key > 0 && value == 0,
+        // memcached reads a touch's key and ignores what follows it.
+        TOUCH | GAT | GATQ | GATK | GATKQ => extras == 4 && key > 0,
+        SASL_AUTH | SASL_STEP => extras == 0 && key > 0,
+        STAT => extras == 0,
+        _ => true,
     }
 }
 
@@ -321,6 +346,56 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn lengths_that_do_not_suit_the_opcode_or_a_long_key_close_the_connection() {
+        let cases: [(u8, &[u8], &[u8], &[u8]); 11] = [
+            (opcode::SET, &[], b"k", b"v"),
+            (opcode::SET, &[0; 8], b"", b"v"),
+            (opcode::GET, &[0; 4], b"k", b""),
+            (opcode::GETQ, &[], b"k", b"v"),
+            (opcode::DELETE, &[], b"", b""),
+            (opcode::INCREMENT, &[0; 8], b"k", b""),
+            (opcode::GAT, &[], b"k", b""),
+            (opcode::FLUSH, &[0; 8], b"", b""),
+            (opcode::NOOP, &[0; 4], b"", b""),
+            (opcode::VERSION, &[], b"k", b""),
+            (opcode::GET, &[], &[b'k'; 251], b""),
+        ];
+        for (code, extras, key, value) in cases {
+            let bytes = request(code, extras, key, value);
+            assert!(
+                matches!(
+                    parse(&bytes, 1 << 20),
+                    Parse::Reject {
+                        status: Status::InvalidArguments,
+                        recovery: Recovery::Close,
+                        ..
+                    }
+                ),
+                "opcode {code:#x}, extras {}, key {}, value {}",
+                extras.len(),
+                key.len(),
+                value.len()
+            );
+        }
+        // Well framed, and an unknown opcode with a body, are parsed.
+        let fine: [(u8, &[u8], &[u8], &[u8]); 6] = [
+            (opcode::GET, &[], b"k", b""),
+            (opcode::APPEND, &[], b"k", b"v"),
+            (opcode::GAT, &[0; 4], b"k", b"ignored"),
+            (opcode::FLUSH, &[0; 4], b"", b""),
+            (opcode::STAT, &[], b"items", b""),
+            (0xfe, &[0; 4], b"key", b"v"),
+        ];
+        for (code, extras, key, value) in fine {
+            let bytes = request(code, extras, key, value);
+            assert!(
+                matches!(parse(&bytes, 1 << 20), Parse::Done { .. }),
+                "opcode {code:#x}"
+            );
+        }
     }
 
     #[test]

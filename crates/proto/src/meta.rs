@@ -12,7 +12,7 @@ use crate::line::{data_block, valid_key, DataBlock, Limits, Tokens, TooLarge};
 use crate::number::{parse_data_length, parse_exptime, parse_flags, parse_u64};
 use crate::{ErrorReply, Parse, Recovery};
 
-/// memcached's limit on the opaque token.
+/// memcached's limit on the opaque token, its `O` included.
 pub const MAX_OPAQUE_LEN: usize = 32;
 /// memcached's limit on tokens in one meta command.
 const MAX_FLAGS: usize = 24;
@@ -125,14 +125,11 @@ enum Verb {
 }
 
 impl Verb {
+    /// Whether `flag` is one memcached knows: every meta command takes
+    /// every known flag and ignores those it has no use for, as memcached
+    /// does, so a client may send one set of flags to all of them.
     fn accepts(self, flag: u8) -> bool {
-        let accepted: &[u8] = match self {
-            Verb::Get => b"bcfhklOqstuvNRTPL",
-            Verb::Set => b"bcCFIkOqTMPL",
-            Verb::Delete => b"bCIkOqTPL",
-            Verb::Arith => b"bCNJDTMqtcvkOPL",
-        };
-        accepted.contains(&flag)
+        b"bcfhklOqstuvCDFIJMNRTPL".contains(&flag)
     }
 
     /// memcached words flag errors differently for mg/ms and md/ma.
@@ -301,8 +298,8 @@ fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags
             b'b' => base64 = true,
             b'c' | b'f' | b'h' | b'k' | b'l' | b's' | b't' => flags.returns.push(flag),
             b'O' => {
-                if arg.len() > MAX_OPAQUE_LEN {
-                    return Err(verb.flag_error(ErrorReply::MetaOpaqueTooLong));
+                if token.len() > MAX_OPAQUE_LEN {
+                    return Err(ErrorReply::MetaOpaqueTooLong);
                 }
                 flags.opaque = Some(arg);
                 flags.returns.push(flag);
@@ -333,6 +330,13 @@ fn parse_mode(verb: Verb, arg: &[u8], flags: &mut MetaFlags<'_>) -> Result<(), E
         [mode] => *mode,
         _ => 0,
     };
+    if matches!(verb, Verb::Get | Verb::Delete) {
+        // A mode they have no use for, if it is one character.
+        return match mode {
+            0 => Err(verb.flag_error(ErrorReply::MetaBadToken)),
+            _ => Ok(()),
+        };
+    }
     if verb == Verb::Set {
         flags.set_mode = match mode {
             b'S' => SetMode::Set,
@@ -433,9 +437,37 @@ mod tests {
             ErrorReply::MetaInvalidOrDuplicateFlag
         );
         assert_eq!(rejected(b"ma k MX\r\n").0, ErrorReply::MetaArithMode);
-        let long = [&b"mg k O"[..], &[b'a'; 40], b"\r\n"].concat();
+        // The token, its `O` included, holds 32 bytes at most.
+        let long = [&b"mg k O"[..], &[b'a'; 32], b"\r\n"].concat();
         assert_eq!(rejected(&long).0, ErrorReply::MetaOpaqueTooLong);
+        let long = [&b"ma k O"[..], &[b'a'; 32], b"\r\n"].concat();
+        assert_eq!(rejected(&long).0, ErrorReply::MetaOpaqueTooLong);
+        let longest = [&b"mg k O"[..], &[b'a'; 31], b"\r\n"].concat();
+        assert!(matches!(meta(&longest), MetaRequest::Get(_)));
         assert_eq!(rejected(b"mg\r\n").0, ErrorReply::UnknownCommand);
+    }
+
+    #[test]
+    fn every_command_takes_every_known_flag_and_ignores_those_it_does_not_use() {
+        // As memcached: a client may send one set of flags to all commands.
+        for line in [
+            &b"ms k 1 t f h l s u v D1 J1 N1 R1\r\nx\r\n"[..],
+            b"mg k I C1 D1 F1 J1 M1\r\n",
+            b"md k c f h l s t u v D1 F1 J1 M1 N1 R1\r\n",
+            b"ma k f h l s u I F1 R1\r\n",
+        ] {
+            assert!(
+                matches!(
+                    parse_line(line, &LIMITS),
+                    Parse::Done {
+                        request: Parsed::Request(_),
+                        ..
+                    }
+                ),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
     }
 
     #[test]

@@ -621,6 +621,79 @@ fn binary_stats_end_with_an_empty_response_and_bad_frames_close() {
 }
 
 #[test]
+fn binary_lengths_that_do_not_suit_the_opcode_are_invalid_and_close() {
+    let server = TestServer::start();
+    // A set without its flags and expiry, a get with extras, a noop with a
+    // key, a get of a 251-byte key: memcached answers "invalid arguments"
+    // and closes, so what follows on the connection is not served.
+    for bad in [
+        binary_request(opcode::SET, 1, 0, &[], b"k", b"v"),
+        binary_request(opcode::GET, 1, 0, &[0; 4], b"k", b""),
+        binary_request(opcode::NOOP, 1, 0, &[], b"k", b""),
+        binary_request(opcode::GET, 1, 0, &[], &[b'k'; 251], b""),
+    ] {
+        let mut stream = server.connect();
+        let mut request = bad.clone();
+        request.extend(binary_request(opcode::NOOP, 2, 0, &[], b"", b""));
+        stream.write_all(&request).unwrap();
+        let reply = read_at_least(&mut stream, 24);
+        let responses = binary_responses(&reply);
+        assert_eq!(
+            responses.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(),
+            [(binary::Status::InvalidArguments as u16, 1)],
+            "opcode {:#x}",
+            bad[1]
+        );
+        assert!(closes(&mut stream));
+    }
+    still_serves(&server);
+}
+
+#[test]
+fn a_binary_add_with_a_cas_is_a_compare_and_set() {
+    let server = TestServer::start();
+    // As memcached: any store with a CAS compares it, add included.
+    let missing = binary_request(opcode::ADD, 1, 5, &[0; 8], b"k", b"v");
+    let reply = server.exchange(&missing, 24 + 9);
+    assert_eq!(
+        binary_responses(&reply)[0].1,
+        binary::Status::KeyNotFound as u16
+    );
+    let reply = server.exchange(&binary_request(opcode::SET, 2, 0, &[0; 8], b"k", b"v"), 24);
+    let cas = binary_responses(&reply)[0].3;
+    let reply = server.exchange(
+        &binary_request(opcode::ADD, 3, cas, &[0; 8], b"k", b"w"),
+        24,
+    );
+    assert_eq!(binary_responses(&reply)[0].1, 0, "stored over its CAS");
+    let reply = server.exchange(&binary_request(opcode::GET, 4, 0, &[], b"k", b""), 24 + 5);
+    assert_eq!(binary_responses(&reply)[0].6, b"w");
+}
+
+/// As memcached 1.6.18 answers them (checked side by side): flags a meta
+/// command has no use for are ignored, `ma` treats `C0` as no comparison,
+/// and `ms` in replace mode with a CAS of a missing key is `NF`.
+#[test]
+fn meta_commands_ignore_flags_they_do_not_use() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let mut ask = |request: &[u8], expected: &str| {
+        stream.write_all(request).unwrap();
+        let reply = read_at_least(&mut stream, expected.len());
+        assert_eq!(String::from_utf8(reply).unwrap(), expected);
+    };
+    ask(b"ms n 1 t f h l s u v D1 J1 N1 R1\r\n5\r\n", "HD\r\n");
+    ask(b"ma n f h l s u I F1 R1\r\n", "HD\r\n");
+    ask(b"ma n C0 v\r\n", "VA 1\r\n7\r\n");
+    ask(b"mg n I C1 D1 F1 J1 M1 v\r\n", "VA 1\r\n7\r\n");
+    ask(
+        b"md missing c f h l s t u v D1 F1 J1 M1 N1 R1\r\n",
+        "NF\r\n",
+    );
+    ask(b"ms missing 1 MR C5\r\nx\r\n", "NF\r\n");
+}
+
+#[test]
 fn a_unix_socket_serves_like_tcp() {
     let dir = std::env::temp_dir().join(format!("kura-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,5 +1,6 @@
 //! The binary protocol's commands. Quiet variants (`…Q`) send nothing on
-//! success (getq: nothing on a miss); errors are always sent.
+//! success (getq: nothing on a miss); errors are always sent. The parser
+//! has checked each request's lengths against its opcode (`well_framed`).
 
 use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
 use kura_store::{
@@ -17,10 +18,9 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
     let opaque = request.header.opaque;
     let result = match code {
         op::GET | op::GETQ | op::GETK | op::GETKQ => get(request, None, ctx, out),
-        op::GAT | op::GATQ | op::GATK | op::GATKQ | op::TOUCH => match be_u32(request.extras) {
-            Some(exptime) if request.extras.len() == 4 => get(request, Some(exptime), ctx, out),
-            _ => Err(Status::InvalidArguments),
-        },
+        op::GAT | op::GATQ | op::GATK | op::GATKQ | op::TOUCH => {
+            get(request, Some(be_u32(request.extras).unwrap_or(0)), ctx, out)
+        }
         op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
             store(request, ctx, out)
         }
@@ -47,10 +47,7 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
             );
             Ok(())
         }
-        op::VERBOSITY => match request.extras.len() {
-            4 => no_body(request, ctx, out),
-            _ => Err(Status::InvalidArguments),
-        },
+        op::VERBOSITY => no_body(request, ctx, out),
         op::STAT => stat(request, ctx, out),
         _ => Err(Status::UnknownCommand),
     };
@@ -118,12 +115,6 @@ fn get(
     out: &mut Vec<u8>,
 ) -> Result<(), Status> {
     let code = request.header.opcode;
-    if request.key.is_empty()
-        || !request.value.is_empty()
-        || (touch.is_none() && !request.extras.is_empty())
-    {
-        return Err(Status::InvalidArguments);
-    }
     let with_key = matches!(code, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
     let with_value = code != op::TOUCH;
     let options = GetOptions {
@@ -194,14 +185,10 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         op::APPEND | op::APPENDQ => (StoreMode::Append, false),
         _ => (StoreMode::Prepend, false),
     };
-    let extras_len = if wants_extras { 8 } else { 0 };
-    if request.extras.len() != extras_len || request.key.is_empty() {
-        return Err(Status::InvalidArguments);
-    }
     let (flags, exptime) = if wants_extras {
         (
             be_u32(request.extras).unwrap_or(0),
-            be_u32(&request.extras[4..]).unwrap_or(0),
+            be_u32(request.extras.get(4..).unwrap_or_default()).unwrap_or(0),
         )
     } else {
         (0, 0)
@@ -220,6 +207,12 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         return Err(Status::ValueTooLarge);
     }
     let cas = request.header.cas;
+    // As memcached does, any store with a CAS is a compare-and-set: an
+    // add or replace with one stores only over the item of that CAS.
+    let mode = match mode {
+        StoreMode::Add | StoreMode::Replace if cas != 0 => StoreMode::Set,
+        mode => mode,
+    };
     let outcome = ctx.shared.store.store(
         &StoreCommand {
             mode,
@@ -263,9 +256,6 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
 }
 
 fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
-    if request.key.is_empty() || !request.extras.is_empty() || !request.value.is_empty() {
-        return Err(Status::InvalidArguments);
-    }
     ctx.detail(request.key, |counts| counts.deletes += 1);
     let cas = request.header.cas;
     let outcome = ctx.shared.store.delete(
@@ -293,12 +283,9 @@ fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result
 
 fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
     let code = request.header.opcode;
-    if request.extras.len() != 20 || request.key.is_empty() || !request.value.is_empty() {
-        return Err(Status::InvalidArguments);
-    }
     let delta = be_u64(request.extras).unwrap_or(0);
-    let initial = be_u64(&request.extras[8..]).unwrap_or(0);
-    let exptime = be_u32(&request.extras[16..]).unwrap_or(0);
+    let initial = be_u64(request.extras.get(8..).unwrap_or_default()).unwrap_or(0);
+    let exptime = be_u32(request.extras.get(16..).unwrap_or_default()).unwrap_or(0);
     let decrement = matches!(code, op::DECREMENT | op::DECREMENTQ);
     let cas = request.header.cas;
     let clock = ctx.shared.store.clock();
@@ -349,11 +336,7 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
 }
 
 fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
-    let delay = match request.extras.len() {
-        0 => 0,
-        4 => be_u32(request.extras).unwrap_or(0),
-        _ => return Err(Status::InvalidArguments),
-    };
+    let delay = be_u32(request.extras).unwrap_or(0);
     if !ctx.shared.config.flush_enabled {
         return Err(Status::InvalidArguments);
     }

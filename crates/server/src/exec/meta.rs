@@ -230,7 +230,8 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         &ArithCommand {
             decrement: flags.decrement,
             delta: flags.delta.unwrap_or(1),
-            compare_cas: flags.compare_cas,
+            // As memcached's incr/decr: a CAS of 0 is no comparison.
+            compare_cas: flags.compare_cas.filter(|&cas| cas != 0),
             vivify: flags
                 .vivify
                 .map(|t| (flags.initial.unwrap_or(0), clock.expiry(t))),
@@ -263,15 +264,15 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             } else {
                 out.extend_from_slice(b"HD");
             }
-            for flag in flags.returns.iter() {
+            // ma returns these only; others it takes are ignored.
+            for flag in flags.returns.iter().filter(|flag| b"ctkO".contains(flag)) {
                 out.push(b' ');
                 out.push(flag);
                 match flag {
                     b'c' => push_u64(out, ctx.visible_cas(cas)),
                     b't' => push_i64(out, ttl),
                     b'k' => push_key(&command.key, out),
-                    b'O' => out.extend_from_slice(flags.opaque.unwrap_or_default()),
-                    _ => {}
+                    _ => out.extend_from_slice(flags.opaque.unwrap_or_default()),
                 }
             }
             out.extend_from_slice(b"\r\n");
