@@ -592,7 +592,11 @@ impl MemoryStore {
         &self.shards[index].0
     }
 
-    fn next_cas(&self) -> u64 {
+    /// A new CAS for a write made at `now`. A delayed flush whose time has
+    /// come is applied first: otherwise the first write after its time, to
+    /// a key not there before, would be numbered under it and flushed.
+    fn next_cas(&self, now: u32) -> u64 {
+        self.flushed_through(now);
         self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
     }
 
@@ -647,7 +651,7 @@ impl MemoryStore {
         Slot {
             data: data.into_boxed_slice(),
             hash,
-            cas: self.next_cas(),
+            cas: self.next_cas(now),
             flags,
             expiry,
             last_access: now,
@@ -961,7 +965,7 @@ impl Store for MemoryStore {
         match (semantics::plan_delete(command, current), found) {
             (DeletePlan::Refuse(outcome), _) => return outcome,
             (DeletePlan::Invalidate(expiry), Some(i)) => {
-                let cas = self.next_cas();
+                let cas = self.next_cas(now);
                 let slot = &mut shard.slots[i as usize];
                 slot.cas = cas;
                 slot.bits = (slot.bits | STALE) & !WIN_SENT;
@@ -1018,7 +1022,7 @@ impl Store for MemoryStore {
             Expiry::Keep => old.expiry,
             Expiry::At(expiry) => expiry,
         };
-        let cas = self.next_cas();
+        let cas = self.next_cas(now);
         if digits.len() == old.value().len() {
             // memcached rewrites a counter of the same length in place.
             let slot = &mut shard.slots[i as usize];
