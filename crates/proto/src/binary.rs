@@ -348,9 +348,12 @@ mod tests {
         ));
     }
 
+    /// An opcode with its extras, key and value.
+    type Framed = (u8, &'static [u8], &'static [u8], &'static [u8]);
+
     #[test]
     fn lengths_that_do_not_suit_the_opcode_or_a_long_key_close_the_connection() {
-        let cases: [(u8, &[u8], &[u8], &[u8]); 11] = [
+        let cases: [Framed; 11] = [
             (opcode::SET, &[], b"k", b"v"),
             (opcode::SET, &[0; 8], b"", b"v"),
             (opcode::GET, &[0; 4], b"k", b""),
@@ -381,7 +384,7 @@ mod tests {
             );
         }
         // Well framed, and an unknown opcode with a body, are parsed.
-        let fine: [(u8, &[u8], &[u8], &[u8]); 6] = [
+        let fine: [Framed; 6] = [
             (opcode::GET, &[], b"k", b""),
             (opcode::APPEND, &[], b"k", b"v"),
             (opcode::GAT, &[0; 4], b"k", b"ignored"),
