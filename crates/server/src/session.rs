@@ -294,8 +294,7 @@ impl Session {
                     }
                 }
             }
-            opcode::VERSION => return None,
-            _ if self.authenticated => return None,
+            _ if !self.refuses_unauthenticated(header.opcode, ctx) => return None,
             _ => {
                 // memcached closes the connection after this answer.
                 binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
@@ -303,6 +302,18 @@ impl Session {
             }
         }
         Some(Action::Continue)
+    }
+
+    /// Whether `-S` refuses a request of `code` on this connection: any
+    /// but `version` and the SASL commands before authentication.
+    fn refuses_unauthenticated(&self, code: u8, ctx: &Context<'_>) -> bool {
+        use binary::opcode;
+        ctx.shared.sasl.is_some()
+            && !self.authenticated
+            && !matches!(
+                code,
+                opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP
+            )
     }
 
     /// The connection's Cyrus SASL conversation, begun on first use.
@@ -398,6 +409,16 @@ impl Session {
                 if status == binary::Status::ValueTooLarge {
                     ctx.counters.store_too_large.incr();
                 }
+                // Under -S memcached refuses an unauthenticated request
+                // before it looks at the request's framing.
+                let status = match status {
+                    binary::Status::InvalidArguments
+                        if self.refuses_unauthenticated(header.opcode, ctx) =>
+                    {
+                        binary::Status::AuthError
+                    }
+                    status => status,
+                };
                 binary::compose_error(out, header.opcode, status, header.opaque);
                 if recovery == Recovery::Close {
                     self.closed_on_error = true;

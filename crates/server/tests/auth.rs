@@ -123,6 +123,17 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     // Authentication belongs to the connection, not the client.
     let mut other = server.connect();
     assert_eq!(binary(&mut other, opcode::GET, b"k", &[], b"").0, 0x20);
+    // memcached refuses an unauthenticated request before it looks at its
+    // framing (here a get with extras): "Auth failure", then the close.
+    let mut other = server.connect();
+    assert_eq!(
+        binary(&mut other, opcode::GET, b"k", &[0; 4], b""),
+        (0x20, b"Auth failure".to_vec())
+    );
+    assert_closed(&mut other);
+    // Authenticated, the same request is invalid arguments, then the close.
+    assert_eq!(binary(&mut stream, opcode::GET, b"k", &[0; 4], b"").0, 0x04);
+    assert_closed(&mut stream);
 }
 
 #[test]

@@ -646,6 +646,18 @@ fn binary_lengths_that_do_not_suit_the_opcode_are_invalid_and_close() {
         );
         assert!(closes(&mut stream));
     }
+    // VERBOSITY, which memcached 1.6.18 no longer knows, is not framed by
+    // it: one without its extra is refused and the connection goes on.
+    let mut request = binary_request(opcode::VERBOSITY, 1, 0, &[], b"", b"");
+    request.extend(binary_request(opcode::NOOP, 2, 0, &[], b"", b""));
+    let reply = server.exchange(&request, 2 * 24 + 17);
+    assert_eq!(
+        binary_responses(&reply)
+            .iter()
+            .map(|r| (r.1, r.2))
+            .collect::<Vec<_>>(),
+        [(binary::Status::InvalidArguments as u16, 1), (0, 2)]
+    );
     still_serves(&server);
 }
 

@@ -47,7 +47,10 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
             );
             Ok(())
         }
-        op::VERBOSITY => no_body(request, ctx, out),
+        op::VERBOSITY => match request.extras.len() {
+            4 => no_body(request, ctx, out),
+            _ => Err(Status::InvalidArguments),
+        },
         op::STAT => stat(request, ctx, out),
         _ => Err(Status::UnknownCommand),
     };
