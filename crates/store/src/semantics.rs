@@ -60,12 +60,18 @@ pub fn plan_store<'a>(
     current: Option<Current<'a>>,
     max_value: usize,
 ) -> StorePlan<'a> {
+    // memcached's order (`do_store_item`): an add over an item is refused
+    // whatever its CAS; the others compare the CAS first.
+    if command.mode == StoreMode::Add && current.is_some() {
+        return StorePlan::Refuse(StoreOutcome::NotStored);
+    }
     let mut stale = false;
     if let (Some(item), Some(cas)) = (&current, command.compare_cas) {
         if cas != item.cas {
-            // Meta `I` with `C`: an older CAS still stores, but the item
-            // stays stale (memcached's CAS_STALE).
-            if command.stale_if_older && cas < item.cas {
+            // Meta `I` with `C` on a set or replace: an older CAS still
+            // stores, but the item stays stale (memcached's CAS_STALE).
+            let may_be_stale = matches!(command.mode, StoreMode::Set | StoreMode::Replace);
+            if command.stale_if_older && may_be_stale && cas < item.cas {
                 stale = true;
             } else {
                 return StorePlan::Refuse(StoreOutcome::Exists);
@@ -73,7 +79,6 @@ pub fn plan_store<'a>(
         }
     }
     let write = match (command.mode, current) {
-        (StoreMode::Add, Some(_)) => return StorePlan::Refuse(StoreOutcome::NotStored),
         // A compare-and-set (a replace with a CAS too) of a missing item.
         (StoreMode::Set | StoreMode::Replace, None) if command.compare_cas.is_some() => {
             return StorePlan::Refuse(StoreOutcome::NotFound)

@@ -455,6 +455,32 @@ fn counters_read_as_memcached_reads_them_and_an_empty_value_fails_before_the_cas
 }
 
 #[test]
+fn an_add_over_an_item_is_not_stored_whatever_its_cas_and_only_a_set_may_store_stale() {
+    on_each_engine(|store| {
+        let fence = AckFence::default();
+        let StoreOutcome::Stored { cas } = set(store, b"k", b"v") else {
+            panic!("stored")
+        };
+        // memcached's do_store_item: an add over an item is NOT_STORED
+        // before any CAS comparison.
+        let add = StoreCommand {
+            compare_cas: Some(cas + 100),
+            ..command(StoreMode::Add, b"k", b"w")
+        };
+        assert_eq!(store.store(&add, &fence), StoreOutcome::NotStored);
+        // An append with meta's I and an older CAS: CAS_STALE is for sets
+        // only, so it is refused rather than appended and marked stale.
+        let append = StoreCommand {
+            compare_cas: Some(cas - 1),
+            stale_if_older: true,
+            ..command(StoreMode::Append, b"k", b"w")
+        };
+        assert_eq!(store.store(&append, &fence), StoreOutcome::Exists);
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"v"[..]));
+    });
+}
+
+#[test]
 fn a_replace_with_a_cas_of_a_missing_item_is_not_found() {
     on_each_engine(|store| {
         let replace = StoreCommand {
