@@ -289,7 +289,7 @@ fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags
             return Err(verb.flag_error(ErrorReply::MetaInvalidFlag));
         }
         let bit = 1u64 << (flag - b'A');
-        if seen & bit != 0 && flag != b'P' && flag != b'L' {
+        if seen & bit != 0 {
             return Err(verb.flag_error(ErrorReply::MetaDuplicateFlag));
         }
         seen |= bit;
@@ -427,6 +427,8 @@ mod tests {
     fn flag_errors_use_memcached_wording() {
         assert_eq!(rejected(b"mg k zz\r\n").0, ErrorReply::MetaInvalidFlag);
         assert_eq!(rejected(b"mg k v v\r\n").0, ErrorReply::MetaDuplicateFlag);
+        // memcached's duplicate check covers the proxy's hints too.
+        assert_eq!(rejected(b"mg k Pa Pb\r\n").0, ErrorReply::MetaDuplicateFlag);
         assert_eq!(rejected(b"mg k Tabc\r\n").0, ErrorReply::MetaBadToken);
         assert_eq!(
             rejected(b"md k x\r\n").0,

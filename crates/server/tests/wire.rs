@@ -662,6 +662,22 @@ fn binary_lengths_that_do_not_suit_the_opcode_are_invalid_and_close() {
 }
 
 #[test]
+fn a_binary_flush_refused_by_dash_f_is_an_auth_error() {
+    let server = TestServer::with(
+        ServerConfig {
+            flush_enabled: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    // memcached's process_bin_flush answers "Auth failure" under -F.
+    let reply = server.exchange(&binary_request(opcode::FLUSH, 1, 0, &[], b"", b""), 24 + 12);
+    let responses = binary_responses(&reply);
+    assert_eq!(responses[0].1, binary::Status::AuthError as u16);
+    assert_eq!(responses[0].6, b"Auth failure");
+}
+
+#[test]
 fn a_binary_add_with_a_cas_is_a_compare_and_set() {
     let server = TestServer::start();
     // As memcached: any store with a CAS compares it, add included.

@@ -341,7 +341,8 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
 fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
     let delay = be_u32(request.extras).unwrap_or(0);
     if !ctx.shared.config.flush_enabled {
-        return Err(Status::InvalidArguments);
+        // memcached's answer to a flush it does not allow (`-F`).
+        return Err(Status::AuthError);
     }
     ctx.counters.cmd_flush.incr();
     if ctx.read_only() {
