@@ -4,8 +4,14 @@
 //! flags value of 4294967296 is stored as 0 and an exptime of 9999999999 wraps
 //! to a time in the past. Clients rely on those answers, so we reproduce them.
 
-/// An unsigned decimal: digits only, no sign. `None` on overflow or junk.
+/// An unsigned decimal, with an optional `+` as `strtoull` takes it (no
+/// `-`). `None` on overflow or junk.
 pub fn parse_u64(token: &[u8]) -> Option<u64> {
+    parse_digits(token.strip_prefix(b"+").unwrap_or(token))
+}
+
+/// Digits only. `None` on overflow or junk.
+fn parse_digits(token: &[u8]) -> Option<u64> {
     if token.is_empty() || token.len() > 20 {
         return None;
     }
@@ -19,11 +25,11 @@ pub fn parse_u64(token: &[u8]) -> Option<u64> {
     Some(value)
 }
 
-/// A signed decimal with an optional leading `-`.
+/// A signed decimal with an optional leading `-` or `+`.
 pub fn parse_i64(token: &[u8]) -> Option<i64> {
     match token.split_first() {
         Some((b'-', digits)) => {
-            let magnitude = parse_u64(digits)?;
+            let magnitude = parse_digits(digits)?;
             if magnitude > i64::MAX as u64 + 1 {
                 None
             } else {
@@ -60,6 +66,14 @@ mod tests {
         assert_eq!(parse_u64(b"0"), Some(0));
         assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_u64(b"18446744073709551616"), None);
+        // A leading plus, as memcached's strtoull takes it; only one sign.
+        assert_eq!(parse_u64(b"+5"), Some(5));
+        assert_eq!(parse_u64(b"+18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"+"), None);
+        assert_eq!(parse_u64(b"++5"), None);
+        assert_eq!(parse_u64(b"-5"), None);
+        assert_eq!(parse_i64(b"+7"), Some(7));
+        assert_eq!(parse_i64(b"-+7"), None);
         assert_eq!(parse_u64(b"99999999999999999999"), None);
         assert_eq!(parse_u64(b"-1"), None);
         assert_eq!(parse_u64(b"12a"), None);

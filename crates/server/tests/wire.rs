@@ -700,7 +700,8 @@ fn a_binary_add_with_a_cas_is_a_compare_and_set() {
 
 /// As memcached 1.6.18 answers them (checked side by side): flags a meta
 /// command has no use for are ignored, `ma` treats `C0` as no comparison,
-/// and `ms` in replace mode with a CAS of a missing key is `NF`.
+/// numbers take a leading `+`, and `ms` in replace mode with a CAS of a
+/// missing key is `NF`.
 #[test]
 fn meta_commands_ignore_flags_they_do_not_use() {
     let server = TestServer::start();
@@ -714,6 +715,9 @@ fn meta_commands_ignore_flags_they_do_not_use() {
     ask(b"ma n f h l s u I F1 R1\r\n", "HD\r\n");
     ask(b"ma n C0 v\r\n", "VA 1\r\n7\r\n");
     ask(b"mg n I C1 D1 F1 J1 M1 v\r\n", "VA 1\r\n7\r\n");
+    // Numbers take a leading plus, as memcached's strtoull does.
+    ask(b"ma n D+2 v\r\n", "VA 1\r\n9\r\n");
+    ask(b"incr n +1\r\n", "10\r\n");
     ask(
         b"md missing c f h l s t u v D1 F1 J1 M1 N1 R1\r\n",
         "NF\r\n",
