@@ -68,10 +68,11 @@ pub fn plan_store<'a>(
     let mut stale = false;
     if let (Some(item), Some(cas)) = (&current, command.compare_cas) {
         if cas != item.cas {
-            // Meta `I` with `C` on a set or replace: an older CAS still
-            // stores, but the item stays stale (memcached's CAS_STALE).
+            // Meta `I` with `C` on a set or replace: an older CAS (not 0,
+            // which is none) still stores, but the item stays stale
+            // (memcached's CAS_STALE).
             let may_be_stale = matches!(command.mode, StoreMode::Set | StoreMode::Replace);
-            if command.stale_if_older && may_be_stale && cas < item.cas {
+            if command.stale_if_older && may_be_stale && (1..item.cas).contains(&cas) {
                 stale = true;
             } else {
                 return StorePlan::Refuse(StoreOutcome::Exists);

@@ -455,7 +455,8 @@ fn counters_read_as_memcached_reads_them_and_an_empty_value_fails_before_the_cas
 }
 
 #[test]
-fn an_add_over_an_item_is_not_stored_whatever_its_cas_and_only_a_set_may_store_stale() {
+fn an_add_over_an_item_is_not_stored_whatever_its_cas_and_only_a_set_with_an_older_cas_may_store_stale(
+) {
     on_each_engine(|store| {
         let fence = AckFence::default();
         let StoreOutcome::Stored { cas } = set(store, b"k", b"v") else {
@@ -476,6 +477,13 @@ fn an_add_over_an_item_is_not_stored_whatever_its_cas_and_only_a_set_may_store_s
             ..command(StoreMode::Append, b"k", b"w")
         };
         assert_eq!(store.store(&append, &fence), StoreOutcome::Exists);
+        // A CAS of 0 is none, not an older one: a set with it is refused.
+        let set_zero = StoreCommand {
+            compare_cas: Some(0),
+            stale_if_older: true,
+            ..command(StoreMode::Set, b"k", b"w")
+        };
+        assert_eq!(store.store(&set_zero, &fence), StoreOutcome::Exists);
         assert_eq!(value(store, b"k").as_deref(), Some(&b"v"[..]));
     });
 }
