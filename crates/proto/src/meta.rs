@@ -14,6 +14,10 @@ use crate::{ErrorReply, Parse, Recovery};
 
 /// memcached's limit on the opaque token, its `O` included.
 pub const MAX_OPAQUE_LEN: usize = 32;
+/// The flags memcached knows. Every meta command takes all of them and
+/// ignores those it has no use for, as memcached does, so a client may send
+/// one set of flags to every command.
+const KNOWN_FLAGS: &[u8] = b"bcfhklOqstuvCDFIJMNRTPL";
 /// memcached's limit on tokens in one meta command.
 const MAX_FLAGS: usize = 24;
 
@@ -58,8 +62,7 @@ pub enum SetMode {
     Prepend,
 }
 
-/// Every flag of every meta command. Which ones a command accepts is checked
-/// while parsing.
+/// Every flag of every meta command; each command reads those it uses.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct MetaFlags<'a> {
     /// Flags that return a token, in request order: `c f h k l O s t`.
@@ -125,13 +128,6 @@ enum Verb {
 }
 
 impl Verb {
-    /// Whether `flag` is one memcached knows: every meta command takes
-    /// every known flag and ignores those it has no use for, as memcached
-    /// does, so a client may send one set of flags to all of them.
-    fn accepts(self, flag: u8) -> bool {
-        b"bcfhklOqstuvCDFIJMNRTPL".contains(&flag)
-    }
-
     /// memcached words flag errors differently for mg/ms and md/ma.
     fn flag_error(self, specific: ErrorReply) -> ErrorReply {
         match self {
@@ -285,7 +281,7 @@ fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags
             return Err(ErrorReply::BadCommandLine);
         }
         let (&flag, arg) = token.split_first().unwrap_or((&0, &[]));
-        if !verb.accepts(flag) {
+        if !KNOWN_FLAGS.contains(&flag) {
             return Err(verb.flag_error(ErrorReply::MetaInvalidFlag));
         }
         let bit = 1u64 << (flag - b'A');
