@@ -1,9 +1,10 @@
 //! Applying the log to LMDB: the applier takes everything appended since its
 //! last round, at least every [`APPLY_EVERY`] or once a quarter of the
-//! pending memory is waiting, and applies it in one LMDB transaction together
-//! with a due flush, first-read marks and a batch of expired items; it
-//! commits, fsyncs the data file and lets go of the segments LMDB now holds
-//! that retention does not keep.
+//! pending memory is waiting, and applies it to LMDB together with a due
+//! flush and a batch of expired items (a large round commits in parts;
+//! first-read marks go in transactions of their own); it fsyncs the data
+//! file and lets go of the segments LMDB now holds that retention does not
+//! keep.
 
 use std::io::Write as _;
 use std::sync::atomic::Ordering;

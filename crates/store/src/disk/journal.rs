@@ -19,11 +19,12 @@
 //!
 //! Record: `len u32 LE | crc32 u32 LE | body`, the body being
 //! `kind u8 | key_len u16 LE | key | rest`: a put's rest is the record as
-//! LMDB stores it, a move's the segment and offset it moves from (u64 LE
-//! each) and then the record, a remove has none, a flush has its CAS
+//! LMDB stores it (a row put's, the row's columns), a move's the segment
+//! and offset it moves from (u64 LE each) and then the record, a remove
+//! (of an item or a row) has none, a flush has its CAS
 //! boundary (u64 LE) and no key. A group starts with a head (no key;
 //! first LSN u64 LE, time in µs since the Unix epoch u64 LE, origin server
-//! id u32 LE): its puts, removes and flush are the update log's entries,
+//! id u32 LE): its puts, removes (items' and rows') and flush are the update log's entries,
 //! numbered from that LSN on. Moves are the compactor's and no entries. A
 //! torn or corrupt record ends the segment's replay: only a power loss
 //! leaves one, and only under a policy that allows losing the last writes.

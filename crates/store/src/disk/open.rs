@@ -166,8 +166,8 @@ impl Drop for DiskStore {
         self.inner.signals.stop();
         let mut threads = self.threads.drain(..);
         // The writer journals what is pending before it ends; the applier
-        // then puts everything into LMDB, fsyncs it and empties the journal,
-        // so a clean shutdown leaves nothing to replay.
+        // then puts everything into LMDB and fsyncs it, so a clean shutdown
+        // leaves nothing to replay (retention keeps the applied segments).
         if let Some(writer) = threads.next() {
             let _ = writer.join();
         }
