@@ -130,10 +130,7 @@ impl Inner {
             micros: unix_micros(),
             origin: self.server_id,
         });
-        let last = LogPosition {
-            lsn: head.first_lsn + (writes + usize::from(flush.is_some())) as u64 - 1,
-            micros: head.micros,
-        };
+        let last = head.last(writes + usize::from(flush.is_some()));
         encode_group(group, &mut offsets, head, flush, &batch, segment);
         let mut logged = self.logged.lock();
         let current = self.journal.current_number();

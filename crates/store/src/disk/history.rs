@@ -173,12 +173,8 @@ pub fn read(
 pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");
     let mut changes = Vec::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let (record, len) = journal::decode(rest, seed).ok_or_else(damaged)?;
-        rest = &rest[len..];
-        let change = change_of_record(record, Values::Read)?;
-        if let Some(change) = change {
+    for record in journal::decode_all(bytes, seed).ok_or_else(damaged)? {
+        if let Some(change) = change_of_record(record, Values::Read)? {
             changes.push(change);
         }
     }

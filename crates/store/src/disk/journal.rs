@@ -152,6 +152,28 @@ impl GroupHead {
     }
 }
 
+impl GroupHead {
+    /// The position of the group's last entry, when it holds `entries`.
+    pub fn last(&self, entries: usize) -> LogPosition {
+        LogPosition {
+            lsn: self.first_lsn + entries as u64 - 1,
+            micros: self.micros,
+        }
+    }
+}
+
+/// The records of `bytes`, every one whole and checksummed with `seed`.
+pub fn decode_all(bytes: &[u8], seed: u32) -> Option<Vec<Record<'_>>> {
+    let mut records = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (record, len) = decode(rest, seed)?;
+        records.push(record);
+        rest = &rest[len..];
+    }
+    Some(records)
+}
+
 impl Record<'_> {
     /// Whether it is an entry of the update log (a change a client made).
     pub fn is_entry(&self) -> bool {
@@ -745,6 +767,10 @@ pub struct Stored {
 impl Stored {
     pub fn record(&self) -> &[u8] {
         &self.frame[self.range.clone()]
+    }
+
+    pub fn record_mut(&mut self) -> &mut [u8] {
+        &mut self.frame[self.range.clone()]
     }
 }
 

@@ -19,7 +19,7 @@ use kura_table::Record as Row;
 use super::journal::{LogPosition, Record};
 use super::pending::{Change, Space};
 use super::record::{Header, Keyed};
-use super::replica::{key_fits, records};
+use super::replica::{group_of, key_fits, records};
 use super::{Inner, WriteFailed};
 use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};
 use crate::stamp;
@@ -79,15 +79,9 @@ impl Inner {
         bytes: &[u8],
         position_due: bool,
     ) -> Result<PeerApplied, String> {
-        let records = records(bytes, seed)?;
-        let Some((Record::Group(head), entries)) = records.split_first() else {
-            return Err("a group without its head".to_string());
-        };
-        let at = LogPosition {
-            lsn: head.first_lsn + entries.len() as u64 - 1,
-            micros: head.micros,
-        };
-        let kept = self.merge_from_peer(peer, entries, Some(at), position_due)?;
+        let (head, entries) = group_of(bytes, seed)?;
+        let at = head.last(entries.len());
+        let kept = self.merge_from_peer(peer, &entries, Some(at), position_due)?;
         Ok(PeerApplied { at, kept })
     }
 

@@ -9,7 +9,7 @@ use crate::{AckFence, GetOptions, ItemView};
 
 use super::pending::{Change, Pending, Shard};
 use super::read_cache::MAX_CACHED_RECORD;
-use super::record::{self, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
+use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
 /// What a read found, when it may not have to write.
@@ -46,14 +46,15 @@ impl Inner {
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
-                let from_log = self.read_logged(key, &pointer).map_err(|error| {
-                    log_read_failed(&error, &pointer);
-                    WriteFailed
-                })?;
-                return Ok(f(self.with_noted_fetch(
-                    hash,
-                    Some((header, record::value_of(from_log.record()))),
-                )));
+                let logged = self
+                    .with_logged_value(key, &header, &pointer)
+                    .map_err(|error| {
+                        log_read_failed(&error, &pointer);
+                        WriteFailed
+                    })?;
+                return Ok(f(
+                    self.with_noted_fetch(hash, Header::decode(logged.record()))
+                ));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
@@ -68,23 +69,16 @@ impl Inner {
             let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
                 let result = f(self.with_noted_fetch(hash, stored.and_then(Header::decode)));
                 if let Some(record) = stored {
-                    if record.len() <= MAX_CACHED_RECORD && shard.admit() {
-                        shard.cache(key, record);
-                    }
+                    Self::cache_read(shard, key, record);
                 }
                 return Ok(result);
             };
             drop(txn);
-            let from_log = match self.read_logged(key, &pointer) {
-                Ok(from_log) => from_log,
+            let logged = match self.with_logged_value(key, &header, &pointer) {
+                Ok(logged) => logged,
                 // Compacted since the pointer was read: its segment is gone.
                 // LMDB has the new place.
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
-                    ) && attempts < 3 =>
-                {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
                     attempts += 1;
                     continue;
                 }
@@ -93,14 +87,32 @@ impl Inner {
                     return Err(WriteFailed);
                 }
             };
-            // LMDB's header (its bits are the newest), the journal's value.
-            let value = record::value_of(from_log.record());
-            let result = f(self.with_noted_fetch(hash, Some((header, value))));
-            if record::HEADER_LEN + value.len() <= MAX_CACHED_RECORD && shard.admit() {
-                shard.cache(key, Keyed::encode(key, &header, &[value]).record());
-            }
+            let result = f(self.with_noted_fetch(hash, Header::decode(logged.record())));
+            Self::cache_read(shard, key, logged.record());
             return Ok(result);
         }
+    }
+
+    /// Keeps a record read from LMDB (or the log) in the read cache, if it
+    /// is small enough and the doorkeeper admits it.
+    fn cache_read(shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
+        if record.len() <= MAX_CACHED_RECORD && shard.admit() {
+            shard.cache(key, record);
+        }
+    }
+
+    /// The record of an item whose value is in the log: `header` (LMDB's or
+    /// the pending write's, whose bits are the newest) and the value
+    /// `pointer` leads to.
+    pub(super) fn with_logged_value(
+        &self,
+        key: &[u8],
+        header: &Header,
+        pointer: &LogPointer,
+    ) -> std::io::Result<journal::Stored> {
+        let mut logged = self.read_logged(key, pointer)?;
+        header.write_over(logged.record_mut());
+        Ok(logged)
     }
 
     pub(super) fn read_logged(
@@ -188,12 +200,9 @@ impl Inner {
                 counter.fetch_add(1, Ordering::Relaxed);
                 return Lookup::Miss;
             }
-            let recache_due = options.recache_below.is_some_and(|below| {
-                let ttl = self.ttl(header.expiry_unix);
-                ttl != -1 && ttl < below
-            });
+            let ttl = self.ttl(header.expiry_unix);
             if options.touch.is_some()
-                || (!header.has(WIN_SENT) && (header.has(STALE) || recache_due))
+                || semantics::wins_recache(&current(&header, value), ttl, options.recache_below)
             {
                 return Lookup::NeedsWrite;
             }

@@ -14,10 +14,6 @@ use super::journal::Location;
 
 pub const HEADER_LEN: usize = 17;
 
-/// A record's value: what follows its header.
-pub fn value_of(record: &[u8]) -> &[u8] {
-    &record[HEADER_LEN..]
-}
 /// The item has been read since it was stored.
 pub const FETCHED: u8 = 1;
 /// Marked stale by a meta delete with `I`.
@@ -96,14 +92,13 @@ pub fn value_in_place(stored: &[u8]) -> Option<(Header, &[u8])> {
 
 /// The LMDB record of `header` with its value in the log at `pointer`.
 pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN + LogPointer::LEN] {
-    let mut out = [0; HEADER_LEN + LogPointer::LEN];
     let header = Header {
         bits: header.bits | IN_LOG,
         ..*header
     };
-    let mut encoded = Vec::with_capacity(out.len());
-    header.encode_into(&mut encoded, &[&pointer.encode()]);
-    out.copy_from_slice(&encoded);
+    let mut out = [0; HEADER_LEN + LogPointer::LEN];
+    out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    out[HEADER_LEN..].copy_from_slice(&pointer.encode());
     out
 }
 
@@ -146,7 +141,10 @@ impl Keyed {
         let value_len = value_parts.iter().map(|p| p.len()).sum::<usize>();
         let mut bytes = Vec::with_capacity(key.len() + HEADER_LEN + value_len);
         bytes.extend_from_slice(key);
-        header.encode_into(&mut bytes, value_parts);
+        bytes.extend_from_slice(&header.to_bytes());
+        for part in value_parts {
+            bytes.extend_from_slice(part);
+        }
         Keyed {
             key_len: key.len(),
             bytes: bytes.into_boxed_slice(),
@@ -193,15 +191,18 @@ impl Header {
         ))
     }
 
-    /// Appends the record of this header followed by the value parts.
-    fn encode_into(&self, out: &mut Vec<u8>, value_parts: &[&[u8]]) {
-        out.extend_from_slice(&self.flags.to_le_bytes());
-        out.extend_from_slice(&self.expiry_unix.to_le_bytes());
-        out.extend_from_slice(&self.cas.to_le_bytes());
-        out.push(self.bits);
-        for part in value_parts {
-            out.extend_from_slice(part);
-        }
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0; HEADER_LEN];
+        out[0..4].copy_from_slice(&self.flags.to_le_bytes());
+        out[4..8].copy_from_slice(&self.expiry_unix.to_le_bytes());
+        out[8..16].copy_from_slice(&self.cas.to_le_bytes());
+        out[16] = self.bits;
+        out
+    }
+
+    /// Puts this header in place of the one `record` starts with.
+    pub fn write_over(&self, record: &mut [u8]) {
+        record[..HEADER_LEN].copy_from_slice(&self.to_bytes());
     }
 
     pub fn has(&self, bit: u8) -> bool {

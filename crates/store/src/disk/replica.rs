@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use parking_lot::MutexGuard;
 
 use super::change::Write;
-use super::journal::{self, LogPosition, Record};
+use super::journal::{self, GroupHead, LogPosition, Record};
 use super::pending::{Change, Space};
 use super::record::{self, Counts, Keyed};
 use super::Inner;
@@ -61,25 +61,26 @@ const BASE_TXN_BYTES: usize = 64 << 20;
 
 /// The records of a frame of the master's, after its checks.
 pub(super) fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
-    let mut records = Vec::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let (record, len) = journal::decode(rest, seed)
-            .ok_or_else(|| "a damaged record from the master".to_string())?;
-        records.push(record);
-        rest = &rest[len..];
+    journal::decode_all(bytes, seed).ok_or_else(|| "a damaged record from the master".to_string())
+}
+
+/// A group of the master's (or a peer's): its head, then its entries.
+pub(super) fn group_of(bytes: &[u8], seed: u32) -> Result<(GroupHead, Vec<Record<'_>>), String> {
+    let mut records = records(bytes, seed)?;
+    match records.first() {
+        Some(&Record::Group(head)) => {
+            records.remove(0);
+            Ok((head, records))
+        }
+        _ => Err("a group without its head".to_string()),
     }
-    Ok(records)
 }
 
 impl Inner {
     /// Appends one of the master's groups as this server's next group and
     /// leaves it to the applier; returns its last entry's position.
     pub(super) fn apply_group(&self, seed: u32, bytes: &[u8]) -> Result<LogPosition, String> {
-        let records = records(bytes, seed)?;
-        let Some((Record::Group(head), entries)) = records.split_first() else {
-            return Err("a group without its head".to_string());
-        };
+        let (head, entries) = group_of(bytes, seed)?;
         let mut leader = self.journal_leader.lock();
         if self.pending.is_dirty() {
             // Local writes (a replica refuses them; a promoted one not).
@@ -97,7 +98,7 @@ impl Inner {
         let mut writes = Vec::with_capacity(entries.len());
         let mut flush = None;
         let mut max_cas = 0;
-        for record in entries {
+        for record in &entries {
             let write = match *record {
                 Record::Put { key, record } => {
                     let (header, _) =
@@ -130,7 +131,7 @@ impl Inner {
         if let Some(boundary) = flush {
             self.take_flush(boundary);
         }
-        let appended = self.journal_round(&mut leader, Some(*head));
+        let appended = self.journal_round(&mut leader, Some(head));
         drop(leader);
         match appended {
             Some(count) if count == entries.len() => {}
@@ -143,10 +144,7 @@ impl Inner {
             None => return Err("cannot append to the update log".to_string()),
         }
         self.wait_for_pending_room();
-        Ok(LogPosition {
-            lsn: head.first_lsn + entries.len() as u64 - 1,
-            micros: head.micros,
-        })
+        Ok(head.last(entries.len()))
     }
 
     /// Flushes through another server's `boundary`: reads skip what it

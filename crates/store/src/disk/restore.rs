@@ -22,7 +22,7 @@ use super::backup::{self, io_error, BackupError};
 use super::history::{self, LogPoint, Values};
 use super::io::OsIo;
 use super::journal::{self, LogPosition};
-use super::record::{self, Header, Keyed};
+use super::record::{self, Header};
 use super::{DiskConfig, DiskStore};
 
 /// What a restore did.
@@ -170,7 +170,7 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             open = Some((segment, file));
         }
         let (_, file) = open.as_ref().expect("opened above");
-        let value = journal::read_stored(
+        let mut logged = journal::read_stored(
             &OsIo,
             file,
             pointer.at,
@@ -179,8 +179,8 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             pointer.record_len(),
         )
         .map_err(io_error(reading_value))?;
-        let keyed = Keyed::encode(&key, &inline, &[record::value_of(value.record())]);
-        items.put(&mut txn, &key, keyed.record())?;
+        inline.write_over(logged.record_mut());
+        items.put(&mut txn, &key, logged.record())?;
     }
     let log_keys: Vec<Vec<u8>> = meta
         .prefix_iter(&txn, b"log")?

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::compactor::lmdb;
 use super::feed::Feed;
 use super::journal::{self, LogPosition, Record};
-use super::record::{self, Header, Keyed};
+use super::record::Header;
 use super::{indexes, Inner};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
 
@@ -85,13 +85,10 @@ impl Inner {
         let Some((header, pointer)) = Header::decode(stored).and_then(super::in_log) else {
             return Ok(Cow::Borrowed(stored));
         };
-        let from_log = self
-            .read_logged(key, &pointer)
+        let logged = self
+            .with_logged_value(key, &header, &pointer)
             .inspect_err(|error| super::log_read_failed(error, &pointer))?;
-        let value = record::value_of(from_log.record());
-        Ok(Cow::Owned(
-            Keyed::encode(key, &header, &[value]).record().to_vec(),
-        ))
+        Ok(Cow::Owned(logged.record().to_vec()))
     }
 }
 
