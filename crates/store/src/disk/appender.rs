@@ -31,7 +31,7 @@ pub(super) struct Logged {
 /// Encodes a journal group for `segment`: its head, then the batch's
 /// writes with a flush after those it covers, noting where each write
 /// starts.
-pub(super) fn encode_group(
+fn encode_group(
     group: &mut Vec<u8>,
     offsets: &mut Vec<u64>,
     head: GroupHead,
@@ -96,7 +96,7 @@ impl Inner {
         }
     }
 
-    pub(super) fn has_work(&self) -> bool {
+    fn has_work(&self) -> bool {
         self.pending.is_dirty() || self.flushes.is_requested() || self.signals.stopping()
     }
 

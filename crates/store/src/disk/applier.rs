@@ -29,7 +29,7 @@ use super::Inner;
 /// per operation 0.53-0.62 µs against 0.85-0.91 with 1 s and a sixteenth
 /// of the pending memory); a kill then leaves more to replay, at most the
 /// pending memory as before.
-pub(super) const APPLY_EVERY: Duration = Duration::from_secs(5);
+const APPLY_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a waiting applier sleeps at most before it looks again at what
 /// is due besides a round: too many first-read notes, compaction, retention.
@@ -39,11 +39,11 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// round rewrites the LMDB pages its keys fall in, so fewer, larger rounds
 /// cost less per write (1–10 KB sets: about 6 % of the CPU against 64 MiB
 /// rounds); a segment this long still replays in about 0.1 s after a kill.
-pub(super) const ROUND_JOURNAL_BYTES: u64 = 256 << 20;
+const ROUND_JOURNAL_BYTES: u64 = 256 << 20;
 
 /// Threads that read a round's pages before its transaction, when the data
 /// is larger than memory (the device serves several reads at once).
-pub(super) const PREFETCH_THREADS: usize = 16;
+const PREFETCH_THREADS: usize = 16;
 
 /// A round without writes is quiet (it commits first-read marks) only this
 /// long after the last round with writes: a round that a late request makes
@@ -51,24 +51,24 @@ pub(super) const PREFETCH_THREADS: usize = 16;
 const QUIET_AFTER: Duration = Duration::from_secs(1);
 
 /// First-read marks committed per LMDB transaction at most.
-pub(super) const MARK_BATCH: usize = 64 * 1024;
+const MARK_BATCH: usize = 64 * 1024;
 
 /// How often an idle applier lets go of the history past retention.
-pub(super) const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
+const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
 
 /// What the applier carries from round to round.
-pub(super) struct ApplierState {
+struct ApplierState {
     /// A round whose commit failed, to try again.
-    pub(super) retry: Option<ApplyRound>,
+    retry: Option<ApplyRound>,
     /// The newest segment committed to LMDB but not yet fsynced there (a
     /// failed fsync leaves it for the next round).
-    pub(super) unsynced: Option<u64>,
+    unsynced: Option<u64>,
     /// No compaction before this (one failed).
-    pub(super) compact_after: Instant,
+    compact_after: Instant,
     /// When retention was last applied: the log ages without rounds too.
-    pub(super) retention_checked: Instant,
+    retention_checked: Instant,
     /// When the last round with writes ended.
-    pub(super) writes_applied_at: Instant,
+    writes_applied_at: Instant,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -86,7 +86,7 @@ pub(super) struct ApplyRound {
 
 /// The first eight bytes of `key`, zero-padded, as a number that sorts as
 /// the bytes do.
-pub(super) fn key_prefix(key: &[u8]) -> u64 {
+fn key_prefix(key: &[u8]) -> u64 {
     let mut prefix = [0; 8];
     let len = key.len().min(8);
     prefix[..len].copy_from_slice(&key[..len]);
@@ -110,7 +110,7 @@ impl Inner {
     /// batch when the round is quiet (no writes for [`QUIET_AFTER`]), and
     /// down to half the limit when too many wait. Under writes they wait, so
     /// that one transaction sets many bits on each page it rewrites.
-    pub(super) fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
+    fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
         let waiting = self.marks.waiting();
         let limit = self.config.mark_limit();
         if all_marks {
@@ -195,7 +195,7 @@ impl Inner {
     /// instead let dirty pages pile up, and under a memory cap reclaim then
     /// writes them back in the way of reads (capped random overwrites:
     /// 15,800/s against 19,600/s).
-    pub(super) fn sync_applied(&self, state: &mut ApplierState) {
+    fn sync_applied(&self, state: &mut ApplierState) {
         let Some(segment) = state.unsynced else {
             return;
         };
@@ -209,7 +209,7 @@ impl Inner {
     /// first-read marks and a batch of expired items. Returns `None` when
     /// there was nothing to do or the commit failed, else the newest
     /// journal segment LMDB now holds (0 when it holds no new one).
-    pub(super) fn apply_round(&self, state: &mut ApplierState, all_marks: bool) -> Option<u64> {
+    fn apply_round(&self, state: &mut ApplierState, all_marks: bool) -> Option<u64> {
         let retry = &mut state.retry;
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
@@ -244,7 +244,7 @@ impl Inner {
                 self.journal.sync_retired(&retired)
             });
             retired.release_unused();
-            (batch, flush, retired.number, retired.last)
+            (batch, flush, retired.number(), retired.last())
         });
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
@@ -456,7 +456,7 @@ impl Inner {
     /// Reads the pages the batches' keys live on, with [`PREFETCH_THREADS`]
     /// threads at once: when the data is larger than memory they are on the
     /// device, and the transaction would read them one at a time.
-    pub(super) fn prefetch(&self, batches: &[Batch]) {
+    fn prefetch(&self, batches: &[Batch]) {
         let keys: Vec<&[u8]> = batches
             .iter()
             .flat_map(|batch| {
@@ -485,7 +485,7 @@ impl Inner {
     /// its whole record, and one transaction's dirty pages are all in memory.
     /// Returns the marks of items still pending (LMDB has an older item or
     /// none under the key), for a later round.
-    pub(super) fn commit_marks(
+    fn commit_marks(
         &self,
         marks: &[(Arc<[u8]>, u64)],
         round: Option<&ApplyRound>,
@@ -544,7 +544,7 @@ impl Inner {
     }
 
     /// Commits only the keys whose newest write in `round` is a removal.
-    pub(super) fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
+    fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
         let newest: std::collections::HashMap<_, _> = round
             .batches
             .iter()

@@ -26,7 +26,6 @@ use sha2::{Digest, Sha256};
 
 use super::history;
 use super::journal::{self, LogPosition, Numbering};
-use super::record;
 use super::Inner;
 
 pub const MANIFEST: &str = "manifest.json";
@@ -242,13 +241,11 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         let partial = meta.get(&txn, super::PARTIAL_ROUND)?;
         found.partial = partial.and_then(LogPosition::decode);
         found.applied_segment = super::meta_u64(&meta, &txn, super::JOURNAL_APPLIED)?;
-        for entry in meta.prefix_iter(&txn, b"log")? {
-            let (key, live) = entry?;
-            let live = live.try_into().map(u64::from_le_bytes).unwrap_or(0);
-            if let Some(segment) = record::log_live_segment(key).filter(|_| live > 0) {
-                found.pointed.push(segment);
-            }
-        }
+        let live = super::log_live(&meta, &txn)?.into_iter();
+        found.pointed = live
+            .filter(|&(_, bytes)| bytes > 0)
+            .map(|(segment, _)| segment)
+            .collect();
     }
     drop(txn);
     env.prepare_for_closing().wait();
@@ -293,7 +290,7 @@ fn segments_after(
 fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
     let mut numbering = Numbering::default();
     let mut first = None;
-    journal::replay(path, number, |record, _| {
+    journal::replay(path, number, |record, _, _| {
         if first.is_none() {
             first = numbering.number(&record).map(|(lsn, _)| lsn);
         }

@@ -13,7 +13,7 @@ use super::space::is_enospc;
 use super::{Inner, LogRetention};
 
 /// Moved values a compaction appends, fsyncs and commits at a time.
-pub(super) const COMPACT_CHUNK: usize = 8 << 20;
+const COMPACT_CHUNK: usize = 8 << 20;
 
 /// The pause after a failed compaction (no room for the moved values, say):
 /// reading a segment again at once would likely fail again.
@@ -95,7 +95,7 @@ impl Inner {
     /// as moves and points LMDB at the copies, [`COMPACT_CHUNK`] at a time.
     /// Returns the bytes moved; an error if the victim is still live after
     /// (its count and its records disagree: a corrupt record, say).
-    pub(super) fn compact(&self, victim: u64) -> io::Result<u64> {
+    fn compact(&self, victim: u64) -> io::Result<u64> {
         // Keys and places only: the values are read again a chunk at a
         // time, so the memory a compaction takes stays bounded.
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
@@ -105,7 +105,7 @@ impl Inner {
             journal::replay(
                 &journal::segment_path(&self.config.dir, victim),
                 victim,
-                |found, offset| {
+                |found, offset, _| {
                     let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
                         return;
                     };
@@ -169,11 +169,7 @@ impl Inner {
     /// before LMDB points to them, whatever the policy), then points LMDB
     /// at each copy whose key still points where it moved from. `moves`:
     /// each record's key, origin and offset in `group`.
-    pub(super) fn commit_moves(
-        &self,
-        group: &[u8],
-        moves: &[(&[u8], Location, usize)],
-    ) -> io::Result<u64> {
+    fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
         let start = self.journal.append(group, None)?;
         self.journal.sync()?;
         let mut txn = self.env.write_txn().map_err(lmdb)?;
@@ -218,7 +214,7 @@ impl Inner {
     /// The applied segments (up to `applied`) that the log's retention lets
     /// go, oldest first: none while a backup holds the history. While the
     /// disk is full, history gives way to writes: every applied segment.
-    pub(super) fn past_retention(&self, applied: u64) -> Vec<u64> {
+    fn past_retention(&self, applied: u64) -> Vec<u64> {
         if self.journal.history_held() {
             return Vec::new();
         }

@@ -9,7 +9,7 @@ use super::{LogRetention, SyncPolicy};
 use crate::classes::SizeClasses;
 
 /// The shortest value kept in the journal: a pointer record takes 41 bytes.
-pub const MIN_LOGGED_VALUE: usize = 64;
+const MIN_LOGGED_VALUE: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct DiskConfig {

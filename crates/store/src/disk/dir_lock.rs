@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-pub const LOCK_FILE: &str = "lock";
+const LOCK_FILE: &str = "lock";
 
 /// Why the directory could not be locked.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use super::Inner;
 use crate::AckState;
 
 /// Expired items removed per round, so one round never grows unbounded.
-pub(super) const RECLAIM_BATCH: usize = 10_000;
+const RECLAIM_BATCH: usize = 10_000;
 
 impl Inner {
     /// Removes expired items, oldest first by the expiry index: a batch of
@@ -62,11 +62,7 @@ impl Inner {
     }
 
     /// The expiry index's entries that are due, oldest first, at most `limit`.
-    pub(super) fn due_expiry_keys(
-        &self,
-        txn: &heed::RoTxn<'_>,
-        limit: usize,
-    ) -> heed::Result<Vec<Vec<u8>>> {
+    fn due_expiry_keys(&self, txn: &heed::RoTxn<'_>, limit: usize) -> heed::Result<Vec<Vec<u8>>> {
         let now = self.now_unix().saturating_sub(self.dead_kept_secs());
         Ok(self
             .expiry

@@ -247,15 +247,14 @@ impl Feed {
     /// The framed length of the record at `offset`, if it is whole (`None`:
     /// nothing, yet, at this place).
     fn look(&mut self) -> io::Result<Option<usize>> {
-        let frame_head = 8;
         let mut reads = 0;
         loop {
             let start = (self.offset - self.buffer_at) as usize;
             let available = &self.buffer[start.min(self.filled)..self.filled];
             // What to read for the record to be whole, if it is not yet.
-            let want = if available.len() >= frame_head {
+            let want = if available.len() >= journal::FRAME {
                 let len = u32::from_le_bytes(available[..4].try_into().expect("4 bytes")) as usize;
-                let framed = frame_head + len;
+                let framed = journal::FRAME + len;
                 (available.len() < framed).then(|| framed.max(READ_CHUNK))
             } else {
                 Some(READ_CHUNK)
@@ -430,11 +429,8 @@ struct GroupSpan {
 
 fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
     let mut groups: Vec<GroupSpan> = Vec::new();
-    let mut scratch = Vec::new();
-    journal::replay(path, number, |record, offset| {
-        scratch.clear();
-        journal::encode(&mut scratch, record, 0);
-        let end = offset + scratch.len() as u64;
+    journal::replay(path, number, |record, offset, framed| {
+        let end = offset + framed as u64;
         match record {
             Record::Group(head) => groups.push(GroupSpan {
                 head,

@@ -123,7 +123,7 @@ pub fn read(
         }
         let mut numbering = Numbering::default();
         let mut failed = None;
-        journal::replay(path, *number, |record, _| {
+        journal::replay(path, *number, |record, _, _| {
             if stopped || failed.is_some() {
                 return;
             }

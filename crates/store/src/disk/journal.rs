@@ -53,7 +53,7 @@ const GROUP: u8 = 5;
 const ROW_PUT: u8 = 6;
 const ROW_REMOVE: u8 = 7;
 const GROUP_HEAD_LEN: usize = 20;
-const FRAME: usize = 8;
+pub const FRAME: usize = 8;
 const BODY_HEAD: usize = 3;
 /// The longest record a pointer may claim (a corrupt one must not make a
 /// read allocate gigabytes): the largest item memcached allows, and more.
@@ -76,18 +76,28 @@ pub struct Location {
 
 impl Location {
     pub(super) fn encode(&self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.segment.to_le_bytes());
-        out[8..].copy_from_slice(&self.offset.to_le_bytes());
-        out
+        encode_pair(self.segment, self.offset)
     }
 
     pub(super) fn decode(bytes: &[u8]) -> Option<Location> {
-        Some(Location {
-            segment: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
-            offset: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
-        })
+        let (segment, offset) = decode_pair(bytes)?;
+        Some(Location { segment, offset })
     }
+}
+
+/// Two u64s little-endian: a [`Location`] or a [`LogPosition`] as stored.
+fn encode_pair(first: u64, second: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&first.to_le_bytes());
+    out[8..].copy_from_slice(&second.to_le_bytes());
+    out
+}
+
+fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+        u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
+    ))
 }
 
 /// One journalled change.
@@ -316,10 +326,10 @@ pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("journal-{number:016x}.log"))
 }
 
-fn free_space(dir: &Path) -> u64 {
-    nix::sys::statvfs::statvfs(dir)
-        .map(|fs| fs.blocks_available() * fs.fragment_size())
-        .unwrap_or(0)
+/// Bytes free to an unprivileged writer on the file system of `dir`.
+pub fn free_space(dir: &Path) -> Option<u64> {
+    let fs = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(fs.blocks_available() * fs.fragment_size())
 }
 
 /// The journal's segments in `dir`, oldest first.
@@ -340,13 +350,13 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// Calls `visit` with each intact record of segment `number` (at `path`)
-/// and its offset, in order; returns how many there were. Reads one record
+/// Calls `visit` with each intact record of segment `number` (at `path`),
+/// its offset and its framed length, in order; returns how many there were. Reads one record
 /// at a time: a segment can hold a quarter of the memory budget.
 pub fn replay(
     path: &Path,
     number: u64,
-    mut visit: impl FnMut(Record<'_>, u64),
+    mut visit: impl FnMut(Record<'_>, u64, usize),
 ) -> io::Result<usize> {
     let file = File::open(path)?;
     let seed = seed_of(number);
@@ -372,7 +382,7 @@ pub fn replay(
         let Some((record, _)) = decode(&frame, seed) else {
             break;
         };
-        visit(record, at);
+        visit(record, at, frame.len());
         at += frame.len() as u64;
         count += 1;
     }
@@ -410,33 +420,31 @@ impl LogPosition {
     pub const LEN: usize = 16;
 
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0; Self::LEN];
-        out[..8].copy_from_slice(&self.lsn.to_le_bytes());
-        out[8..].copy_from_slice(&self.micros.to_le_bytes());
-        out
+        encode_pair(self.lsn, self.micros)
     }
 
     pub fn decode(bytes: &[u8]) -> Option<LogPosition> {
-        Some(LogPosition {
-            lsn: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
-            micros: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
-        })
+        let (lsn, micros) = decode_pair(bytes)?;
+        Some(LogPosition { lsn, micros })
     }
 }
 
 /// A segment no longer appended to.
-pub struct Retired {
-    pub number: u64,
-    /// The newest entry appended up to the end of this segment.
-    pub last: LogPosition,
-    file: Arc<File>,
-    len: u64,
-}
+pub struct Retired(Segment);
 
 impl Retired {
+    pub fn number(&self) -> u64 {
+        self.0.number
+    }
+
+    /// The newest entry appended up to the end of this segment.
+    pub fn last(&self) -> LogPosition {
+        self.0.last
+    }
+
     /// Gives back the reserved space it did not use.
     pub fn release_unused(&self) {
-        release_reserved(&self.file, self.number, self.len);
+        release_reserved(&self.0.file, self.0.number, self.0.len);
     }
 }
 
@@ -601,7 +609,7 @@ impl Journal {
     /// fsyncs a retired segment: it may hold acknowledged writes the syncer
     /// has not reached.
     pub fn sync_retired(&self, retired: &Retired) -> io::Result<()> {
-        self.sync_segment(retired.number, &retired.file, retired.len)
+        self.sync_segment(retired.0.number, &retired.0.file, retired.0.len)
     }
 
     fn sync_segment(&self, number: u64, file: &Arc<File>, len: u64) -> io::Result<()> {
@@ -639,12 +647,7 @@ impl Journal {
             },
         );
         drop(current);
-        Retired {
-            number: old.number,
-            last: old.last,
-            file: old.file,
-            len: old.len,
-        }
+        Retired(old)
     }
 
     /// The segments before the current one, oldest first, with their sizes.
@@ -781,7 +784,7 @@ impl Stored {
 /// attempt comes a step later, not at every append.
 fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
     use std::os::fd::AsRawFd;
-    let step = PREALLOCATE.min(free_space(dir) / 16) & !0xfffff;
+    let step = PREALLOCATE.min(free_space(dir).unwrap_or(0) / 16) & !0xfffff;
     let end = needed.max(from) + step.max(1 << 20);
     if step > 0 {
         let flags = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
@@ -922,7 +925,7 @@ mod tests {
     fn appends_reserve_space_a_step_ahead_and_a_retired_segment_gives_back_the_rest() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        if free_space(dir.path()) < 16 * PREALLOCATE {
+        if free_space(dir.path()).unwrap_or(0) < 16 * PREALLOCATE {
             eprintln!("skipped: the file system has under 1 GiB free");
             return;
         }
@@ -968,7 +971,7 @@ mod tests {
         let next = journal.prepare().unwrap();
         let retired = journal.switch(next);
         journal.sync_retired(&retired).unwrap();
-        assert_eq!((retired.number, retired.last), (7, lsn(1)));
+        assert_eq!((retired.number(), retired.last()), (7, lsn(1)));
         let mut second = Vec::new();
         encode(&mut second, Record::Flush(5), seed_of(8));
         journal.append(&second, Some(lsn(2))).unwrap();
@@ -983,7 +986,7 @@ mod tests {
             vec![7, 8]
         );
         let mut seen = Vec::new();
-        replay(&found[1].1, 8, |record, at| {
+        replay(&found[1].1, 8, |record, at, _| {
             seen.push(format!("{at}: {record:?}"))
         })
         .unwrap();
@@ -1002,7 +1005,7 @@ mod tests {
         bytes.extend_from_slice(&third[..FRAME + 1]);
         fs::write(&torn, &bytes).unwrap();
         seen.clear();
-        let count = replay(&torn, 8, |record, _| seen.push(format!("{record:?}"))).unwrap();
+        let count = replay(&torn, 8, |record, _, _| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!((count, seen.len()), (2, 2));
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
         let older = journal.older_segments();
@@ -1017,7 +1020,7 @@ mod tests {
 
         // A new segment's records replay under its own seed only.
         let retired = journal.switch(journal.prepare().unwrap());
-        assert_eq!(retired.number, 8);
+        assert_eq!(retired.number(), 8);
         let mut fourth = Vec::new();
         encode(&mut fourth, Record::Flush(9), seed_of(9));
         let at = journal.append(&fourth, Some(lsn(3))).unwrap();
@@ -1030,9 +1033,12 @@ mod tests {
         );
         let nine = segment_path(dir.path(), 9);
         seen.clear();
-        replay(&nine, 9, |record, _| seen.push(format!("{record:?}"))).unwrap();
+        replay(&nine, 9, |record, _, _| seen.push(format!("{record:?}"))).unwrap();
         assert_eq!(seen, ["Flush(9)"]);
-        assert_eq!(replay(&nine, 8, |_, _| panic!("another seed")).unwrap(), 0);
+        assert_eq!(
+            replay(&nine, 8, |_, _, _| panic!("another seed")).unwrap(),
+            0
+        );
     }
 
     #[test]
@@ -1087,7 +1093,7 @@ mod tests {
         // After a switch the old segment is read from its file, and a move
         // in the new one reads as its record.
         let retired = journal.switch(journal.prepare().unwrap());
-        assert_eq!(retired.number, 1);
+        assert_eq!(retired.number(), 1);
         retired.release_unused();
         let mut moves = Vec::new();
         encode(

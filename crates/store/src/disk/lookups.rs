@@ -234,7 +234,7 @@ fn entries<'t>(
 }
 
 /// The bounds of `from..to` (index keys) among the entries of index `id`.
-pub(super) fn entry_bounds(
+fn entry_bounds(
     id: u32,
     from: &Bound<Vec<u8>>,
     to: &Bound<Vec<u8>>,

@@ -59,7 +59,7 @@ mod replica;
 mod resident;
 pub mod restore;
 mod retention;
-pub mod rows;
+mod rows;
 mod snapshot;
 mod space;
 mod stats;
@@ -85,9 +85,9 @@ use crate::{
     StoreOutcome, StoreStats,
 };
 
-pub use config::{DiskConfig, MultiPrimary, MIN_LOGGED_VALUE};
+pub use config::{DiskConfig, MultiPrimary};
 pub use journal::LogPosition;
-pub use open::{OpenError, FORMAT_VERSION};
+pub use open::OpenError;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;
 use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG, STALE, WIN_SENT};
@@ -383,6 +383,18 @@ fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) ->
     Ok(bytes
         .and_then(|b| b.try_into().ok())
         .map_or(0, u64::from_le_bytes))
+}
+
+/// The journal bytes LMDB points to, per segment, as `meta` keeps them.
+fn log_live(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>) -> heed::Result<Vec<(u64, u64)>> {
+    let mut live = Vec::new();
+    for entry in meta.prefix_iter(txn, b"log")? {
+        let (key, bytes) = entry?;
+        if let Some(segment) = record::log_live_segment(key) {
+            live.push((segment, bytes.try_into().map_or(0, u64::from_le_bytes)));
+        }
+    }
+    Ok(live)
 }
 
 /// What memcached's decisions read of a record.

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::flushes::Flushes;
 use super::pending::PendingWrites;
-use super::record::{self, ClassCounts, Counts, Header};
+use super::record::{ClassCounts, Counts, Header};
 use super::{
     access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, meta_u64,
     threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
@@ -29,7 +29,7 @@ const FORMAT_KEY: &[u8] = b"format";
 /// `docs/DESIGN.md` describes them. Formats 1 to 3 were written only by
 /// development builds (before rows, and before q-gram indexes took the
 /// grams `STRINC` needs, four characters long); no kura release reads them.
-pub const FORMAT_VERSION: u32 = 4;
+const FORMAT_VERSION: u32 = 4;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -88,12 +88,8 @@ impl DiskStore {
                 .unwrap_or_default(),
             ..Counts::default()
         };
-        for entry in meta.prefix_iter(&txn, b"log")? {
-            let (key, bytes) = entry?;
-            let bytes = bytes.try_into().ok().map(u64::from_le_bytes);
-            if let (Some(segment), Some(bytes)) = (record::log_live_segment(key), bytes) {
-                counts.log.set(segment, bytes);
-            }
+        for (segment, bytes) in super::log_live(&meta, &txn)? {
+            counts.log.set(segment, bytes);
         }
         let applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
@@ -224,7 +220,7 @@ impl Inner {
             let mut failed = None;
             let mut numbering = journal::Numbering::default();
             let mut last = self.journal.current_end().2;
-            let records = journal::replay(path, *number, |record, offset| {
+            let records = journal::replay(path, *number, |record, offset, _| {
                 if failed.is_some() {
                     return;
                 }

@@ -194,7 +194,7 @@ struct ShardState {
     applying: Vec<Arc<Entries>>,
     /// An emptied map for the next drain, so maps do not regrow each round.
     spare: Option<Entries>,
-    cache: ReadCache<Space>,
+    cache: ReadCache,
 }
 
 impl ShardState {

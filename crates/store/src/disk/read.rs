@@ -130,7 +130,7 @@ impl Inner {
 
     /// Sets the fetched bit of a committed record whose first read is noted
     /// but not yet committed.
-    pub(super) fn with_noted_fetch<'v>(
+    fn with_noted_fetch<'v>(
         &self,
         hash: u64,
         mut found: Option<(Header, &'v [u8])>,
@@ -151,7 +151,7 @@ impl Inner {
 
     /// What a read of the item (of `key_hash`) shows; `idle_seconds` is up
     /// to this access, which it then notes.
-    pub(super) fn view<'a>(
+    fn view<'a>(
         &self,
         key: &'a [u8],
         key_hash: u64,

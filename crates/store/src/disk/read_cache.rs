@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
+use super::pending::Space;
 use super::record::Keyed;
 
 /// Bookkeeping charged per entry on top of key and record.
@@ -27,18 +28,18 @@ pub(super) fn entry_charge(key: &[u8], record_len: usize) -> usize {
 }
 
 /// A cached committed record, with its key, the key's space and hash.
-struct CachedRecord<S> {
+struct CachedRecord {
     hash: u64,
-    space: S,
+    space: Space,
     keyed: Keyed,
 }
 
-impl<S: Copy + Eq> CachedRecord<S> {
+impl CachedRecord {
     fn key(&self) -> &[u8] {
         self.keyed.key()
     }
 
-    fn is(&self, hash: u64, space: S, key: &[u8]) -> bool {
+    fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
         self.hash == hash && self.space == space && self.key() == key
     }
 
@@ -47,10 +48,10 @@ impl<S: Copy + Eq> CachedRecord<S> {
     }
 }
 
-/// Committed records recently read, bounded by bytes; `S` tells the
-/// keyspaces apart (the same bytes in two spaces are two keys).
-pub(super) struct ReadCache<S> {
-    records: HashTable<CachedRecord<S>>,
+/// Committed records recently read, bounded by bytes.
+#[derive(Default)]
+pub(super) struct ReadCache {
+    records: HashTable<CachedRecord>,
     /// Key hashes in insertion order; may name records since removed
     /// (skipped when evicting).
     order: VecDeque<u64>,
@@ -59,7 +60,7 @@ pub(super) struct ReadCache<S> {
     missed_once: hashbrown::HashSet<u64, foldhash::fast::FixedState>,
 }
 
-impl<S: Copy + Eq> ReadCache<S> {
+impl ReadCache {
     /// Bytes charged for the records held.
     pub(super) fn bytes(&self) -> usize {
         self.bytes
@@ -70,23 +71,23 @@ impl<S: Copy + Eq> ReadCache<S> {
     }
 
     /// The cached record of `key` (of `hash`, in `space`).
-    pub(super) fn get(&self, hash: u64, space: S, key: &[u8]) -> Option<&[u8]> {
+    pub(super) fn get(&self, hash: u64, space: Space, key: &[u8]) -> Option<&[u8]> {
         self.records
             .find(hash, |cached| cached.is(hash, space, key))
             .map(CachedRecord::record)
     }
 
-    pub(super) fn get_mut(&mut self, hash: u64, space: S, key: &[u8]) -> Option<&mut [u8]> {
+    pub(super) fn get_mut(&mut self, hash: u64, space: Space, key: &[u8]) -> Option<&mut [u8]> {
         self.records
             .find_mut(hash, |cached| cached.is(hash, space, key))
             .map(|cached| cached.keyed.record_mut())
     }
 
-    pub(super) fn remove(&mut self, hash: u64, space: S, key: &[u8]) {
+    pub(super) fn remove(&mut self, hash: u64, space: Space, key: &[u8]) {
         self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
     }
 
-    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord<S>) -> bool) {
+    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
         if let Ok(found) = self
             .records
             .find_entry(hash, |cached| cached.hash == hash && also(cached))
@@ -111,7 +112,7 @@ impl<S: Copy + Eq> ReadCache<S> {
 
     /// Caches a record within `budget` bytes, evicting the oldest first;
     /// one larger than an eighth of the budget is not cached.
-    pub(super) fn insert(&mut self, hash: u64, space: S, keyed: Keyed, budget: usize) {
+    pub(super) fn insert(&mut self, hash: u64, space: Space, keyed: Keyed, budget: usize) {
         let charge = entry_charge(keyed.key(), keyed.record().len());
         if charge > budget / 8 {
             return;
@@ -138,17 +139,6 @@ impl<S: Copy + Eq> ReadCache<S> {
     }
 }
 
-impl<S> Default for ReadCache<S> {
-    fn default() -> Self {
-        ReadCache {
-            records: HashTable::new(),
-            order: VecDeque::new(),
-            bytes: 0,
-            missed_once: Default::default(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,18 +153,18 @@ mod tests {
         let budget = 4096;
         for i in 0..200u64 {
             let key = format!("key{i}");
-            cache.insert(i, (), keyed(key.as_bytes(), 100), budget);
+            cache.insert(i, Space::Item, keyed(key.as_bytes(), 100), budget);
         }
         assert!(cache.bytes() <= budget, "{}", cache.bytes());
         assert!(cache.len() > 10, "{}", cache.len());
-        assert_eq!(cache.get(0, (), b"key0"), None);
-        assert!(cache.get(199, (), b"key199").is_some());
+        assert_eq!(cache.get(0, Space::Item, b"key0"), None);
+        assert!(cache.get(199, Space::Item, b"key199").is_some());
         // A record larger than an eighth of the budget is not cached.
-        cache.insert(1000, (), keyed(b"big", 600), budget);
-        assert_eq!(cache.get(1000, (), b"big"), None);
+        cache.insert(1000, Space::Item, keyed(b"big", 600), budget);
+        assert_eq!(cache.get(1000, Space::Item, b"big"), None);
         // Removed records leave their hashes behind; the order is pruned.
         for i in 150..200u64 {
-            cache.remove(i, (), format!("key{i}").as_bytes());
+            cache.remove(i, Space::Item, format!("key{i}").as_bytes());
         }
         assert_eq!(cache.len(), 0);
         assert_eq!(cache.bytes(), 0);
@@ -182,8 +172,8 @@ mod tests {
         // in the order; those are pruned, even when nothing is evicted.
         let mut roomy = ReadCache::default();
         for i in 0..1000u64 {
-            roomy.insert(i, (), keyed(b"k", 10), 1 << 20);
-            roomy.remove(i, (), b"k");
+            roomy.insert(i, Space::Item, keyed(b"k", 10), 1 << 20);
+            roomy.remove(i, Space::Item, b"k");
         }
         assert_eq!(roomy.len(), 0);
         assert!(roomy.order.len() <= 64, "{}", roomy.order.len());
@@ -192,18 +182,18 @@ mod tests {
     #[test]
     fn the_same_bytes_in_two_spaces_are_two_records() {
         let mut cache = ReadCache::default();
-        cache.insert(5, false, keyed(b"k", 1), 4096);
-        cache.insert(5, true, keyed(b"k", 2), 4096);
-        assert_eq!(cache.get(5, false, b"k").map(<[u8]>::len), Some(1));
-        assert_eq!(cache.get(5, true, b"k").map(<[u8]>::len), Some(2));
-        cache.remove(5, true, b"k");
-        assert_eq!(cache.get(5, true, b"k"), None);
-        assert!(cache.get(5, false, b"k").is_some());
+        cache.insert(5, Space::Item, keyed(b"k", 1), 4096);
+        cache.insert(5, Space::Row, keyed(b"k", 2), 4096);
+        assert_eq!(cache.get(5, Space::Item, b"k").map(<[u8]>::len), Some(1));
+        assert_eq!(cache.get(5, Space::Row, b"k").map(<[u8]>::len), Some(2));
+        cache.remove(5, Space::Row, b"k");
+        assert_eq!(cache.get(5, Space::Row, b"k"), None);
+        assert!(cache.get(5, Space::Item, b"k").is_some());
     }
 
     #[test]
     fn a_key_is_admitted_on_its_second_miss() {
-        let mut cache = ReadCache::<()>::default();
+        let mut cache = ReadCache::default();
         assert!(!cache.admit(9));
         assert!(cache.admit(9));
         assert!(!cache.admit(9), "the door starts over for it");

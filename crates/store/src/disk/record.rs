@@ -97,7 +97,7 @@ pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN 
         ..*header
     };
     let mut out = [0; HEADER_LEN + LogPointer::LEN];
-    out[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    out[..HEADER_LEN].copy_from_slice(&header.encode());
     out[HEADER_LEN..].copy_from_slice(&pointer.encode());
     out
 }
@@ -141,7 +141,7 @@ impl Keyed {
         let value_len = value_parts.iter().map(|p| p.len()).sum::<usize>();
         let mut bytes = Vec::with_capacity(key.len() + HEADER_LEN + value_len);
         bytes.extend_from_slice(key);
-        bytes.extend_from_slice(&header.to_bytes());
+        bytes.extend_from_slice(&header.encode());
         for part in value_parts {
             bytes.extend_from_slice(part);
         }
@@ -191,7 +191,7 @@ impl Header {
         ))
     }
 
-    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0; HEADER_LEN];
         out[0..4].copy_from_slice(&self.flags.to_le_bytes());
         out[4..8].copy_from_slice(&self.expiry_unix.to_le_bytes());
@@ -202,7 +202,7 @@ impl Header {
 
     /// Puts this header in place of the one `record` starts with.
     pub fn write_over(&self, record: &mut [u8]) {
-        record[..HEADER_LEN].copy_from_slice(&self.to_bytes());
+        record[..HEADER_LEN].copy_from_slice(&self.encode());
     }
 
     pub fn has(&self, bit: u8) -> bool {

@@ -151,12 +151,10 @@ impl Inner {
     /// covers at once, and the next group journals it (a failed append
     /// leaves it requested for the next).
     pub(super) fn take_flush(&self, boundary: u64) {
-        let boundary = || {
+        self.request_flush(|| {
             self.last_cas.fetch_max(boundary, Ordering::AcqRel);
             boundary
-        };
-        self.flushes.request(boundary, || self.pending.next_seq());
-        self.pending.clear_cache();
+        });
     }
 
     /// Runs `writes` (ordinary writes through the engine's calls) and
@@ -332,12 +330,12 @@ impl BaseLoad for BaseLoader<'_> {
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
-        let applied = Some((retired.number, at));
+        let applied = Some((retired.number(), at));
         (inner.commit_counted(txn, &mut counts, applied)).map_err(failed)?;
         inner.config.io.sync_data(&inner.env).map_err(failed)?;
         inner
             .applied_segment
-            .fetch_max(retired.number, Ordering::AcqRel);
+            .fetch_max(retired.number(), Ordering::AcqRel);
         for segment in inner.journal.older_segments() {
             if let Err(error) = inner.journal.remove(segment.number) {
                 tracing::warn!(%error, segment = segment.number, "cannot remove a journal segment older than a snapshot");

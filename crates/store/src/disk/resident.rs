@@ -41,11 +41,11 @@ fn mapping_of(file: &Path) -> Option<(usize, usize)> {
 }
 
 /// Drops the data file's mapped pages from the resident set when the
-/// process is over `budget`, and gives freed heap memory back. Returns
-/// whether it trimmed.
-pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) -> bool {
+/// process is over `budget`, and gives freed heap memory back; counts
+/// each trim in `trims`.
+pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) {
     if process_resident_bytes().is_none_or(|resident| resident <= budget) {
-        return false;
+        return;
     }
     // Workers allocate pending writes and the applier frees them a round
     // later; glibc keeps what its per-thread arenas freed (random overwrites
@@ -56,10 +56,10 @@ pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) -> bool {
         libc::malloc_trim(0);
     }
     let Some((start, end)) = mapping_of(data_file) else {
-        return false;
+        return;
     };
     let Some(address) = std::ptr::NonNull::new(start as *mut std::ffi::c_void) else {
-        return false;
+        return;
     };
     // SAFETY: the range is LMDB's read-only shared mapping of the data file,
     // found in /proc/self/maps. MADV_DONTNEED on a shared file mapping only
@@ -77,5 +77,4 @@ pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) -> bool {
     if done.is_ok() {
         trims.fetch_add(1, Ordering::Relaxed);
     }
-    done.is_ok()
 }

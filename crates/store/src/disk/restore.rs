@@ -182,14 +182,8 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
         inline.write_over(logged.record_mut());
         items.put(&mut txn, &key, logged.record())?;
     }
-    let log_keys: Vec<Vec<u8>> = meta
-        .prefix_iter(&txn, b"log")?
-        .filter_map(|entry| entry.ok())
-        .filter(|(key, _)| record::log_live_segment(key).is_some())
-        .map(|(key, _)| key.to_vec())
-        .collect();
-    for key in log_keys {
-        meta.delete(&mut txn, &key)?;
+    for (segment, _) in super::log_live(&meta, &txn)? {
+        meta.delete(&mut txn, &record::log_live_key(segment))?;
     }
     txn.commit()?;
     env.force_sync()?;

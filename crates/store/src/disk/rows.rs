@@ -34,13 +34,10 @@ pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
 /// The key of a row: `None` when the table name or the primary key is
 /// empty, or they are too long together.
 pub fn row_key(table: &[u8], primary_key: &[u8]) -> Option<Vec<u8>> {
-    let table_len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
     if primary_key.is_empty() || 1 + table.len() + primary_key.len() > MAX_ROW_KEY {
         return None;
     }
-    let mut key = Vec::with_capacity(1 + table.len() + primary_key.len());
-    key.push(table_len);
-    key.extend_from_slice(table);
+    let mut key = table_prefix(table)?;
     key.extend_from_slice(primary_key);
     Some(key)
 }

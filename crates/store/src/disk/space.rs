@@ -8,7 +8,7 @@ use super::Inner;
 
 /// How often a busy writer checks the space left, so a fast writer refuses
 /// writes before the file system is full, not after.
-pub(super) const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
+const SPACE_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 pub(super) fn is_enospc(error: &io::Error) -> bool {
     error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32)
@@ -32,8 +32,7 @@ impl Inner {
     /// journal segment holds for LMDB (at most that much room when applied).
     pub(super) fn space_left(&self) -> Option<u64> {
         let (used, file) = (*self.lmdb_usage.lock())?;
-        let fs = nix::sys::statvfs::statvfs(self.env.path()).ok()?;
-        let fs_free = fs.blocks_available() as u64 * fs.fragment_size() as u64;
+        let fs_free = super::journal::free_space(self.env.path())?;
         let map_left = (self.config.map_size as u64).saturating_sub(used);
         let room = map_left.min(fs_free + file.saturating_sub(used));
         Some(room.saturating_sub(self.journal.current_bytes()))

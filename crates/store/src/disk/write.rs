@@ -25,10 +25,16 @@ impl Inner {
             Some(_) => self.next_cas(),
             None => self.last_cas.load(Ordering::Acquire),
         };
+        fence.raise(self.request_flush(boundary));
+    }
+
+    /// Flushes through the boundary `boundary` gives (asked for under the
+    /// flush's lock); returns the sequence whose acknowledgement covers it.
+    pub(super) fn request_flush(&self, boundary: impl FnOnce() -> u64) -> u64 {
         let seq = self.flushes.request(boundary, || self.pending.next_seq());
-        fence.raise(seq);
         // Every cached record is dead now: give their memory back.
         self.pending.clear_cache();
+        seq
     }
 
     /// Applies a delayed flush whose time has come.
@@ -117,7 +123,7 @@ impl Inner {
 
     /// A plan's expiry as a record's (Unix seconds), `old_unix` the current
     /// item's.
-    pub(super) fn expiry_of(&self, expiry: Expiry, old_unix: u32) -> u32 {
+    fn expiry_of(&self, expiry: Expiry, old_unix: u32) -> u32 {
         match expiry {
             Expiry::Keep => old_unix,
             Expiry::At(expiry) => self.to_unix(expiry),
@@ -150,7 +156,7 @@ impl Inner {
 
     /// A plain `set` replaces whatever is there, so it skips reading the
     /// current item (the writer fixes the expiry index and counts).
-    pub(super) fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
+    fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
         self.apply_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
         let header = self.new_header(command.flags, self.to_unix(command.expiry));
