@@ -1,5 +1,6 @@
-//! Which writes may be acknowledged: the writer thread decides writes in
-//! sequence order, and replies wait for the decision (see `AckState`).
+//! Which writes may be acknowledged: the thread that appends a group (the
+//! writer, or a worker leading the append) decides its writes in sequence
+//! order, and replies wait for the decision (see `AckState`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +44,7 @@ impl Acks {
     }
 
     /// Records that writes up to `through` are decided; `failed` when the
-    /// append (or LMDB commit) carrying those after the previous decision failed.
+    /// append carrying those after the previous decision failed.
     pub fn advance(&self, through: u64, failed: bool) {
         let previous = self.decided();
         if through <= previous {

@@ -121,7 +121,7 @@ impl DiskConfig {
         self.pending_limit / 16
     }
 
-    /// First reads noted in memory before the writer commits them although
+    /// First reads noted in memory before the applier commits them although
     /// it is busy: about a sixth of the pending memory (a note costs about
     /// 100 bytes with its key).
     pub fn mark_limit(&self) -> usize {

@@ -1,5 +1,6 @@
-//! Expired items removed from LMDB: a batch per apply round, oldest first by
-//! the expiry index, and all of them at once for `lru_crawler crawl`.
+//! Expired items removed from LMDB by the applier: a batch in the round
+//! after the maintenance tick finds some due, oldest first by the expiry
+//! index, and all of them at once for `lru_crawler crawl`.
 
 use std::sync::atomic::Ordering;
 
@@ -76,7 +77,7 @@ impl Inner {
             .collect())
     }
 
-    /// Has the writer crawl the classes marked now; returns how many
+    /// Has the applier crawl the classes marked now; returns how many
     /// expired items it removed.
     pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
         let before = self.counters.crawler_reclaimed.total();
@@ -88,7 +89,7 @@ impl Inner {
         (self.counters.crawler_reclaimed.total() - before) as usize
     }
 
-    /// Has the writer reclaim expired items now, if any are due; returns how
+    /// Has the applier reclaim expired items now, if any are due; returns how
     /// many it removed.
     pub(super) fn reclaim_expired_now(&self) -> usize {
         let due = self.env.read_txn().ok().is_some_and(|txn| {

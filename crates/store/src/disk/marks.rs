@@ -3,7 +3,7 @@
 //! A first read sets the item's fetched bit, which meta `h` and the
 //! `*_unfetched` counters report. Committing it rewrites the record's page
 //! as a set does: committed with the next group, marks were half of all
-//! committed writes in a read-mostly load and doubled the writer's work. So
+//! committed writes in a read-mostly load and doubled the applier's work. So
 //! the worker only notes `(key, CAS)` here, reads consult the note, and the
 //! applier commits notes in batches when it is idle, when too many wait, or
 //! at shutdown (see `applier.rs`). A SIGKILL loses only notes: an item then
@@ -27,14 +27,14 @@ const SHARDS: usize = 64;
 struct Shard {
     /// Key hash → CAS value of the item when it was first read.
     noted: HashMap<u64, u64, foldhash::fast::FixedState>,
-    /// The notes' keys in the order they came, for the writer.
+    /// The notes' keys in the order they came, for the applier.
     keys: Vec<(Arc<[u8]>, u64)>,
 }
 
 pub struct FetchMarks {
     shards: Box<[Mutex<Shard>]>,
     hasher: foldhash::fast::FixedState,
-    /// Notes not yet taken by the writer.
+    /// Notes not yet taken by the applier.
     waiting: AtomicUsize,
     /// Notes reads consult: waiting, or taken and not yet forgotten.
     held: AtomicUsize,
@@ -87,14 +87,14 @@ impl FetchMarks {
         self.shard(hash).lock().noted.get(&hash) == Some(&cas)
     }
 
-    /// Notes waiting for the writer.
+    /// Notes waiting for the applier.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
     /// Takes about `max` notes, oldest first in every shard, for a commit.
     /// Reads still see them until [`forget`](Self::forget), which the
-    /// writer calls once the commit is over and the read cache agrees.
+    /// applier calls once the commit is over and the read cache agrees.
     pub fn take(&self, max: usize) -> Vec<(Arc<[u8]>, u64)> {
         let per_shard = max.div_ceil(SHARDS);
         let mut taken = Vec::new();
@@ -192,7 +192,7 @@ mod tests {
             let key = format!("k{cas}");
             marks.note(marks.hash(key.as_bytes()), key.as_bytes(), cas);
         }
-        // Some are with the writer when the flush comes.
+        // Some are with the applier when the flush comes.
         let taken = marks.take(10);
         marks.forget_through(60);
         let taken_newer = taken.iter().filter(|&&(_, cas)| cas > 60).count();
@@ -218,7 +218,7 @@ mod tests {
         let taken = marks.take(640);
         assert!((500..=640).contains(&taken.len()), "{}", taken.len());
         assert_eq!(marks.waiting(), 10_000 - taken.len());
-        // The same key read again as a newer item: both notes reach the writer.
+        // The same key read again as a newer item: both notes reach the applier.
         marks.note(marks.hash(b"x"), b"x", 1);
         marks.note(marks.hash(b"x"), b"x", 2);
         assert!(marks.noted(marks.hash(b"x"), 2));

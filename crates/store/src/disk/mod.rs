@@ -9,7 +9,7 @@
 //!    │               journal ─ one append per group ─▶ acks (the group's replies go out)
 //!    │                   │
 //!    │                   ▼
-//!    │               applier thread ─ one LMDB transaction per round ─▶ data.mdb, fsync,
+//!    │               applier thread ─ an LMDB transaction per round (or part) ─▶ data.mdb, fsync,
 //!    │                   segments that retention does not keep deleted
 //!    │               syncer thread ─ fsync of the journal as the sync policy says
 //! ```
@@ -109,7 +109,7 @@ pub struct DiskStore {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// What the workers, the writer and the syncer share.
+/// What the workers, the writer, the applier and the syncer share.
 struct Inner {
     env: Env,
     items: Database<Bytes, Bytes>,
@@ -140,7 +140,7 @@ struct Inner {
     logged: Mutex<appender::Logged>,
     /// Writes decided: journalled (their replies may go), or failed.
     acks: ack::Acks,
-    /// Writes in LMDB (or failed): what stats, scans and backpressure wait for.
+    /// Writes in LMDB: what stats, scans and backpressure wait for.
     applied: ack::Acks,
     /// Flushes asked for and not yet in LMDB.
     flushes: flushes::Flushes,

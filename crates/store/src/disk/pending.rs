@@ -2,12 +2,13 @@
 //!
 //! Workers never wait for LMDB's single writer: a write lands here (under
 //! its key's shard lock, which also makes read-modify-writes such as incr
-//! and append atomic), the writer thread journals it with its group, and
-//! the applier later puts many groups into LMDB in one transaction. Reads
-//! look here first, so a write is visible at once.
+//! and append atomic), the thread leading the next append (the writer, or
+//! a worker) journals it with its group, and the applier later puts many
+//! groups into LMDB in one round. Reads look here first, so a write is
+//! visible at once.
 //!
-//! Each shard keeps four generations. `fresh` takes the writes; when the
-//! writer starts a group it swaps `fresh` for an empty map and shares the
+//! Each shard keeps four generations. `fresh` takes the writes; when an
+//! append starts a group it swaps `fresh` for an empty map and shares the
 //! old one as `appending`, which nobody changes. Once the group is in the
 //! journal its writes move into `logged` (a newer write of a key replaces
 //! the older). The applier swaps `logged` out as `applying`, and drops it
@@ -471,7 +472,7 @@ impl PendingWrites {
     }
 
     /// Sets `bits` in the cached record of `key` if it is still the item
-    /// `cas`: the writer committed that change to LMDB, and the cache must
+    /// `cas`: the applier committed that change to LMDB, and the cache must
     /// not hold anything older.
     pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
         let mut shard = self.lock(key);

@@ -27,7 +27,7 @@ impl Inner {
     /// has one, else its cached record, else what LMDB holds (then cached).
     /// The caller holds the key's shard lock, so no write of the key comes
     /// between the look in the pending table and the read of LMDB: a write
-    /// the writer has just retired is seen committed, and what is cached is
+    /// the applier has just retired is seen committed, and what is cached is
     /// LMDB's newest. A pending write not journalled yet raises `fence`:
     /// what the caller replies from it waits until it is acknowledged.
     pub(super) fn with_record<R>(

@@ -16,7 +16,7 @@ use super::record::{Header, Keyed, FETCHED, STALE, WIN_SENT};
 use super::{current, Inner, WriteFailed};
 
 impl Inner {
-    /// Flushes everything written so far: reads skip it at once, the writer
+    /// Flushes everything written so far: reads skip it at once, the applier
     /// clears it from LMDB in its next commit.
     pub(super) fn flush(&self, fence: &AckFence) {
         let boundary = || match self.stamps {
@@ -76,11 +76,11 @@ impl Inner {
         Ok(result)
     }
 
-    /// Backpressure: more pending than allowed means the writer is behind;
+    /// Backpressure: more pending than allowed means the applier is behind;
     /// wait for it rather than grow without bound.
     pub(super) fn wait_for_pending_room(&self) {
-        // This thread holds the journal (`one_append`): waiting for the
-        // writer would wait for itself.
+        // This thread holds the journal (`one_append`): the room it would
+        // wait for needs an append, which waits for this thread.
         if super::replica::holds_the_journal() {
             return;
         }
@@ -155,7 +155,7 @@ impl Inner {
     }
 
     /// A plain `set` replaces whatever is there, so it skips reading the
-    /// current item (the writer fixes the expiry index and counts).
+    /// current item (the applier fixes the expiry index and counts).
     fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
         self.apply_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
