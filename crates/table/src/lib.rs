@@ -9,6 +9,7 @@ pub mod condition;
 pub mod index;
 pub mod number;
 pub mod query;
+pub mod streams;
 pub mod text;
 
 pub use columns::{Columns, Record, StoredRecord};
