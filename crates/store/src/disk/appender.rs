@@ -1,14 +1,15 @@
-//! Appending to the update log: each round the writer takes every pending
-//! write and appends them to the journal in one write; then their replies
-//! may go out. Writes that arrive meanwhile form the next group, so groups
-//! grow with load.
+//! Appending to the update log: each round the writer (or a worker leading
+//! the append) takes every pending write and appends them to the journal in
+//! one write; then their replies may go out. Writes that arrive meanwhile
+//! form the next group, so groups grow with load. A caller that must append
+//! its writes as one group (`one_append`) holds the journal meanwhile.
 
 use std::sync::atomic::Ordering;
 use std::thread;
 
 use super::journal::{self, GroupHead, Location, LogPosition, Record};
-use super::pending::{Batch, Pending, Space};
-use super::record::Header;
+use super::pending::{Batch, Pending};
+use super::record::{Header, Space};
 use super::space::is_enospc;
 use super::threads::IDLE_TICK;
 use super::{Inner, SyncPolicy};
@@ -26,6 +27,34 @@ pub(super) struct Logged {
     pub(super) flush: Option<u64>,
     /// Segments appended to since the applier's last rotation.
     pub(super) dirty: bool,
+}
+
+thread_local! {
+    /// Set while this thread holds the journal's leader lock to write
+    /// ([`Inner::one_append`]) or to load a snapshot (`replica::BaseLoader`).
+    static HOLDS_THE_JOURNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread holds the journal's leader lock (nothing it waits
+/// for may need an append).
+pub(super) fn holds_the_journal() -> bool {
+    HOLDS_THE_JOURNAL.with(std::cell::Cell::get)
+}
+
+/// Marks this thread as holding the journal's leader lock while it lives.
+pub(super) struct JournalHeld;
+
+impl JournalHeld {
+    pub(super) fn mark() -> JournalHeld {
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
+        JournalHeld
+    }
+}
+
+impl Drop for JournalHeld {
+    fn drop(&mut self) {
+        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
+    }
 }
 
 /// Encodes a journal group for `segment`: its head, then the batch's
@@ -76,6 +105,20 @@ fn encode_group(
 }
 
 impl Inner {
+    /// Runs `writes` (ordinary writes through the engine's calls) and
+    /// appends everything they left pending as one group: they reach the
+    /// log, and LMDB, together or not at all. A follower of a Tokyo
+    /// Tyrant master writes its changes and its position so. `writes` must
+    /// not wait for LMDB (a scan, `setindex`): the journal waits for it.
+    pub(super) fn one_append(&self, writes: &mut dyn FnMut()) -> bool {
+        self.wait_for_pending_room();
+        let mut leader = self.journal_leader.lock();
+        let held = JournalHeld::mark();
+        writes();
+        drop(held);
+        self.journal_round(&mut leader, None).is_some()
+    }
+
     pub(super) fn write_loop(&self) {
         loop {
             let stopping = self.signals.stopping();

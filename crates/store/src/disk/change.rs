@@ -3,8 +3,8 @@
 //! the applier, the compactor, expiry and the replay share.
 
 use super::journal::Location;
-use super::pending::{Pending, Space};
-use super::record::{self, Header, LogPointer};
+use super::pending::Pending;
+use super::record::{self, Header, LogPointer, Space};
 
 /// One change the applier makes to a key.
 #[derive(Clone, Copy)]

@@ -17,8 +17,8 @@ use std::sync::atomic::Ordering;
 use kura_table::Record as Row;
 
 use super::journal::{LogPosition, Record};
-use super::pending::{Change, Space};
-use super::record::{Header, Keyed};
+use super::pending::Change;
+use super::record::{Header, Keyed, Space};
 use super::replica::{group_of, key_fits, records};
 use super::{Inner, WriteFailed};
 use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};

@@ -32,7 +32,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::journal::Location;
 use super::read_cache::{entry_charge, ReadCache, MAX_CACHED_RECORD};
-use super::record::{self, Header, Keyed};
+use super::record::{self, Header, Keyed, Space};
 
 const SHARDS: usize = 64;
 /// A shard's emptied map is kept for its next round unless it grew past
@@ -45,14 +45,6 @@ const SPARE_MAP_ENTRIES: usize = 16 * 1024;
 /// every key of a shard into a 64th of the buckets or share one tag.
 fn shard_of(hash: u64) -> usize {
     (hash >> 32) as usize % SHARDS
-}
-
-/// Which keyspace a pending write belongs to: memcached's items, or table
-/// rows (`rows.rs`). The same bytes in two spaces are two keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Space {
-    Item,
-    Row,
 }
 
 /// Mixed into a row key's hash, so rows and items with the same bytes

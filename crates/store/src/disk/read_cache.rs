@@ -12,8 +12,7 @@ use std::collections::VecDeque;
 
 use hashbrown::HashTable;
 
-use super::pending::Space;
-use super::record::Keyed;
+use super::record::{Keyed, Space};
 
 /// Bookkeeping charged per entry on top of key and record.
 pub(super) const ENTRY_OVERHEAD: usize = 64;

@@ -116,6 +116,15 @@ pub fn log_live_key(segment: u64) -> [u8; 11] {
     out
 }
 
+/// Which keyspace a record belongs to: memcached's items (the `items`
+/// database), or table rows (`rows`). The same bytes in two spaces are two
+/// keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Space {
+    Item,
+    Row,
+}
+
 /// A key and its stored record in one allocation: what a pending write
 /// and a cached read hold, so a lookup touches the table and one block.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,40 +18,13 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::MutexGuard;
 
+use super::appender::JournalHeld;
 use super::change::Write;
 use super::journal::{self, GroupHead, LogPosition, Record};
-use super::pending::{Change, Space};
-use super::record::{self, Counts, Keyed};
+use super::pending::Change;
+use super::record::{self, Counts, Keyed, Space};
 use super::Inner;
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
-
-thread_local! {
-    /// Set while this thread holds the journal's leader lock to write
-    /// ([`Inner::one_append`]) or to load a snapshot ([`BaseLoader`]).
-    static HOLDS_THE_JOURNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread holds the journal's leader lock (nothing it waits
-/// for may need an append).
-pub(super) fn holds_the_journal() -> bool {
-    HOLDS_THE_JOURNAL.with(std::cell::Cell::get)
-}
-
-/// Marks this thread as holding the journal's leader lock while it lives.
-struct JournalHeld;
-
-impl JournalHeld {
-    fn mark() -> JournalHeld {
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
-        JournalHeld
-    }
-}
-
-impl Drop for JournalHeld {
-    fn drop(&mut self) {
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
-    }
-}
 
 /// `meta` key: present while a snapshot is being loaded.
 pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
@@ -155,20 +128,6 @@ impl Inner {
             self.last_cas.fetch_max(boundary, Ordering::AcqRel);
             boundary
         });
-    }
-
-    /// Runs `writes` (ordinary writes through the engine's calls) and
-    /// appends everything they left pending as one group: they reach the
-    /// log, and LMDB, together or not at all. A follower of a Tokyo
-    /// Tyrant master writes its changes and its position so. `writes` must
-    /// not wait for LMDB (a scan, `setindex`): the journal waits for it.
-    pub(super) fn one_append(&self, writes: &mut dyn FnMut()) -> bool {
-        self.wait_for_pending_room();
-        let mut leader = self.journal_leader.lock();
-        let held = JournalHeld::mark();
-        writes();
-        drop(held);
-        self.journal_round(&mut leader, None).is_some()
     }
 
     /// Clears this server for a snapshot (see the module's notes).

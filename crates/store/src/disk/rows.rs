@@ -13,9 +13,9 @@
 use kura_table::{Record, StoredRecord};
 
 use super::change::Write;
-use super::pending::{Change, Pending, Space};
+use super::pending::{Change, Pending};
 use super::read_cache::MAX_CACHED_RECORD;
-use super::record::Keyed;
+use super::record::{Keyed, Space};
 use super::{DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::{IndexCommand, IndexKind, Lookup};
@@ -229,7 +229,7 @@ impl Inner {
     pub(super) fn catch_up(&self) -> Result<(), WriteFailed> {
         // A thread that keeps the journal waits for what is journalled: a
         // number taken since (a reclaim's, say) needs an append it blocks.
-        let seq = match super::replica::holds_the_journal() {
+        let seq = match super::appender::holds_the_journal() {
             true => self.logged.lock().through,
             false => self.pending.last_seq(),
         };

@@ -81,7 +81,7 @@ impl Inner {
     pub(super) fn wait_for_pending_room(&self) {
         // This thread holds the journal (`one_append`): the room it would
         // wait for needs an append, which waits for this thread.
-        if super::replica::holds_the_journal() {
+        if super::appender::holds_the_journal() {
             return;
         }
         while self.pending.bytes() > self.config.pending_limit && self.health.applies() {
