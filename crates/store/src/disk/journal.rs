@@ -163,8 +163,10 @@ impl GroupHead {
 }
 
 impl GroupHead {
-    /// The position of the group's last entry, when it holds `entries`.
+    /// The position of the group's last entry, when it holds `entries`
+    /// (one at least).
     pub fn last(&self, entries: usize) -> LogPosition {
+        debug_assert!(entries > 0 && self.first_lsn > 0);
         LogPosition {
             lsn: self.first_lsn + entries as u64 - 1,
             micros: self.micros,

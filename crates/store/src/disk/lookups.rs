@@ -18,8 +18,8 @@ use super::indexes::{borrowed, def_in, entry_key, span};
 use super::rows::row_key;
 use super::{Inner, WriteFailed};
 
-/// Index keys a lookup merges as sorted streams; with more, it collects
-/// and sorts its primary keys instead.
+/// Index keys a lookup merges as sorted streams; with more, it reads their
+/// entries in index order (an unsorted stream).
 const MAX_MERGED_KEYS: usize = 64;
 /// A row read by its key costs about this many times a row read in a scan
 /// (measured: STRINC over a million rows, 0.6-1.0 µs a candidate read by

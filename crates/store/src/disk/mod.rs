@@ -140,7 +140,7 @@ struct Inner {
     logged: Mutex<appender::Logged>,
     /// Writes decided: journalled (their replies may go), or failed.
     acks: ack::Acks,
-    /// Writes in LMDB: what stats, scans and backpressure wait for.
+    /// Writes in LMDB, or whose append failed: what stats, scans and backpressure wait for.
     applied: ack::Acks,
     /// Flushes asked for and not yet in LMDB.
     flushes: flushes::Flushes,

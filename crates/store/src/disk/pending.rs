@@ -76,7 +76,7 @@ enum Held {
     Remove(Box<[u8]>),
 }
 
-/// A pending write, as reads and the writer see it.
+/// A pending write, as reads and the append see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pending<'a> {
     /// The key's new record.
@@ -254,7 +254,7 @@ pub struct PendingWrites {
     shards: Box<[Mutex<ShardState>]>,
     hasher: foldhash::fast::FixedState,
     last_seq: AtomicU64,
-    /// Set by every write, cleared by the writer when it drains.
+    /// Set by every write, cleared by the append that drains.
     dirty: AtomicBool,
     /// Bytes held by pending writes of every generation.
     bytes: AtomicUsize,

@@ -102,8 +102,8 @@ impl Inner {
     }
 
     /// The record of an item whose value is in the log: `header` (LMDB's or
-    /// the pending write's, whose bits are the newest) and the value
-    /// `pointer` leads to.
+    /// the pending write's, whose bits are the newest; as `in_log` gives it,
+    /// without `IN_LOG`) and the value `pointer` leads to.
     pub(super) fn with_logged_value(
         &self,
         key: &[u8],

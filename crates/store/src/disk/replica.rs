@@ -37,14 +37,16 @@ pub(super) fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String
     journal::decode_all(bytes, seed).ok_or_else(|| "a damaged record from the master".to_string())
 }
 
-/// A group of the master's (or a peer's): its head, then its entries.
+/// A group of the master's (or a peer's): its head, then its entries (a
+/// log holds no group without one, nor an entry numbered 0).
 pub(super) fn group_of(bytes: &[u8], seed: u32) -> Result<(GroupHead, Vec<Record<'_>>), String> {
     let mut records = records(bytes, seed)?;
     match records.first() {
-        Some(&Record::Group(head)) => {
+        Some(&Record::Group(head)) if head.first_lsn > 0 && records.len() > 1 => {
             records.remove(0);
             Ok((head, records))
         }
+        Some(Record::Group(_)) => Err("a group without entries, or numbered from 0".to_string()),
         _ => Err("a group without its head".to_string()),
     }
 }
@@ -304,5 +306,42 @@ impl BaseLoad for BaseLoader<'_> {
         inner.base_incomplete.store(false, Ordering::Release);
         inner.measure_lmdb_usage();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(records: &[Record<'_>]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for record in records {
+            journal::encode(&mut bytes, *record, REPLICATION_SEED);
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_group_needs_its_head_an_entry_and_a_first_lsn_past_0() {
+        let head = |first_lsn| {
+            Record::Group(GroupHead {
+                first_lsn,
+                micros: 5,
+                origin: 1,
+            })
+        };
+        let remove = Record::Remove { key: b"k" };
+        let bytes = framed(&[head(7), remove]);
+        let (found, entries) = group_of(&bytes, REPLICATION_SEED).unwrap();
+        assert_eq!(found.last(entries.len()).lsn, 7);
+        assert_eq!((found.first_lsn, entries), (7, vec![remove]));
+        for refused in [
+            framed(&[head(7)]),
+            framed(&[head(0), remove]),
+            framed(&[remove]),
+        ] {
+            assert!(group_of(&refused, REPLICATION_SEED).is_err());
+        }
+        assert!(group_of(&bytes[..bytes.len() - 1], REPLICATION_SEED).is_err());
     }
 }

@@ -25,10 +25,7 @@ const MAX_ROW_KEY: usize = 511;
 
 /// The first key of a table's rows.
 pub(super) fn table_prefix(table: &[u8]) -> Option<Vec<u8>> {
-    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
-    let mut prefix = vec![len];
-    prefix.extend_from_slice(table);
-    Some(prefix)
+    prefixed(table, &[])
 }
 
 /// The key of a row: `None` when the table name or the primary key is
@@ -37,8 +34,16 @@ pub fn row_key(table: &[u8], primary_key: &[u8]) -> Option<Vec<u8>> {
     if primary_key.is_empty() || 1 + table.len() + primary_key.len() > MAX_ROW_KEY {
         return None;
     }
-    let mut key = table_prefix(table)?;
-    key.extend_from_slice(primary_key);
+    prefixed(table, primary_key)
+}
+
+/// The table's name with its length byte, then `rest`.
+fn prefixed(table: &[u8], rest: &[u8]) -> Option<Vec<u8>> {
+    let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
+    let mut key = Vec::with_capacity(1 + table.len() + rest.len());
+    key.push(len);
+    key.extend_from_slice(table);
+    key.extend_from_slice(rest);
     Some(key)
 }
 
