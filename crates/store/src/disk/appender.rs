@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::thread;
 
-use super::journal::{self, GroupHead, Location, LogPosition, Record};
+use super::log_format::{self, GroupHead, Location, LogPosition, Record};
 use super::pending::{Batch, Pending};
 use super::record::{Header, Space};
 use super::space::is_enospc;
@@ -68,10 +68,10 @@ fn encode_group(
     batch: &Batch,
     segment: u64,
 ) {
-    let seed = journal::seed_of(segment);
+    let seed = log_format::seed_of(segment);
     group.clear();
     offsets.clear();
-    journal::encode(group, Record::Group(head), seed);
+    log_format::encode(group, Record::Group(head), seed);
     let is_covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
         (Some(boundary), Space::Item, Pending::Put(record)) => {
             Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
@@ -92,14 +92,14 @@ fn encode_group(
                 (Space::Row, Pending::Remove) => Record::RowRemove { key },
             };
             offsets[k] = group.len() as u64;
-            journal::encode(group, record, seed);
+            log_format::encode(group, record, seed);
         }
     };
     // In log order: the writes the flush covers (made before it), the
     // flush, then the rest; `offsets` stays in the batch's order.
     if let Some(boundary) = flush {
         encode_writes(group, true);
-        journal::encode(group, Record::Flush(boundary), seed);
+        log_format::encode(group, Record::Flush(boundary), seed);
     }
     encode_writes(group, false);
 }

@@ -16,7 +16,7 @@ use heed::RwTxn;
 
 use super::change::{Old, Write};
 use super::compactor::{Compaction, COMPACT_RETRY};
-use super::journal::LogPosition;
+use super::log_format::LogPosition;
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
 use super::space::is_out_of_space;

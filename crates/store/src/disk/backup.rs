@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::history;
-use super::journal::{self, LogPosition, Numbering};
+use super::journal;
+use super::log_format::{LogPosition, Numbering};
 use super::Inner;
 
 pub const MANIFEST: &str = "manifest.json";

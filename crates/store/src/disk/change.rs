@@ -2,7 +2,7 @@
 //! a removal), and what the key's record counted for before: the vocabulary
 //! the applier, the compactor, expiry and the replay share.
 
-use super::journal::Location;
+use super::log_format::Location;
 use super::pending::Pending;
 use super::record::{self, Header, LogPointer, Space};
 

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use super::change::{Old, Write};
-use super::journal::{self, Location, Record};
+use super::journal;
+use super::log_format::{self, Location, Record};
 use super::record::LogPointer;
 use super::space::is_enospc;
 use super::{Inner, LogRetention};
@@ -136,7 +137,7 @@ impl Inner {
         let mut moved = 0;
         // Compaction runs on the applier, the one thread that switches
         // segments: the current one stays current until it is done.
-        let seed = journal::seed_of(self.journal.current_number());
+        let seed = log_format::seed_of(self.journal.current_number());
         for (key, pointer) in &live {
             let stored = self.read_logged(key, pointer)?;
             moves.push((&key[..], pointer.at, group.len()));
@@ -145,7 +146,7 @@ impl Inner {
                 from: pointer.at,
                 record: stored.record(),
             };
-            journal::encode(&mut group, record, seed);
+            log_format::encode(&mut group, record, seed);
             if group.len() >= COMPACT_CHUNK {
                 moved += self.commit_moves(&group, &moves)?;
                 group.clear();

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::journal::{self, GroupHead, LogPosition, Record};
+use super::journal;
+use super::log_format::{self, GroupHead, LogPosition, Record};
 use super::Inner;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
@@ -252,9 +253,9 @@ impl Feed {
             let start = (self.offset - self.buffer_at) as usize;
             let available = &self.buffer[start.min(self.filled)..self.filled];
             // What to read for the record to be whole, if it is not yet.
-            let want = if available.len() >= journal::FRAME {
+            let want = if available.len() >= log_format::FRAME {
                 let len = u32::from_le_bytes(available[..4].try_into().expect("4 bytes")) as usize;
-                let framed = journal::FRAME + len;
+                let framed = log_format::FRAME + len;
                 (available.len() < framed).then(|| framed.max(READ_CHUNK))
             } else {
                 Some(READ_CHUNK)
@@ -266,8 +267,8 @@ impl Feed {
                     reads += 1;
                 }
                 _ => {
-                    let seed = journal::seed_of(self.segment);
-                    return Ok(journal::decode(available, seed).map(|(_, framed)| framed));
+                    let seed = log_format::seed_of(self.segment);
+                    return Ok(log_format::decode(available, seed).map(|(_, framed)| framed));
                 }
             }
         }
@@ -305,7 +306,7 @@ impl Feed {
 
     /// The record `look` found whole and checked at `offset`.
     fn record_at(&self, framed: usize) -> Record<'_> {
-        journal::decode_checked(self.raw_at(framed))
+        log_format::decode_checked(self.raw_at(framed))
             .expect("looked at")
             .0
     }
@@ -338,7 +339,7 @@ impl Feed {
 
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
         let segment = self.segment;
-        let seed = journal::seed_of(segment);
+        let seed = log_format::seed_of(segment);
         let mut out = Vec::with_capacity(head_len);
         out.extend_from_slice(self.raw_at(head_len));
         self.offset += head_len as u64;

@@ -8,7 +8,8 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use super::journal::{self, Numbering, Record};
+use super::journal;
+use super::log_format::{self, Numbering, Record};
 use super::record;
 
 /// One change kura acknowledged.
@@ -173,7 +174,7 @@ pub fn read(
 pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");
     let mut changes = Vec::new();
-    for record in journal::decode_all(bytes, seed).ok_or_else(damaged)? {
+    for record in log_format::decode_all(bytes, seed).ok_or_else(damaged)? {
         if let Some(change) = change_of_record(record, Values::Read)? {
             changes.push(change);
         }

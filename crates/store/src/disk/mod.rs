@@ -43,6 +43,7 @@ mod identity;
 mod indexes;
 pub mod io;
 mod journal;
+mod log_format;
 mod lookups;
 mod marks;
 mod open;
@@ -86,7 +87,7 @@ use crate::{
 };
 
 pub use config::{DiskConfig, MultiPrimary};
-pub use journal::LogPosition;
+pub use log_format::LogPosition;
 pub use open::OpenError;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;

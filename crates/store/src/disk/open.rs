@@ -12,6 +12,7 @@ use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
 use super::flushes::Flushes;
+use super::log_format;
 use super::pending::PendingWrites;
 use super::record::{ClassCounts, Counts, Header};
 use super::{
@@ -218,7 +219,7 @@ impl Inner {
             }
             let mut txn = self.env.write_txn()?;
             let mut failed = None;
-            let mut numbering = journal::Numbering::default();
+            let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
             let records = journal::replay(path, *number, |record, offset, _| {
                 if failed.is_some() {
@@ -234,12 +235,12 @@ impl Inner {
                     };
                 }
                 let flushed_through = self.flushes.through();
-                let here = journal::Location {
+                let here = log_format::Location {
                     segment: *number,
                     offset,
                 };
                 let (key, write) = match record {
-                    journal::Record::Put { key, record } => {
+                    log_format::Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
@@ -249,27 +250,27 @@ impl Inner {
                         };
                         (key, write)
                     }
-                    journal::Record::Move { key, from, record } => {
+                    log_format::Record::Move { key, from, record } => {
                         let write = change::Write::Move {
                             from,
                             to: here,
-                            frame_len: journal::move_len(key, record.len()),
+                            frame_len: log_format::move_len(key, record.len()),
                         };
                         (key, write)
                     }
-                    journal::Record::Remove { key } => (key, change::Write::Remove),
-                    journal::Record::RowPut { key, record } => {
+                    log_format::Record::Remove { key } => (key, change::Write::Remove),
+                    log_format::Record::RowPut { key, record } => {
                         (key, change::Write::RowPut { stored: record })
                     }
-                    journal::Record::RowRemove { key } => (key, change::Write::RowRemove),
-                    journal::Record::Flush(boundary) => {
+                    log_format::Record::RowRemove { key } => (key, change::Write::RowRemove),
+                    log_format::Record::Flush(boundary) => {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
                         failed = self.clear_flushed(&mut txn, &mut counts, boundary).err();
                         return;
                     }
-                    journal::Record::Group(_) => return,
+                    log_format::Record::Group(_) => return,
                 };
                 // `apply` hands row writes on to `apply_row`.
                 failed = self

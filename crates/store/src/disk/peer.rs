@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use kura_table::Record as Row;
 
-use super::journal::{LogPosition, Record};
+use super::log_format::{LogPosition, Record};
 use super::pending::Change;
 use super::record::{Header, Keyed, Space};
 use super::replica::{group_of, key_fits, records};

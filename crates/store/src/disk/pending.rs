@@ -30,7 +30,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::journal::Location;
+use super::log_format::Location;
 use super::read_cache::{entry_charge, ReadCache, MAX_CACHED_RECORD};
 use super::record::{self, Header, Keyed, Space};
 
@@ -765,7 +765,7 @@ mod tests {
         assert_eq!(pointer.value_len, 4000);
         assert_eq!(
             pointer.frame_len as usize,
-            crate::disk::journal::put_len(b"big", large.record().len())
+            crate::disk::log_format::put_len(b"big", large.record().len())
         );
         drop(shard);
         // The small one is kept whole; the memory of the large one is freed.

@@ -10,7 +10,7 @@
 //!          "log" segment u64 BE ─▶ bytes u64 LE  (journal bytes LMDB points to, per segment)
 //! ```
 
-use super::journal::Location;
+use super::log_format::Location;
 
 pub const HEADER_LEN: usize = 17;
 
@@ -62,7 +62,7 @@ impl LogPointer {
     pub fn to_put(at: Location, key: &[u8], stored: &[u8], value_len: usize) -> LogPointer {
         LogPointer {
             at,
-            frame_len: super::journal::put_len(key, stored.len()) as u32,
+            frame_len: super::log_format::put_len(key, stored.len()) as u32,
             value_len: value_len as u32,
         }
     }

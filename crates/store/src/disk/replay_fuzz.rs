@@ -9,7 +9,8 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::history::{self, Values};
-use super::journal::{self, GroupHead, Location, Record};
+use super::journal;
+use super::log_format::{self, GroupHead, Location, Record};
 use super::{DiskConfig, DiskStore};
 use crate::{AckFence, GetOptions, Store};
 
@@ -41,7 +42,7 @@ fn raw_record() -> impl Strategy<Value = Raw> {
 }
 
 fn encode(records: &[Raw], segment: u64) -> Vec<u8> {
-    let seed = journal::seed_of(segment);
+    let seed = log_format::seed_of(segment);
     let mut out = Vec::new();
     for raw in records {
         let record = match raw {
@@ -64,7 +65,7 @@ fn encode(records: &[Raw], segment: u64) -> Vec<u8> {
                 record,
             },
         };
-        journal::encode(&mut out, record, seed);
+        log_format::encode(&mut out, record, seed);
     }
     out
 }
@@ -132,13 +133,13 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
             micros: 1,
             origin: 1,
         };
-        journal::encode(&mut bytes, Record::Group(head), journal::seed_of(number));
+        log_format::encode(&mut bytes, Record::Group(head), log_format::seed_of(number));
         let stored = record::pointer_record(&header, &pointer);
         let put = Record::Put {
             key: b"k",
             record: &stored,
         };
-        journal::encode(&mut bytes, put, journal::seed_of(number));
+        log_format::encode(&mut bytes, put, log_format::seed_of(number));
         bytes
     });
     let error = history::read(dir.path(), Values::Read, |_| ControlFlow::Continue(()))
@@ -150,16 +151,16 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
 /// A master's first group (LSN 1, checksummed with segment 1's seed):
 /// its head, then a put of each (key, stored record).
 fn master_group(puts: &[(&[u8], &[u8])]) -> (u32, Vec<u8>) {
-    let seed = journal::seed_of(1);
+    let seed = log_format::seed_of(1);
     let mut group = Vec::new();
     let head = GroupHead {
         first_lsn: 1,
         micros: 1,
         origin: 7,
     };
-    journal::encode(&mut group, Record::Group(head), seed);
+    log_format::encode(&mut group, Record::Group(head), seed);
     for &(key, record) in puts {
-        journal::encode(&mut group, Record::Put { key, record }, seed);
+        log_format::encode(&mut group, Record::Put { key, record }, seed);
     }
     (seed, group)
 }

@@ -20,7 +20,7 @@ use parking_lot::MutexGuard;
 
 use super::appender::JournalHeld;
 use super::change::Write;
-use super::journal::{self, GroupHead, LogPosition, Record};
+use super::log_format::{self, GroupHead, LogPosition, Record};
 use super::pending::Change;
 use super::record::{self, Counts, Keyed, Space};
 use super::Inner;
@@ -34,7 +34,8 @@ const BASE_TXN_BYTES: usize = 64 << 20;
 
 /// The records of a frame of the master's, after its checks.
 pub(super) fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
-    journal::decode_all(bytes, seed).ok_or_else(|| "a damaged record from the master".to_string())
+    log_format::decode_all(bytes, seed)
+        .ok_or_else(|| "a damaged record from the master".to_string())
 }
 
 /// A group of the master's (or a peer's): its head, then its entries (a
@@ -316,7 +317,7 @@ mod tests {
     fn framed(records: &[Record<'_>]) -> Vec<u8> {
         let mut bytes = Vec::new();
         for record in records {
-            journal::encode(&mut bytes, *record, REPLICATION_SEED);
+            log_format::encode(&mut bytes, *record, REPLICATION_SEED);
         }
         bytes
     }

@@ -21,7 +21,8 @@ use heed::{Database, EnvOpenOptions};
 use super::backup::{self, io_error, BackupError};
 use super::history::{self, LogPoint, Values};
 use super::io::OsIo;
-use super::journal::{self, LogPosition};
+use super::journal;
+use super::log_format::LogPosition;
 use super::record::{self, Header};
 use super::{DiskConfig, DiskStore};
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::compactor::lmdb;
 use super::feed::Feed;
-use super::journal::{self, LogPosition, Record};
+use super::log_format::{self, LogPosition, Record};
 use super::record::Header;
 use super::{indexes, Inner};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
@@ -100,7 +100,7 @@ struct Parts<'s> {
 
 impl Parts<'_> {
     fn push(&mut self, record: Record<'_>) -> io::Result<()> {
-        journal::encode(&mut self.part, record, REPLICATION_SEED);
+        log_format::encode(&mut self.part, record, REPLICATION_SEED);
         if self.part.len() >= PART_BYTES {
             self.flush()?;
         }
