@@ -4,7 +4,7 @@
 //! (same LSNs, times and origins) and loading a snapshot as a new base.
 //!
 //! Groups and snapshot parts travel as the journal's records
-//! (`disk/journal.rs`): a group as the master's segment holds it, with
+//! (`disk/log_format.rs`): a group as the master's segment holds it, with
 //! that segment's checksum seed; a snapshot with [`REPLICATION_SEED`].
 
 use std::io;

@@ -169,7 +169,7 @@ pub fn read(
     Ok(summary)
 }
 
-/// The changes of a group as a feed sends it (`replication::FedGroup`):
+/// The changes of a group as a feed sends it (`crate::replication::FedGroup`):
 /// journal records checksummed with `seed`, every value in place.
 pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");

@@ -10,13 +10,13 @@
 //! The journal is also the value log: a large value is written only here,
 //! and LMDB keeps a pointer to its record ([`record::LogPointer`]) instead
 //! of a second copy. The journal is a series of segment files,
-//! `journal-<number>.log`. The applier starts a new segment whenever it
+//! `journal-<n:016x>.log`. The applier starts a new segment whenever it
 //! takes the writes logged so far for LMDB. On open, segments newer than
 //! the last applied one (LMDB's `meta` remembers it) are replayed. An
 //! applied segment is deleted once no pointer leads into it: LMDB counts
 //! the bytes each segment still holds for it, and the compactor moves the
 //! values out of a segment that is mostly garbage (a move record). The
-//! records' format is `log_format.rs`'s.
+//! records' format is [`log_format`](super::log_format)'s.
 //!
 //! [`record::LogPointer`]: super::record::LogPointer
 

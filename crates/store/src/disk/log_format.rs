@@ -1,6 +1,7 @@
 //! The update log's records, byte by byte: how a record is framed,
-//! checksummed, encoded and decoded, and how a segment's entries are
-//! numbered. `journal.rs` keeps them in segment files.
+//! checksummed, encoded and decoded, how a segment's entries are numbered,
+//! and the positions of records and entries ([`Location`], [`LogPosition`]).
+//! [`journal`](super::journal) keeps them in segment files.
 //!
 //! Record: `len u32 LE | crc32 u32 LE | body`, the body being
 //! `kind u8 | key_len u16 LE | key | rest`: a put's rest is the record as

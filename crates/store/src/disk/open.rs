@@ -12,12 +12,11 @@ use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
 use super::flushes::Flushes;
-use super::log_format;
 use super::pending::PendingWrites;
 use super::record::{ClassCounts, Counts, Header};
 use super::{
-    access_times, ack, appender, change, dir_lock, flushed, identity, journal, marks, meta_u64,
-    threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
+    access_times, ack, appender, change, dir_lock, flushed, identity, journal, log_format, marks,
+    meta_u64, threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
 use super::{indexes, replica};
 use crate::clock::Clock;

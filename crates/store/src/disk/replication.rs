@@ -1,6 +1,7 @@
 //! The disk engine behind the server's replication: its feed and
 //! snapshot (`feed.rs`, `snapshot.rs`), a replica's side (`replica.rs`) and
-//! a dual master's (`peer.rs`), as the `Replication` trait gives them.
+//! a dual master's (`peer.rs`), as the `Replication` trait
+//! (`crate::replication`) asks for them.
 
 use std::sync::atomic::Ordering;
 
