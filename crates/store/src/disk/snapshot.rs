@@ -8,7 +8,6 @@
 //! the round before): the feed repeats those entries, and since every entry
 //! is a key's whole state, the replica ends where the master is.
 
-use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 
@@ -52,17 +51,26 @@ impl Inner {
         }
         for entry in self.items.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
-            let Some((header, _)) = Header::decode(stored) else {
+            let Some(found) = Header::decode(stored) else {
                 continue;
             };
-            if header.cas <= flushed_through {
+            if found.0.cas <= flushed_through {
                 continue;
             }
-            let record = self.with_value(key, stored)?;
-            parts.push(Record::Put {
-                key,
-                record: &record,
-            })?;
+            // A value in the log is read there. The history hold keeps every
+            // segment the transaction points into, so a failed read is an
+            // I/O error, and fails the snapshot (the replica asks again).
+            let logged;
+            let record = match super::in_log(found) {
+                None => stored,
+                Some((header, pointer)) => {
+                    logged = self
+                        .with_logged_value(key, &header, &pointer)
+                        .inspect_err(|error| super::log_read_failed(error, &pointer))?;
+                    logged.record()
+                }
+            };
+            parts.push(Record::Put { key, record })?;
         }
         for entry in self.rows.iter(&txn).map_err(lmdb)? {
             let (key, stored) = entry.map_err(lmdb)?;
@@ -75,20 +83,6 @@ impl Inner {
         drop(txn);
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
-    }
-
-    /// An item's record with its value in place: a pointer is read where it
-    /// leads. The snapshot's history hold keeps every segment its LMDB
-    /// transaction points into, so a failed read is an I/O error, and fails
-    /// the snapshot (the replica asks again).
-    fn with_value<'s>(&self, key: &[u8], stored: &'s [u8]) -> io::Result<Cow<'s, [u8]>> {
-        let Some((header, pointer)) = Header::decode(stored).and_then(super::in_log) else {
-            return Ok(Cow::Borrowed(stored));
-        };
-        let logged = self
-            .with_logged_value(key, &header, &pointer)
-            .inspect_err(|error| super::log_read_failed(error, &pointer))?;
-        Ok(Cow::Owned(logged.record().to_vec()))
     }
 }
 
