@@ -72,6 +72,7 @@ struct ApplierState {
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
+#[derive(Default)]
 pub(super) struct ApplyRound {
     /// Oldest first; more than one only while a failed commit is retried.
     pub(super) batches: Vec<Batch>,
@@ -210,7 +211,6 @@ impl Inner {
     /// there was nothing to do or the commit failed, else the newest
     /// journal segment LMDB now holds (0 when it holds no new one).
     fn apply_round(&self, state: &mut ApplierState, all_marks: bool) -> Option<u64> {
-        let retry = &mut state.retry;
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
             (self.journal.prepare())
@@ -237,33 +237,24 @@ impl Inner {
             });
             (through, taken)
         };
-        let taken = taken.map(|(batch, flush, retired)| {
+        let mut round = state.retry.take();
+        if let Some((batch, flush, retired)) = taken {
             // Under every policy: LMDB is about to point into it, and its
             // pointers must never reach the disk before what they point to.
             self.fsync("journal fsync failed", || {
                 self.journal.sync_retired(&retired)
             });
             retired.release_unused();
-            (batch, flush, retired.number(), retired.last())
-        });
+            let round = round.get_or_insert_with(ApplyRound::default);
+            round.batches.push(batch);
+            round.flush = round.flush.max(flush);
+            round.segment = retired.number();
+            round.last = retired.last();
+        }
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let crawl = self.signals.crawl.lock().take();
-        let mut round = retry.take();
-        if let Some((batch, flush, segment, last)) = taken {
-            let round = round.get_or_insert_with(|| ApplyRound {
-                batches: Vec::new(),
-                flush: None,
-                segment,
-                last,
-                retried: false,
-            });
-            round.batches.push(batch);
-            round.flush = round.flush.max(flush);
-            round.segment = segment;
-            round.last = last;
-        }
         let quiet = round.is_none() && state.writes_applied_at.elapsed() >= QUIET_AFTER;
         let marks = self.marks.take(self.marks_due(all_marks, quiet));
         if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
@@ -278,7 +269,7 @@ impl Inner {
             // pending (readable; their values are in the page cache) and no
             // new ones are accepted.
             self.marks.forget(&marks);
-            *retry = round;
+            state.retry = round;
             return None;
         }
         let mut result = Ok(());
@@ -311,19 +302,10 @@ impl Inner {
                 }
                 // Only now: until here reads took the fetched bit from the
                 // notes. Those of items still pending stay, for a later round.
-                if early.is_empty() {
-                    self.marks.forget(&marks);
-                } else {
-                    let kept: std::collections::HashSet<(&[u8], u64)> =
-                        early.iter().map(|(key, cas)| (&key[..], *cas)).collect();
-                    let done: Vec<_> = marks
-                        .iter()
-                        .filter(|(key, cas)| !kept.contains(&(&key[..], *cas)))
-                        .cloned()
-                        .collect();
-                    self.marks.forget(&done);
-                    self.marks.put_back(early);
-                }
+                let kept: std::collections::HashSet<_> = early.iter().collect();
+                self.marks
+                    .forget(marks.iter().filter(|mark| !kept.contains(mark)));
+                self.marks.put_back(early);
                 if let Some(through) = through {
                     self.applied.advance(through, false);
                 }
@@ -354,7 +336,7 @@ impl Inner {
                 // The writes are acknowledged and in the journal: they stay
                 // pending (readable) and the next round tries again, with
                 // whatever was journalled since (deletes may free space).
-                *retry = round;
+                state.retry = round;
                 // Tried again after a pause, not at once.
                 return None;
             }

@@ -295,6 +295,7 @@ fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
         if first.is_none() {
             first = numbering.number(&record).map(|(lsn, _)| lsn);
         }
+        Ok::<_, io::Error>(())
     })?;
     Ok(first)
 }

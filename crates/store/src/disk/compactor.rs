@@ -102,35 +102,21 @@ impl Inner {
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
         {
             let txn = self.env.read_txn().map_err(lmdb)?;
-            let mut failed = None;
-            journal::replay(
-                &journal::segment_path(&self.config.dir, victim),
-                victim,
-                |found, offset, _| {
-                    let (Record::Put { key, .. } | Record::Move { key, .. }) = found else {
-                        return;
-                    };
+            let path = journal::segment_path(&self.config.dir, victim);
+            journal::replay(&path, victim, |found, offset, _| {
+                if let Record::Put { key, .. } | Record::Move { key, .. } = found {
                     let from = Location {
                         segment: victim,
                         offset,
                     };
-                    match self.items.get(&txn, key) {
-                        Ok(stored) => {
-                            let pointer = stored
-                                .and_then(Old::of)
-                                .and_then(|old| old.pointer)
-                                .filter(|pointer| pointer.at == from);
-                            if let Some(pointer) = pointer {
-                                live.push((key.to_vec(), pointer));
-                            }
-                        }
-                        Err(error) => failed = Some(error),
+                    let stored = self.items.get(&txn, key).map_err(lmdb)?;
+                    let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);
+                    if let Some(pointer) = pointer.filter(|pointer| pointer.at == from) {
+                        live.push((key.to_vec(), pointer));
                     }
-                },
-            )?;
-            if let Some(error) = failed {
-                return Err(lmdb(error));
-            }
+                }
+                Ok::<_, io::Error>(())
+            })?;
         }
         let mut group = Vec::new();
         let mut moves = Vec::new();
@@ -139,7 +125,7 @@ impl Inner {
         // segments: the current one stays current until it is done.
         let seed = log_format::seed_of(self.journal.current_number());
         for (key, pointer) in &live {
-            let stored = self.read_logged(key, pointer)?;
+            let stored = self.journal.read_stored(key, pointer)?;
             moves.push((&key[..], pointer.at, group.len()));
             let record = Record::Move {
                 key,

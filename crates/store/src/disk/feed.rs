@@ -447,6 +447,7 @@ fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> 
             }
             _ => {}
         }
+        Ok::<_, io::Error>(())
     })?;
     Ok(groups)
 }

@@ -123,30 +123,20 @@ pub fn read(
             continue;
         }
         let mut numbering = Numbering::default();
-        let mut failed = None;
         journal::replay(path, *number, |record, _, _| {
-            if stopped || failed.is_some() {
-                return;
-            }
-            let Some((lsn, head)) = numbering.number(&record) else {
-                return;
+            let Some((lsn, head)) = numbering.number(&record).filter(|_| !stopped) else {
+                return Ok(());
             };
             // `number` passed over heads and moves: this is an entry.
-            let change = match change_of_record(record, values) {
-                Ok(Some(change)) => change,
-                Ok(None) => return,
-                Err(error) => {
-                    failed = Some(error);
-                    return;
-                }
+            let Some(change) = change_of_record(record, values)? else {
+                return Ok(());
             };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
-                    failed = Some(io::Error::new(
+                    return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!("entry {lsn} follows entry {last} in segment {number}: the log is damaged"),
                     ));
-                    return;
                 }
                 Some((last, _)) if lsn > last + 1 => summary.gaps.push((last + 1, lsn - 1)),
                 _ => {}
@@ -161,10 +151,8 @@ pub fn read(
                 change,
             };
             stopped = visit(&entry).is_break();
+            Ok(())
         })?;
-        if let Some(error) = failed {
-            return Err(error);
-        }
     }
     Ok(summary)
 }

@@ -33,6 +33,7 @@ use parking_lot::Mutex;
 use super::io::Io;
 use super::log_format::{decode, seed_of, Location, LogPosition, Record, FRAME};
 use super::page_window::PageWindow;
+use super::record::LogPointer;
 use super::retention::SegmentAge;
 
 /// The longest record a pointer may claim (a corrupt one must not make a
@@ -76,13 +77,14 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
-/// its offset and its framed length, in order; returns how many there were. Reads one record
-/// at a time: a segment can hold a quarter of the memory budget.
-pub fn replay(
+/// its offset and its framed length, in order, until it fails; returns how
+/// many there were. Reads one record at a time: a segment can hold a
+/// quarter of the memory budget.
+pub fn replay<E: From<io::Error>>(
     path: &Path,
     number: u64,
-    mut visit: impl FnMut(Record<'_>, u64, usize),
-) -> io::Result<usize> {
+    mut visit: impl FnMut(Record<'_>, u64, usize) -> Result<(), E>,
+) -> Result<usize, E> {
     let file = File::open(path)?;
     let seed = seed_of(number);
     let size = file.metadata()?.len();
@@ -107,7 +109,7 @@ pub fn replay(
         let Some((record, _)) = decode(&frame, seed) else {
             break;
         };
-        visit(record, at, frame.len());
+        visit(record, at, frame.len())?;
         at += frame.len() as u64;
         count += 1;
     }
@@ -373,19 +375,11 @@ impl Journal {
     }
 
     /// The stored record (header and value, as LMDB would hold it) of
-    /// `key`'s put or move framed in `frame_len` bytes at `at`, whose value
-    /// is `value_len` bytes. A segment deleted since the caller found the
-    /// pointer is `NotFound`: look again. A record that is not what the
-    /// pointer says is `InvalidData`.
-    pub fn read_stored(
-        &self,
-        at: Location,
-        frame_len: usize,
-        key: &[u8],
-        record_len: usize,
-    ) -> io::Result<Stored> {
-        let file = self.file(at.segment)?;
-        read_stored(&*self.io, &file, at, frame_len, key, record_len)
+    /// `key`'s put or move that `pointer` leads to. A segment deleted since
+    /// the caller found the pointer is `NotFound`: look again. A record that
+    /// is not what the pointer says is `InvalidData`.
+    pub fn read_stored(&self, key: &[u8], pointer: &LogPointer) -> io::Result<Stored> {
+        read_stored(&*self.io, &*self.file(pointer.at.segment)?, key, pointer)
     }
 
     fn file(&self, number: u64) -> io::Result<Arc<File>> {
@@ -419,16 +413,15 @@ impl Journal {
     }
 }
 
-/// Reads `key`'s put or move of a `record_len`-byte record at `at` in
-/// segment `file` (`frame_len` bytes, framed), checking it is that.
+/// Reads `key`'s put or move that `pointer` leads to in its segment's
+/// `file`, checking it is that.
 pub fn read_stored(
     io: &dyn Io,
     file: &File,
-    at: Location,
-    frame_len: usize,
     key: &[u8],
-    record_len: usize,
+    pointer: &LogPointer,
 ) -> io::Result<Stored> {
+    let (at, frame_len) = (pointer.at, pointer.frame_len as usize);
     let corrupt = || io::Error::new(io::ErrorKind::InvalidData, "corrupt value-log record");
     if frame_len > MAX_FRAME {
         return Err(corrupt());
@@ -443,7 +436,7 @@ pub fn read_stored(
         } if len == frame_len && found == key => record,
         _ => return Err(corrupt()),
     };
-    if record.len() != record_len {
+    if record.len() != pointer.record_len() {
         return Err(corrupt());
     }
     let start = record.as_ptr() as usize - frame.as_ptr() as usize;
@@ -584,7 +577,8 @@ mod tests {
         );
         let mut seen = Vec::new();
         replay(&found[1].1, 8, |record, at, _| {
-            seen.push(format!("{at}: {record:?}"))
+            seen.push(format!("{at}: {record:?}"));
+            Ok::<_, io::Error>(())
         })
         .unwrap();
         let flush_len = second.len();
@@ -602,7 +596,11 @@ mod tests {
         bytes.extend_from_slice(&third[..FRAME + 1]);
         fs::write(&torn, &bytes).unwrap();
         seen.clear();
-        let count = replay(&torn, 8, |record, _, _| seen.push(format!("{record:?}"))).unwrap();
+        let count = replay(&torn, 8, |record, _, _| {
+            seen.push(format!("{record:?}"));
+            Ok::<_, io::Error>(())
+        })
+        .unwrap();
         assert_eq!((count, seen.len()), (2, 2));
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
         let older = journal.older_segments();
@@ -630,12 +628,26 @@ mod tests {
         );
         let nine = segment_path(dir.path(), 9);
         seen.clear();
-        replay(&nine, 9, |record, _, _| seen.push(format!("{record:?}"))).unwrap();
+        replay(&nine, 9, |record, _, _| {
+            seen.push(format!("{record:?}"));
+            Ok::<_, io::Error>(())
+        })
+        .unwrap();
         assert_eq!(seen, ["Flush(9)"]);
         assert_eq!(
-            replay(&nine, 8, |_, _, _| panic!("another seed")).unwrap(),
+            replay::<io::Error>(&nine, 8, |_, _, _| panic!("another seed")).unwrap(),
             0
         );
+    }
+
+    /// A pointer to a `frame_len`-byte frame at `at` holding a record of
+    /// `record_len` bytes (a 17-byte header and the value).
+    fn pointer(at: Location, frame_len: usize, record_len: u32) -> LogPointer {
+        LogPointer {
+            at,
+            frame_len: frame_len as u32,
+            value_len: record_len.wrapping_sub(17),
+        }
     }
 
     #[test]
@@ -673,16 +685,26 @@ mod tests {
             offset: put_at as u64,
         };
         let put_frame = put_len(b"k", first.len());
-        let read = journal.read_stored(put, put_frame, b"k", 22).unwrap();
+        let read = journal
+            .read_stored(b"k", &pointer(put, put_frame, 22))
+            .unwrap();
         assert_eq!(read.record(), &first[..]);
         // A remove is no value; a wrong length, key or value length is no
         // record; a length beyond reason is not even read.
-        assert!(journal.read_stored(start, put_at, b"x", 0).is_err());
-        assert!(journal.read_stored(put, put_frame - 1, b"k", 22).is_err());
-        assert!(journal.read_stored(put, put_frame, b"j", 22).is_err());
-        assert!(journal.read_stored(put, put_frame, b"k", 21).is_err());
+        assert!(journal
+            .read_stored(b"x", &pointer(start, put_at, 0))
+            .is_err());
+        assert!(journal
+            .read_stored(b"k", &pointer(put, put_frame - 1, 22))
+            .is_err());
+        assert!(journal
+            .read_stored(b"j", &pointer(put, put_frame, 22))
+            .is_err());
+        assert!(journal
+            .read_stored(b"k", &pointer(put, put_frame, 21))
+            .is_err());
         let huge = journal
-            .read_stored(put, usize::MAX, b"k", 22)
+            .read_stored(b"k", &pointer(put, u32::MAX as usize, 22))
             .err()
             .unwrap();
         assert_eq!(huge.kind(), io::ErrorKind::InvalidData);
@@ -706,7 +728,7 @@ mod tests {
         assert_eq!(moved.segment, 2);
         assert_eq!(
             journal
-                .read_stored(put, put_frame, b"k", 22)
+                .read_stored(b"k", &pointer(put, put_frame, 22))
                 .unwrap()
                 .record(),
             &first[..]
@@ -714,13 +736,16 @@ mod tests {
         let move_frame = move_len(b"k", moved_value.len());
         assert_eq!(
             journal
-                .read_stored(moved, move_frame, b"k", 22)
+                .read_stored(b"k", &pointer(moved, move_frame, 22))
                 .unwrap()
                 .record(),
             &moved_value[..]
         );
         journal.remove(1).unwrap();
-        let gone = journal.read_stored(put, put_frame, b"k", 22).err().unwrap();
+        let gone = journal
+            .read_stored(b"k", &pointer(put, put_frame, 22))
+            .err()
+            .unwrap();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound);
     }
 }

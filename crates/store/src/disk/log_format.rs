@@ -45,14 +45,14 @@ impl Location {
 }
 
 /// Two u64s little-endian: a [`Location`] or a [`LogPosition`] as stored.
-fn encode_pair(first: u64, second: u64) -> [u8; 16] {
+pub(super) fn encode_pair(first: u64, second: u64) -> [u8; 16] {
     let mut out = [0; 16];
     out[..8].copy_from_slice(&first.to_le_bytes());
     out[8..].copy_from_slice(&second.to_le_bytes());
     out
 }
 
-fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
+pub(super) fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
     Some((
         u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
         u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),

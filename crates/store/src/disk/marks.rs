@@ -138,7 +138,7 @@ impl FetchMarks {
     }
 
     /// Drops notes taken for a commit that is over.
-    pub fn forget(&self, taken: &[(Arc<[u8]>, u64)]) {
+    pub fn forget<'a>(&self, taken: impl IntoIterator<Item = &'a (Arc<[u8]>, u64)>) {
         for (key, cas) in taken {
             let hash = self.hash(key);
             let mut shard = self.shard(hash).lock();

@@ -41,7 +41,7 @@ pub enum OpenError {
     #[error("cannot start the writer thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot open or replay the journal: {0}")]
-    Journal(std::io::Error),
+    Journal(#[from] std::io::Error),
     #[error(transparent)]
     Locked(#[from] dir_lock::LockError),
     #[error("{0}")]
@@ -90,6 +90,14 @@ impl DiskStore {
         };
         for (segment, bytes) in super::log_live(&meta, &txn)? {
             counts.log.set(segment, bytes);
+            // `segments` is sorted by number. One deleted before a crash let
+            // the next commit forget it is forgotten now.
+            if segments
+                .binary_search_by_key(&segment, |(found, _)| *found)
+                .is_err()
+            {
+                counts.log.drop_segment(segment);
+            }
         }
         let applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
@@ -105,12 +113,6 @@ impl DiskStore {
             config.log_cache_bytes(),
         )
         .map_err(OpenError::Journal)?;
-        // `segments` is sorted by number.
-        counts.log.forget_missing(|segment| {
-            segments
-                .binary_search_by_key(&segment, |(found, _)| *found)
-                .is_ok()
-        });
         let clock = Clock::new();
         let started = clock.now();
         let inner = Arc::new(Inner {
@@ -217,16 +219,12 @@ impl Inner {
                 continue;
             }
             let mut txn = self.env.write_txn()?;
-            let mut failed = None;
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
             let records = journal::replay(path, *number, |record, offset, _| {
-                if failed.is_some() {
-                    return;
-                }
                 if let Some((lsn, head)) = numbering.number(&record) {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
-                        return;
+                        return Ok(());
                     }
                     last = LogPosition {
                         lsn,
@@ -266,20 +264,14 @@ impl Inner {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-                        failed = self.clear_flushed(&mut txn, &mut counts, boundary).err();
-                        return;
+                        return Ok(self.clear_flushed(&mut txn, &mut counts, boundary)?);
                     }
-                    log_format::Record::Group(_) => return,
+                    log_format::Record::Group(_) => return Ok(()),
                 };
                 // `apply` hands row writes on to `apply_row`.
-                failed = self
-                    .apply(&mut txn, key, write, flushed_through, &mut counts)
-                    .err();
-            })
-            .map_err(OpenError::Journal)?;
-            if let Some(error) = failed {
-                return Err(error.into());
-            }
+                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+                Ok::<_, OpenError>(())
+            })?;
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
             File::open(path)

@@ -110,22 +110,9 @@ impl Inner {
         header: &Header,
         pointer: &LogPointer,
     ) -> std::io::Result<journal::Stored> {
-        let mut logged = self.read_logged(key, pointer)?;
+        let mut logged = self.journal.read_stored(key, pointer)?;
         header.write_over(logged.record_mut());
         Ok(logged)
-    }
-
-    pub(super) fn read_logged(
-        &self,
-        key: &[u8],
-        pointer: &LogPointer,
-    ) -> std::io::Result<journal::Stored> {
-        self.journal.read_stored(
-            pointer.at,
-            pointer.frame_len as usize,
-            key,
-            pointer.record_len(),
-        )
     }
 
     /// Sets the fetched bit of a committed record whose first read is noted

@@ -10,7 +10,7 @@
 //!          "log" segment u64 BE ─▶ bytes u64 LE  (journal bytes LMDB points to, per segment)
 //! ```
 
-use super::log_format::Location;
+use super::log_format::{decode_pair, encode_pair, Location};
 
 pub const HEADER_LEN: usize = 17;
 
@@ -313,20 +313,6 @@ impl LogLive {
         }
     }
 
-    /// Forgets the segments not `present` (deleted before a crash let the
-    /// next commit forget them).
-    pub fn forget_missing(&mut self, present: impl Fn(u64) -> bool) {
-        let missing: Vec<u64> = self
-            .bytes
-            .keys()
-            .copied()
-            .filter(|&s| !present(s))
-            .collect();
-        for segment in missing {
-            self.drop_segment(segment);
-        }
-    }
-
     /// Forgets a deleted segment.
     pub fn drop_segment(&mut self, segment: u64) {
         if self.bytes.remove(&segment).is_some() {
@@ -373,28 +359,21 @@ impl ClassCounts {
         self.0.iter().map(|c| c.1).sum()
     }
 
+    /// Each class's items and bytes, 16 bytes a class.
     pub fn encode(&self) -> Vec<u8> {
-        self.0
+        let pairs = self
+            .0
             .iter()
-            .flat_map(|(items, bytes)| items.to_le_bytes().into_iter().chain(bytes.to_le_bytes()))
-            .collect()
+            .map(|&(items, bytes)| encode_pair(items, bytes));
+        pairs.flatten().collect()
     }
 
     pub fn decode(bytes: &[u8]) -> Option<ClassCounts> {
-        if !bytes.len().is_multiple_of(16) {
-            return None;
-        }
-        Some(ClassCounts(
-            bytes
-                .chunks_exact(16)
-                .map(|c| {
-                    (
-                        u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
-                        u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
-                    )
-                })
-                .collect(),
-        ))
+        bytes
+            .chunks(16)
+            .map(decode_pair)
+            .collect::<Option<_>>()
+            .map(ClassCounts)
     }
 }
 

@@ -171,15 +171,8 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
             open = Some((segment, file));
         }
         let (_, file) = open.as_ref().expect("opened above");
-        let mut logged = journal::read_stored(
-            &OsIo,
-            file,
-            pointer.at,
-            pointer.frame_len as usize,
-            &key,
-            pointer.record_len(),
-        )
-        .map_err(io_error(reading_value))?;
+        let mut logged =
+            journal::read_stored(&OsIo, file, &key, &pointer).map_err(io_error(reading_value))?;
         inline.write_over(logged.record_mut());
         items.put(&mut txn, &key, logged.record())?;
     }
