@@ -646,7 +646,7 @@ mod tests {
         LogPointer {
             at,
             frame_len: frame_len as u32,
-            value_len: record_len.wrapping_sub(17),
+            value_len: record_len.wrapping_sub(crate::disk::record::HEADER_LEN as u32),
         }
     }
 

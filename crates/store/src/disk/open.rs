@@ -75,7 +75,7 @@ impl DiskStore {
         let rows: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("rows"))?;
         let indexes = indexes::create_database(&env, &mut txn)?;
         let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
-        let segments = journal::segments(&config.dir).map_err(OpenError::Journal)?;
+        let segments = journal::segments(&config.dir)?;
         check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
         let last_cas = meta_u64(&meta, &txn, b"cas")?;
         // Items stamped before the newest flush applied stay dead.
@@ -111,8 +111,7 @@ impl DiskStore {
             newest.max(applied_segment) + 1,
             config.io.clone(),
             config.log_cache_bytes(),
-        )
-        .map_err(OpenError::Journal)?;
+        )?;
         let clock = Clock::new();
         let started = clock.now();
         let inner = Arc::new(Inner {
@@ -274,9 +273,7 @@ impl Inner {
             })?;
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
-            File::open(path)
-                .and_then(|file| self.config.io.sync_log(&file))
-                .map_err(OpenError::Journal)?;
+            File::open(path).and_then(|file| self.config.io.sync_log(&file))?;
             self.put_meta(&mut txn, &mut counts, Some((*number, last)))?;
             self.config.io.commit(txn)?;
             self.journal.resume_after(last);
