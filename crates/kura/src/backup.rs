@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use kura_store::disk::backup::{self, BackupKind, Manifest};
+use kura_store::disk::history::backup::{self, BackupKind, Manifest};
+use kura_store::disk::history::restore;
 use kura_store::disk::history::LogPoint;
-use kura_store::disk::restore;
 
 use crate::log::{format_micros, parse_rfc3339, parse_unix_seconds};
 use crate::Failure;

@@ -5,9 +5,9 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use kura_store::disk::backup;
+use kura_store::disk::history::backup;
+use kura_store::disk::history::restore;
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
-use kura_store::disk::restore;
 use kura_store::{AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Store, StoreMode};
 
 mod common;

@@ -28,27 +28,22 @@ mod access_times;
 mod ack;
 mod appender;
 mod applier;
-pub mod backup;
 mod change;
 mod compactor;
 mod config;
 mod dir_lock;
 mod expiry;
-mod feed;
 mod flushed;
 mod flushes;
 mod health;
 pub mod history;
 mod identity;
-mod indexes;
 pub mod io;
 mod journal;
 mod log_format;
-mod lookups;
 mod marks;
 mod open;
 mod page_window;
-mod peer;
 mod pending;
 mod policy;
 mod read;
@@ -56,16 +51,13 @@ mod read_cache;
 mod record;
 #[cfg(test)]
 mod replay_fuzz;
-mod replica;
 mod replication;
 mod resident;
-pub mod restore;
 mod retention;
-mod rows;
-mod snapshot;
 mod space;
 mod stats;
 mod syncer;
+mod tables;
 mod threads;
 mod write;
 
@@ -119,7 +111,7 @@ struct Inner {
     rows: Database<Bytes, Bytes>,
     /// Index entries (`indexes.rs`): [index id u32 BE | key] ─▶ primary keys.
     indexes: Database<Bytes, Bytes>,
-    index_defs: indexes::IndexDefs,
+    index_defs: tables::indexes::IndexDefs,
     expiry: Database<Bytes, Bytes>,
     meta: Database<Bytes, Bytes>,
     config: DiskConfig,
@@ -152,7 +144,7 @@ struct Inner {
     /// next attach to a master takes a snapshot again.
     base_incomplete: AtomicBool,
     /// The log segments attached replicas still need (`feed.rs`).
-    replica_holds: feed::ReplicaHolds,
+    replica_holds: replication::feed::ReplicaHolds,
     /// The live data is larger than the memory budget, so a write's leaf
     /// page is likely on the device: the applier reads a round's pages with
     /// several threads at once before its transaction, rather than one by

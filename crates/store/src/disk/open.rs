@@ -14,11 +14,12 @@ use parking_lot::Mutex;
 use super::flushes::Flushes;
 use super::pending::PendingWrites;
 use super::record::{ClassCounts, Counts, Header};
+use super::replication::replica;
+use super::tables::indexes;
 use super::{
     access_times, ack, appender, change, dir_lock, flushed, identity, journal, log_format, marks,
     meta_u64, threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
-use super::{indexes, replica};
 use crate::clock::Clock;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.

@@ -13,7 +13,7 @@
 //! copied whole, not re-framed, so LMDB's log pointers stay valid; a
 //! segment copied again by a later backup has only grown. While a backup copies, no segment is removed ([`HistoryHold`]).
 //!
-//! [`HistoryHold`]: super::journal::HistoryHold
+//! [`HistoryHold`]: crate::disk::journal::HistoryHold
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -24,10 +24,10 @@ use heed::{CompactionOption, Database, EnvOpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::history;
-use super::journal;
-use super::log_format::{LogPosition, Numbering};
-use super::Inner;
+use crate::disk::history;
+use crate::disk::journal;
+use crate::disk::log_format::{LogPosition, Numbering};
+use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
 
 pub const MANIFEST: &str = "manifest.json";
 pub const DATA_FILE: &str = "data.mdb";
@@ -111,7 +111,11 @@ pub fn empty_dir(to: &Path) -> Result<(), BackupError> {
 impl Inner {
     /// Writes a backup of this engine to `to` (a full one, or the log since
     /// the backup in `since`), while writes go on.
-    pub(super) fn backup(&self, to: &Path, since: Option<&Path>) -> Result<Manifest, BackupError> {
+    pub(in crate::disk) fn backup(
+        &self,
+        to: &Path,
+        since: Option<&Path>,
+    ) -> Result<Manifest, BackupError> {
         let since = since.map(|dir| load(dir).map(|manifest| (dir, manifest)));
         let since = since.transpose()?;
         if let Some((dir, manifest)) = &since {
@@ -238,11 +242,11 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         pointed: Vec::new(),
     };
     if let Some(meta) = meta {
-        found.applied = super::applied_position(&meta, &txn)?;
-        let partial = meta.get(&txn, super::PARTIAL_ROUND)?;
+        found.applied = applied_position(&meta, &txn)?;
+        let partial = meta.get(&txn, PARTIAL_ROUND)?;
         found.partial = partial.and_then(LogPosition::decode);
-        found.applied_segment = super::meta_u64(&meta, &txn, super::JOURNAL_APPLIED)?;
-        let live = super::log_live(&meta, &txn)?.into_iter();
+        found.applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
+        let live = log_live(&meta, &txn)?.into_iter();
         found.pointed = live
             .filter(|&(_, bytes)| bytes > 0)
             .map(|(segment, _)| segment)

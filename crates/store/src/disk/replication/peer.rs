@@ -16,11 +16,11 @@ use std::sync::atomic::Ordering;
 
 use kura_table::Record as Row;
 
-use super::log_format::{LogPosition, Record};
-use super::pending::Change;
-use super::record::{Header, Keyed, Space};
 use super::replica::{group_of, key_fits, records};
-use super::{Inner, WriteFailed};
+use crate::disk::log_format::{LogPosition, Record};
+use crate::disk::pending::Change;
+use crate::disk::record::{self, Header, Keyed, Space};
+use crate::disk::{Inner, WriteFailed};
 use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};
 use crate::stamp;
 use crate::{AckFence, RowEdit, RowOutcome};
@@ -195,7 +195,7 @@ impl Inner {
     /// Leaves a peer's record pending if its stamp is newer than the key's
     /// here (under the key's shard lock: no local write comes between).
     fn put_if_newer(&self, key: &[u8], record: &[u8]) -> Result<Verdict, WriteFailed> {
-        let Some((incoming, _)) = super::record::value_in_place(record) else {
+        let Some((incoming, _)) = record::value_in_place(record) else {
             return Err(WriteFailed);
         };
         if !key_fits(Space::Item, key) {

@@ -8,7 +8,7 @@
 //! put into LMDB and the segments deleted, so the restored server's log
 //! starts after the point, with no entries of the timeline it left.
 //!
-//! [`DiskConfig::replay_until`]: super::DiskConfig::replay_until
+//! [`DiskConfig::replay_until`]: crate::disk::DiskConfig::replay_until
 
 use std::fs::{self, File};
 use std::io;
@@ -19,12 +19,12 @@ use heed::types::Bytes;
 use heed::{Database, EnvOpenOptions};
 
 use super::backup::{self, io_error, BackupError};
-use super::history::{self, LogPoint, Values};
-use super::io::OsIo;
-use super::journal;
-use super::log_format::LogPosition;
-use super::record::{self, Header};
-use super::{DiskConfig, DiskStore};
+use crate::disk::history::{self, LogPoint, Values};
+use crate::disk::io::OsIo;
+use crate::disk::journal;
+use crate::disk::log_format::LogPosition;
+use crate::disk::record::{self, Header};
+use crate::disk::{in_log, log_live, DiskConfig, DiskStore};
 
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
     let mut pointed = Vec::new();
     for entry in items.iter(&txn)? {
         let (key, stored) = entry?;
-        if let Some((inline, pointer)) = Header::decode(stored).and_then(super::in_log) {
+        if let Some((inline, pointer)) = Header::decode(stored).and_then(in_log) {
             pointed.push((key.to_vec(), inline, pointer));
         }
     }
@@ -176,7 +176,7 @@ fn forget_log(dir: &Path) -> Result<(), BackupError> {
         inline.write_over(logged.record_mut());
         items.put(&mut txn, &key, logged.record())?;
     }
-    for (segment, _) in super::log_live(&meta, &txn)? {
+    for (segment, _) in log_live(&meta, &txn)? {
         meta.delete(&mut txn, &record::log_live_key(segment))?;
     }
     txn.commit()?;

@@ -11,11 +11,12 @@
 use std::io;
 use std::sync::Arc;
 
-use super::compactor::lmdb;
 use super::feed::Feed;
-use super::log_format::{self, LogPosition, Record};
-use super::record::Header;
-use super::{indexes, Inner};
+use crate::disk::compactor::lmdb;
+use crate::disk::log_format::{self, LogPosition, Record};
+use crate::disk::record::Header;
+use crate::disk::tables::indexes;
+use crate::disk::{applied_position, in_log, log_read_failed, Inner};
 use crate::replication::{SnapshotPart, REPLICATION_SEED};
 
 /// Bytes of records sent in one part.
@@ -30,7 +31,7 @@ impl Inner {
         // snapshot (and the values it points to) stay until it is sent.
         let _hold = self.journal.hold_history();
         let txn = self.env.read_txn().map_err(lmdb)?;
-        let at = super::applied_position(&self.meta, &txn).map_err(lmdb)?;
+        let at = applied_position(&self.meta, &txn).map_err(lmdb)?;
         let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(lmdb)?;
         for (table, def) in defs.all() {
             send(SnapshotPart::Index {
@@ -61,12 +62,12 @@ impl Inner {
             // segment the transaction points into, so a failed read is an
             // I/O error, and fails the snapshot (the replica asks again).
             let logged;
-            let record = match super::in_log(found) {
+            let record = match in_log(found) {
                 None => stored,
                 Some((header, pointer)) => {
                     logged = self
                         .with_logged_value(key, &header, &pointer)
-                        .inspect_err(|error| super::log_read_failed(error, &pointer))?;
+                        .inspect_err(|error| log_read_failed(error, &pointer))?;
                     logged.record()
                 }
             };

@@ -4,6 +4,9 @@
 //! on a stopped server's directory, a backup, or a live one (the segment
 //! being appended ends at its last whole record).
 
+pub mod backup;
+pub mod restore;
+
 use std::io;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -187,7 +190,7 @@ fn change_of_record(record: Record<'_>, values: Values) -> io::Result<Option<Cha
 /// The change a row record makes (`stored`: its columns; `None`: removed).
 fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged row record");
-    let (table, primary_key) = super::rows::split_row_key(key).ok_or_else(damaged)?;
+    let (table, primary_key) = super::tables::rows::split_row_key(key).ok_or_else(damaged)?;
     let (table, key) = (table.to_vec(), primary_key.to_vec());
     Ok(match stored {
         Some(stored) => Change::RowPut {

@@ -3,9 +3,14 @@
 //! a dual master's (`peer.rs`), as the `Replication` trait
 //! (`crate::replication`) asks for them.
 
+pub(super) mod feed;
+mod peer;
+pub(super) mod replica;
+mod snapshot;
+
 use std::sync::atomic::Ordering;
 
-use super::{feed, DiskStore, LogPosition};
+use super::{DiskStore, LogPosition};
 use crate::replication::{
     BaseLoad, FeedRefused, LogFeed, PeerApplied, PeerTally, Replication, SnapshotPart,
 };

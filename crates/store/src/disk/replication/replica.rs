@@ -18,16 +18,17 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::MutexGuard;
 
-use super::appender::JournalHeld;
-use super::change::Write;
-use super::log_format::{self, GroupHead, LogPosition, Record};
-use super::pending::Change;
-use super::record::{self, Counts, Keyed, Space};
-use super::Inner;
+use crate::disk::appender::JournalHeld;
+use crate::disk::change::Write;
+use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
+use crate::disk::pending::Change;
+use crate::disk::record::{self, Counts, Keyed, Space};
+use crate::disk::tables::{indexes, rows};
+use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
 use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
 
 /// `meta` key: present while a snapshot is being loaded.
-pub(super) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
+pub(in crate::disk) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 
 /// Snapshot bytes applied per LMDB transaction at most.
 const BASE_TXN_BYTES: usize = 64 << 20;
@@ -134,7 +135,7 @@ impl Inner {
     }
 
     /// Clears this server for a snapshot (see the module's notes).
-    pub(super) fn load_base(&self) -> Result<BaseLoader<'_>, String> {
+    pub(in crate::disk) fn load_base(&self) -> Result<BaseLoader<'_>, String> {
         let failed = |error: heed::Error| format!("clearing for a snapshot: {error}");
         let mut leader = self.journal_leader.lock();
         let held = JournalHeld::mark();
@@ -157,9 +158,9 @@ impl Inner {
                 .map(|(key, _)| key.to_vec())
                 .filter(|key| {
                     record::log_live_segment(key).is_some()
-                        || super::indexes::is_index_meta(key)
-                        || key == super::flushed::FLUSHED
-                        || key == super::PARTIAL_ROUND
+                        || indexes::is_index_meta(key)
+                        || key == FLUSHED
+                        || key == PARTIAL_ROUND
                 })
                 .collect();
             for key in stale {
@@ -189,8 +190,8 @@ impl Inner {
 pub(super) fn key_fits(space: Space, key: &[u8]) -> bool {
     match space {
         Space::Item => (1..=MAX_ITEM_KEY).contains(&key.len()),
-        Space::Row => super::rows::split_row_key(key)
-            .is_some_and(|(table, primary_key)| super::rows::row_key(table, primary_key).is_some()),
+        Space::Row => rows::split_row_key(key)
+            .is_some_and(|(table, primary_key)| rows::row_key(table, primary_key).is_some()),
     }
 }
 
@@ -199,7 +200,7 @@ const MAX_ITEM_KEY: usize = 250;
 
 /// A snapshot being loaded: it holds the journal's leader lock, so nothing
 /// is appended meanwhile.
-pub(super) struct BaseLoader<'s> {
+pub(in crate::disk) struct BaseLoader<'s> {
     inner: &'s Inner,
     _leader: MutexGuard<'s, Vec<u8>>,
     _held: JournalHeld,
@@ -237,9 +238,7 @@ impl BaseLoader<'_> {
                 Record::Flush(boundary) => {
                     inner.flushes.raise(boundary);
                     self.max_cas = self.max_cas.max(boundary);
-                    inner
-                        .meta
-                        .put(&mut txn, super::flushed::FLUSHED, &boundary.to_le_bytes())
+                    inner.meta.put(&mut txn, FLUSHED, &boundary.to_le_bytes())
                 }
                 _ => return Err("a snapshot holds puts and a flush only".to_string()),
             };

@@ -12,11 +12,11 @@
 
 use kura_table::{Record, StoredRecord};
 
-use super::change::Write;
-use super::pending::{Change, Pending};
-use super::read_cache::MAX_CACHED_RECORD;
-use super::record::{Keyed, Space};
-use super::{DiskStore, Inner, WriteFailed};
+use crate::disk::change::Write;
+use crate::disk::pending::{Change, Pending, Shard};
+use crate::disk::read_cache::MAX_CACHED_RECORD;
+use crate::disk::record::{Keyed, Space};
+use crate::disk::{appender, DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::{IndexCommand, IndexKind, Lookup};
 
@@ -58,7 +58,7 @@ impl Inner {
     /// Applies a row's write to LMDB (in the applier's transaction, or the
     /// replay's). A record no row write makes (a damaged log) is skipped.
     /// Returns how many index entries it changed.
-    pub(super) fn apply_row(
+    pub(in crate::disk) fn apply_row(
         &self,
         txn: &mut heed::RwTxn<'_>,
         key: &[u8],
@@ -109,7 +109,7 @@ impl Inner {
     /// yet raises `fence`, as in [`with_record`](Inner::with_record).
     fn stored_row(
         &self,
-        shard: &mut super::pending::Shard<'_>,
+        shard: &mut Shard<'_>,
         key: &[u8],
         cache: bool,
         fence: &AckFence,
@@ -134,7 +134,7 @@ impl Inner {
 
     /// Changes a row as `edit` decides from its current state, atomically
     /// (under the key's shard lock).
-    pub(super) fn modify_row(
+    pub(in crate::disk) fn modify_row(
         &self,
         table: &[u8],
         primary_key: &[u8],
@@ -186,7 +186,7 @@ impl Inner {
         Ok(RowOutcome::Done)
     }
 
-    pub(super) fn get_row(
+    pub(in crate::disk) fn get_row(
         &self,
         table: &[u8],
         primary_key: &[u8],
@@ -231,10 +231,10 @@ impl Inner {
     /// table or an index; fails rather than waits for ever when the
     /// engine cannot apply (disk full, failed, stopping), where LMDB would
     /// not show acknowledged rows.
-    pub(super) fn catch_up(&self) -> Result<(), WriteFailed> {
+    pub(in crate::disk) fn catch_up(&self) -> Result<(), WriteFailed> {
         // A thread that keeps the journal waits for what is journalled: a
         // number taken since (a reclaim's, say) needs an append it blocks.
-        let seq = match super::appender::holds_the_journal() {
+        let seq = match appender::holds_the_journal() {
             true => self.logged.lock().through,
             false => self.pending.last_seq(),
         };

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::journal;
-use super::log_format::{self, GroupHead, LogPosition, Record};
-use super::Inner;
+use crate::disk::journal;
+use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
+use crate::disk::Inner;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
 /// How often a waiting feed looks at the journal again.
@@ -30,7 +30,7 @@ const READ_CHUNK: usize = 1 << 20;
 /// The segments that attached replicas still need, by feed: retention
 /// keeps them (`compactor.rs`), up to `--log-retention-max`.
 #[derive(Default)]
-pub(super) struct ReplicaHolds {
+pub(in crate::disk) struct ReplicaHolds {
     next_id: AtomicU64,
     /// (feed id, the oldest segment it still needs)
     held: parking_lot::Mutex<Vec<(u64, u64)>>,
@@ -54,13 +54,13 @@ impl ReplicaHolds {
     }
 
     /// The oldest segment an attached replica needs.
-    pub(super) fn oldest(&self) -> Option<u64> {
+    pub(in crate::disk) fn oldest(&self) -> Option<u64> {
         self.held.lock().iter().map(|(_, segment)| *segment).min()
     }
 
     /// Lets every replica's hold go: it is past the limit, and those
     /// replicas will resynchronize.
-    pub(super) fn release_all(&self) {
+    pub(in crate::disk) fn release_all(&self) {
         self.held.lock().clear();
     }
 }

@@ -16,7 +16,8 @@ use kura_table::{KeyRange, Lookup, StoredRecord};
 
 use super::indexes::{borrowed, def_in, entry_key, span};
 use super::rows::row_key;
-use super::{Inner, WriteFailed};
+use crate::disk::Inner;
+use crate::disk::WriteFailed;
 
 /// Index keys a lookup merges as sorted streams; with more, it reads their
 /// entries in index order (an unsorted stream).

@@ -27,7 +27,8 @@ use kura_table::Record;
 use parking_lot::{Mutex, RwLock};
 
 use super::rows::{row_key, split_row_key, table_prefix};
-use super::{Inner, WriteFailed};
+use crate::disk::Inner;
+use crate::disk::WriteFailed;
 
 /// `meta` keys of index definitions: this, then the table's name with its
 /// length byte, then the column.
@@ -143,7 +144,7 @@ impl IndexDefs {
     }
 
     /// Every table's ready indexes, in the order they were made.
-    pub(super) fn all(&self) -> Vec<(Vec<u8>, IndexDef)> {
+    pub(in crate::disk) fn all(&self) -> Vec<(Vec<u8>, IndexDef)> {
         let mut all: Vec<(Vec<u8>, IndexDef)> = self
             .defs
             .read()
@@ -156,13 +157,13 @@ impl IndexDefs {
     }
 
     /// Forgets every definition (a replica about to load a snapshot).
-    pub(super) fn clear(&self) {
+    pub(in crate::disk) fn clear(&self) {
         self.defs.write().clear();
     }
 }
 
 /// Whether a `meta` key is an index's definition or the last id.
-pub(super) fn is_index_meta(key: &[u8]) -> bool {
+pub(in crate::disk) fn is_index_meta(key: &[u8]) -> bool {
     key.starts_with(DEF_PREFIX) || key == LAST_ID
 }
 
@@ -180,7 +181,7 @@ fn decode_def(value: &[u8]) -> Option<IndexDef> {
 /// Finishes what a `setindex` was doing when the engine stopped: a build
 /// cut short is dropped (run setindex again), a drop completed; both with
 /// their entries, in `txn`. Run as the engine opens.
-pub(super) fn drop_unfinished(
+pub(in crate::disk) fn drop_unfinished(
     meta: &Database<Bytes, Bytes>,
     indexes: &Database<Bytes, Bytes>,
     txn: &mut RwTxn<'_>,
@@ -243,7 +244,7 @@ pub(super) fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
 
 /// Opens (or creates) the `indexes` database: an index key's primary keys
 /// are its duplicates, which LMDB keeps sorted.
-pub(super) fn create_database(
+pub(in crate::disk) fn create_database(
     env: &heed::Env,
     txn: &mut RwTxn<'_>,
 ) -> heed::Result<Database<Bytes, Bytes>> {
@@ -390,7 +391,7 @@ impl Inner {
     /// `setindex`: builds, rebuilds, optimizes or drops the index of a
     /// table's column, once every write made before is applied. A build
     /// returns when the index is ready.
-    pub(super) fn set_index(
+    pub(in crate::disk) fn set_index(
         &self,
         table: &[u8],
         column: &[u8],
