@@ -535,6 +535,41 @@ fn an_index_built_while_rows_change_holds_every_row_as_it_is() {
     );
 }
 
+#[test]
+fn an_index_on_a_column_few_rows_have_is_built_over_batches_of_the_rows_that_have_it() {
+    use kura_store::IndexKind;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let tables = engine.tables().unwrap();
+    // A third of the rows have the column, about 60 grams each: some
+    // 300,000 entries, two of the build's batches, and the rows without the
+    // column stand between theirs.
+    const ROWS: usize = 15_000;
+    for n in 0..ROWS {
+        let key = format!("r{n:05}");
+        let text = format!("row {n}: the quick brown fox jumps over the lazy dog and sleeps on");
+        let record = if n % 3 == 0 {
+            row(&key, &[("text", &text)])
+        } else {
+            row(&key, &[("other", &text)])
+        };
+        put(tables, "t", &record, RowMode::Put);
+    }
+    engine.wait_until_all_applied();
+    index(tables, "text", IndexKind::QGram);
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+    // "row 3" begins rows 3, 30-39, 300-399 and 3000-3999; a third have the column.
+    let expected: Vec<String> = (0..ROWS)
+        .filter(|n| n % 3 == 0 && n.to_string().starts_with('3'))
+        .map(|n| format!("r{n:05}"))
+        .collect();
+    assert_eq!(expected.len(), 1 + 4 + 34 + 334);
+    assert_eq!(
+        indexed_keys(tables, "text", IndexKind::QGram, ("STRINC", "row 3")),
+        expected
+    );
+}
+
 /// A build or a drop cut short (the process stopped before its last
 /// batch) leaves a definition marked building (1) or dropping (2); the
 /// next open drops it and its entries, and `setindex` can build it again.

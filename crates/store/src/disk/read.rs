@@ -95,7 +95,7 @@ impl Inner {
 
     /// Keeps a record read from LMDB (or the log) in the read cache, if it
     /// is small enough and the doorkeeper admits it.
-    fn cache_read(shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
+    pub(super) fn cache_read(shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
         if record.len() <= MAX_CACHED_RECORD && shard.admit() {
             shard.cache(key, record);
         }

@@ -217,6 +217,7 @@ impl Inner {
 }
 
 /// What a copy of LMDB's meta table says of the log.
+#[derive(Default)]
 struct CopiedMeta {
     applied: LogPosition,
     /// The last entry of a round the copy holds part of.
@@ -235,12 +236,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
     let env = unsafe { options.open(dir)? };
     let txn = env.read_txn()?;
     let meta: Option<Database<Bytes, Bytes>> = env.open_database(&txn, Some("meta"))?;
-    let mut found = CopiedMeta {
-        applied: LogPosition::default(),
-        partial: None,
-        applied_segment: 0,
-        pointed: Vec::new(),
-    };
+    let mut found = CopiedMeta::default();
     if let Some(meta) = meta {
         found.applied = applied_position(&meta, &txn)?;
         let partial = meta.get(&txn, PARTIAL_ROUND)?;

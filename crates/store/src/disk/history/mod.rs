@@ -164,13 +164,11 @@ pub fn read(
 /// journal records checksummed with `seed`, every value in place.
 pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");
-    let mut changes = Vec::new();
-    for record in log_format::decode_all(bytes, seed).ok_or_else(damaged)? {
-        if let Some(change) = change_of_record(record, Values::Read)? {
-            changes.push(change);
-        }
-    }
-    Ok(changes)
+    log_format::decode_all(bytes, seed)
+        .ok_or_else(damaged)?
+        .into_iter()
+        .filter_map(|record| change_of_record(record, Values::Read).transpose())
+        .collect()
 }
 
 /// The change a journal record makes (a put's value read or skipped as

@@ -180,24 +180,17 @@ impl Feed {
     /// A feed from the group after `at`, a position of this server's own
     /// LMDB (a snapshot's): it ends a group, so nothing is checked.
     pub(super) fn open_at_group_after(inner: &Arc<Inner>, at: LogPosition) -> io::Result<Feed> {
+        // Each start holds the segment it starts in.
+        let feed_at =
+            |segment, offset| Self::at(inner, segment, offset, inner.replica_holds.add(segment));
         let (current, current_len, last) = inner.journal.current_end();
         if at.lsn >= last.lsn {
-            return Self::at(
-                inner,
-                current,
-                current_len,
-                inner.replica_holds.add(current),
-            );
+            return feed_at(current, current_len);
         }
         for (number, path) in journal::segments(&inner.config.dir)?.iter().rev() {
             let groups = groups_of(path, *number)?;
             if let Some(group) = groups.iter().find(|g| g.head.first_lsn == at.lsn + 1) {
-                return Self::at(
-                    inner,
-                    *number,
-                    group.offset,
-                    inner.replica_holds.add(*number),
-                );
+                return feed_at(*number, group.offset);
             }
             if groups.first().is_some_and(|g| g.head.first_lsn <= at.lsn) {
                 break;

@@ -74,11 +74,8 @@ impl Inner {
             parts.push(Record::Put { key, record })?;
         }
         for entry in self.rows.iter(&txn).map_err(lmdb)? {
-            let (key, stored) = entry.map_err(lmdb)?;
-            parts.push(Record::RowPut {
-                key,
-                record: stored,
-            })?;
+            let (key, record) = entry.map_err(lmdb)?;
+            parts.push(Record::RowPut { key, record })?;
         }
         parts.flush()?;
         drop(txn);

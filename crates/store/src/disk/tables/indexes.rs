@@ -145,15 +145,13 @@ impl IndexDefs {
 
     /// Every table's ready indexes, in the order they were made.
     pub(in crate::disk) fn all(&self) -> Vec<(Vec<u8>, IndexDef)> {
-        let mut all: Vec<(Vec<u8>, IndexDef)> = self
-            .defs
+        self.defs
             .read()
             .iter()
             .flat_map(|(table, defs)| defs.iter().map(|def| (table.clone(), def.clone())))
             .filter(|(_, def)| def.is_ready())
-            .collect();
-        all.sort_by_key(|(_, def)| def.id);
-        all
+            .sorted_by_key(|(_, def)| def.id)
+            .collect()
     }
 
     /// Forgets every definition (a replica about to load a snapshot).
@@ -231,15 +229,11 @@ fn drop_entries(
 }
 
 fn def_key(table: &[u8], column: &[u8]) -> Option<Vec<u8>> {
-    let mut key = DEF_PREFIX.to_vec();
-    key.extend_from_slice(&row_key(table, column)?);
-    Some(key)
+    Some([DEF_PREFIX, &row_key(table, column)?[..]].concat())
 }
 
 pub(super) fn entry_key(id: u32, key: &[u8]) -> Vec<u8> {
-    let mut entry = id.to_be_bytes().to_vec();
-    entry.extend_from_slice(key);
-    entry
+    [&id.to_be_bytes()[..], key].concat()
 }
 
 /// Opens (or creates) the `indexes` database: an index key's primary keys
@@ -562,9 +556,13 @@ impl Inner {
         for entry in self.rows.range(txn, &borrowed(&range))? {
             let (key, stored) = entry?;
             let primary_key = &key[prefix.len()..];
-            if let Some(row) = Record::decode_columns(primary_key, stored) {
+            let row = Record::decode_columns(primary_key, stored);
+            let index_keys = keys_of(def, row.as_ref());
+            // Only rows with entries are held: a column few rows have
+            // must not hold the whole table's keys.
+            if !index_keys.is_empty() {
                 let at = primary_keys.len() as u32;
-                for index_key in keys_of(def, Some(&row)) {
+                for index_key in index_keys {
                     rows_of.entry(index_key).or_default().push(at);
                     entries += 1;
                 }
@@ -660,10 +658,7 @@ pub(super) fn span(
 ) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let at = |key: &[u8]| [prefix, key].concat();
     let first = Bound::Included(prefix.to_vec());
-    let past = match prefix_end(prefix) {
-        Some(end) => Bound::Excluded(end),
-        None => Bound::Unbounded,
-    };
+    let past = prefix_end(prefix).map_or(Bound::Unbounded, Bound::Excluded);
     match (start, descending) {
         (Bound::Unbounded, _) => (first, past),
         (Bound::Included(key), false) => (Bound::Included(at(key)), past),

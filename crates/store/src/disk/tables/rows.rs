@@ -14,7 +14,6 @@ use kura_table::{Record, StoredRecord};
 
 use crate::disk::change::Write;
 use crate::disk::pending::{Change, Pending, Shard};
-use crate::disk::read_cache::MAX_CACHED_RECORD;
 use crate::disk::record::{Keyed, Space};
 use crate::disk::{appender, DiskStore, Inner, WriteFailed};
 use crate::{AckFence, RowEdit, RowMode, RowOutcome, Tables};
@@ -40,11 +39,7 @@ pub fn row_key(table: &[u8], primary_key: &[u8]) -> Option<Vec<u8>> {
 /// The table's name with its length byte, then `rest`.
 fn prefixed(table: &[u8], rest: &[u8]) -> Option<Vec<u8>> {
     let len = u8::try_from(table.len()).ok().filter(|len| *len > 0)?;
-    let mut key = Vec::with_capacity(1 + table.len() + rest.len());
-    key.push(len);
-    key.extend_from_slice(table);
-    key.extend_from_slice(rest);
-    Some(key)
+    Some([&[len][..], table, rest].concat())
 }
 
 /// The table and primary key of a row's key.
@@ -124,10 +119,8 @@ impl Inner {
         }
         let txn = self.env.read_txn()?;
         let stored = self.rows.get(&txn, key)?;
-        if let Some(stored) = stored {
-            if cache && stored.len() <= MAX_CACHED_RECORD && shard.admit() {
-                shard.cache(key, stored);
-            }
+        if let Some(stored) = stored.filter(|_| cache) {
+            Self::cache_read(shard, key, stored);
         }
         Ok(stored.map(<[u8]>::to_vec))
     }
