@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use heed::{Env, RwTxn};
 use kura_store::disk::io::{Io, OsIo};
 use kura_store::{
-    AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions, Record,
-    RowMode, RowOutcome, Store, StoreCommand, StoreMode, StoreOutcome, SyncPolicy,
+    AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions,
+    LogRetention, Record, RowMode, RowOutcome, Store, StoreCommand, StoreMode, StoreOutcome,
+    SyncPolicy,
 };
 use parking_lot::Mutex;
 
@@ -534,6 +535,66 @@ fn a_failed_log_fsync_is_not_acknowledged_and_poisons_the_engine() {
         drop(store);
         recovers(dir.path(), &kept);
     }
+}
+
+/// The compactor fsyncs the log too: the values it moves must be on disk
+/// before LMDB points to them. A failure there poisons the engine, as any
+/// failed fsync of the log does: the kernel may have dropped the pages of
+/// acknowledged writes in the same segment with it.
+#[test]
+fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let config = DiskConfig {
+        // Compaction is due past 256 KiB of garbage.
+        pending_limit: 1 << 20,
+        // Segments pass retention 3 s after their last append: nothing is
+        // compacted while the writes go on.
+        log_retention: LogRetention {
+            max_age: Some(Duration::from_secs(3)),
+            max_bytes: None,
+        },
+        ..config(dir.path(), SyncPolicy::Batch, io.clone())
+    };
+    let store = DiskStore::open(config).unwrap();
+    // Every key once, then the odd ones again and again: the even keys stay
+    // live among 800 KB of garbage.
+    let mut kept = fill(&store, 40, 4096);
+    for round in 1..=10 {
+        for i in (1..40).step_by(2) {
+            let (key, value) = (
+                format!("key{i}").into_bytes(),
+                value_of(100 * round + i, 4096),
+            );
+            assert_eq!(set(&store, &key, &value), Some(true));
+            kept.insert(key, value);
+        }
+    }
+    store.wait_until_all_applied();
+    // The syncer has caught up: no fsync of the log is due but the
+    // compactor's.
+    let mut fsyncs = engine_stat(&store, "disk_fsyncs");
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = engine_stat(&store, "disk_fsyncs");
+        if now == fsyncs {
+            break;
+        }
+        fsyncs = now;
+    }
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine_stat(&store, "disk_poisoned") == "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the failed compaction left the engine writable"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(engine_stat(&store, "disk_compactions"), "0");
+    assert_eq!(set(&store, b"after", b"v"), None, "writes are refused");
+    drop(store);
+    recovers(dir.path(), &kept);
 }
 
 /// Writers racing the journal's appends when the log starts failing (its

@@ -158,7 +158,11 @@ impl Inner {
     /// each record's key, origin and offset in `group`.
     fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
         let start = self.journal.append(group, None)?;
-        self.journal.sync()?;
+        // As every fsync of the log: a failed one may have dropped the pages
+        // of acknowledged writes in the same segment, so it poisons.
+        if !self.fsync("journal fsync failed", || self.journal.sync()) {
+            return Err(io::Error::other("journal fsync failed"));
+        }
         let mut txn = self.env.write_txn().map_err(lmdb)?;
         let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
