@@ -209,13 +209,6 @@ impl Inner {
             return None;
         };
         debug_assert_eq!(start.segment, segment);
-        let locations: Vec<Location> = offsets
-            .iter()
-            .map(|&offset| Location {
-                segment: start.segment,
-                offset: start.offset + offset,
-            })
-            .collect();
         logged.dirty = true;
         if let Some(boundary) = flush {
             logged.flush = logged.flush.max(Some(boundary));
@@ -230,7 +223,7 @@ impl Inner {
             .fetch_max(writes as u64, Ordering::Relaxed);
         self.acks.advance(through, false);
         self.pending
-            .merge_logged(batch, &locations, |len| self.config.keeps_in_log(len));
+            .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
         drop(logged);
         // A flush is applied at once: the room it frees shows.
         if flush.is_some() || self.apply_due() {

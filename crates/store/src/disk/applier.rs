@@ -272,16 +272,15 @@ impl Inner {
             state.retry = round;
             return None;
         }
-        let mut result = Ok(());
-        if let Some(round) = round.as_ref().filter(|round| round.retried) {
-            // Deletes journalled since may free the room the writes need,
-            // but LMDB reuses a freed page only in a later transaction.
-            result = self.commit_removes(round);
-        }
-        let mut segment = 0;
-        let result = result
+        // A retried round first commits its removals alone: deletes
+        // journalled since may free the room the writes need, but LMDB
+        // reuses a freed page only in a later transaction.
+        let retried = round.as_ref().filter(|round| round.retried);
+        let result = retried
+            .map_or(Ok(()), |round| self.commit_removes(round))
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
+        let segment = round.as_ref().map_or(0, |round| round.segment);
         match result {
             Ok(early) => {
                 // The read cache may hold a copy made before the bit was set.
@@ -291,7 +290,6 @@ impl Inner {
                 if let Some(round) = round {
                     self.counters.applies.fetch_add(1, Ordering::Relaxed);
                     state.writes_applied_at = Instant::now();
-                    segment = round.segment;
                     // Records read while pending go to the read cache (with
                     // the bit their mark just set in LMDB): they were wanted.
                     let marks = &self.marks;
@@ -552,18 +550,38 @@ impl Inner {
         Ok(())
     }
 
-    /// Records the meta (`put_meta`), commits `txn` and makes `counts` the
-    /// applied ones, holding them across the commit: a snapshot load, on
-    /// another thread, that starts its transaction once this one ends
-    /// copies them only once they are stored, so neither overwrites the
-    /// other's.
+    /// Records, with `txn`'s writes, the last CAS handed out, the class
+    /// counts, the journal bytes each segment holds for LMDB and
+    /// (`applied`) the newest journal segment and entry LMDB now holds;
+    /// commits `txn` and makes `counts` the applied ones, holding them
+    /// across the commit: a snapshot load, on another thread, that starts
+    /// its transaction once this one ends copies them only once they are
+    /// stored, so neither overwrites the other's.
     pub(super) fn commit_counted(
         &self,
         mut txn: RwTxn<'_>,
         counts: &mut Counts,
         applied: Option<(u64, LogPosition)>,
     ) -> heed::Result<()> {
-        self.put_meta(&mut txn, counts, applied)?;
+        let cas = self.last_cas.load(Ordering::Acquire);
+        self.meta.put(&mut txn, b"cas", &cas.to_le_bytes())?;
+        self.meta
+            .put(&mut txn, b"classes", &counts.classes.encode())?;
+        for (segment, live) in counts.log.take_touched() {
+            let key = record::log_live_key(segment);
+            match live {
+                Some(live) => self.meta.put(&mut txn, &key, &live.to_le_bytes())?,
+                None => {
+                    self.meta.delete(&mut txn, &key)?;
+                }
+            }
+        }
+        if let Some((segment, last)) = applied {
+            self.meta
+                .put(&mut txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
+            self.meta
+                .put(&mut txn, super::APPLIED_LSN, &last.encode())?;
+        }
         let mut applied_counts = self.applied_counts.lock();
         self.config.io.commit(txn)?;
         *applied_counts = counts.clone();
@@ -579,35 +597,6 @@ impl Inner {
                 .put(txn, super::PARTIAL_ROUND, &round.last.encode()),
             None => Ok(()),
         }
-    }
-
-    /// Records, with a transaction's writes, the last CAS handed out, the
-    /// class counts, the journal bytes each segment holds for LMDB, and the
-    /// newest journal segment LMDB now holds.
-    pub(super) fn put_meta(
-        &self,
-        txn: &mut RwTxn<'_>,
-        counts: &mut Counts,
-        applied: Option<(u64, LogPosition)>,
-    ) -> heed::Result<()> {
-        let cas = self.last_cas.load(Ordering::Acquire);
-        self.meta.put(txn, b"cas", &cas.to_le_bytes())?;
-        self.meta.put(txn, b"classes", &counts.classes.encode())?;
-        for (segment, live) in counts.log.take_touched() {
-            let key = record::log_live_key(segment);
-            match live {
-                Some(live) => self.meta.put(txn, &key, &live.to_le_bytes())?,
-                None => {
-                    self.meta.delete(txn, &key)?;
-                }
-            }
-        }
-        if let Some((segment, last)) = applied {
-            self.meta
-                .put(txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
-            self.meta.put(txn, super::APPLIED_LSN, &last.encode())?;
-        }
-        Ok(())
     }
 
     /// Applies one pending write, keeping the expiry index and the counts

@@ -10,6 +10,7 @@ use super::change::{Old, Write};
 use super::journal;
 use super::log_format::{self, Location, Record};
 use super::record::LogPointer;
+use super::retention::SegmentAge;
 use super::space::is_enospc;
 use super::{Inner, LogRetention};
 
@@ -43,15 +44,11 @@ impl Inner {
         let applied = self.applied_segment.load(Ordering::Acquire);
         // History the retention keeps is kept whole: only segments past it
         // are worth compacting (their garbage is deleted with them).
-        let past: std::collections::HashSet<u64> =
-            self.past_retention(applied).into_iter().collect();
+        let past = self.past_retention(applied);
         let victim = {
             let counts = self.applied_counts.lock();
-            let segments: Vec<(u64, u64, u64)> = self
-                .journal
-                .older_segments()
-                .into_iter()
-                .filter(|segment| past.contains(&segment.number))
+            let segments: Vec<(u64, u64, u64)> = past
+                .iter()
                 .map(|segment| (segment.number, segment.len, counts.log.of(segment.number)))
                 .collect();
             let (len, live) = segments
@@ -188,7 +185,7 @@ impl Inner {
     pub(super) fn remove_dead_segments(&self, applied: u64) {
         let past = self.past_retention(applied);
         let mut counts = self.applied_counts.lock();
-        for &segment in &past {
+        for segment in past.iter().map(|segment| segment.number) {
             if counts.log.of(segment) != 0 {
                 continue;
             }
@@ -205,7 +202,7 @@ impl Inner {
     /// The applied segments (up to `applied`) that the log's retention lets
     /// go, oldest first: none while a backup holds the history. While the
     /// disk is full, history gives way to writes: every applied segment.
-    fn past_retention(&self, applied: u64) -> Vec<u64> {
+    fn past_retention(&self, applied: u64) -> Vec<SegmentAge> {
         if self.journal.history_held() {
             return Vec::new();
         }
@@ -236,7 +233,9 @@ impl Inner {
                 past.retain(|&segment| segment < needed);
             }
         }
-        past
+        // Both are the oldest of `segments`.
+        segments.truncate(past.len());
+        segments
     }
 }
 

@@ -413,8 +413,10 @@ fn in_log((header, value): (Header, &[u8])) -> Option<(Header, LogPointer)> {
     Some((header, pointer))
 }
 
-fn log_read_failed(error: &std::io::Error, pointer: &LogPointer) {
+/// Logs a failed read of a value in the journal; the read fails.
+fn log_read_failed(error: &std::io::Error, pointer: &LogPointer) -> WriteFailed {
     tracing::error!(%error, segment = pointer.at.segment, offset = pointer.at.offset, "cannot read a value from the journal");
+    WriteFailed
 }
 
 impl Store for DiskStore {

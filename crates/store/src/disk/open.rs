@@ -275,13 +275,11 @@ impl Inner {
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
             File::open(path).and_then(|file| self.config.io.sync_log(&file))?;
-            self.put_meta(&mut txn, &mut counts, Some((*number, last)))?;
-            self.config.io.commit(txn)?;
+            self.commit_counted(txn, &mut counts, Some((*number, last)))?;
             self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
             tracing::info!(segment = number, records, "replayed journal segment");
         }
-        *self.applied_counts.lock() = counts;
         self.config.io.sync_data(&self.env)?;
         // `applied` (where LMDB stood), or the last segment replayed.
         self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));

@@ -478,21 +478,22 @@ impl PendingWrites {
 
     /// Moves a journalled batch into the shards' `logged` maps, where it
     /// waits for the applier; a newer write of a key replaces the older.
-    /// `locations`: where the journal holds each write, in the order of
-    /// [`Batch::writes`]. A value of a length `keeps_in_log` is dropped from
-    /// memory: the entry keeps a pointer to it in the journal instead (the
-    /// record LMDB will get), so large values do not fill the pending memory
-    /// and force small rounds.
+    /// The journal holds each write at its offset in `offsets` (in the order
+    /// of [`Batch::writes`]) from the group's `start`. A value of a length
+    /// `keeps_in_log` is dropped from memory: the entry keeps a pointer to it
+    /// in the journal instead (the record LMDB will get), so large values do
+    /// not fill the pending memory and force small rounds.
     pub fn merge_logged(
         &self,
         batch: Batch,
-        locations: &[Location],
+        start: Location,
+        offsets: &[u64],
         keeps_in_log: impl Fn(usize) -> bool,
     ) {
-        debug_assert!(locations.is_empty() || locations.len() == batch.len());
+        debug_assert!(offsets.is_empty() || offsets.len() == batch.len());
         let mut replaced = 0;
         let mut shrunk = 0;
-        let mut locations = locations.iter();
+        let mut offsets = offsets.iter();
         for (index, map) in batch.maps {
             let mut state = self.shards[index].lock();
             drop(state.appending.take());
@@ -500,7 +501,10 @@ impl PendingWrites {
             let mut map = Arc::unwrap_or_clone(map);
             // Unchanged since the batch was encoded: the same order.
             for entry in map.iter_mut() {
-                let at = locations.next().copied();
+                let at = offsets.next().map(|&offset| Location {
+                    segment: start.segment,
+                    offset: start.offset + offset,
+                });
                 if entry.space != Space::Item {
                     // Rows live in LMDB whole, never in the log.
                     continue;
@@ -621,6 +625,12 @@ mod tests {
     use super::super::read_cache::ENTRY_OVERHEAD;
     use super::*;
 
+    /// Where a batch lands when no test reads it.
+    const NOWHERE: Location = Location {
+        segment: 0,
+        offset: 0,
+    };
+
     fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
         match shard.get(key)? {
             Pending::Put(record) => Some(record.to_vec()),
@@ -658,7 +668,7 @@ mod tests {
                 (Space::Row, Pending::Remove)
             ]
         );
-        pending.merge_logged(batch, &[], |_| false);
+        pending.merge_logged(batch, NOWHERE, &[], |_| false);
         assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
         assert_eq!(
             pending.lock_in(Space::Row, b"k").get(b"k"),
@@ -681,12 +691,12 @@ mod tests {
         // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
-        pending.merge_logged(batch, &[], |_| false);
+        pending.merge_logged(batch, NOWHERE, &[], |_| false);
         assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
-        pending.merge_logged(next, &[], |_| false);
+        pending.merge_logged(next, NOWHERE, &[], |_| false);
         // The newer write of "b" replaced the older one in `logged`.
         assert_eq!(pending.logged_bytes(), 1 + 1 + 5 + 2 * ENTRY_OVERHEAD);
         assert_eq!(pending.bytes(), pending.logged_bytes());
@@ -731,18 +741,22 @@ mod tests {
         }
         let batch = pending.drain();
         let held = pending.bytes();
-        let mut locations = Vec::new();
+        let mut offsets = Vec::new();
         let mut expected = std::collections::HashMap::new();
         for (i, (_, key, _)) in batch.writes().enumerate() {
             let at = Location {
                 segment: 4,
                 offset: 100 * i as u64,
             };
-            locations.push(at);
+            offsets.push(at.offset);
             expected.insert(key.to_vec(), at);
         }
         let at = expected[&b"big"[..]];
-        pending.merge_logged(batch, &locations, |len| len >= 1000);
+        let start = Location {
+            segment: 4,
+            offset: 0,
+        };
+        pending.merge_logged(batch, start, &offsets, |len| len >= 1000);
         for i in 0..50 {
             let key = format!("other{i}");
             let shard = pending.lock(key.as_bytes());

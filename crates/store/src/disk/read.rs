@@ -48,10 +48,7 @@ impl Inner {
                 // there (its segment stays until LMDB has it).
                 let logged = self
                     .with_logged_value(key, &header, &pointer)
-                    .map_err(|error| {
-                        log_read_failed(&error, &pointer);
-                        WriteFailed
-                    })?;
+                    .map_err(|error| log_read_failed(&error, &pointer))?;
                 return Ok(f(
                     self.with_noted_fetch(hash, Header::decode(logged.record()))
                 ));
@@ -82,10 +79,7 @@ impl Inner {
                     attempts += 1;
                     continue;
                 }
-                Err(error) => {
-                    log_read_failed(&error, &pointer);
-                    return Err(WriteFailed);
-                }
+                Err(error) => return Err(log_read_failed(&error, &pointer)),
             };
             let result = f(self.with_noted_fetch(hash, Header::decode(logged.record())));
             Self::cache_read(shard, key, logged.record());

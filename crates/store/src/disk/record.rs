@@ -136,12 +136,9 @@ pub struct Keyed {
 
 impl Keyed {
     pub fn new(key: &[u8], record: &[u8]) -> Keyed {
-        let mut bytes = Vec::with_capacity(key.len() + record.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(record);
         Keyed {
             key_len: key.len(),
-            bytes: bytes.into_boxed_slice(),
+            bytes: [key, record].concat().into_boxed_slice(),
         }
     }
 
@@ -233,10 +230,7 @@ pub fn set_bits(record: &mut [u8], bits: u8) {
 
 /// The expiry index key: expiry time first, so the index is in time order.
 pub fn expiry_key(expiry_unix: u32, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + key.len());
-    out.extend_from_slice(&expiry_unix.to_be_bytes());
-    out.extend_from_slice(key);
-    out
+    [&expiry_unix.to_be_bytes()[..], key].concat()
 }
 
 /// The expiry time at the front of an expiry index key.

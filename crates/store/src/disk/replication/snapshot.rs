@@ -65,9 +65,11 @@ impl Inner {
             let record = match in_log(found) {
                 None => stored,
                 Some((header, pointer)) => {
-                    logged = self
-                        .with_logged_value(key, &header, &pointer)
-                        .inspect_err(|error| log_read_failed(error, &pointer))?;
+                    logged =
+                        self.with_logged_value(key, &header, &pointer)
+                            .inspect_err(|error| {
+                                log_read_failed(error, &pointer);
+                            })?;
                     logged.record()
                 }
             };
