@@ -27,8 +27,7 @@ use kura_table::Record;
 use parking_lot::{Mutex, RwLock};
 
 use super::rows::{row_key, split_row_key, table_prefix};
-use crate::disk::Inner;
-use crate::disk::WriteFailed;
+use crate::disk::{Inner, WriteFailed};
 
 /// `meta` keys of index definitions: this, then the table's name with its
 /// length byte, then the column.

@@ -16,8 +16,7 @@ use kura_table::{KeyRange, Lookup, StoredRecord};
 
 use super::indexes::{borrowed, def_in, entry_key, span};
 use super::rows::row_key;
-use crate::disk::Inner;
-use crate::disk::WriteFailed;
+use crate::disk::{Inner, WriteFailed};
 
 /// Index keys a lookup merges as sorted streams; with more, it reads their
 /// entries in index order (an unsorted stream).
