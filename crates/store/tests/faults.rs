@@ -1093,3 +1093,44 @@ fn a_segment_freed_by_removing_expired_items_goes_only_once_that_is_durable() {
         );
     }
 }
+
+#[test]
+fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again_after_a_restart() {
+    use kura_store::replication::{Replication, SnapshotPart};
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = open(master_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+    let kept = fill(&master, 20, 500);
+    // A snapshot sends what the data file holds.
+    assert_eq!(master.wait_until_all_applied(), AckState::Ready);
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (at, _feed) = master
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    let load = |replica: &DiskStore| {
+        let mut base = replica.load_base().unwrap();
+        for part in &parts {
+            base.add(SnapshotPart::Records(part)).unwrap();
+        }
+        base.finish(at)
+    };
+    let io = FaultyIo::new(replica_dir.path());
+    let replica = open(replica_dir.path(), SyncPolicy::Batch, io.clone());
+    io.set(|f| f.sync_data = Some(Fault::Fails(libc::EIO)));
+    assert!(load(&replica).is_err(), "the snapshot is not finished");
+    assert_eq!(engine_stat(&replica, "disk_poisoned"), "1");
+    assert_ne!(replica.position(), Some(at));
+    io.crash();
+    drop(replica);
+    io.cut_power(false);
+    let replica = open(replica_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+    assert_ne!(replica.position(), Some(at), "no snapshot is claimed");
+    load(&replica).expect("loads again");
+    assert_eq!(replica.position(), Some(at));
+    drop(replica);
+    recovers(replica_dir.path(), &kept);
+}

@@ -285,6 +285,16 @@ impl BaseLoad for BaseLoader<'_> {
         };
         inner.journal.sync_retired(&retired).map_err(io_failed)?;
         inner.last_cas.fetch_max(self.max_cas, Ordering::AcqRel);
+        // The snapshot's pages reach the disk before the marker's removal
+        // does: under MDB_NOSYNC, LMDB's writes keep their order only where
+        // the file system keeps it, and the log cannot repair a snapshot.
+        // A failed fsync poisons, as everywhere (docs/DESIGN.md).
+        let sync_data = || {
+            (inner.fsync("fsync failed", || inner.config.io.sync_data(&inner.env)))
+                .then_some(())
+                .ok_or_else(|| "finishing a snapshot: fsync failed".to_string())
+        };
+        sync_data()?;
         let mut txn = inner.env.write_txn().map_err(failed)?;
         let mut counts = inner.applied_counts.lock().clone();
         inner
@@ -293,7 +303,7 @@ impl BaseLoad for BaseLoader<'_> {
             .map_err(failed)?;
         let applied = Some((retired.number(), at));
         (inner.commit_counted(txn, &mut counts, applied)).map_err(failed)?;
-        inner.config.io.sync_data(&inner.env).map_err(failed)?;
+        sync_data()?;
         inner
             .applied_segment
             .fetch_max(retired.number(), Ordering::AcqRel);
