@@ -21,7 +21,7 @@ use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
 use super::space::is_out_of_space;
 use super::threads::IDLE_TICK;
-use super::Inner;
+use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 
 /// The longest journalled writes wait for LMDB while the engine is busy.
 /// Under sustained random writes a longer round shares LMDB's pages among
@@ -229,11 +229,8 @@ impl Inner {
             let taken = next.map(|next| {
                 logged.dirty = false;
                 let retired = self.journal.switch(next);
-                (
-                    self.pending.take_logged(logged.through),
-                    logged.flush.take(),
-                    retired,
-                )
+                let batch = self.pending.take_logged(logged.through);
+                (batch, logged.flush.take(), retired)
             });
             (through, taken)
         };
@@ -281,33 +278,8 @@ impl Inner {
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
         let segment = round.as_ref().map_or(0, |round| round.segment);
-        match result {
-            Ok(early) => {
-                // The read cache may hold a copy made before the bit was set.
-                for (key, cas) in &marks {
-                    self.pending.set_cached_bits(key, *cas, FETCHED);
-                }
-                if let Some(round) = round {
-                    self.counters.applies.fetch_add(1, Ordering::Relaxed);
-                    state.writes_applied_at = Instant::now();
-                    // Records read while pending go to the read cache (with
-                    // the bit their mark just set in LMDB): they were wanted.
-                    let marks = &self.marks;
-                    let flushed_through = self.flushes.through();
-                    self.pending.retire_applied(round.batches, |hash, cas| {
-                        cas > flushed_through && marks.noted(hash, cas)
-                    });
-                }
-                // Only now: until here reads took the fetched bit from the
-                // notes. Those of items still pending stay, for a later round.
-                let kept: std::collections::HashSet<_> = early.iter().collect();
-                self.marks
-                    .forget(marks.iter().filter(|mark| !kept.contains(mark)));
-                self.marks.put_back(early);
-                if let Some(through) = through {
-                    self.applied.advance(through, false);
-                }
-            }
+        let early = match result {
+            Ok(early) => early,
             Err(error) => {
                 self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
                 let first = round.as_ref().is_none_or(|round| !round.retried);
@@ -338,6 +310,29 @@ impl Inner {
                 // Tried again after a pause, not at once.
                 return None;
             }
+        };
+        // The read cache may hold a copy made before the bit was set.
+        for (key, cas) in &marks {
+            self.pending.set_cached_bits(key, *cas, FETCHED);
+        }
+        if let Some(round) = round {
+            self.counters.applies.fetch_add(1, Ordering::Relaxed);
+            state.writes_applied_at = Instant::now();
+            // Records read while pending go to the read cache (with
+            // the bit their mark just set in LMDB): they were wanted.
+            let flushed_through = self.flushes.through();
+            self.pending.retire_applied(round.batches, |hash, cas| {
+                cas > flushed_through && self.marks.noted(hash, cas)
+            });
+        }
+        // Only now: until here reads took the fetched bit from the
+        // notes. Those of items still pending stay, for a later round.
+        let kept: std::collections::HashSet<_> = early.iter().collect();
+        self.marks
+            .forget(marks.iter().filter(|mark| !kept.contains(mark)));
+        self.marks.put_back(early);
+        if let Some(through) = through {
+            self.applied.advance(through, false);
         }
         Some(segment)
     }
@@ -412,7 +407,7 @@ impl Inner {
             self.remove_due(&mut txn, &mut counts, Some(classes), &mut swept)?;
         }
         if round.is_some() {
-            self.meta.delete(&mut txn, super::PARTIAL_ROUND)?;
+            self.meta.delete(&mut txn, PARTIAL_ROUND)?;
         }
         let newest = round.map(|round| (round.segment, round.last));
         self.commit_counted(txn, &mut counts, newest)?;
@@ -421,9 +416,8 @@ impl Inner {
         for key in &swept {
             self.pending.forget_cached(key);
         }
-        if let Some(round) = round {
-            self.applied_segment
-                .fetch_max(round.segment, Ordering::AcqRel);
+        if let Some((segment, _)) = newest {
+            self.applied_segment.fetch_max(segment, Ordering::AcqRel);
         }
         self.measure_lmdb_usage();
         self.counters
@@ -439,12 +433,9 @@ impl Inner {
     fn prefetch(&self, batches: &[Batch]) {
         let keys: Vec<&[u8]> = batches
             .iter()
-            .flat_map(|batch| {
-                batch
-                    .writes()
-                    .filter(|(space, _, _)| *space == Space::Item)
-                    .map(|(_, key, _)| key)
-            })
+            .flat_map(|batch| batch.writes())
+            .filter(|(space, _, _)| *space == Space::Item)
+            .map(|(_, key, _)| key)
             .collect();
         let share = keys.len().div_ceil(PREFETCH_THREADS).max(1);
         thread::scope(|scope| {
@@ -470,15 +461,13 @@ impl Inner {
         marks: &[(Arc<[u8]>, u64)],
         round: Option<&ApplyRound>,
     ) -> heed::Result<Vec<(Arc<[u8]>, u64)>> {
+        let batches = round.map_or(&[][..], |round| &round.batches[..]);
         // Items this round stored were stored with their bit (see `apply`).
         let stored_now = |key: &[u8], cas: u64| {
             let hash = self.marks.hash(key);
-            round.is_some_and(|round| {
-                round
-                    .batches
-                    .iter()
-                    .any(|batch| batch.get(hash, key).is_some_and(|write| write.stores(cas)))
-            })
+            batches
+                .iter()
+                .any(|batch| batch.get(hash, key).is_some_and(|write| write.stores(cas)))
         };
         let mut noted: Vec<&(Arc<[u8]>, u64)> = marks
             .iter()
@@ -571,16 +560,13 @@ impl Inner {
             let key = record::log_live_key(segment);
             match live {
                 Some(live) => self.meta.put(&mut txn, &key, &live.to_le_bytes())?,
-                None => {
-                    self.meta.delete(&mut txn, &key)?;
-                }
+                None => self.meta.delete(&mut txn, &key).map(drop)?,
             }
         }
         if let Some((segment, last)) = applied {
             self.meta
-                .put(&mut txn, super::JOURNAL_APPLIED, &segment.to_le_bytes())?;
-            self.meta
-                .put(&mut txn, super::APPLIED_LSN, &last.encode())?;
+                .put(&mut txn, JOURNAL_APPLIED, &segment.to_le_bytes())?;
+            self.meta.put(&mut txn, APPLIED_LSN, &last.encode())?;
         }
         let mut applied_counts = self.applied_counts.lock();
         self.config.io.commit(txn)?;
@@ -592,9 +578,7 @@ impl Inner {
     /// finishes it removes the note).
     fn mark_partial(&self, txn: &mut RwTxn<'_>, round: Option<&ApplyRound>) -> heed::Result<()> {
         match round {
-            Some(round) => self
-                .meta
-                .put(txn, super::PARTIAL_ROUND, &round.last.encode()),
+            Some(round) => self.meta.put(txn, PARTIAL_ROUND, &round.last.encode()),
             None => Ok(()),
         }
     }
@@ -626,20 +610,13 @@ impl Inner {
                 // A large value stays in the journal: LMDB gets a pointer
                 // (which a pending write may already be).
                 let already = LogPointer::of_stored(&header, value);
-                let pointer = already.or_else(|| {
-                    logged
-                        .filter(|_| self.config.keeps_in_log(value.len()))
-                        .map(|at| LogPointer::to_put(at, key, stored, value.len()))
-                });
+                let new_pointer = logged
+                    .filter(|_| already.is_none() && self.config.keeps_in_log(value.len()))
+                    .map(|at| LogPointer::to_put(at, key, stored, value.len()));
+                let pointer = already.or(new_pointer);
                 let value_len = record::stored_value_len(&header, value);
-                let pointed;
-                let stored = match &pointer {
-                    Some(pointer) if already.is_none() => {
-                        pointed = record::pointer_record(&header, pointer);
-                        &pointed[..]
-                    }
-                    _ => stored,
-                };
+                let pointed = new_pointer.map(|pointer| record::pointer_record(&header, &pointer));
+                let stored = pointed.as_ref().map_or(stored, |pointed| &pointed[..]);
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
                     if fetched {

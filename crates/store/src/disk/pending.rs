@@ -241,10 +241,9 @@ impl Batch {
     /// The batch's write of the item `key` (of `hash`, as the pending table
     /// hashes it).
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<Pending<'_>> {
-        let shard = shard_of(hash);
         let at = self
             .maps
-            .binary_search_by_key(&shard, |(index, _)| *index)
+            .binary_search_by_key(&shard_of(hash), |(index, _)| *index)
             .ok()?;
         find_entry(&self.maps[at].1, hash, Space::Item, key).map(Entry::pending)
     }
@@ -326,10 +325,9 @@ impl Shard<'_> {
         let (hash, space) = (self.hash, self.space);
         let entry = Entry::new(hash, space, seq, key, change);
         let added = entry.charge();
-        let state = &mut *self.state;
-        state.cache.remove(hash, space, key);
-        let removed = replace(&mut state.fresh, entry);
-        state.fresh_bytes = state.fresh_bytes + added - removed;
+        self.state.cache.remove(hash, space, key);
+        let removed = replace(&mut self.state.fresh, entry);
+        self.state.fresh_bytes = self.state.fresh_bytes + added - removed;
         self.owner.bytes.fetch_add(added, Ordering::Relaxed);
         self.owner.bytes.fetch_sub(removed, Ordering::Relaxed);
         self.owner.dirty.store(true, Ordering::Release);
@@ -373,8 +371,7 @@ impl PendingWrites {
     /// holds it.
     pub fn forget_cached(&self, key: &[u8]) {
         let mut shard = self.lock(key);
-        let hash = shard.hash;
-        shard.state.cache.remove(hash, Space::Item, key);
+        shard.state.cache.remove(shard.hash, Space::Item, key);
     }
 
     fn hash(&self, space: Space, key: &[u8]) -> u64 {
@@ -468,8 +465,7 @@ impl PendingWrites {
     /// not hold anything older.
     pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
         let mut shard = self.lock(key);
-        let hash = shard.hash;
-        if let Some(record) = shard.state.cache.get_mut(hash, Space::Item, key) {
+        if let Some(record) = shard.state.cache.get_mut(shard.hash, Space::Item, key) {
             if Header::decode(record).is_some_and(|(header, _)| header.cas == cas) {
                 record::set_bits(record, bits);
             }
@@ -517,7 +513,6 @@ impl PendingWrites {
                     }
                 }
             }
-            let state = &mut *state;
             for entry in map.drain() {
                 let added = entry.charge();
                 let removed = replace(&mut state.logged, entry);
@@ -613,8 +608,7 @@ impl PendingWrites {
     pub fn drop_failed(&self, batch: Batch) {
         for (index, map) in batch.maps {
             let shared = self.shards[index].lock().appending.take();
-            drop(shared);
-            drop(map);
+            drop((shared, map));
         }
         self.bytes.fetch_sub(batch.bytes, Ordering::Relaxed);
     }
