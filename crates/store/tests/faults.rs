@@ -1102,15 +1102,7 @@ fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again
     let kept = fill(&master, 20, 500);
     // A snapshot sends what the data file holds.
     assert_eq!(master.wait_until_all_applied(), AckState::Ready);
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (at, _feed) = master
-        .snapshot(&mut |part| {
-            if let SnapshotPart::Records(bytes) = part {
-                parts.push(bytes.to_vec());
-            }
-            Ok(())
-        })
-        .unwrap();
+    let (at, _feed, parts) = common::snapshot_records(&master);
     let load = |replica: &DiskStore| {
         let mut base = replica.load_base().unwrap();
         for part in &parts {

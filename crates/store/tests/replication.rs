@@ -11,7 +11,7 @@ use kura_store::{AckFence, DiskStore, Store, StoreMode};
 
 mod common;
 
-use common::{get, open, store_alone};
+use common::{get, open, snapshot_records, store_alone};
 
 fn set(store: &DiskStore, key: &[u8], value: &[u8], flags: u32) {
     let outcome = store_alone(store, StoreMode::Set, key, value, flags);
@@ -212,15 +212,7 @@ fn a_snapshot_replaces_everything_and_one_cut_short_leaves_no_position() {
         "a cut snapshot leaves no position"
     );
     assert_eq!(get(&replica, b"local"), None, "cleared");
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (at, mut feed) = master
-        .snapshot(&mut |part| {
-            if let SnapshotPart::Records(bytes) = part {
-                parts.push(bytes.to_vec());
-            }
-            Ok(())
-        })
-        .unwrap();
+    let (at, mut feed, parts) = snapshot_records(&master);
     let mut base = replica.load_base().unwrap();
     for part in &parts {
         base.add(SnapshotPart::Records(part)).unwrap();
@@ -335,15 +327,7 @@ fn exchange_until(from: &DiskStore, to: &DiskStore, after: LogPosition, until: u
 /// Merges a snapshot of `from` into `into`, as `into`'s peer `peer`;
 /// returns the snapshot's position.
 fn merge_snapshot(from: &DiskStore, into: &DiskStore, peer: &str) -> LogPosition {
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (at, _feed) = from
-        .snapshot(&mut |part| {
-            if let SnapshotPart::Records(bytes) = part {
-                parts.push(bytes.to_vec());
-            }
-            Ok(())
-        })
-        .unwrap();
+    let (at, _feed, parts) = snapshot_records(from);
     let mut merge = into.merge_base(peer);
     for part in &parts {
         merge.add(SnapshotPart::Records(part)).unwrap();

@@ -3,10 +3,27 @@
 
 use std::path::Path;
 
+use kura_store::replication::{LogFeed, LogPosition, Replication, SnapshotPart};
 use kura_store::{
     AckFence, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode, StoreOutcome,
     SyncPolicy,
 };
+
+/// `from`'s snapshot: its position, the feed from there, and its record
+/// parts as a replica loads them.
+#[allow(dead_code)]
+pub fn snapshot_records(from: &DiskStore) -> (LogPosition, Box<dyn LogFeed>, Vec<Vec<u8>>) {
+    let mut parts = Vec::new();
+    let (at, feed) = from
+        .snapshot(&mut |part| {
+            if let SnapshotPart::Records(bytes) = part {
+                parts.push(bytes.to_vec());
+            }
+            Ok(())
+        })
+        .unwrap();
+    (at, feed, parts)
+}
 
 /// A disk engine in `dir` with a 64 MiB map and no space reserve.
 #[allow(dead_code)]
