@@ -23,11 +23,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
@@ -204,21 +206,17 @@ impl Journal {
             // A segment a crash (or a clean stop) left current may still
             // hold its reservation past its end.
             release_reserved(&file, found, len);
-            let modified = file.metadata()?.modified()?;
-            older.insert(
-                found,
-                SegmentAge {
-                    number: found,
-                    len,
-                    modified,
-                },
-            );
+            let age = SegmentAge {
+                number: found,
+                len,
+                modified: file.metadata()?.modified()?,
+            };
+            older.insert(found, age);
         }
-        let segment = Segment::create(dir, number)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
             io,
-            current: Mutex::new(segment),
+            current: Mutex::new(Segment::create(dir, number)?),
             older: Mutex::new(older),
             open: Mutex::new(HashMap::new()),
             last_lsn: AtomicU64::new(0),
@@ -331,15 +329,13 @@ impl Journal {
         let mut current = self.current.lock();
         next.0.last = current.last;
         let old = std::mem::replace(&mut *current, next.0);
+        let age = SegmentAge {
+            number: old.number,
+            len: old.len,
+            modified: SystemTime::now(),
+        };
         // Still under `current`'s lock: `bytes` sees the segment in one place.
-        self.older.lock().insert(
-            old.number,
-            SegmentAge {
-                number: old.number,
-                len: old.len,
-                modified: SystemTime::now(),
-            },
-        );
+        self.older.lock().insert(old.number, age);
         drop(current);
         Retired(old)
     }
@@ -383,24 +379,18 @@ impl Journal {
     }
 
     fn file(&self, number: u64) -> io::Result<Arc<File>> {
-        {
-            let current = self.current.lock();
-            if current.number == number {
-                return Ok(current.file.clone());
-            }
+        let current = self.current.lock();
+        if current.number == number {
+            return Ok(current.file.clone());
         }
+        drop(current);
         let mut open = self.open.lock();
         if let Some(file) = open.get(&number) {
             return Ok(file.clone());
         }
         let file = File::open(segment_path(&self.dir, number))?;
         // Reads of values land anywhere: no readahead (one value, one read).
-        let _ = nix::fcntl::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
-        );
+        let _ = nix::fcntl::posix_fadvise(file.as_raw_fd(), 0, 0, POSIX_FADV_RANDOM);
         let file = Arc::new(file);
         if open.len() >= OPEN_SEGMENTS {
             // Any one: reopening a segment costs one open call.
@@ -433,12 +423,9 @@ pub fn read_stored(
         Record::Put { key: found, record }
         | Record::Move {
             key: found, record, ..
-        } if len == frame_len && found == key => record,
+        } if len == frame_len && found == key && record.len() == pointer.record_len() => record,
         _ => return Err(corrupt()),
     };
-    if record.len() != pointer.record_len() {
-        return Err(corrupt());
-    }
     let start = record.as_ptr() as usize - frame.as_ptr() as usize;
     Ok(Stored {
         range: start..start + record.len(),
@@ -468,7 +455,6 @@ impl Stored {
 /// without room or support the appends allocate as they go, and the next
 /// attempt comes a step later, not at every append.
 fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
-    use std::os::fd::AsRawFd;
     let step = PREALLOCATE.min(free_space(dir).unwrap_or(0) / 16) & !0xfffff;
     let end = needed.max(from) + step.max(1 << 20);
     if step > 0 {
@@ -480,13 +466,12 @@ fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
 
 impl Segment {
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
-        let path = segment_path(dir, number);
         let file = OpenOptions::new()
             .create(true)
             .truncate(true)
             .read(true)
             .write(true)
-            .open(&path)?;
+            .open(segment_path(dir, number))?;
         let reserved = reserve(&file, dir, 0, 0);
         // The new name must survive a power loss with the writes in it.
         File::open(dir)?.sync_all()?;
@@ -551,6 +536,19 @@ mod tests {
         );
     }
 
+    /// The records `replay` finds in segment `number` at `path`, each with
+    /// its offset.
+    fn replayed(path: &Path, number: u64) -> Vec<String> {
+        let mut seen = Vec::new();
+        let count = replay(path, number, |record, at, _| {
+            seen.push(format!("{at}: {record:?}"));
+            Ok::<_, io::Error>(())
+        })
+        .unwrap();
+        assert_eq!(count, seen.len());
+        seen
+    }
+
     #[test]
     fn segments_rotate_replay_and_are_removed_once_applied() {
         let dir = tempfile::tempdir().unwrap();
@@ -558,8 +556,7 @@ mod tests {
         let mut group = Vec::new();
         encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
         journal.append(&group, Some(lsn(1))).unwrap();
-        let next = journal.prepare().unwrap();
-        let retired = journal.switch(next);
+        let retired = journal.switch(journal.prepare().unwrap());
         journal.sync_retired(&retired).unwrap();
         assert_eq!((retired.number(), retired.last()), (7, lsn(1)));
         let mut second = Vec::new();
@@ -575,15 +572,9 @@ mod tests {
             found.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
             vec![7, 8]
         );
-        let mut seen = Vec::new();
-        replay(&found[1].1, 8, |record, at, _| {
-            seen.push(format!("{at}: {record:?}"));
-            Ok::<_, io::Error>(())
-        })
-        .unwrap();
         let flush_len = second.len();
         assert_eq!(
-            seen,
+            replayed(&found[1].1, 8),
             [
                 "0: Flush(5)".to_string(),
                 format!("{flush_len}: Remove {{ key: [97] }}")
@@ -595,13 +586,7 @@ mod tests {
         let mut bytes = fs::read(&found[1].1).unwrap();
         bytes.extend_from_slice(&third[..FRAME + 1]);
         fs::write(&torn, &bytes).unwrap();
-        seen.clear();
-        let count = replay(&torn, 8, |record, _, _| {
-            seen.push(format!("{record:?}"));
-            Ok::<_, io::Error>(())
-        })
-        .unwrap();
-        assert_eq!((count, seen.len()), (2, 2));
+        assert_eq!(replayed(&torn, 8).len(), 2);
         assert_eq!(journal.bytes(), (2 * group.len() + second.len()) as u64);
         let older = journal.older_segments();
         assert_eq!(
@@ -619,21 +604,9 @@ mod tests {
         let mut fourth = Vec::new();
         encode(&mut fourth, Record::Flush(9), seed_of(9));
         let at = journal.append(&fourth, Some(lsn(3))).unwrap();
-        assert_eq!(
-            at,
-            Location {
-                segment: 9,
-                offset: 0
-            }
-        );
+        assert_eq!((at.segment, at.offset), (9, 0));
         let nine = segment_path(dir.path(), 9);
-        seen.clear();
-        replay(&nine, 9, |record, _, _| {
-            seen.push(format!("{record:?}"));
-            Ok::<_, io::Error>(())
-        })
-        .unwrap();
-        assert_eq!(seen, ["Flush(9)"]);
+        assert_eq!(replayed(&nine, 9), ["0: Flush(9)"]);
         assert_eq!(
             replay::<io::Error>(&nine, 8, |_, _, _| panic!("another seed")).unwrap(),
             0
@@ -673,40 +646,23 @@ mod tests {
             seed_of(1),
         );
         let start = journal.append(&group, Some(lsn(2))).unwrap();
-        assert_eq!(
-            start,
-            Location {
-                segment: 1,
-                offset: 0
-            }
-        );
+        assert_eq!((start.segment, start.offset), (1, 0));
         let put = Location {
             segment: 1,
             offset: put_at as u64,
         };
         let put_frame = put_len(b"k", first.len());
-        let read = journal
-            .read_stored(b"k", &pointer(put, put_frame, 22))
-            .unwrap();
-        assert_eq!(read.record(), &first[..]);
+        let read = |key: &[u8], at, frame_len, record_len| {
+            journal.read_stored(key, &pointer(at, frame_len, record_len))
+        };
+        assert_eq!(read(b"k", put, put_frame, 22).unwrap().record(), &first[..]);
         // A remove is no value; a wrong length, key or value length is no
         // record; a length beyond reason is not even read.
-        assert!(journal
-            .read_stored(b"x", &pointer(start, put_at, 0))
-            .is_err());
-        assert!(journal
-            .read_stored(b"k", &pointer(put, put_frame - 1, 22))
-            .is_err());
-        assert!(journal
-            .read_stored(b"j", &pointer(put, put_frame, 22))
-            .is_err());
-        assert!(journal
-            .read_stored(b"k", &pointer(put, put_frame, 21))
-            .is_err());
-        let huge = journal
-            .read_stored(b"k", &pointer(put, u32::MAX as usize, 22))
-            .err()
-            .unwrap();
+        assert!(read(b"x", start, put_at, 0).is_err());
+        assert!(read(b"k", put, put_frame - 1, 22).is_err());
+        assert!(read(b"j", put, put_frame, 22).is_err());
+        assert!(read(b"k", put, put_frame, 21).is_err());
+        let huge = read(b"k", put, u32::MAX as usize, 22).err().unwrap();
         assert_eq!(huge.kind(), io::ErrorKind::InvalidData);
 
         // After a switch the old segment is read from its file, and a move
@@ -726,26 +682,14 @@ mod tests {
         );
         let moved = journal.append(&moves, None).unwrap();
         assert_eq!(moved.segment, 2);
-        assert_eq!(
-            journal
-                .read_stored(b"k", &pointer(put, put_frame, 22))
-                .unwrap()
-                .record(),
-            &first[..]
-        );
+        assert_eq!(read(b"k", put, put_frame, 22).unwrap().record(), &first[..]);
         let move_frame = move_len(b"k", moved_value.len());
         assert_eq!(
-            journal
-                .read_stored(b"k", &pointer(moved, move_frame, 22))
-                .unwrap()
-                .record(),
+            read(b"k", moved, move_frame, 22).unwrap().record(),
             &moved_value[..]
         );
         journal.remove(1).unwrap();
-        let gone = journal
-            .read_stored(b"k", &pointer(put, put_frame, 22))
-            .err()
-            .unwrap();
+        let gone = read(b"k", put, put_frame, 22).err().unwrap();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound);
     }
 }

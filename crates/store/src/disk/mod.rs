@@ -261,18 +261,16 @@ impl Inner {
     /// Server time → Unix time, for storing (0 stays "never").
     fn to_unix(&self, expiry: ExpiryTime) -> u32 {
         if expiry == 0 {
-            0
+            return 0;
+        }
+        let offset = i64::from(expiry) - i64::from(self.clock.now());
+        let unix = (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32;
+        if self.stamps.is_some() {
+            // A dual master keeps what dies from now on for the tombstone
+            // lifetime, however far in the past it was set to expire.
+            unix.max(self.now_unix())
         } else {
-            let offset = i64::from(expiry) - i64::from(self.clock.now());
-            let unix = (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32;
-            if self.stamps.is_some() {
-                // A dual master keeps what dies from now on for the
-                // tombstone lifetime, however far in the past it was set
-                // to expire.
-                unix.max(self.now_unix())
-            } else {
-                unix
-            }
+            unix
         }
     }
 

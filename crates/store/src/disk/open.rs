@@ -11,14 +11,16 @@ use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use parking_lot::Mutex;
 
+use super::change::Write;
 use super::flushes::Flushes;
+use super::log_format::{self, Location, Record};
 use super::pending::PendingWrites;
 use super::record::{ClassCounts, Counts, Header};
 use super::replication::replica;
 use super::tables::indexes;
 use super::{
-    access_times, ack, appender, change, dir_lock, flushed, identity, journal, log_format, marks,
-    meta_u64, threads, Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
+    access_times, ack, appender, dir_lock, flushed, identity, journal, marks, meta_u64, threads,
+    Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
 use crate::clock::Clock;
 
@@ -201,10 +203,7 @@ fn check_format(
                 dir.display()
             )))
         }
-        None => {
-            meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?;
-            Ok(())
-        }
+        None => Ok(meta.put(txn, FORMAT_KEY, &FORMAT_VERSION.to_le_bytes())?),
     }
 }
 
@@ -231,45 +230,42 @@ impl Inner {
                         micros: head.micros,
                     };
                 }
-                let flushed_through = self.flushes.through();
-                let here = log_format::Location {
+                let here = Location {
                     segment: *number,
                     offset,
                 };
                 let (key, write) = match record {
-                    log_format::Record::Put { key, record } => {
+                    Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
-                        let write = change::Write::Put {
+                        let write = Write::Put {
                             stored: record,
                             logged: Some(here),
                         };
                         (key, write)
                     }
-                    log_format::Record::Move { key, from, record } => {
-                        let write = change::Write::Move {
+                    Record::Move { key, from, record } => {
+                        let write = Write::Move {
                             from,
                             to: here,
                             frame_len: log_format::move_len(key, record.len()),
                         };
                         (key, write)
                     }
-                    log_format::Record::Remove { key } => (key, change::Write::Remove),
-                    log_format::Record::RowPut { key, record } => {
-                        (key, change::Write::RowPut { stored: record })
-                    }
-                    log_format::Record::RowRemove { key } => (key, change::Write::RowRemove),
-                    log_format::Record::Flush(boundary) => {
+                    Record::Remove { key } => (key, Write::Remove),
+                    Record::RowPut { key, record } => (key, Write::RowPut { stored: record }),
+                    Record::RowRemove { key } => (key, Write::RowRemove),
+                    Record::Flush(boundary) => {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
                         return Ok(self.clear_flushed(&mut txn, &mut counts, boundary)?);
                     }
-                    log_format::Record::Group(_) => return Ok(()),
+                    Record::Group(_) => return Ok(()),
                 };
                 // `apply` hands row writes on to `apply_row`.
-                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+                self.apply(&mut txn, key, write, self.flushes.through(), &mut counts)?;
                 Ok::<_, OpenError>(())
             })?;
             // LMDB will point into it: on disk first (a crash of kura leaves

@@ -215,8 +215,7 @@ impl Inner {
                 let Some(expiry) = options.vivify else {
                     return (None, false);
                 };
-                let write = semantics::vivified(expiry);
-                let header = self.header_for(&write, None);
+                let header = self.header_for(&semantics::vivified(expiry), None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                 visit(&self.view(key, key_hash, &header, &[], true));
                 return (Some(Change::Put(Keyed::encode(key, &header, &[]))), true);

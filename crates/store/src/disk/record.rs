@@ -183,18 +183,14 @@ pub struct Header {
 impl Header {
     /// Splits a stored record into its header and value.
     pub fn decode(record: &[u8]) -> Option<(Header, &[u8])> {
-        if record.len() < HEADER_LEN {
-            return None;
-        }
-        Some((
-            Header {
-                flags: u32::from_le_bytes(record[0..4].try_into().ok()?),
-                expiry_unix: u32::from_le_bytes(record[4..8].try_into().ok()?),
-                cas: u64::from_le_bytes(record[8..16].try_into().ok()?),
-                bits: record[16],
-            },
-            &record[HEADER_LEN..],
-        ))
+        let (head, value) = record.split_at_checked(HEADER_LEN)?;
+        let header = Header {
+            flags: u32::from_le_bytes(head[0..4].try_into().ok()?),
+            expiry_unix: u32::from_le_bytes(head[4..8].try_into().ok()?),
+            cas: u64::from_le_bytes(head[8..16].try_into().ok()?),
+            bits: head[16],
+        };
+        Some((header, value))
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -355,11 +351,10 @@ impl ClassCounts {
 
     /// Each class's items and bytes, 16 bytes a class.
     pub fn encode(&self) -> Vec<u8> {
-        let pairs = self
-            .0
+        self.0
             .iter()
-            .map(|&(items, bytes)| encode_pair(items, bytes));
-        pairs.flatten().collect()
+            .flat_map(|&(items, bytes)| encode_pair(items, bytes))
+            .collect()
     }
 
     pub fn decode(bytes: &[u8]) -> Option<ClassCounts> {
