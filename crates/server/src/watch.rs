@@ -11,8 +11,11 @@
 //! ```
 //!
 //! A watcher never slows the server: an event that does not fit in the
-//! watcher's queue (`-o watcher_logbuf_size`) is dropped and counted, and
-//! the next line that fits is preceded by `skipped=N`, as memcached does.
+//! watcher's queue (`-o watcher_logbuf_size`) is dropped and counted, and a
+//! `skipped=N` line takes its place in the stream: before the next line
+//! that fits (as memcached writes it), or at the latest when the worker takes
+//! the queue, so a watcher learns of the gap without waiting for another
+//! event.
 //! The worker that owns the watching connection takes the queue only once
 //! the socket has taken everything taken before, so a watcher holds at most
 //! its queue plus one queue's worth of unsent bytes.
@@ -88,6 +91,17 @@ struct Queue {
     bytes: Vec<u8>,
     /// Events dropped since the last line that fit.
     skipped: u64,
+}
+
+impl Queue {
+    /// The `skipped=N` line owed, if any; it follows everything queued,
+    /// since a line is dropped only when the queue is full.
+    fn note_skipped(&mut self) {
+        if self.skipped > 0 {
+            let _ = writeln!(self.bytes, "skipped={}", self.skipped);
+            self.skipped = 0;
+        }
+    }
 }
 
 /// Why a connection closed, as memcached names it.
@@ -301,16 +315,13 @@ impl Watcher {
         // its buffer, and one write per line would fill it with little data.
         let threshold = capacity / 2;
         let was_below = queue.bytes.len() < threshold;
-        let skip_line = (queue.skipped > 0).then(|| format!("skipped={}\n", queue.skipped));
-        let needed = line.len() + skip_line.as_ref().map_or(0, |s| s.len());
-        if queue.bytes.len() + needed > capacity {
+        // Room for the line and a `skipped=` line of up to 20 digits.
+        let skip_line_room = if queue.skipped > 0 { 29 } else { 0 };
+        if queue.bytes.len() + line.len() + skip_line_room > capacity {
             queue.skipped += 1;
             return false;
         }
-        if let Some(skip_line) = skip_line {
-            queue.bytes.extend_from_slice(skip_line.as_bytes());
-            queue.skipped = 0;
-        }
+        queue.note_skipped();
         queue.bytes.extend_from_slice(line);
         let now_above = queue.bytes.len() >= threshold;
         drop(queue);
@@ -320,14 +331,17 @@ impl Watcher {
         true
     }
 
-    /// Whether lines wait to be sent.
+    /// Whether lines (or a `skipped=` line) wait to be sent.
     pub fn has_queued(&self) -> bool {
-        !self.queue.lock().bytes.is_empty()
+        let queue = self.queue.lock();
+        !queue.bytes.is_empty() || queue.skipped > 0
     }
 
-    /// Moves everything queued to `out`; false when nothing was queued.
+    /// Moves everything queued to `out`, then the `skipped=N` line owed;
+    /// false when there was nothing.
     pub fn take(&self, out: &mut Vec<u8>) -> bool {
         let mut queue = self.queue.lock();
+        queue.note_skipped();
         if queue.bytes.is_empty() {
             return false;
         }
@@ -420,14 +434,32 @@ mod tests {
         assert!(first.len() <= 256);
         // The queue passed half full once.
         assert_eq!(wakes.load(Ordering::Relaxed), 1);
-        hub.item_get(b"after", true, 1, 2, 5);
-        let second = lines(&w);
+        // The gap is reported when the queue is taken, after the lines
+        // that fit and before any later one.
         let dropped = 100 - first.matches("type=item_get").count();
         assert!(
-            second.starts_with(&format!("skipped={dropped}\nts=")),
-            "{second}"
+            first.ends_with(&format!("\nskipped={dropped}\n")),
+            "{first}"
         );
+        hub.item_get(b"after", true, 1, 2, 5);
+        let second = lines(&w);
+        assert!(second.starts_with("ts="), "{second}");
+        assert!(!second.contains("skipped="), "{second}");
         assert_eq!(wakes.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_line_dropped_while_the_queue_has_room_is_reported_before_the_next() {
+        let hub = Hub::new(128);
+        let w = hub.add(1, kind::FETCHERS, Box::new(|| {})).unwrap();
+        lines(&w);
+        // Longer than the whole queue: dropped though the queue is empty.
+        hub.item_get(&[b'x'; 200], false, 0, 2, 0);
+        assert!(w.has_queued());
+        hub.item_get(b"short", true, 1, 2, 5);
+        let text = lines(&w);
+        assert!(text.starts_with("skipped=1\nts="), "{text}");
+        assert_eq!(text.matches("skipped=").count(), 1, "{text}");
     }
 
     #[test]
