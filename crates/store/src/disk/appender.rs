@@ -164,7 +164,7 @@ impl Inner {
         self.check_space_if_due();
         // Encoded for the current segment, outside the lock; in the rare
         // case the applier switched segments meanwhile, again for the new one.
-        let mut segment = self.journal.current_number();
+        let segment = self.journal.current_number();
         // Where each write lands, so LMDB can point to large values there.
         let mut offsets = Vec::with_capacity(writes);
         // Entries are numbered here: this thread holds the leader lock.
@@ -178,14 +178,9 @@ impl Inner {
         let mut logged = self.logged.lock();
         let current = self.journal.current_number();
         if current != segment {
-            segment = current;
-            encode_group(group, &mut offsets, head, flush, &batch, segment);
+            encode_group(group, &mut offsets, head, flush, &batch, current);
         }
-        let start = if self.health.is_poisoned() {
-            None
-        } else {
-            self.append(group, last)
-        };
+        let start = self.append(group, last);
         logged.through = through;
         let Some(start) = start else {
             self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
@@ -208,11 +203,9 @@ impl Inner {
             drop(logged);
             return None;
         };
-        debug_assert_eq!(start.segment, segment);
+        debug_assert_eq!(start.segment, current);
         logged.dirty = true;
-        if let Some(boundary) = flush {
-            logged.flush = logged.flush.max(Some(boundary));
-        }
+        logged.flush = logged.flush.max(flush);
         let counters = &self.counters;
         counters.appends.fetch_add(1, Ordering::Relaxed);
         counters
@@ -233,9 +226,13 @@ impl Inner {
     }
 
     /// Appends a group to the journal; under `always`, fsyncs it too.
-    /// Returns where the group starts, or `None` when the write (the
-    /// engine is then out of space or poisoned) or the fsync failed.
+    /// Returns where the group starts, or `None` when the engine is
+    /// poisoned, or the write (the engine is then out of space or
+    /// poisoned) or the fsync failed.
     fn append(&self, group: &[u8], last: LogPosition) -> Option<Location> {
+        if self.health.is_poisoned() {
+            return None;
+        }
         let start = match self.journal.append(group, Some(last)) {
             Ok(start) => start,
             Err(error) if is_enospc(&error) => {

@@ -219,21 +219,19 @@ impl Inner {
         } else {
             None
         };
-        let (through, taken) = {
-            let mut logged = self.logged.lock();
-            // What this round leaves applied: every write up to `through`
-            // if it takes them, or if none was journalled since the last
-            // take; a group journalled since `dirty` was read is not.
-            let through = (next.is_some() || !logged.dirty).then_some(logged.through);
-            // Only the applier clears `dirty`: a prepared segment is used.
-            let taken = next.map(|next| {
-                logged.dirty = false;
-                let retired = self.journal.switch(next);
-                let batch = self.pending.take_logged(logged.through);
-                (batch, logged.flush.take(), retired)
-            });
-            (through, taken)
-        };
+        let mut logged = self.logged.lock();
+        // What this round leaves applied: every write up to `through` if it
+        // takes them, or if none was journalled since the last take; a
+        // group journalled since `dirty` was read is not.
+        let through = (next.is_some() || !logged.dirty).then_some(logged.through);
+        // Only the applier clears `dirty`: a prepared segment is used.
+        let taken = next.map(|next| {
+            logged.dirty = false;
+            let retired = self.journal.switch(next);
+            let batch = self.pending.take_logged(logged.through);
+            (batch, logged.flush.take(), retired)
+        });
+        drop(logged);
         let mut round = state.retry.take();
         if let Some((batch, flush, retired)) = taken {
             // Under every policy: LMDB is about to point into it, and its
@@ -272,8 +270,7 @@ impl Inner {
         // A retried round first commits its removals alone: deletes
         // journalled since may free the room the writes need, but LMDB
         // reuses a freed page only in a later transaction.
-        let retried = round.as_ref().filter(|round| round.retried);
-        let result = retried
+        let result = (round.as_ref().filter(|round| round.retried))
             .map_or(Ok(()), |round| self.commit_removes(round))
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
             .and_then(|()| self.commit_marks(&marks, round.as_ref()));
@@ -370,7 +367,6 @@ impl Inner {
         // transaction dirties fewer of them); batches oldest first, so the
         // newest write of a key is the one that stays.
         let batches = round.map_or(&[][..], |round| &round.batches[..]);
-        let mut applied = 0;
         for batch in batches {
             let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
                 .writes()
@@ -379,7 +375,6 @@ impl Inner {
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
             writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-            applied += writes.len();
             for (_, key, write) in writes {
                 let weight = key.len() + write.weight();
                 let index_entries =
@@ -420,6 +415,7 @@ impl Inner {
             self.applied_segment.fetch_max(segment, Ordering::AcqRel);
         }
         self.measure_lmdb_usage();
+        let applied: usize = batches.iter().map(Batch::len).sum();
         self.counters
             .applied_writes
             .fetch_add(applied as u64, Ordering::Relaxed);
@@ -434,8 +430,7 @@ impl Inner {
         let keys: Vec<&[u8]> = batches
             .iter()
             .flat_map(|batch| batch.writes())
-            .filter(|(space, _, _)| *space == Space::Item)
-            .map(|(_, key, _)| key)
+            .filter_map(|(space, key, _)| (space == Space::Item).then_some(key))
             .collect();
         let share = keys.len().div_ceil(PREFETCH_THREADS).max(1);
         thread::scope(|scope| {
@@ -486,8 +481,7 @@ impl Inner {
                 rest = more;
                 let (key, cas) = (&mark.0[..], mark.1);
                 let stored = self.items.get(&txn, key)?;
-                let found = stored.and_then(|stored| Some((Header::decode(stored)?.0, stored)));
-                match found {
+                match stored.and_then(|stored| Some((Header::decode(stored)?.0, stored))) {
                     Some((h, stored)) if h.cas == cas && !h.has(FETCHED) => {
                         let mut stored = stored.to_vec();
                         record::set_bits(&mut stored, FETCHED);
@@ -522,8 +516,7 @@ impl Inner {
             .collect();
         let mut removed: Vec<(Space, &[u8])> = newest
             .into_iter()
-            .filter(|(_, change)| *change == Pending::Remove)
-            .map(|(space_key, _)| space_key)
+            .filter_map(|(space_key, change)| (change == Pending::Remove).then_some(space_key))
             .collect();
         removed.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut txn = self.env.write_txn()?;
@@ -577,10 +570,9 @@ impl Inner {
     /// Notes in `meta` that LMDB holds part of `round` (the commit that
     /// finishes it removes the note).
     fn mark_partial(&self, txn: &mut RwTxn<'_>, round: Option<&ApplyRound>) -> heed::Result<()> {
-        match round {
-            Some(round) => self.meta.put(txn, PARTIAL_ROUND, &round.last.encode()),
-            None => Ok(()),
-        }
+        round.map_or(Ok(()), |round| {
+            self.meta.put(txn, PARTIAL_ROUND, &round.last.encode())
+        })
     }
 
     /// Applies one pending write, keeping the expiry index and the counts
@@ -605,8 +597,7 @@ impl Inner {
                 }
                 // Read while pending: stored with its fetched bit, so the
                 // mark need not rewrite it.
-                let fetched =
-                    !header.has(FETCHED) && self.marks.noted(self.marks.hash(key), header.cas);
+                let fetched = self.fetched(key, &header);
                 // A large value stays in the journal: LMDB gets a pointer
                 // (which a pending write may already be).
                 let already = LogPointer::of_stored(&header, value);

@@ -41,32 +41,28 @@ impl Inner {
         if self.health.is_poisoned() {
             return Compaction::NotDue;
         }
-        let applied = self.applied_segment.load(Ordering::Acquire);
         // History the retention keeps is kept whole: only segments past it
         // are worth compacting (their garbage is deleted with them).
-        let past = self.past_retention(applied);
-        let victim = {
-            let counts = self.applied_counts.lock();
-            let segments: Vec<(u64, u64, u64)> = past
-                .iter()
-                .map(|segment| (segment.number, segment.len, counts.log.of(segment.number)))
-                .collect();
-            let (len, live) = segments
-                .iter()
-                .fold((0, 0), |(len, live), s| (len + s.1, live + s.2));
-            let garbage = len.saturating_sub(live);
-            let floor = 4 * self.config.apply_threshold() as u64;
-            if garbage < live.max(floor) {
-                return Compaction::NotDue;
-            }
-            // The emptiest segment that is at most half live (there is one:
-            // at least half of all is garbage). Dead ones are just deleted.
-            segments
-                .into_iter()
-                .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
-                .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
-                .map(|(segment, _, _)| segment)
-        };
+        let past = self.past_retention(self.applied_segment.load(Ordering::Acquire));
+        let counts = self.applied_counts.lock();
+        let segments: Vec<(u64, u64, u64)> = past
+            .iter()
+            .map(|segment| (segment.number, segment.len, counts.log.of(segment.number)))
+            .collect();
+        drop(counts);
+        let len: u64 = segments.iter().map(|s| s.1).sum();
+        let live: u64 = segments.iter().map(|s| s.2).sum();
+        let garbage = len.saturating_sub(live);
+        if garbage < live.max(4 * self.config.apply_threshold() as u64) {
+            return Compaction::NotDue;
+        }
+        // The emptiest segment that is at most half live (there is one:
+        // at least half of all is garbage). Dead ones are just deleted.
+        let victim = segments
+            .into_iter()
+            .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
+            .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
+            .map(|(segment, _, _)| segment);
         let Some(victim) = victim else {
             return Compaction::NotDue;
         };
@@ -97,24 +93,19 @@ impl Inner {
         // Keys and places only: the values are read again a chunk at a
         // time, so the memory a compaction takes stays bounded.
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
-        {
-            let txn = self.env.read_txn().map_err(lmdb)?;
-            let path = journal::segment_path(&self.config.dir, victim);
-            journal::replay(&path, victim, |found, offset, _| {
-                if let Record::Put { key, .. } | Record::Move { key, .. } = found {
-                    let from = Location {
-                        segment: victim,
-                        offset,
-                    };
-                    let stored = self.items.get(&txn, key).map_err(lmdb)?;
-                    let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);
-                    if let Some(pointer) = pointer.filter(|pointer| pointer.at == from) {
-                        live.push((key.to_vec(), pointer));
-                    }
+        let txn = self.env.read_txn().map_err(lmdb)?;
+        let path = journal::segment_path(&self.config.dir, victim);
+        journal::replay(&path, victim, |found, from, _| {
+            if let Record::Put { key, .. } | Record::Move { key, .. } = found {
+                let stored = self.items.get(&txn, key).map_err(lmdb)?;
+                let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);
+                if let Some(pointer) = pointer.filter(|pointer| pointer.at == from) {
+                    live.push((key.to_vec(), pointer));
                 }
-                Ok::<_, io::Error>(())
-            })?;
-        }
+            }
+            Ok::<_, io::Error>(())
+        })?;
+        drop(txn);
         let mut group = Vec::new();
         let mut moves = Vec::new();
         let mut moved = 0;

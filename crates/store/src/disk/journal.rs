@@ -65,12 +65,9 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
-        let number = path
-            .file_name()
-            .and_then(|name| name.to_str())
-            .and_then(|name| name.strip_prefix("journal-")?.strip_suffix(".log"))
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
-        if let Some(number) = number {
+        let name = path.file_name().and_then(|name| name.to_str());
+        let hex = name.and_then(|name| name.strip_prefix("journal-")?.strip_suffix(".log"));
+        if let Some(number) = hex.and_then(|hex| u64::from_str_radix(hex, 16).ok()) {
             found.push((number, path));
         }
     }
@@ -79,20 +76,23 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 }
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
-/// its offset and its framed length, in order, until it fails; returns how
-/// many there were. Reads one record at a time: a segment can hold a
+/// where it starts and its framed length, in order, until it fails; returns
+/// how many there were. Reads one record at a time: a segment can hold a
 /// quarter of the memory budget.
 pub fn replay<E: From<io::Error>>(
     path: &Path,
     number: u64,
-    mut visit: impl FnMut(Record<'_>, u64, usize) -> Result<(), E>,
+    mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
 ) -> Result<usize, E> {
     let file = File::open(path)?;
     let seed = seed_of(number);
     let size = file.metadata()?.len();
     let mut reader = io::BufReader::with_capacity(1 << 20, file);
     let mut frame = Vec::new();
-    let mut at = 0u64;
+    let mut at = Location {
+        segment: number,
+        offset: 0,
+    };
     let mut count = 0;
     loop {
         frame.resize(FRAME, 0);
@@ -101,7 +101,7 @@ pub fn replay<E: From<io::Error>>(
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
         // A torn length may claim more than the file holds.
-        if at + FRAME as u64 + len > size {
+        if at.offset + FRAME as u64 + len > size {
             break;
         }
         frame.resize(FRAME + len as usize, 0);
@@ -112,12 +112,12 @@ pub fn replay<E: From<io::Error>>(
             break;
         };
         visit(record, at, frame.len())?;
-        at += frame.len() as u64;
+        at.offset += frame.len() as u64;
         count += 1;
     }
-    if at < size {
+    if at.offset < size {
         // A torn record.
-        tracing::debug!(path = %path.display(), at, len = size, "journal segment replayed up to an invalid record");
+        tracing::debug!(path = %path.display(), at = at.offset, len = size, "journal segment replayed up to an invalid record");
     }
     Ok(count)
 }
@@ -291,10 +291,9 @@ impl Journal {
 
     /// fsyncs the segment being appended to.
     pub fn sync(&self) -> io::Result<()> {
-        let (number, file, len) = {
-            let current = self.current.lock();
-            (current.number, current.file.clone(), current.len)
-        };
+        let current = self.current.lock();
+        let (number, file, len) = (current.number, current.file.clone(), current.len);
+        drop(current);
         self.sync_segment(number, &file, len)
     }
 
@@ -314,8 +313,7 @@ impl Journal {
     /// [`switch`](Self::switch): creating it (and making its name durable)
     /// takes time, switching does not.
     pub fn prepare(&self) -> io::Result<NextSegment> {
-        let number = self.current.lock().number + 1;
-        Segment::create(&self.dir, number).map(NextSegment)
+        Segment::create(&self.dir, self.current_number() + 1).map(NextSegment)
     }
 
     /// The number of the segment being appended to (it changes only under
@@ -489,7 +487,7 @@ impl Segment {
 mod tests {
     use super::*;
     use crate::disk::io::OsIo;
-    use crate::disk::log_format::{encode, move_len, put_len};
+    use crate::disk::log_format::{encode, put_len};
 
     /// Entry `lsn` of a group appended at `lsn` µs.
     fn lsn(lsn: u64) -> LogPosition {
@@ -541,7 +539,7 @@ mod tests {
     fn replayed(path: &Path, number: u64) -> Vec<String> {
         let mut seen = Vec::new();
         let count = replay(path, number, |record, at, _| {
-            seen.push(format!("{at}: {record:?}"));
+            seen.push(format!("{}: {record:?}", at.offset));
             Ok::<_, io::Error>(())
         })
         .unwrap();
@@ -683,7 +681,8 @@ mod tests {
         let moved = journal.append(&moves, None).unwrap();
         assert_eq!(moved.segment, 2);
         assert_eq!(read(b"k", put, put_frame, 22).unwrap().record(), &first[..]);
-        let move_frame = move_len(b"k", moved_value.len());
+        // `moves` is the one record.
+        let move_frame = moves.len();
         assert_eq!(
             read(b"k", moved, move_frame, 22).unwrap().record(),
             &moved_value[..]

@@ -113,11 +113,10 @@ impl GroupHead {
     fn decode(bytes: &[u8]) -> Option<GroupHead> {
         let bytes: &[u8; GROUP_HEAD_LEN] = bytes.try_into().ok()?;
         let (first_lsn, micros) = decode_pair(bytes)?;
-        let origin = u32::from_le_bytes(bytes[16..].try_into().ok()?);
         Some(GroupHead {
             first_lsn,
             micros,
-            origin,
+            origin: u32::from_le_bytes(bytes[16..].try_into().ok()?),
         })
     }
 
@@ -188,11 +187,6 @@ pub fn put_len(key: &[u8], record_len: usize) -> usize {
     FRAME + BODY_HEAD + key.len() + record_len
 }
 
-/// The framed length of a move of `record` under `key`.
-pub fn move_len(key: &[u8], record_len: usize) -> usize {
-    put_len(key, record_len) + 16
-}
-
 /// The checksum seed of segment `number`'s records: a record copied or
 /// left from another segment's file does not pass for one of this one.
 pub fn seed_of(number: u64) -> u32 {
@@ -209,7 +203,7 @@ fn checksum(seed: u32, body: &[u8]) -> u32 {
 /// segment's [`seed_of`]).
 pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
     let boundary;
-    let from;
+    let origin;
     let head;
     let (kind, key, prefix, rest): (u8, &[u8], &[u8], &[u8]) = match record {
         Record::Group(group) => {
@@ -224,13 +218,9 @@ pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
             boundary = through.to_le_bytes();
             (FLUSH, &[], &[], &boundary[..])
         }
-        Record::Move {
-            key,
-            from: at,
-            record,
-        } => {
-            from = at.encode();
-            (MOVE, key, &from[..], record)
+        Record::Move { key, from, record } => {
+            origin = from.encode();
+            (MOVE, key, &origin[..], record)
         }
     };
     let body_len = BODY_HEAD + key.len() + prefix.len() + rest.len();

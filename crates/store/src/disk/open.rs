@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::change::Write;
 use super::flushes::Flushes;
-use super::log_format::{self, Location, Record};
+use super::log_format::{self, Record};
 use super::pending::PendingWrites;
 use super::record::{ClassCounts, Counts, Header};
 use super::replication::replica;
@@ -213,14 +213,11 @@ impl Inner {
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut counts = self.applied_counts.lock().clone();
-        for (number, path) in segments {
-            if *number <= applied {
-                continue;
-            }
+        for (number, path) in segments.iter().filter(|(number, _)| *number > applied) {
             let mut txn = self.env.write_txn()?;
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
-            let records = journal::replay(path, *number, |record, offset, _| {
+            let records = journal::replay(path, *number, |record, here, framed| {
                 if let Some((lsn, head)) = numbering.number(&record) {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
                         return Ok(());
@@ -230,10 +227,6 @@ impl Inner {
                         micros: head.micros,
                     };
                 }
-                let here = Location {
-                    segment: *number,
-                    offset,
-                };
                 let (key, write) = match record {
                     Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
@@ -245,11 +238,11 @@ impl Inner {
                         };
                         (key, write)
                     }
-                    Record::Move { key, from, record } => {
+                    Record::Move { key, from, .. } => {
                         let write = Write::Move {
                             from,
                             to: here,
-                            frame_len: log_format::move_len(key, record.len()),
+                            frame_len: framed,
                         };
                         (key, write)
                     }

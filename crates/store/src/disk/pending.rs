@@ -93,18 +93,17 @@ impl Pending<'_> {
 
 impl Entry {
     fn new(hash: u64, space: Space, seq: u64, key: &[u8], change: Change) -> Entry {
-        let held = match change {
-            Change::Put(keyed) => {
-                debug_assert_eq!(keyed.key(), key);
-                Held::Put(keyed)
-            }
-            Change::Remove => Held::Remove(Box::from(key)),
-        };
         Entry {
             hash,
             space,
             seq,
-            held,
+            held: match change {
+                Change::Put(keyed) => {
+                    debug_assert_eq!(keyed.key(), key);
+                    Held::Put(keyed)
+                }
+                Change::Remove => Held::Remove(Box::from(key)),
+            },
         }
     }
 
@@ -195,18 +194,13 @@ impl ShardState {
     /// whether it is journalled (not in `fresh` or `appending`).
     #[inline]
     fn newest(&self, hash: u64, space: Space, key: &[u8]) -> Option<(&Entry, bool)> {
-        let unjournalled = find_entry(&self.fresh, hash, space, key)
-            .or_else(|| find_entry(self.appending.as_ref()?, hash, space, key));
+        let find = |map| find_entry(map, hash, space, key);
+        let unjournalled = find(&self.fresh).or_else(|| find(self.appending.as_ref()?));
         if let Some(entry) = unjournalled {
             return Some((entry, false));
         }
-        find_entry(&self.logged, hash, space, key)
-            .or_else(|| {
-                self.applying
-                    .iter()
-                    .rev()
-                    .find_map(|map| find_entry(map, hash, space, key))
-            })
+        find(&self.logged)
+            .or_else(|| self.applying.iter().rev().find_map(|map| find(map)))
             .map(|entry| (entry, true))
     }
 }
@@ -339,9 +333,7 @@ impl PendingWrites {
     /// `cache_budget`: bytes of committed records kept for reads (0: none).
     pub fn new(cache_budget: usize) -> Self {
         PendingWrites {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(ShardState::default()))
-                .collect(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: foldhash::fast::FixedState::default(),
             last_seq: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
@@ -495,22 +487,21 @@ impl PendingWrites {
             drop(state.appending.take());
             // The writer held the only other reference: the map is ours.
             let mut map = Arc::unwrap_or_clone(map);
-            // Unchanged since the batch was encoded: the same order.
-            for entry in map.iter_mut() {
-                let at = offsets.next().map(|&offset| Location {
+            // Unchanged since the batch was encoded: the same order (and
+            // without offsets, no pointers).
+            for (entry, &offset) in map.iter_mut().zip(&mut offsets) {
+                // Rows live in LMDB whole, never in the log.
+                let (Space::Item, Held::Put(keyed)) = (entry.space, &mut entry.held) else {
+                    continue;
+                };
+                let at = Location {
                     segment: start.segment,
                     offset: start.offset + offset,
-                });
-                if entry.space != Space::Item {
-                    // Rows live in LMDB whole, never in the log.
-                    continue;
-                }
-                if let (Some(at), Held::Put(keyed)) = (at, &mut entry.held) {
-                    let before = entry_charge(keyed.key(), keyed.record().len());
-                    if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
-                        *keyed = pointed;
-                        shrunk += before - entry_charge(keyed.key(), keyed.record().len());
-                    }
+                };
+                let before = entry_charge(keyed.key(), keyed.record().len());
+                if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
+                    *keyed = pointed;
+                    shrunk += before - entry_charge(keyed.key(), keyed.record().len());
                 }
             }
             for entry in map.drain() {
@@ -570,7 +561,6 @@ impl PendingWrites {
                 drop(applying);
                 // The shard held the only other reference: the map is ours.
                 let mut map = Arc::unwrap_or_clone(map);
-                let state = &mut *guard;
                 let mut freed = Vec::new();
                 // Cached if it was read and no newer write is pending
                 // (`applying` is taken), its value in place.
@@ -583,17 +573,14 @@ impl PendingWrites {
                     })
                 };
                 for entry in map.drain() {
-                    match entry {
-                        Entry {
-                            hash,
-                            space: Space::Item,
-                            held: Held::Put(mut keyed),
-                            ..
-                        } if wanted(hash, &keyed, state) => {
+                    match entry.held {
+                        Held::Put(mut keyed)
+                            if entry.space == Space::Item && wanted(entry.hash, &keyed, &guard) =>
+                        {
                             record::set_bits(keyed.record_mut(), record::FETCHED);
-                            state.cache.insert(hash, Space::Item, keyed, budget);
+                            guard.cache.insert(entry.hash, Space::Item, keyed, budget);
                         }
-                        entry => freed.push(entry),
+                        _ => freed.push(entry),
                     }
                 }
                 drop(guard);

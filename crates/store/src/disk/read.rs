@@ -15,9 +15,8 @@ use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 /// What a read found, when it may not have to write.
 enum Lookup {
     Miss,
-    Hit,
-    /// Hit an item never read before: note the fetched bit.
-    FirstHit(u64),
+    /// `Some(cas)`: hit an item never read before, whose fetched bit to note.
+    Hit(Option<u64>),
     /// The read changes the item (touch, recache win): redo it as a write.
     NeedsWrite,
 }
@@ -40,31 +39,28 @@ impl Inner {
         let hash = shard.hash();
         match shard.get_for_reply(key, fence) {
             Some(Pending::Put(record)) => {
-                let found = Header::decode(record);
-                let Some((header, pointer)) = found.and_then(in_log) else {
-                    return Ok(f(self.with_noted_fetch(hash, found)));
+                let Some((header, pointer)) = Header::decode(record).and_then(in_log) else {
+                    return Ok(f(self.with_noted_fetch(hash, Some(record))));
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
                 let logged = self
                     .with_logged_value(key, &header, &pointer)
                     .map_err(|error| log_read_failed(&error, &pointer))?;
-                return Ok(f(
-                    self.with_noted_fetch(hash, Header::decode(logged.record()))
-                ));
+                return Ok(f(self.with_noted_fetch(hash, Some(logged.record()))));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
         }
         if let Some(record) = shard.cached(key) {
-            return Ok(f(self.with_noted_fetch(hash, Header::decode(record))));
+            return Ok(f(self.with_noted_fetch(hash, Some(record))));
         }
         let mut attempts = 0;
         loop {
             let txn = self.env.read_txn()?;
             let stored = self.items.get(&txn, key)?;
             let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
-                let result = f(self.with_noted_fetch(hash, stored.and_then(Header::decode)));
+                let result = f(self.with_noted_fetch(hash, stored));
                 if let Some(record) = stored {
                     Self::cache_read(shard, key, record);
                 }
@@ -81,7 +77,7 @@ impl Inner {
                 }
                 Err(error) => return Err(log_read_failed(&error, &pointer)),
             };
-            let result = f(self.with_noted_fetch(hash, Header::decode(logged.record())));
+            let result = f(self.with_noted_fetch(hash, Some(logged.record())));
             Self::cache_read(shard, key, logged.record());
             return Ok(result);
         }
@@ -109,19 +105,18 @@ impl Inner {
         Ok(logged)
     }
 
-    /// Sets the fetched bit of a committed record whose first read is noted
-    /// but not yet committed.
+    /// A stored record's header and value, with the fetched bit set if its
+    /// first read is noted but not yet committed.
     fn with_noted_fetch<'v>(
         &self,
         hash: u64,
-        mut found: Option<(Header, &'v [u8])>,
+        record: Option<&'v [u8]>,
     ) -> Option<(Header, &'v [u8])> {
-        if let Some((header, _)) = &mut found {
-            if !header.has(FETCHED) && self.marks.noted(hash, header.cas) {
-                header.bits |= FETCHED;
-            }
+        let (mut header, value) = Header::decode(record?)?;
+        if !header.has(FETCHED) && self.marks.noted(hash, header.cas) {
+            header.bits |= FETCHED;
         }
-        found
+        Some((header, value))
     }
 
     /// Whether the item `header` describes under `key` was read: its bit in
@@ -188,20 +183,18 @@ impl Inner {
                 return Lookup::NeedsWrite;
             }
             visit(&self.view(key, key_hash, &header, value, false));
-            if options.no_bump || header.has(FETCHED) {
-                Lookup::Hit
-            } else {
-                Lookup::FirstHit(header.cas)
-            }
+            let first_read = !options.no_bump && !header.has(FETCHED);
+            Lookup::Hit(first_read.then_some(header.cas))
         })?;
         drop(shard);
         match lookup {
-            Lookup::Hit => return Ok(true),
-            Lookup::FirstHit(cas) => {
+            Lookup::Hit(first_read) => {
                 // Noted in memory (`marks.rs`), whether the item is committed
                 // or still pending: the applier sets the bit in LMDB once the
                 // item is there.
-                self.marks.note(key_hash, key, cas);
+                if let Some(cas) = first_read {
+                    self.marks.note(key_hash, key, cas);
+                }
                 return Ok(true);
             }
             Lookup::Miss if options.vivify.is_none() => return Ok(false),

@@ -92,13 +92,10 @@ pub fn value_in_place(stored: &[u8]) -> Option<(Header, &[u8])> {
 
 /// The LMDB record of `header` with its value in the log at `pointer`.
 pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN + LogPointer::LEN] {
-    let header = Header {
-        bits: header.bits | IN_LOG,
-        ..*header
-    };
     let mut out = [0; HEADER_LEN + LogPointer::LEN];
     out[..HEADER_LEN].copy_from_slice(&header.encode());
     out[HEADER_LEN..].copy_from_slice(&pointer.encode());
+    set_bits(&mut out, IN_LOG);
     out
 }
 

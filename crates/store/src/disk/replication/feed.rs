@@ -423,12 +423,12 @@ struct GroupSpan {
 
 fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
     let mut groups: Vec<GroupSpan> = Vec::new();
-    journal::replay(path, number, |record, offset, framed| {
-        let end = offset + framed as u64;
+    journal::replay(path, number, |record, at, framed| {
+        let end = at.offset + framed as u64;
         match record {
             Record::Group(head) => groups.push(GroupSpan {
                 head,
-                offset,
+                offset: at.offset,
                 entries: 0,
                 end,
             }),
