@@ -92,15 +92,13 @@ pub(super) fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> 
 /// Makes `to` an empty directory (refusing one that holds anything).
 pub fn empty_dir(to: &Path) -> Result<(), BackupError> {
     match fs::read_dir(to) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(BackupError::Refused(format!(
-                    "{} is not empty",
-                    to.display()
-                )));
-            }
-            Ok(())
-        }
+        Ok(mut entries) => match entries.next() {
+            None => Ok(()),
+            Some(_) => Err(BackupError::Refused(format!(
+                "{} is not empty",
+                to.display()
+            ))),
+        },
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             fs::create_dir_all(to).map_err(io_error(format!("creating {}", to.display())))
         }
@@ -134,14 +132,13 @@ impl Inner {
         let mut files = Vec::new();
         // The snapshot first: the log copied after it covers every entry
         // after the snapshot's LSN.
-        let (copied, first_lsn) = match &since {
+        let (kind, first_lsn, copied) = match &since {
             None => {
                 let copied = self.copy_lmdb(to)?;
                 files.push(DATA_FILE.to_string());
-                let first_lsn = copied.applied.lsn + 1;
-                (Some(copied), first_lsn)
+                (BackupKind::Full, copied.applied.lsn + 1, Some(copied))
             }
-            Some((_, manifest)) => (None, manifest.last.lsn + 1),
+            Some((_, manifest)) => (BackupKind::Incremental, manifest.last.lsn + 1, None),
         };
         let snapshot = copied.as_ref().map(|copied| copied.applied);
         let consistent_from = copied
@@ -180,10 +177,7 @@ impl Inner {
         }
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
-            kind: match since {
-                None => BackupKind::Full,
-                Some(_) => BackupKind::Incremental,
-            },
+            kind,
             server_id: self.server_id,
             created_micros,
             snapshot,
@@ -239,8 +233,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
     let mut found = CopiedMeta::default();
     if let Some(meta) = meta {
         found.applied = applied_position(&meta, &txn)?;
-        let partial = meta.get(&txn, PARTIAL_ROUND)?;
-        found.partial = partial.and_then(LogPosition::decode);
+        found.partial = meta.get(&txn, PARTIAL_ROUND)?.and_then(LogPosition::decode);
         found.applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         let live = log_live(&meta, &txn)?.into_iter();
         found.pointed = live
@@ -398,8 +391,7 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
         }
         let manifest = load(&dir)?;
         for file in &manifest.files {
-            let found = sum_file(&dir.join(&file.name), &file.name)?;
-            if found != *file {
+            if sum_file(&dir.join(&file.name), &file.name)? != *file {
                 return Err(BackupError::Refused(format!(
                     "{}: {} does not match its checksum",
                     dir.display(),

@@ -136,10 +136,9 @@ pub fn read(
             };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("entry {lsn} follows entry {last} in segment {number}: the log is damaged"),
-                    ));
+                    return Err(invalid_data(format!(
+                        "entry {lsn} follows entry {last} in segment {number}: the log is damaged"
+                    )));
                 }
                 Some((last, _)) if lsn > last + 1 => summary.gaps.push((last + 1, lsn - 1)),
                 _ => {}
@@ -163,9 +162,8 @@ pub fn read(
 /// The changes of a group as a feed sends it (`crate::replication::FedGroup`):
 /// journal records checksummed with `seed`, every value in place.
 pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
-    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged group");
     log_format::decode_all(bytes, seed)
-        .ok_or_else(damaged)?
+        .ok_or_else(|| invalid_data("a damaged group"))?
         .into_iter()
         .filter_map(|record| change_of_record(record, Values::Read).transpose())
         .collect()
@@ -187,7 +185,7 @@ fn change_of_record(record: Record<'_>, values: Values) -> io::Result<Option<Cha
 
 /// The change a row record makes (`stored`: its columns; `None`: removed).
 fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
-    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged row record");
+    let damaged = || invalid_data("a damaged row record");
     let (table, primary_key) = super::tables::rows::split_row_key(key).ok_or_else(damaged)?;
     let (table, key) = (table.to_vec(), primary_key.to_vec());
     Ok(match stored {
@@ -206,12 +204,8 @@ fn row_change(key: &[u8], stored: Option<&[u8]>) -> io::Result<Change> {
 /// the log carries its value (a touch journals the item whole): one holding
 /// a pointer is damage.
 fn put_change(key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
-    let (header, value) = record::value_in_place(record).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "a put without its value in place: the log is damaged",
-        )
-    })?;
+    let (header, value) = record::value_in_place(record)
+        .ok_or_else(|| invalid_data("a put without its value in place: the log is damaged"))?;
     Ok(Change::Set {
         key: key.to_vec(),
         flags: header.flags,
@@ -219,6 +213,11 @@ fn put_change(key: &[u8], record: &[u8], values: Values) -> io::Result<Change> {
         cas: header.cas,
         value: (values == Values::Read).then(|| value.to_vec()),
     })
+}
+
+/// The error for damage found in the log.
+fn invalid_data(message: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.into())
 }
 
 /// The LSNs from `first` through `last` that no segment in `dir` holds, as

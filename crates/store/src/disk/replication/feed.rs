@@ -105,11 +105,7 @@ impl Feed {
         find: impl FnOnce(u64) -> Result<Feed, FeedRefused>,
     ) -> Result<Feed, FeedRefused> {
         let hold = inner.replica_holds.add(0);
-        let found = find(hold);
-        if found.is_err() {
-            inner.replica_holds.remove(hold);
-        }
-        found
+        find(hold).inspect_err(|_| inner.replica_holds.remove(hold))
     }
 
     fn open_held(inner: &Arc<Inner>, after: LogPosition, hold: u64) -> Result<Feed, FeedRefused> {
@@ -129,10 +125,8 @@ impl Feed {
         let mut chosen = None;
         for (number, path) in segments.iter().rev() {
             let groups = groups_of(path, *number).map_err(io_refused)?;
-            let Some(first) = groups.first().map(|group| group.head.first_lsn) else {
-                continue;
-            };
-            if first <= after.lsn || (after.lsn == 0 && first == 1) {
+            let first = groups.first().map(|group| group.head.first_lsn);
+            if first.is_some_and(|first| first <= after.lsn || (after.lsn == 0 && first == 1)) {
                 chosen = Some((*number, groups));
                 break;
             }
@@ -205,18 +199,16 @@ impl Feed {
     /// A feed from the first group appended at or after `micros`, or from
     /// the oldest group the log holds.
     pub(super) fn open_since(inner: &Arc<Inner>, micros: u64) -> Result<Feed, FeedRefused> {
-        Self::holding_the_log(inner, |hold| Self::open_since_held(inner, micros, hold))
-    }
-
-    fn open_since_held(inner: &Arc<Inner>, micros: u64, hold: u64) -> Result<Feed, FeedRefused> {
-        let (current, current_len, _) = inner.journal.current_end();
-        for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
-            let groups = groups_of(&path, number).map_err(io_refused)?;
-            if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
-                return Self::at(inner, number, group.offset, hold).map_err(io_refused);
+        Self::holding_the_log(inner, |hold| {
+            let (current, current_len, _) = inner.journal.current_end();
+            for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
+                let groups = groups_of(&path, number).map_err(io_refused)?;
+                if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
+                    return Self::at(inner, number, group.offset, hold).map_err(io_refused);
+                }
             }
-        }
-        Self::at(inner, current, current_len, hold).map_err(io_refused)
+            Self::at(inner, current, current_len, hold).map_err(io_refused)
+        })
     }
 
     /// The feed from `offset` in `segment`, keeping the log from there on
@@ -318,8 +310,7 @@ impl Feed {
             return Ok(true);
         }
         let next = self.segment + 1;
-        let path = journal::segment_path(&self.inner.config.dir, next);
-        self.file = File::open(path)?;
+        self.file = File::open(journal::segment_path(&self.inner.config.dir, next))?;
         self.segment = next;
         self.offset = 0;
         self.filled = 0;
@@ -331,10 +322,7 @@ impl Feed {
     }
 
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
-        let segment = self.segment;
-        let seed = log_format::seed_of(segment);
-        let mut out = Vec::with_capacity(head_len);
-        out.extend_from_slice(self.raw_at(head_len));
+        let mut out = self.raw_at(head_len).to_vec();
         self.offset += head_len as u64;
         let mut entries = 0u64;
         while let Some(framed) = self.look()? {
@@ -346,10 +334,10 @@ impl Feed {
             self.offset += framed as u64;
         }
         let last_lsn = head.first_lsn + entries.saturating_sub(1);
-        self.unacknowledged.push_back((last_lsn, segment));
+        self.unacknowledged.push_back((last_lsn, self.segment));
         Ok(FedGroup {
             origin: head.origin,
-            seed,
+            seed: log_format::seed_of(self.segment),
             bytes: out,
             last_lsn,
             micros: head.micros,

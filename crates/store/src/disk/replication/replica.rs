@@ -279,10 +279,9 @@ impl BaseLoad for BaseLoader<'_> {
         // What the log held is older than the snapshot: a new log starts
         // after it, in a new segment.
         let next = inner.journal.prepare().map_err(io_failed)?;
-        let retired = {
-            let _logged = inner.logged.lock();
-            inner.journal.switch(next)
-        };
+        let logged = inner.logged.lock();
+        let retired = inner.journal.switch(next);
+        drop(logged);
         inner.journal.sync_retired(&retired).map_err(io_failed)?;
         inner.last_cas.fetch_max(self.max_cas, Ordering::AcqRel);
         // The snapshot's pages reach the disk before the marker's removal
@@ -301,8 +300,7 @@ impl BaseLoad for BaseLoader<'_> {
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
-        let applied = Some((retired.number(), at));
-        (inner.commit_counted(txn, &mut counts, applied)).map_err(failed)?;
+        (inner.commit_counted(txn, &mut counts, Some((retired.number(), at)))).map_err(failed)?;
         sync_data()?;
         inner
             .applied_segment

@@ -219,11 +219,8 @@ fn drop_entries(
             .map(|(key, _)| key.to_vec()),
         None => None,
     };
-    let batch = match &last {
-        Some(last) => (every.0, Bound::Included(&last[..])),
-        None => every,
-    };
-    indexes.delete_range(txn, &batch)?;
+    let end = last.as_deref().map_or(every.1, Bound::Included);
+    indexes.delete_range(txn, &(every.0, end))?;
     Ok(last.is_some())
 }
 
@@ -341,9 +338,7 @@ impl Inner {
         };
         let mut changed = 0;
         for def in self.index_defs.maintained(table) {
-            let before = keys_of(&def, old);
-            let after = keys_of(&def, new);
-            differences(&before, &after, |key, gone| {
+            differences(&keys_of(&def, old), &keys_of(&def, new), |key, gone| {
                 changed += 1;
                 if gone {
                     self.indexes
@@ -367,13 +362,12 @@ impl Inner {
         primary_key: &[u8],
     ) -> heed::Result<()> {
         for def in self.index_defs.maintained(table) {
-            let mut stale = Vec::new();
-            for entry in self.indexes.prefix_iter(txn, &def.id.to_be_bytes())? {
-                let (key, row) = entry?;
-                if row == primary_key {
-                    stale.push(key.to_vec());
-                }
-            }
+            let stale: Vec<Vec<u8>> = self
+                .indexes
+                .prefix_iter(txn, &def.id.to_be_bytes())?
+                .filter_ok(|(_, row)| *row == primary_key)
+                .map_ok(|(key, _)| key.to_vec())
+                .collect::<heed::Result<_>>()?;
             for key in stale {
                 self.indexes.delete_one_duplicate(txn, &key, primary_key)?;
             }
@@ -472,8 +466,7 @@ impl Inner {
     /// Writes `def` as the definition of its column (`None`: none), in a
     /// transaction of its own.
     fn put_def(&self, table: &[u8], key: &[u8], def: Option<&IndexDef>) -> heed::Result<()> {
-        let txn = self.env.write_txn()?;
-        self.commit_def(txn, table, key, def)
+        self.commit_def(self.env.write_txn()?, table, key, def)
     }
 
     /// Writes `def` as its column's definition in `txn`, commits, and
@@ -487,9 +480,7 @@ impl Inner {
     ) -> heed::Result<()> {
         match def {
             Some(def) => self.meta.put(&mut txn, key, &def.encode())?,
-            None => {
-                self.meta.delete(&mut txn, key)?;
-            }
+            None => self.meta.delete(&mut txn, key).map(drop)?,
         }
         // LMDB's writer first, then the definitions, held until both say
         // the same: the applier reads them inside its transaction.
@@ -514,11 +505,10 @@ impl Inner {
                     "the index was dropped while it was built",
                 )));
             }
-            let next = self.build_batch(&mut txn, table, def, after.as_deref())?;
+            after = self.build_batch(&mut txn, table, def, after.as_deref())?;
             self.config.io.commit(txn)?;
-            match next {
-                Some(next) => after = Some(next),
-                None => return Ok(()),
+            if after.is_none() {
+                return Ok(());
             }
         }
     }
@@ -541,13 +531,10 @@ impl Inner {
         let Some(prefix) = table_prefix(table) else {
             return Ok(None);
         };
-        let range = match after {
-            Some(key) => (
-                Bound::Excluded(key.to_vec()),
-                span(&prefix, Bound::Unbounded, false).1,
-            ),
-            None => span(&prefix, Bound::Unbounded, false),
-        };
+        let mut range = span(&prefix, Bound::Unbounded, false);
+        if let Some(key) = after {
+            range.0 = Bound::Excluded(key.to_vec());
+        }
         let mut primary_keys: Vec<Vec<u8>> = Vec::new();
         let mut rows_of: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         let mut entries = 0;
@@ -555,8 +542,7 @@ impl Inner {
         for entry in self.rows.range(txn, &borrowed(&range))? {
             let (key, stored) = entry?;
             let primary_key = &key[prefix.len()..];
-            let row = Record::decode_columns(primary_key, stored);
-            let index_keys = keys_of(def, row.as_ref());
+            let index_keys = keys_of(def, Record::decode_columns(primary_key, stored).as_ref());
             // Only rows with entries are held: a column few rows have
             // must not hold the whole table's keys.
             if !index_keys.is_empty() {
@@ -572,9 +558,7 @@ impl Inner {
                 break;
             }
         }
-        let mut rows_of: Vec<_> = rows_of.into_iter().collect();
-        rows_of.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (index_key, rows) in rows_of {
+        for (index_key, rows) in rows_of.into_iter().sorted_unstable_by(|a, b| a.0.cmp(&b.0)) {
             let key = entry_key(def.id, &index_key);
             for at in rows {
                 put_after(&self.indexes, txn, &key, &primary_keys[at as usize])?;
@@ -613,10 +597,8 @@ impl Inner {
             let mut expected = expected.into_iter().peekable();
             let column = String::from_utf8_lossy(&def.column);
             let mut report = |(key, primary_key): (&[u8], &[u8]), lacking: bool| {
-                let (key, row) = (
-                    String::from_utf8_lossy(&key[4..]),
-                    String::from_utf8_lossy(primary_key),
-                );
+                let key = String::from_utf8_lossy(&key[4..]);
+                let row = String::from_utf8_lossy(primary_key);
                 let kind = def.kind.name();
                 problems.push(if lacking {
                     format!("index {column} ({kind}) lacks {key:?} for row {row}")

@@ -72,8 +72,7 @@ impl Inner {
         };
         let old_stored = self.rows.get(txn, key)?;
         let old = old_stored.and_then(|stored| Record::decode_columns(primary_key, stored));
-        let damaged = old_stored.is_some() && old.is_none();
-        if damaged {
+        if old_stored.is_some() && old.is_none() {
             // Its index keys cannot be read from it: take the row out of
             // every index of its table wherever it is.
             tracing::error!(table = %String::from_utf8_lossy(table), "replaced a damaged row");
@@ -234,8 +233,7 @@ impl Inner {
         while self.applied.decided() < seq {
             self.signals.wake_writer();
             self.signals.wake_applier();
-            let stuck = !self.health.applies() || self.signals.stopping();
-            if stuck {
+            if !self.health.applies() || self.signals.stopping() {
                 return Err(WriteFailed);
             }
             self.applied.wait(seq, std::time::Duration::from_millis(10));
