@@ -36,8 +36,7 @@ impl AccessTimes {
     fn slot(&self, key_hash: u64) -> &AtomicU32 {
         // Bits 32 and up, where the pending table's shard comes from too
         // (`shard_of`): harmless, the slots are one table, not one a shard.
-        let index = (key_hash >> 32) as usize & (self.slots.len() - 1);
-        &self.slots[index]
+        &self.slots[(key_hash >> 32) as usize & (self.slots.len() - 1)]
     }
 
     /// The key of `key_hash` was stored or read at `now`.
@@ -50,11 +49,8 @@ impl AccessTimes {
 
     /// Seconds since the key of `key_hash` was last stored or read.
     pub(super) fn idle_seconds(&self, key_hash: u64, now: u32) -> u32 {
-        let at = match self.slot(key_hash).load(Ordering::Relaxed) {
-            0 => self.started,
-            at => at,
-        };
-        now.saturating_sub(at)
+        let at = self.slot(key_hash).load(Ordering::Relaxed);
+        now.saturating_sub(if at == 0 { self.started } else { at })
     }
 }
 

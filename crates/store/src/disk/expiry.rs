@@ -28,10 +28,8 @@ impl Inner {
     ) -> heed::Result<u64> {
         let limit = classes.map_or(RECLAIM_BATCH, |_| usize::MAX);
         let marked = |key: &[u8], old: &Old| {
-            classes.is_none_or(|classes| {
-                let class = self.class_of(key, old.value_len);
-                classes.get(class).copied().unwrap_or(false)
-            })
+            classes
+                .is_none_or(|classes| classes.get(self.class_of(key, old.value_len)) == Some(&true))
         };
         let mut removed = 0;
         for index_key in &self.due_expiry_keys(txn, limit)? {
@@ -82,8 +80,7 @@ impl Inner {
     pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
         let before = self.counters.crawler_reclaimed.total();
         *self.signals.crawl.lock() = Some(classes);
-        let seq = self.pending.next_seq();
-        if self.wait_applied(seq, None) == AckState::Waiting {
+        if self.wait_applied(self.pending.next_seq(), None) == AckState::Waiting {
             return 0;
         }
         (self.counters.crawler_reclaimed.total() - before) as usize
@@ -102,8 +99,7 @@ impl Inner {
         let before = self.counters.swept.load(Ordering::Acquire);
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
-        let seq = self.pending.next_seq();
-        if self.wait_applied(seq, None) == AckState::Waiting {
+        if self.wait_applied(self.pending.next_seq(), None) == AckState::Waiting {
             return 0;
         }
         (self.counters.swept.load(Ordering::Acquire) - before) as usize

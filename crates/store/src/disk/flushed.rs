@@ -55,9 +55,8 @@ impl Inner {
                 self.counters.reclaimed.add(class, 1);
             }
         }
-        let kept = self.flushed_boundary(txn)?;
-        self.meta
-            .put(txn, FLUSHED, &kept.max(boundary).to_le_bytes())
+        let newest = self.flushed_boundary(txn)?.max(boundary);
+        self.meta.put(txn, FLUSHED, &newest.to_le_bytes())
     }
 
     /// The newest flush boundary LMDB reflects; 0 for none.

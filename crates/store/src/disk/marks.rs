@@ -111,8 +111,7 @@ impl FetchMarks {
     /// items were still pending): a later commit takes them again.
     pub fn put_back(&self, notes: Vec<(Arc<[u8]>, u64)>) {
         for (key, cas) in notes {
-            let hash = self.hash(&key);
-            self.shard(hash).lock().keys.push((key, cas));
+            self.shard(self.hash(&key)).lock().keys.push((key, cas));
             self.waiting.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -60,10 +60,7 @@ impl PageWindow {
             return;
         }
         let newest = *segments.keys().next_back().expect("just inserted");
-        while over > 0 {
-            let Some(mut oldest) = segments.first_entry() else {
-                break;
-            };
+        while let Some(mut oldest) = segments.first_entry().filter(|_| over > 0) {
             let cached = oldest.get_mut();
             let run = over.min(cached.synced_to - cached.dropped_to);
             drop_pages(&cached.file, cached.dropped_to, run);

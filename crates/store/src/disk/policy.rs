@@ -60,21 +60,16 @@ impl std::str::FromStr for SyncPolicy {
                         "unknown sync policy '{text}' (always, batch, interval=<duration>, none)"
                     )
                 })?;
-                let (number, scale) = if let Some(ms) = interval.strip_suffix("ms") {
-                    (ms, 0.001)
-                } else if let Some(s) = interval.strip_suffix('s') {
-                    (s, 1.0)
-                } else {
-                    (interval, 1.0)
+                let (number, scale) = match interval.strip_suffix("ms") {
+                    Some(ms) => (ms, 0.001),
+                    None => (interval.strip_suffix('s').unwrap_or(interval), 1.0),
                 };
-                let seconds: f64 = number
+                number
                     .parse()
                     .ok()
                     .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .ok_or_else(|| format!("bad sync interval '{interval}' (e.g. 1s, 200ms)"))?;
-                Ok(SyncPolicy::Interval(Duration::from_secs_f64(
-                    seconds * scale,
-                )))
+                    .map(|seconds| SyncPolicy::Interval(Duration::from_secs_f64(seconds * scale)))
+                    .ok_or_else(|| format!("bad sync interval '{interval}' (e.g. 1s, 200ms)"))
             }
         }
     }

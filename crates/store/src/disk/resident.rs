@@ -24,7 +24,8 @@ fn page_size() -> u64 {
         .map_or(4096, |size| size as u64)
 }
 
-/// The address range where `file` is mapped, from `/proc/self/maps`.
+/// The start and length of the address range where `file` is mapped, from
+/// `/proc/self/maps`.
 fn mapping_of(file: &Path) -> Option<(usize, usize)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let wanted = file.to_str()?;
@@ -32,12 +33,10 @@ fn mapping_of(file: &Path) -> Option<(usize, usize)> {
         .filter(|line| line.ends_with(wanted))
         .filter_map(|line| {
             let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-            Some((
-                usize::from_str_radix(start, 16).ok()?,
-                usize::from_str_radix(end, 16).ok()?,
-            ))
+            let start = usize::from_str_radix(start, 16).ok()?;
+            Some((start, usize::from_str_radix(end, 16).ok()? - start))
         })
-        .max_by_key(|(start, end)| end - start)
+        .max_by_key(|&(_, len)| len)
 }
 
 /// Drops the data file's mapped pages from the resident set when the
@@ -55,7 +54,7 @@ pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) {
     unsafe {
         libc::malloc_trim(0);
     }
-    let Some((start, end)) = mapping_of(data_file) else {
+    let Some((start, len)) = mapping_of(data_file) else {
         return;
     };
     let Some(address) = std::ptr::NonNull::new(start as *mut std::ffi::c_void) else {
@@ -67,13 +66,8 @@ pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) {
     // the same bytes from the page cache, so readers holding pointers into
     // the map are unaffected.
     #[allow(unsafe_code)]
-    let done = unsafe {
-        nix::sys::mman::madvise(
-            address,
-            end - start,
-            nix::sys::mman::MmapAdvise::MADV_DONTNEED,
-        )
-    };
+    let done =
+        unsafe { nix::sys::mman::madvise(address, len, nix::sys::mman::MmapAdvise::MADV_DONTNEED) };
     if done.is_ok() {
         trims.fetch_add(1, Ordering::Relaxed);
     }

@@ -84,8 +84,7 @@ impl std::str::FromStr for LogRetention {
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
     let number: u64 = number.parse().ok()?;
     let seconds = match unit {
         "s" => 1,
@@ -98,8 +97,7 @@ fn parse_duration(text: &str) -> Option<Duration> {
 }
 
 fn parse_size(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
     let number: u64 = number.parse().ok()?;
     let scale: u64 = match unit {
         "B" => 1,

@@ -17,10 +17,9 @@ pub(super) fn is_enospc(error: &io::Error) -> bool {
 /// Whether an LMDB failure means "no room" (writes may resume later) rather
 /// than a broken disk.
 pub(super) fn is_out_of_space(error: &heed::Error) -> bool {
-    let enospc = nix::errno::Errno::ENOSPC as i32;
     match error {
         heed::Error::Mdb(heed::MdbError::MapFull) => true,
-        heed::Error::Mdb(heed::MdbError::Other(code)) => *code == enospc,
+        heed::Error::Mdb(heed::MdbError::Other(code)) => *code == nix::errno::Errno::ENOSPC as i32,
         heed::Error::Io(error) => is_enospc(error),
         _ => false,
     }
@@ -42,12 +41,11 @@ impl Inner {
     /// only in a commit, and counting the used pages walks the free list,
     /// too slow for every space check.
     pub(super) fn measure_lmdb_usage(&self) {
-        let usage = self
+        *self.lmdb_usage.lock() = self
             .env
             .non_free_pages_size()
             .ok()
             .zip(self.env.real_disk_size().ok());
-        *self.lmdb_usage.lock() = usage;
     }
 
     pub(super) fn check_space_if_due(&self) {

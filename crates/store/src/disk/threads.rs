@@ -89,14 +89,11 @@ pub(super) fn start(inner: &Arc<Inner>) -> io::Result<Vec<JoinHandle<()>>> {
         threads.push(handle);
         Ok(())
     };
-    spawn("kura-disk-writer", Inner::write_loop, &inner.signals.writer)?;
-    spawn(
-        "kura-disk-applier",
-        Inner::apply_loop,
-        &inner.signals.applier,
-    )?;
+    let signals = &inner.signals;
+    spawn("kura-disk-writer", Inner::write_loop, &signals.writer)?;
+    spawn("kura-disk-applier", Inner::apply_loop, &signals.applier)?;
     if inner.config.sync.background_period().is_some() {
-        spawn("kura-disk-syncer", Inner::sync_loop, &inner.signals.syncer)?;
+        spawn("kura-disk-syncer", Inner::sync_loop, &signals.syncer)?;
     }
     Ok(threads)
 }
