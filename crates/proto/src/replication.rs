@@ -9,8 +9,8 @@
 //!
 //! ```text
 //! master ─▶ replica   kind u8 | length u32 BE | payload
-//!   G  a group of the log: checksum seed u32 BE, then journal records (head, then
-//!      entries) as the master's segment holds them
+//!   G  a group of the log: journal records (head, then entries) as the master's
+//!      segment holds them
 //!   I  a table's index: table length u8 | table | column length u8 | column | kind u8
 //!   S  snapshot records (puts and row puts)
 //!   D  every table's indexes, when they changed: I's payloads back to back
@@ -35,10 +35,8 @@ const ACK: u8 = b'A';
 /// One frame from a master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
-    Group {
-        seed: u32,
-        records: &'a [u8],
-    },
+    /// A group of the log's records.
+    Group(&'a [u8]),
     Index {
         table: &'a [u8],
         column: &'a [u8],
@@ -87,13 +85,7 @@ pub fn frame(kind: u8, payload: &[u8]) -> Result<Frame<'_>, String> {
         ))
     };
     Ok(match kind {
-        GROUP => match payload.split_first_chunk::<4>() {
-            Some((seed, records)) => Frame::Group {
-                seed: u32::from_be_bytes(*seed),
-                records,
-            },
-            None => return Err("a group frame without its seed".to_string()),
-        },
+        GROUP => Frame::Group(payload),
         SNAPSHOT => Frame::Snapshot(payload),
         INDEX => match index_entry(payload)? {
             ((table, column, kind), []) => Frame::Index {
@@ -170,8 +162,7 @@ pub fn encode(frame: Frame<'_>, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEAD]);
     let kind = match frame {
-        Frame::Group { seed, records } => {
-            out.extend_from_slice(&seed.to_be_bytes());
+        Frame::Group(records) => {
             out.extend_from_slice(records);
             GROUP
         }
@@ -287,10 +278,7 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        round_trip(Frame::Group {
-            seed: 0x1234_5678,
-            records: b"records",
-        });
+        round_trip(Frame::Group(b"records"));
         round_trip(Frame::Snapshot(b""));
         round_trip(Frame::Index {
             table: b"users",
@@ -319,7 +307,6 @@ mod tests {
             "over the limit"
         );
         assert!(frame(b'E', &[0; 15]).is_err());
-        assert!(frame(b'G', &[0; 3]).is_err(), "no seed");
         assert!(frame(b'I', &[5, b'a']).is_err());
         assert!(frame(b'I', &[1, b'a', 1, b'b']).is_err(), "no kind");
         assert!(

@@ -4,8 +4,7 @@
 //! (same LSNs, times and origins) and loading a snapshot as a new base.
 //!
 //! Groups and snapshot parts travel as the journal's records
-//! (`disk/log_format.rs`): a group as the master's segment holds it, with
-//! that segment's checksum seed; a snapshot with [`REPLICATION_SEED`].
+//! (`disk/log_format.rs`): a group as the master's segment holds it.
 
 use std::io;
 use std::time::Duration;
@@ -13,17 +12,12 @@ use std::time::Duration;
 pub use crate::disk::LogPosition;
 use kura_table::IndexKind;
 
-/// The checksum seed of records sent between servers (the journal's are
-/// seeded per segment).
-pub const REPLICATION_SEED: u32 = 0x6b75_7261;
-
 /// One group of the master's log, ready to send.
 #[derive(Debug, Clone)]
 pub struct FedGroup {
-    /// The head record, then the entries, checksummed with `seed` (the
-    /// master's segment's: its bytes go unchanged).
+    /// The head record, then the entries, as the master's segment holds
+    /// them.
     pub bytes: Vec<u8>,
-    pub seed: u32,
     pub last_lsn: u64,
     /// When the master appended it (µs since the Unix epoch).
     pub micros: u64,
@@ -35,7 +29,7 @@ impl FedGroup {
     /// The group's changes, read back (for a stream in another format:
     /// Tokyo Tyrant's).
     pub fn changes(&self) -> std::io::Result<Vec<crate::disk::history::Change>> {
-        crate::disk::history::group_changes(self.seed, &self.bytes)
+        crate::disk::history::group_changes(&self.bytes)
     }
 }
 
@@ -124,7 +118,7 @@ pub trait Replication: Send + Sync {
     ) -> io::Result<(LogPosition, Box<dyn LogFeed>)>;
     /// Appends and applies one of the master's groups, with its LSNs, time
     /// and origin; returns its last entry's position.
-    fn apply_group(&self, seed: u32, group: &[u8]) -> Result<LogPosition, String>;
+    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String>;
     /// Empties this server for a snapshot.
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String>;
     /// Every table's indexes: table, column, kind.
@@ -142,7 +136,6 @@ pub trait Replication: Send + Sync {
     fn apply_peer_group(
         &self,
         peer: &str,
-        seed: u32,
         group: &[u8],
         position_due: bool,
     ) -> Result<PeerApplied, String>;

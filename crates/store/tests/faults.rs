@@ -950,7 +950,7 @@ fn a_peers_flush_whose_append_fails_on_a_full_disk_is_taken_when_it_comes_again(
     let exchange = |after: LogPosition| -> Result<(), String> {
         let mut feed = a.feed(after).unwrap();
         while let Some(group) = feed.next_group(Duration::from_millis(50)).unwrap() {
-            b.apply_peer_group("a", group.seed, &group.bytes, true)?;
+            b.apply_peer_group("a", &group.bytes, true)?;
         }
         b.wait_until_all_applied();
         Ok(())

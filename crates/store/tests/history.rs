@@ -242,10 +242,10 @@ fn a_damaged_backup_fails_verification() {
 }
 
 /// Another format is refused in one line: a newer one, or one only
-/// development builds wrote (1 to 3), which no release reads.
+/// development builds wrote (1 to 4), which no release reads.
 #[test]
 fn a_data_directory_of_another_format_is_refused() {
-    for format in [99u32, 3, 1] {
+    for format in [99u32, 4, 3, 1] {
         let dir = tempfile::tempdir().unwrap();
         drop(open(dir.path()));
         edit_lmdb(dir.path(), |lmdb| {

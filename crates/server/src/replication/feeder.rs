@@ -182,14 +182,7 @@ fn feed(
         }
         match feed.next_group(HEARTBEAT_EVERY)? {
             Some(group) => {
-                let records = &group.bytes;
-                wire::encode(
-                    Frame::Group {
-                        seed: group.seed,
-                        records,
-                    },
-                    &mut frame,
-                );
+                wire::encode(Frame::Group(&group.bytes), &mut frame);
                 link.sent_group(group.last_lsn, group.micros, frame.len());
             }
             None => {

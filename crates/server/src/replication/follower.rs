@@ -179,13 +179,12 @@ fn follow_once(
     loop {
         let kind = read_frame(&mut reader, &mut payload, max_frame, stopped)?;
         match wire::frame(kind, &payload)? {
-            Frame::Group { seed, records } => {
+            Frame::Group(records) => {
                 let at = match link.kind {
-                    LinkKind::Master => replication.apply_group(seed, records)?,
+                    LinkKind::Master => replication.apply_group(records)?,
                     LinkKind::Peer => {
                         let due = position_kept.elapsed() >= PEER_POSITION_EVERY;
-                        let applied =
-                            replication.apply_peer_group(&link.master, seed, records, due)?;
+                        let applied = replication.apply_peer_group(&link.master, records, due)?;
                         if applied.kept {
                             position_kept = Instant::now();
                         }

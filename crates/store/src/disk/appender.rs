@@ -57,21 +57,18 @@ impl Drop for JournalHeld {
     }
 }
 
-/// Encodes a journal group for `segment`: its head, then the batch's
-/// writes with a flush after those it covers, noting where each write
-/// starts.
+/// Encodes a journal group: its head, then the batch's writes with a flush
+/// after those it covers, noting where each write starts.
 fn encode_group(
     group: &mut Vec<u8>,
     offsets: &mut Vec<u64>,
     head: GroupHead,
     flush: Option<u64>,
     batch: &Batch,
-    segment: u64,
 ) {
-    let seed = log_format::seed_of(segment);
     group.clear();
     offsets.clear();
-    log_format::encode(group, Record::Group(head), seed);
+    log_format::encode(group, Record::Group(head));
     let is_covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
         (Some(boundary), Space::Item, Pending::Put(record)) => {
             Header::decode(record).is_some_and(|(header, _)| header.cas <= boundary)
@@ -92,14 +89,14 @@ fn encode_group(
                 (Space::Row, Pending::Remove) => Record::RowRemove { key },
             };
             offsets[k] = group.len() as u64;
-            log_format::encode(group, record, seed);
+            log_format::encode(group, record);
         }
     };
     // In log order: the writes the flush covers (made before it), the
     // flush, then the rest; `offsets` stays in the batch's order.
     if let Some(boundary) = flush {
         encode_writes(group, true);
-        log_format::encode(group, Record::Flush(boundary), seed);
+        log_format::encode(group, Record::Flush(boundary));
     }
     encode_writes(group, false);
 }
@@ -162,9 +159,6 @@ impl Inner {
             return Some(0);
         }
         self.check_space_if_due();
-        // Encoded for the current segment, outside the lock; in the rare
-        // case the applier switched segments meanwhile, again for the new one.
-        let segment = self.journal.current_number();
         // Where each write lands, so LMDB can point to large values there.
         let mut offsets = Vec::with_capacity(writes);
         // Entries are numbered here: this thread holds the leader lock.
@@ -174,12 +168,9 @@ impl Inner {
             origin: self.server_id,
         });
         let last = head.last(writes + usize::from(flush.is_some()));
-        encode_group(group, &mut offsets, head, flush, &batch, segment);
+        // Encoded before the applier is held up by the lock.
+        encode_group(group, &mut offsets, head, flush, &batch);
         let mut logged = self.logged.lock();
-        let current = self.journal.current_number();
-        if current != segment {
-            encode_group(group, &mut offsets, head, flush, &batch, current);
-        }
         let start = self.append(group, last);
         logged.through = through;
         let Some(start) = start else {
@@ -203,7 +194,6 @@ impl Inner {
             drop(logged);
             return None;
         };
-        debug_assert_eq!(start.segment, current);
         logged.dirty = true;
         logged.flush = logged.flush.max(flush);
         let counters = &self.counters;

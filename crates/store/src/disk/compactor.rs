@@ -109,9 +109,6 @@ impl Inner {
         let mut group = Vec::new();
         let mut moves = Vec::new();
         let mut moved = 0;
-        // Compaction runs on the applier, the one thread that switches
-        // segments: the current one stays current until it is done.
-        let seed = log_format::seed_of(self.journal.current_number());
         for (key, pointer) in &live {
             let stored = self.journal.read_stored(key, pointer)?;
             moves.push((&key[..], pointer.at, group.len()));
@@ -120,7 +117,7 @@ impl Inner {
                 from: pointer.at,
                 record: stored.record(),
             };
-            log_format::encode(&mut group, record, seed);
+            log_format::encode(&mut group, record);
             if group.len() >= COMPACT_CHUNK {
                 moved += self.commit_moves(&group, &moves)?;
                 group.clear();

@@ -33,7 +33,7 @@ use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
-use super::log_format::{decode, seed_of, Location, LogPosition, Record, FRAME};
+use super::log_format::{decode, Location, LogPosition, Record, FRAME};
 use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
@@ -85,7 +85,6 @@ pub fn replay<E: From<io::Error>>(
     mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
 ) -> Result<usize, E> {
     let file = File::open(path)?;
-    let seed = seed_of(number);
     let size = file.metadata()?.len();
     let mut reader = io::BufReader::with_capacity(1 << 20, file);
     let mut frame = Vec::new();
@@ -108,7 +107,7 @@ pub fn replay<E: From<io::Error>>(
         if reader.read_exact(&mut frame[FRAME..]).is_err() {
             break;
         }
-        let Some((record, _)) = decode(&frame, seed) else {
+        let Some((record, _)) = decode(&frame) else {
             break;
         };
         visit(record, at, frame.len())?;
@@ -416,7 +415,7 @@ pub fn read_stored(
     }
     let mut frame = vec![0; frame_len];
     io.read_log(file, &mut frame, at.offset)?;
-    let (record, len) = decode(&frame, seed_of(at.segment)).ok_or_else(corrupt)?;
+    let (record, len) = decode(&frame).ok_or_else(corrupt)?;
     let record = match record {
         Record::Put { key: found, record }
         | Record::Move {
@@ -514,7 +513,6 @@ mod tests {
                 key: b"k",
                 record: &value,
             },
-            seed_of(1),
         );
         let mut len = 0;
         while len <= PREALLOCATE {
@@ -552,16 +550,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::create(dir.path(), 7, Arc::new(OsIo), 1 << 30).unwrap();
         let mut group = Vec::new();
-        encode(&mut group, Record::Remove { key: b"a" }, seed_of(7));
+        encode(&mut group, Record::Remove { key: b"a" });
         journal.append(&group, Some(lsn(1))).unwrap();
         let retired = journal.switch(journal.prepare().unwrap());
         journal.sync_retired(&retired).unwrap();
         assert_eq!((retired.number(), retired.last()), (7, lsn(1)));
         let mut second = Vec::new();
-        encode(&mut second, Record::Flush(5), seed_of(8));
+        encode(&mut second, Record::Flush(5));
         journal.append(&second, Some(lsn(2))).unwrap();
         let mut third = Vec::new();
-        encode(&mut third, Record::Remove { key: b"a" }, seed_of(8));
+        encode(&mut third, Record::Remove { key: b"a" });
         journal.append(&third, None).unwrap();
         assert_eq!(journal.last_lsn(), 2, "a move is no entry");
         journal.sync().unwrap();
@@ -596,19 +594,14 @@ mod tests {
         assert_eq!(journal.bytes(), (group.len() + second.len()) as u64);
         assert!(journal.older_segments().is_empty());
 
-        // A new segment's records replay under its own seed only.
         let retired = journal.switch(journal.prepare().unwrap());
         assert_eq!(retired.number(), 8);
         let mut fourth = Vec::new();
-        encode(&mut fourth, Record::Flush(9), seed_of(9));
+        encode(&mut fourth, Record::Flush(9));
         let at = journal.append(&fourth, Some(lsn(3))).unwrap();
         assert_eq!((at.segment, at.offset), (9, 0));
         let nine = segment_path(dir.path(), 9);
         assert_eq!(replayed(&nine, 9), ["0: Flush(9)"]);
-        assert_eq!(
-            replay::<io::Error>(&nine, 8, |_, _, _| panic!("another seed")).unwrap(),
-            0
-        );
     }
 
     /// A pointer to a `frame_len`-byte frame at `at` holding a record of
@@ -633,7 +626,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::create(dir.path(), 1, Arc::new(OsIo), 1 << 30).unwrap();
         let mut group = Vec::new();
-        encode(&mut group, Record::Remove { key: b"x" }, seed_of(1));
+        encode(&mut group, Record::Remove { key: b"x" });
         let put_at = group.len();
         encode(
             &mut group,
@@ -641,7 +634,6 @@ mod tests {
                 key: b"k",
                 record: &first,
             },
-            seed_of(1),
         );
         let start = journal.append(&group, Some(lsn(2))).unwrap();
         assert_eq!((start.segment, start.offset), (1, 0));
@@ -676,7 +668,6 @@ mod tests {
                 from: put,
                 record: &moved_value,
             },
-            seed_of(2),
         );
         let moved = journal.append(&moves, None).unwrap();
         assert_eq!(moved.segment, 2);

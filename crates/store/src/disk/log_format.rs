@@ -131,12 +131,12 @@ impl GroupHead {
     }
 }
 
-/// The records of `bytes`, every one whole and checksummed with `seed`.
-pub fn decode_all(bytes: &[u8], seed: u32) -> Option<Vec<Record<'_>>> {
+/// The records of `bytes`, every one whole and checksummed.
+pub fn decode_all(bytes: &[u8]) -> Option<Vec<Record<'_>>> {
     let mut records = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
-        let (record, len) = decode(rest, seed)?;
+        let (record, len) = decode(rest)?;
         records.push(record);
         rest = &rest[len..];
     }
@@ -187,21 +187,8 @@ pub fn put_len(key: &[u8], record_len: usize) -> usize {
     FRAME + BODY_HEAD + key.len() + record_len
 }
 
-/// The checksum seed of segment `number`'s records: a record copied or
-/// left from another segment's file does not pass for one of this one.
-pub fn seed_of(number: u64) -> u32 {
-    (number as u32).wrapping_mul(0x9e37_79b1) | 1
-}
-
-fn checksum(seed: u32, body: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new_with_initial(seed);
-    hasher.update(body);
-    hasher.finalize()
-}
-
-/// Appends `record`, framed, to `buf`, checksummed with `seed` (the
-/// segment's [`seed_of`]).
-pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
+/// Appends `record`, framed and checksummed, to `buf`.
+pub fn encode(buf: &mut Vec<u8>, record: Record<'_>) {
     let boundary;
     let origin;
     let head;
@@ -232,16 +219,16 @@ pub fn encode(buf: &mut Vec<u8>, record: Record<'_>, seed: u32) {
     buf.extend_from_slice(key);
     buf.extend_from_slice(prefix);
     buf.extend_from_slice(rest);
-    let crc = checksum(seed, &buf[start + FRAME..]);
+    let crc = crc32fast::hash(&buf[start + FRAME..]);
     buf[start + 4..start + FRAME].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The record at the start of `bytes` and its framed length; `None` at the
-/// end, or at a torn or corrupt record, or one of another `seed`.
-pub fn decode(bytes: &[u8], seed: u32) -> Option<(Record<'_>, usize)> {
+/// end, or at a torn or corrupt record.
+pub fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
     let (record, len) = decode_checked(bytes)?;
     let crc = u32::from_le_bytes(bytes[4..FRAME].try_into().ok()?);
-    (checksum(seed, &bytes[FRAME..len]) == crc).then_some((record, len))
+    (crc32fast::hash(&bytes[FRAME..len]) == crc).then_some((record, len))
 }
 
 /// [`decode`] of a record whose checksum [`decode`] has already checked
@@ -337,41 +324,34 @@ mod tests {
                 origin: u32::MAX - 1,
             }),
         ];
-        let seed = seed_of(3);
         for record in records {
-            encode(&mut buf, record, seed);
+            encode(&mut buf, record);
         }
         let mut at = 0;
         let mut decoded = Vec::new();
-        while let Some((record, len)) = decode(&buf[at..], seed) {
+        while let Some((record, len)) = decode(&buf[at..]) {
             decoded.push(record);
             at += len;
         }
         assert_eq!(decoded, records);
         assert_eq!(at, buf.len());
-        // Another segment's seed, or none, does not read them.
-        assert!(decode(&buf, seed_of(4)).is_none());
-        assert!(decode(&buf, 0).is_none());
 
         // Cut anywhere inside the last record: the others still decode.
         let last_start = buf.len() - (FRAME + BODY_HEAD + GROUP_HEAD_LEN);
         for cut in last_start..buf.len() {
-            assert!(
-                decode(&buf[last_start..cut], seed).is_none(),
-                "cut at {cut}"
-            );
+            assert!(decode(&buf[last_start..cut]).is_none(), "cut at {cut}");
         }
         // One flipped bit in a body fails its checksum.
         let mut corrupt = buf.clone();
         corrupt[FRAME + 4] ^= 0x10;
-        assert!(decode(&corrupt, seed).is_none());
+        assert!(decode(&corrupt).is_none());
         // A kind nobody wrote is not taken for a record.
         let mut unknown = Vec::new();
-        encode(&mut unknown, Record::Remove { key: b"k" }, seed);
+        encode(&mut unknown, Record::Remove { key: b"k" });
         unknown[FRAME] = 9;
-        let crc = checksum(seed, &unknown[FRAME..]);
+        let crc = crc32fast::hash(&unknown[FRAME..]);
         unknown[4..FRAME].copy_from_slice(&crc.to_le_bytes());
-        assert!(decode(&unknown, seed).is_none());
+        assert!(decode(&unknown).is_none());
     }
 
     #[test]

@@ -29,10 +29,11 @@ const MAX_READERS: u32 = 1024;
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
-/// `docs/DESIGN.md` describes them. Formats 1 to 3 were written only by
-/// development builds (before rows, and before q-gram indexes took the
-/// grams `STRINC` needs, four characters long); no kura release reads them.
-const FORMAT_VERSION: u32 = 4;
+/// `docs/DESIGN.md` describes them. Formats 1 to 4 were written only by
+/// development builds (before rows, before q-gram indexes took the grams
+/// `STRINC` needs, four characters long, and before the journal's checksums
+/// lost their per-segment seeds); no kura release reads them.
+const FORMAT_VERSION: u32 = 5;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]

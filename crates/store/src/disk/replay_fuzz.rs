@@ -41,8 +41,7 @@ fn raw_record() -> impl Strategy<Value = Raw> {
     ]
 }
 
-fn encode(records: &[Raw], segment: u64) -> Vec<u8> {
-    let seed = log_format::seed_of(segment);
+fn encode(records: &[Raw]) -> Vec<u8> {
     let mut out = Vec::new();
     for raw in records {
         let record = match raw {
@@ -65,7 +64,7 @@ fn encode(records: &[Raw], segment: u64) -> Vec<u8> {
                 record,
             },
         };
-        log_format::encode(&mut out, record, seed);
+        log_format::encode(&mut out, record);
     }
     out
 }
@@ -133,13 +132,13 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
             micros: 1,
             origin: 1,
         };
-        log_format::encode(&mut bytes, Record::Group(head), log_format::seed_of(number));
+        log_format::encode(&mut bytes, Record::Group(head));
         let stored = record::pointer_record(&header, &pointer);
         let put = Record::Put {
             key: b"k",
             record: &stored,
         };
-        log_format::encode(&mut bytes, put, log_format::seed_of(number));
+        log_format::encode(&mut bytes, put);
         bytes
     });
     let error = history::read(dir.path(), Values::Read, |_| ControlFlow::Continue(()))
@@ -148,21 +147,20 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
     assert!(error.to_string().contains("damaged"), "{error}");
 }
 
-/// A master's first group (LSN 1, checksummed with segment 1's seed):
-/// its head, then a put of each (key, stored record).
-fn master_group(puts: &[(&[u8], &[u8])]) -> (u32, Vec<u8>) {
-    let seed = log_format::seed_of(1);
+/// A master's first group (LSN 1): its head, then a put of each (key,
+/// stored record).
+fn master_group(puts: &[(&[u8], &[u8])]) -> Vec<u8> {
     let mut group = Vec::new();
     let head = GroupHead {
         first_lsn: 1,
         micros: 1,
         origin: 7,
     };
-    log_format::encode(&mut group, Record::Group(head), seed);
+    log_format::encode(&mut group, Record::Group(head));
     for &(key, record) in puts {
-        log_format::encode(&mut group, Record::Put { key, record }, seed);
+        log_format::encode(&mut group, Record::Put { key, record });
     }
-    (seed, group)
+    group
 }
 
 const HEADER: super::record::Header = super::record::Header {
@@ -184,15 +182,15 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
     let long = vec![b'k'; 600];
     for key in [&b""[..], &long[..]] {
         let item = Keyed::encode(key, &HEADER, &[b"v"]);
-        let (seed, group) = master_group(&[(key, item.record())]);
-        let error = replica.apply_group(seed, &group).unwrap_err();
+        let group = master_group(&[(key, item.record())]);
+        let error = replica.apply_group(&group).unwrap_err();
         assert!(error.contains("no protocol takes"), "{error}");
     }
     // Nothing was journalled, nothing poisoned: a good group follows.
     assert_eq!(replica.position(), Some(LogPosition::default()));
     let item = Keyed::encode(b"fine", &HEADER, &[b"v"]);
-    let (seed, group) = master_group(&[(b"fine", item.record())]);
-    replica.apply_group(seed, &group).unwrap();
+    let group = master_group(&[(b"fine", item.record())]);
+    replica.apply_group(&group).unwrap();
     replica.wait_until_all_applied();
     drop(replica);
     let reopened = DiskStore::open(DiskConfig::for_tests(dir.path())).expect("the log replays");
@@ -214,8 +212,8 @@ fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
         offset: 0,
     };
     let pointer = record::pointer_record(&HEADER, &LogPointer::to_put(at, b"k", &[0; 100], 83));
-    let (seed, group) = master_group(&[(b"fine", plain.record()), (b"k", &pointer)]);
-    let error = replica.apply_group(seed, &group).unwrap_err();
+    let group = master_group(&[(b"fine", plain.record()), (b"k", &pointer)]);
+    let error = replica.apply_group(&group).unwrap_err();
     assert!(error.contains("value in place"), "{error}");
     assert_eq!(replica.position(), Some(LogPosition::default()));
     let mut found = false;
@@ -243,8 +241,8 @@ proptest! {
         cut in any::<prop::sample::Index>(),
         flip in any::<Option<(prop::sample::Index, u8)>>(),
     ) {
-        let dir = with_segment(|number| {
-            let mut bytes = encode(&records, number);
+        let dir = with_segment(|_| {
+            let mut bytes = encode(&records);
             // A torn tail, and maybe a damaged byte.
             let len = cut.index(bytes.len() + 1);
             bytes.truncate(len);

@@ -160,9 +160,9 @@ pub fn read(
 }
 
 /// The changes of a group as a feed sends it (`crate::replication::FedGroup`):
-/// journal records checksummed with `seed`, every value in place.
-pub fn group_changes(seed: u32, bytes: &[u8]) -> io::Result<Vec<Change>> {
-    log_format::decode_all(bytes, seed)
+/// journal records, every value in place.
+pub fn group_changes(bytes: &[u8]) -> io::Result<Vec<Change>> {
+    log_format::decode_all(bytes)
         .ok_or_else(|| invalid_data("a damaged group"))?
         .into_iter()
         .filter_map(|record| change_of_record(record, Values::Read).transpose())

@@ -1,7 +1,7 @@
 //! Replication's master side: the update log read as it grows, from a
 //! replica's position on, one group at a time. Each group goes out as the
 //! journal's own records (head, then entries), as the segment holds them
-//! and checksummed with its seed: every put in the log carries its value
+//! with their checksums: every put in the log carries its value
 //! (a touch journals the item whole), so a group needs no other segment.
 //! Moves are the compactor's, not changes, and are not sent.
 //!
@@ -251,10 +251,7 @@ impl Feed {
                     self.fill(want)?;
                     reads += 1;
                 }
-                _ => {
-                    let seed = log_format::seed_of(self.segment);
-                    return Ok(log_format::decode(available, seed).map(|(_, framed)| framed));
-                }
+                _ => return Ok(log_format::decode(available).map(|(_, framed)| framed)),
             }
         }
     }
@@ -337,7 +334,6 @@ impl Feed {
         self.unacknowledged.push_back((last_lsn, self.segment));
         Ok(FedGroup {
             origin: head.origin,
-            seed: log_format::seed_of(self.segment),
             bytes: out,
             last_lsn,
             micros: head.micros,

@@ -41,8 +41,8 @@ impl Replication for DiskStore {
         Ok((at, Box::new(feed)))
     }
 
-    fn apply_group(&self, seed: u32, group: &[u8]) -> Result<LogPosition, String> {
-        self.inner.apply_group(seed, group)
+    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String> {
+        self.inner.apply_group(group)
     }
 
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String> {
@@ -91,11 +91,10 @@ impl Replication for DiskStore {
     fn apply_peer_group(
         &self,
         peer: &str,
-        seed: u32,
         group: &[u8],
         position_due: bool,
     ) -> Result<PeerApplied, String> {
-        self.inner.apply_peer_group(peer, seed, group, position_due)
+        self.inner.apply_peer_group(peer, group, position_due)
     }
 
     fn merge_base(&self, peer: &str) -> Box<dyn BaseLoad + '_> {

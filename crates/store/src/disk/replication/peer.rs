@@ -21,7 +21,7 @@ use crate::disk::log_format::{LogPosition, Record};
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Header, Keyed, Space};
 use crate::disk::{Inner, WriteFailed};
-use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart, REPLICATION_SEED};
+use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart};
 use crate::stamp;
 use crate::{AckFence, RowEdit, RowOutcome};
 
@@ -75,11 +75,10 @@ impl Inner {
     pub(super) fn apply_peer_group(
         &self,
         peer: &str,
-        seed: u32,
         bytes: &[u8],
         position_due: bool,
     ) -> Result<PeerApplied, String> {
-        let (head, entries) = group_of(bytes, seed)?;
+        let (head, entries) = group_of(bytes)?;
         let at = head.last(entries.len());
         let kept = self.merge_from_peer(peer, &entries, Some(at), position_due)?;
         Ok(PeerApplied { at, kept })
@@ -256,7 +255,7 @@ impl BaseLoad for PeerMerge<'_> {
     fn add(&mut self, part: SnapshotPart<'_>) -> Result<(), String> {
         match part {
             SnapshotPart::Records(bytes) => {
-                let records = records(bytes, REPLICATION_SEED)?;
+                let records = records(bytes)?;
                 self.inner
                     .merge_from_peer(&self.peer, &records, None, false)
                     .map(drop)

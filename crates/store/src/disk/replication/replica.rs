@@ -25,7 +25,7 @@ use crate::disk::pending::Change;
 use crate::disk::record::{self, Counts, Keyed, Space};
 use crate::disk::tables::{indexes, rows};
 use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
-use crate::replication::{BaseLoad, SnapshotPart, REPLICATION_SEED};
+use crate::replication::{BaseLoad, SnapshotPart};
 
 /// `meta` key: present while a snapshot is being loaded.
 pub(in crate::disk) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
@@ -34,15 +34,14 @@ pub(in crate::disk) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 const BASE_TXN_BYTES: usize = 64 << 20;
 
 /// The records of a frame of the master's, after its checks.
-pub(super) fn records(bytes: &[u8], seed: u32) -> Result<Vec<Record<'_>>, String> {
-    log_format::decode_all(bytes, seed)
-        .ok_or_else(|| "a damaged record from the master".to_string())
+pub(super) fn records(bytes: &[u8]) -> Result<Vec<Record<'_>>, String> {
+    log_format::decode_all(bytes).ok_or_else(|| "a damaged record from the master".to_string())
 }
 
 /// A group of the master's (or a peer's): its head, then its entries (a
 /// log holds no group without one, nor an entry numbered 0).
-pub(super) fn group_of(bytes: &[u8], seed: u32) -> Result<(GroupHead, Vec<Record<'_>>), String> {
-    let mut records = records(bytes, seed)?;
+pub(super) fn group_of(bytes: &[u8]) -> Result<(GroupHead, Vec<Record<'_>>), String> {
+    let mut records = records(bytes)?;
     match records.first() {
         Some(&Record::Group(head)) if head.first_lsn > 0 && records.len() > 1 => {
             records.remove(0);
@@ -56,8 +55,8 @@ pub(super) fn group_of(bytes: &[u8], seed: u32) -> Result<(GroupHead, Vec<Record
 impl Inner {
     /// Appends one of the master's groups as this server's next group and
     /// leaves it to the applier; returns its last entry's position.
-    pub(super) fn apply_group(&self, seed: u32, bytes: &[u8]) -> Result<LogPosition, String> {
-        let (head, entries) = group_of(bytes, seed)?;
+    pub(super) fn apply_group(&self, bytes: &[u8]) -> Result<LogPosition, String> {
+        let (head, entries) = group_of(bytes)?;
         let mut leader = self.journal_leader.lock();
         if self.pending.is_dirty() {
             // Local writes (a replica refuses them; a promoted one not).
@@ -211,7 +210,7 @@ impl BaseLoader<'_> {
     fn add_records(&mut self, bytes: &[u8]) -> Result<(), String> {
         let inner = self.inner;
         let failed = |error: heed::Error| format!("loading a snapshot: {error}");
-        let records = records(bytes, REPLICATION_SEED)?;
+        let records = records(bytes)?;
         let mut txn = inner.env.write_txn().map_err(failed)?;
         let mut counts = inner.applied_counts.lock().clone();
         let mut written = 0;
@@ -324,7 +323,7 @@ mod tests {
     fn framed(records: &[Record<'_>]) -> Vec<u8> {
         let mut bytes = Vec::new();
         for record in records {
-            log_format::encode(&mut bytes, *record, REPLICATION_SEED);
+            log_format::encode(&mut bytes, *record);
         }
         bytes
     }
@@ -340,7 +339,7 @@ mod tests {
         };
         let remove = Record::Remove { key: b"k" };
         let bytes = framed(&[head(7), remove]);
-        let (found, entries) = group_of(&bytes, REPLICATION_SEED).unwrap();
+        let (found, entries) = group_of(&bytes).unwrap();
         assert_eq!(found.last(entries.len()).lsn, 7);
         assert_eq!((found.first_lsn, entries), (7, vec![remove]));
         for refused in [
@@ -348,8 +347,8 @@ mod tests {
             framed(&[head(0), remove]),
             framed(&[remove]),
         ] {
-            assert!(group_of(&refused, REPLICATION_SEED).is_err());
+            assert!(group_of(&refused).is_err());
         }
-        assert!(group_of(&bytes[..bytes.len() - 1], REPLICATION_SEED).is_err());
+        assert!(group_of(&bytes[..bytes.len() - 1]).is_err());
     }
 }

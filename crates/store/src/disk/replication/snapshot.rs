@@ -17,7 +17,7 @@ use crate::disk::log_format::{self, LogPosition, Record};
 use crate::disk::record::Header;
 use crate::disk::tables::indexes;
 use crate::disk::{applied_position, in_log, log_read_failed, Inner};
-use crate::replication::{SnapshotPart, REPLICATION_SEED};
+use crate::replication::SnapshotPart;
 
 /// Bytes of records sent in one part.
 const PART_BYTES: usize = 1 << 20;
@@ -94,7 +94,7 @@ struct Parts<'s> {
 
 impl Parts<'_> {
     fn push(&mut self, record: Record<'_>) -> io::Result<()> {
-        log_format::encode(&mut self.part, record, REPLICATION_SEED);
+        log_format::encode(&mut self.part, record);
         if self.part.len() >= PART_BYTES {
             self.flush()?;
         }
