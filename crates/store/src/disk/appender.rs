@@ -208,7 +208,8 @@ impl Inner {
         self.pending
             .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
         drop(logged);
-        // A flush is applied at once: the room it frees shows.
+        // A flush is applied at once: the room it frees shows (on a full
+        // disk, writes come back without waiting for the next round).
         if flush.is_some() || self.apply_due() {
             self.signals.wake_applier();
         }

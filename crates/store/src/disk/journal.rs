@@ -13,9 +13,10 @@
 //! `journal-<n:016x>.log`. The applier starts a new segment whenever it
 //! takes the writes logged so far for LMDB. On open, segments newer than
 //! the last applied one (LMDB's `meta` remembers it) are replayed. An
-//! applied segment is deleted once no pointer leads into it: LMDB counts
-//! the bytes each segment still holds for it, and the compactor moves the
-//! values out of a segment that is mostly garbage (a move record). The
+//! applied segment is deleted once retention lets it go and no pointer
+//! leads into it: LMDB counts the bytes each segment still holds for it,
+//! and the compactor moves the values out of a segment past retention that
+//! is mostly garbage (a move record). The
 //! records' format is [`log_format`](super::log_format)'s.
 //!
 //! [`record::LogPointer`]: super::record::LogPointer
@@ -315,8 +316,7 @@ impl Journal {
         Segment::create(&self.dir, self.current_number() + 1).map(NextSegment)
     }
 
-    /// The number of the segment being appended to (it changes only under
-    /// the writer's and applier's `logged` lock).
+    /// The number of the segment being appended to.
     pub fn current_number(&self) -> u64 {
         self.current.lock().number
     }

@@ -248,7 +248,7 @@ impl Counts {
 }
 
 /// The bytes of each journal segment that LMDB points to; a segment at 0
-/// can be deleted once that is on disk.
+/// can be deleted once that is on disk and retention lets it go.
 #[derive(Debug, Clone, Default)]
 pub struct LogLive {
     bytes: std::collections::BTreeMap<u64, u64>,
