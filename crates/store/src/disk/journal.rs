@@ -16,8 +16,8 @@
 //! applied segment is deleted once retention lets it go and no pointer
 //! leads into it: LMDB counts the bytes each segment still holds for it,
 //! and the compactor moves the values out of a segment past retention that
-//! is mostly garbage (a move record). The
-//! records' format is [`log_format`](super::log_format)'s.
+//! is mostly garbage (a move record). The records' format is
+//! [`log_format`](super::log_format)'s.
 //!
 //! [`record::LogPointer`]: super::record::LogPointer
 
