@@ -707,6 +707,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 background_expiry: resolved.server.lru_maintainer,
                 server_id: disk.server_id,
                 max_value_bytes: resolved.server.max_item_size,
+                workers: resolved.server.threads,
                 log_retention: LogRetention {
                     max_age: disk
                         .log_retention_seconds

@@ -52,6 +52,9 @@ pub struct DiskConfig {
     pub io: Arc<dyn Io>,
     /// Set when this server takes writes alongside peers (`--peer`).
     pub multi_primary: Option<MultiPrimary>,
+    /// The threads that serve requests (`-t`): the pending table's shards
+    /// are sized for them.
+    pub workers: usize,
 }
 
 /// How a server that takes writes alongside peers (dual master) keeps its
@@ -85,6 +88,7 @@ impl DiskConfig {
             replay_until: None,
             io: Arc::new(OsIo),
             multi_primary: None,
+            workers: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
         }
     }
 

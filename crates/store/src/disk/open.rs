@@ -131,7 +131,7 @@ impl DiskStore {
             stamps: config
                 .multi_primary
                 .map(|_| crate::stamp::StampClock::new(server_id)),
-            pending: PendingWrites::new(config.read_cache_bytes()),
+            pending: PendingWrites::new(config.read_cache_bytes(), config.workers),
             marks: marks::FetchMarks::new(),
             access_times: access_times::AccessTimes::new(config.memory_budget, started),
             journal,

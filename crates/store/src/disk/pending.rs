@@ -34,7 +34,14 @@ use super::log_format::Location;
 use super::read_cache::{entry_charge, ReadCache, MAX_CACHED_RECORD};
 use super::record::{self, Header, Keyed, Space};
 
-const SHARDS: usize = 64;
+/// Shards for each worker thread, from 8 to 64 in all: enough that
+/// workers seldom want the same one, few enough that a worker's shards stay
+/// in its CPU's caches between its writes to each. One worker with 64
+/// shards found its shard out of the caches at almost every set, and paid
+/// 4 % more CPU per 1–10 KB set than with 8 (`docs/BENCHMARKS.md`).
+const SHARDS_PER_WORKER: usize = 8;
+const MIN_SHARDS: usize = 8;
+const MAX_SHARDS: usize = 64;
 /// A shard's emptied map is kept for its next round unless it grew past
 /// this many entries (a burst should not pin its memory).
 const SPARE_MAP_ENTRIES: usize = 16 * 1024;
@@ -42,9 +49,16 @@ const SPARE_MAP_ENTRIES: usize = 16 * 1024;
 /// The shard of a key's hash. Middle bits: the shard's tables probe with
 /// the same hash, and hashbrown takes the bucket from the low bits and the
 /// tag from the top seven, so shard bits taken from either end would crowd
-/// every key of a shard into a 64th of the buckets or share one tag.
-fn shard_of(hash: u64) -> usize {
-    (hash >> 32) as usize % SHARDS
+/// every key of a shard into a fraction of the buckets or share one tag.
+fn shard_of(hash: u64, shards: usize) -> usize {
+    (hash >> 32) as usize & (shards - 1)
+}
+
+/// How many shards a table used by `workers` threads has (a power of two).
+fn shard_count(workers: usize) -> usize {
+    (workers.saturating_mul(SHARDS_PER_WORKER))
+        .clamp(MIN_SHARDS, MAX_SHARDS)
+        .next_power_of_two()
 }
 
 /// Mixed into a row key's hash, so rows and items with the same bytes
@@ -217,6 +231,8 @@ pub struct Batch {
     pub newest: u64,
     maps: Vec<(usize, Arc<Entries>)>,
     bytes: usize,
+    /// How many shards the pending table has.
+    shards: usize,
 }
 
 impl Batch {
@@ -237,7 +253,7 @@ impl Batch {
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<Pending<'_>> {
         let at = self
             .maps
-            .binary_search_by_key(&shard_of(hash), |(index, _)| *index)
+            .binary_search_by_key(&shard_of(hash, self.shards), |(index, _)| *index)
             .ok()?;
         find_entry(&self.maps[at].1, hash, Space::Item, key).map(Entry::pending)
     }
@@ -330,16 +346,18 @@ impl Shard<'_> {
 }
 
 impl PendingWrites {
-    /// `cache_budget`: bytes of committed records kept for reads (0: none).
-    pub fn new(cache_budget: usize) -> Self {
+    /// `cache_budget`: bytes of committed records kept for reads (0: none);
+    /// `workers`: the threads that serve requests.
+    pub fn new(cache_budget: usize, workers: usize) -> Self {
+        let shards = shard_count(workers);
         PendingWrites {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
             hasher: foldhash::fast::FixedState::default(),
             last_seq: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             bytes: AtomicUsize::new(0),
             logged_bytes: AtomicUsize::new(0),
-            cache_budget_per_shard: cache_budget / SHARDS,
+            cache_budget_per_shard: cache_budget / shards,
         }
     }
 
@@ -352,7 +370,7 @@ impl PendingWrites {
     pub fn lock_in(&self, space: Space, key: &[u8]) -> Shard<'_> {
         let hash = self.hash(space, key);
         Shard {
-            state: self.shards[shard_of(hash)].lock(),
+            state: self.shards[shard_of(hash, self.shards.len())].lock(),
             owner: self,
             hash,
             space,
@@ -442,6 +460,7 @@ impl PendingWrites {
             newest: through,
             maps: Vec::new(),
             bytes: 0,
+            shards: self.shards.len(),
         };
         for (index, shard) in self.shards.iter().enumerate() {
             if let Some((map, bytes)) = take(&mut shard.lock()) {
@@ -625,7 +644,7 @@ mod tests {
 
     #[test]
     fn a_row_and_an_item_with_the_same_bytes_are_two_keys() {
-        let pending = PendingWrites::new(0);
+        let pending = PendingWrites::new(0, 1);
         pending.lock(b"k").put(b"k", put(b"k", b"item"));
         pending
             .lock_in(Space::Row, b"k")
@@ -659,7 +678,7 @@ mod tests {
 
     #[test]
     fn writes_stay_readable_through_every_generation_and_newer_ones_win() {
-        let pending = PendingWrites::new(0);
+        let pending = PendingWrites::new(0, 1);
         pending.lock(b"a").put(b"a", Change::Remove);
         pending.lock(b"b").put(b"b", put(b"b", &[1; 20]));
         let batch = pending.drain();
@@ -698,8 +717,73 @@ mod tests {
     }
 
     #[test]
+    fn each_worker_has_eight_shards_within_eight_to_sixty_four() {
+        let shards = |workers| PendingWrites::new(0, workers).shards.len();
+        assert_eq!([shards(0), shards(1), shards(2), shards(3)], [8, 8, 16, 32]);
+        assert_eq!([shards(8), shards(1024), shards(usize::MAX)], [64, 64, 64]);
+    }
+
+    #[test]
+    fn every_write_numbered_up_to_a_batchs_through_is_in_it_or_an_earlier_one() {
+        let pending = PendingWrites::new(0, 4);
+        let writers = 4;
+        let per_writer = 5_000;
+        let (seqs, batches) = std::thread::scope(|scope| {
+            let writing: Vec<_> = (0..writers)
+                .map(|writer| {
+                    let pending = &pending;
+                    scope.spawn(move || {
+                        (0..per_writer)
+                            .map(|n| {
+                                let key = format!("w{writer}-{n}").into_bytes();
+                                let seq = pending.lock(&key).put(&key, put(&key, b"v"));
+                                (key, seq)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut batches = Vec::new();
+            let mut taken = 0;
+            while taken < writers * per_writer {
+                let batch = pending.drain();
+                let keys: Vec<Vec<u8>> = batch.writes().map(|(_, key, _)| key.to_vec()).collect();
+                taken += keys.len();
+                if keys.is_empty() {
+                    std::thread::yield_now();
+                }
+                batches.push((batch.through, keys));
+                pending.merge_logged(batch, NOWHERE, &[], |_| false);
+            }
+            let seqs: Vec<(Vec<u8>, u64)> = writing
+                .into_iter()
+                .flat_map(|writer| writer.join().unwrap())
+                .collect();
+            (seqs, batches)
+        });
+        // The batch each key was taken in.
+        let mut taken_in = std::collections::HashMap::new();
+        for (index, (_, keys)) in batches.iter().enumerate() {
+            for key in keys {
+                assert!(taken_in.insert(key.clone(), index).is_none(), "taken twice");
+            }
+        }
+        let throughs: Vec<u64> = batches.iter().map(|(through, _)| *through).collect();
+        for (key, seq) in &seqs {
+            // The first batch whose `through` counts the write.
+            let first = throughs.partition_point(|through| through < seq);
+            if first < throughs.len() {
+                assert!(
+                    taken_in[key] <= first,
+                    "write {seq} missing from batch {first}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_journalled_large_value_waits_as_a_pointer_to_the_journal() {
-        let pending = PendingWrites::new(0);
+        let pending = PendingWrites::new(0, 1);
         let header = Header {
             flags: 3,
             expiry_unix: 0,
@@ -775,7 +859,7 @@ mod tests {
 
     #[test]
     fn a_cached_row_and_item_with_the_same_bytes_are_apart() {
-        let pending = PendingWrites::new(SHARDS * 4096);
+        let pending = PendingWrites::new(MAX_SHARDS * 4096, 1);
         pending.lock(b"k").cache(b"k", b"item");
         pending.lock_in(Space::Row, b"k").cache(b"k", b"row");
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&b"item"[..]));
@@ -791,10 +875,10 @@ mod tests {
 
     #[test]
     fn a_write_removes_the_cached_record_and_a_flush_empties_the_caches() {
-        let pending = PendingWrites::new(SHARDS * 4096);
+        let pending = PendingWrites::new(MAX_SHARDS * 4096, 1);
         assert!(!pending.lock(b"k").admit(), "not on the first miss");
         assert!(pending.lock(b"k").admit(), "on the second");
-        assert!(!PendingWrites::new(0).lock(b"k").admit());
+        assert!(!PendingWrites::new(0, 1).lock(b"k").admit());
         let record = vec![7u8; 100];
         pending.lock(b"k").cache(b"k", &record);
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record[..]));
