@@ -37,8 +37,8 @@ use super::record::{self, Header, Keyed, Space};
 /// Shards for each worker thread, from 8 to 64 in all: enough that
 /// workers seldom want the same one, few enough that a worker's shards stay
 /// in its CPU's caches between its writes to each. One worker with 64
-/// shards found its shard out of the caches at almost every set, and paid
-/// 4 % more CPU per 1–10 KB set than with 8 (`docs/BENCHMARKS.md`).
+/// shards paid about 4 % more CPU per 1–10 KB set than with 8
+/// (`docs/decisions/disk-sets-budget.md`, "Fewer shards").
 const SHARDS_PER_WORKER: usize = 8;
 const MIN_SHARDS: usize = 8;
 const MAX_SHARDS: usize = 64;
