@@ -165,25 +165,23 @@ fn sync_policies_parse() {
     assert!("sometimes".parse::<SyncPolicy>().is_err());
 }
 
-/// First reads are noted in memory and committed later (when the writer is
-/// idle, or at shutdown): the fetched bit is right at once and survives a
-/// clean reopen.
+/// A read shows at once that its item was read (`accesses.rs`, in memory).
+/// The fetched bit reaches LMDB only with a record applied after its read
+/// (here: at the clean shutdown), so only such an item is still known as
+/// read after reopening; a key stored again is a new item, unread.
 #[test]
-fn first_reads_are_noted_and_kept_across_reopening() {
+fn first_reads_show_at_once_and_persist_with_the_record_applied_after_them() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = open(dir.path(), SyncPolicy::Batch);
-        set(&store, b"read", b"1", 0);
+        set(&store, b"applied", b"1", 0);
         set(&store, b"unread", b"2", 0);
-        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-        assert_eq!(fetched_before(&store, b"read"), Some(false));
-        assert_eq!(fetched_before(&store, b"read"), Some(true));
-        // Stored again, it is a new item, not read yet.
         set(&store, b"again", b"1", 0);
         assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+        assert_eq!(fetched_before(&store, b"applied"), Some(false));
+        assert_eq!(fetched_before(&store, b"applied"), Some(true));
         assert_eq!(fetched_before(&store, b"again"), Some(false));
         set(&store, b"again", b"2", 0);
-        assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
         assert_eq!(fetched_before(&store, b"again"), Some(false));
         assert_eq!(fetched_before(&store, b"again"), Some(true));
     }
@@ -192,31 +190,16 @@ fn first_reads_are_noted_and_kept_across_reopening() {
         no_bump: true,
         ..GetOptions::default()
     };
-    for (key, expected) in [(&b"read"[..], true), (b"unread", false)] {
+    for (key, expected) in [
+        (&b"applied"[..], false),
+        (b"unread", false),
+        (b"again", true),
+    ] {
         let mut seen = None;
         store.get(key, &no_bump, &AckFence::default(), &mut |item| {
             seen = Some(item.fetched_before)
         });
         assert_eq!(seen, Some(expected), "{}", String::from_utf8_lossy(key));
-    }
-}
-
-/// The notes of first reads waiting for the applier (`stats kura`).
-fn marks_waiting(store: &DiskStore) -> usize {
-    store
-        .engine_stats()
-        .into_iter()
-        .find(|(name, _)| *name == "disk_fetch_marks_waiting")
-        .and_then(|(_, value)| value.parse().ok())
-        .expect("the engine counts its notes")
-}
-
-/// Waits (10 s at most) until the applier has taken every note.
-fn wait_until_no_marks_wait(store: &DiskStore) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while marks_waiting(store) != 0 {
-        assert!(std::time::Instant::now() < deadline, "notes left waiting");
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
@@ -232,100 +215,49 @@ fn read_each(store: &DiskStore, keys: std::ops::Range<usize>, read_before: bool)
     }
 }
 
-/// A read served from the read cache still knows the item was read before
-/// once the writer has committed the first read's note (the note is gone
-/// then, and the cached copy was made before the commit).
+/// A read served from the read cache knows the item was read before, and
+/// a round of writes in between changes nothing.
 #[test]
-fn a_cached_record_keeps_its_first_read_after_the_note_commits() {
+fn a_cached_record_shows_its_first_read() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), SyncPolicy::None);
     set(&store, b"k", b"v", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    assert_eq!(
-        fetched_before(&store, b"k"),
-        Some(false),
-        "the first read notes it"
-    );
-    assert_eq!(
-        fetched_before(&store, b"k"),
-        Some(true),
-        "the second read caches it"
-    );
-    wait_until_no_marks_wait(&store);
+    assert_eq!(fetched_before(&store, b"k"), Some(false), "the first read");
+    assert_eq!(fetched_before(&store, b"k"), Some(true), "it caches it");
+    set(&store, b"other", b"w", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(
         fetched_before(&store, b"k"),
         Some(true),
-        "read from the cache after the note's commit"
+        "read from the cache after a round"
     );
 }
 
-/// Reads `k{i}` for each `i` for the first time, then has a round with a
-/// write applied: a round with writes leaves the notes waiting.
-fn read_first_while_writes_go_on(store: &DiskStore, keys: std::ops::Range<usize>) {
-    read_each(store, keys, false);
-    set(store, b"other", b"w", 0);
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-}
-
-/// First-read notes wait while rounds apply writes (a later transaction sets
-/// many of them on each page it rewrites), go once a round has no writes
-/// (a second after the last round with writes), and never pile up past their
-/// limit.
+/// After a flush, the items stored again under the same keys are unread.
 #[test]
-fn first_reads_wait_while_writes_come_and_go_when_the_writes_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    // A limit of 100 notes (a six-hundredth of the pending memory).
-    let store = DiskStore::open(DiskConfig {
-        map_size: 64 << 20,
-        reserve_bytes: 0,
-        pending_limit: 60_000,
-        ..DiskConfig::new(dir.path())
-    })
-    .expect("opens");
-    for i in 0..300 {
-        set(&store, format!("k{i}").as_bytes(), b"v", 0);
-    }
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_first_while_writes_go_on(&store, 0..50);
-    assert_eq!(marks_waiting(&store), 50, "a round with writes leaves them");
-    // Past the limit, a round takes them down to half of it (a round with
-    // writes, or one the applier makes as soon as it sees the notes over
-    // the limit, which may come in the middle of the reads).
-    read_each(&store, 50..250, false);
-    set(&store, b"other", b"x", 0);
-    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    assert!(marks_waiting(&store) <= 100, "{}", marks_waiting(&store));
-    // No more writes: a quiet round takes the rest.
-    wait_until_no_marks_wait(&store);
-    read_each(&store, 0..250, true);
-    assert_eq!(fetched_before(&store, b"k299"), Some(false));
-}
-
-/// The round that applies a flush drops the first-read notes of the items
-/// it removed: nothing is left for a commit to set.
-#[test]
-fn a_flush_drops_the_first_read_notes_of_what_it_removed() {
+fn items_stored_after_a_flush_are_unread() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), SyncPolicy::None);
     for i in 0..30 {
         set(&store, format!("k{i}").as_bytes(), b"v", 0);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_first_while_writes_go_on(&store, 0..30);
-    assert_eq!(marks_waiting(&store), 30, "a round with writes leaves them");
+    read_each(&store, 0..30, false);
+    read_each(&store, 0..30, true);
     store.flush_all(0, &AckFence::default());
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    assert_eq!(marks_waiting(&store), 0);
-    set(&store, b"k0", b"v", 0);
-    assert_eq!(fetched_before(&store, b"k0"), Some(false), "a new item");
+    for i in 0..30 {
+        set(&store, format!("k{i}").as_bytes(), b"v", 0);
+    }
+    read_each(&store, 0..30, false);
 }
 
-/// A first read whose note the applier has not committed yet (writes keep
-/// coming) still counts: in a scan (`lru_crawler metadump`'s `fetch=`) and
-/// when its item expires (`expired_unfetched`).
+/// A first read counts in a scan (`lru_crawler metadump`'s `fetch=`) and
+/// when its item expires (`expired_unfetched`), though LMDB's record does
+/// not have the bit.
 #[test]
-fn a_noted_first_read_counts_before_its_commit() {
+fn a_first_read_counts_in_scans_and_at_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let store = DiskStore::open(DiskConfig {
         map_size: 64 << 20,
@@ -339,8 +271,7 @@ fn a_noted_first_read_counts_before_its_commit() {
         set(&store, format!("k{i}").as_bytes(), b"v", expiry);
     }
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    read_first_while_writes_go_on(&store, 0..2);
-    assert_eq!(marks_waiting(&store), 2, "the notes are not committed yet");
+    read_each(&store, 0..2, false);
     let mut fetched = std::collections::BTreeMap::new();
     store.scan(&mut |item| {
         fetched.insert(String::from_utf8_lossy(item.key).into_owned(), item.fetched);

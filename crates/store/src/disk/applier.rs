@@ -1,14 +1,13 @@
 //! Applying the log to LMDB: the applier takes everything appended since its
 //! last round, at least every [`APPLY_EVERY`] or once a quarter of the
 //! pending memory is waiting, and applies it to LMDB together with a due
-//! flush and a batch of expired items (a large round commits in parts;
-//! first-read marks go in transactions of their own); it fsyncs the data
+//! flush and a batch of expired items (a large round commits in parts);
+//! it fsyncs the data
 //! file and lets go of the segments LMDB now holds that retention does not
 //! keep.
 
 use std::io::Write as _;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,7 +31,7 @@ use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 const APPLY_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a waiting applier sleeps at most before it looks again at what
-/// is due besides a round: too many first-read notes, compaction, retention.
+/// is due besides a round: compaction, retention.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// Journal bytes that make a round due whatever the memory budget. Each
@@ -44,14 +43,6 @@ const ROUND_JOURNAL_BYTES: u64 = 256 << 20;
 /// Threads that read a round's pages before its transaction, when the data
 /// is larger than memory (the device serves several reads at once).
 const PREFETCH_THREADS: usize = 16;
-
-/// A round without writes is quiet (it commits first-read marks) only this
-/// long after the last round with writes: a round that a late request makes
-/// right after one with writes is not a pause in the writes.
-const QUIET_AFTER: Duration = Duration::from_secs(1);
-
-/// First-read marks committed per LMDB transaction at most.
-const MARK_BATCH: usize = 64 * 1024;
 
 /// How often an idle applier lets go of the history past retention.
 const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
@@ -67,8 +58,6 @@ struct ApplierState {
     compact_after: Instant,
     /// When retention was last applied: the log ages without rounds too.
     retention_checked: Instant,
-    /// When the last round with writes ended.
-    writes_applied_at: Instant,
 }
 
 /// One LMDB transaction's worth of journalled writes, kept until committed.
@@ -107,31 +96,12 @@ impl Inner {
         self.pending.logged_bytes() >= threshold || self.journal.current_bytes() >= segment_limit
     }
 
-    /// How many first-read marks this round commits: all at shutdown, a
-    /// batch when the round is quiet (no writes for [`QUIET_AFTER`]), and
-    /// down to half the limit when too many wait. Under writes they wait, so
-    /// that one transaction sets many bits on each page it rewrites.
-    fn marks_due(&self, all_marks: bool, quiet: bool) -> usize {
-        let waiting = self.marks.waiting();
-        let limit = self.config.mark_limit();
-        if all_marks {
-            usize::MAX
-        } else if waiting > limit {
-            (waiting - limit / 2).max(MARK_BATCH)
-        } else if quiet {
-            MARK_BATCH
-        } else {
-            0
-        }
-    }
-
     pub(super) fn apply_loop(&self) {
         let mut state = ApplierState {
             retry: None,
             unsynced: None,
             compact_after: Instant::now(),
             retention_checked: Instant::now(),
-            writes_applied_at: Instant::now(),
         };
         let mut last_round = Instant::now();
         loop {
@@ -141,12 +111,11 @@ impl Inner {
                 || requested
                 || state.retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
                 || last_round.elapsed() >= APPLY_EVERY
-                || self.apply_due()
-                || self.marks.waiting() > self.config.mark_limit();
+                || self.apply_due();
             if due {
                 last_round = Instant::now();
                 let pointed_before = self.applied_counts.lock().log.total();
-                let worked = self.apply_round(&mut state, finishing);
+                let worked = self.apply_round(&mut state);
                 // A round that removed expired items holds no new segment,
                 // but its commit may free one: it is fsynced before anything
                 // is deleted, as a round of writes is.
@@ -207,10 +176,10 @@ impl Inner {
     }
 
     /// One LMDB transaction: what was journalled since the last one, with
-    /// first-read marks and a batch of expired items. Returns `None` when
-    /// there was nothing to do or the commit failed, else the newest
-    /// journal segment LMDB now holds (0 when it holds no new one).
-    fn apply_round(&self, state: &mut ApplierState, all_marks: bool) -> Option<u64> {
+    /// a batch of expired items. Returns `None` when there was nothing to
+    /// do or the commit failed, else the newest journal segment LMDB now
+    /// holds (0 when it holds no new one).
+    fn apply_round(&self, state: &mut ApplierState) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
             (self.journal.prepare())
@@ -250,9 +219,7 @@ impl Inner {
         // write it waits for, so a round that covers that number sees it.
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let crawl = self.signals.crawl.lock().take();
-        let quiet = round.is_none() && state.writes_applied_at.elapsed() >= QUIET_AFTER;
-        let marks = self.marks.take(self.marks_due(all_marks, quiet));
-        if round.is_none() && marks.is_empty() && !reclaim && crawl.is_none() {
+        if round.is_none() && !reclaim && crawl.is_none() {
             if let Some(through) = through {
                 self.applied.advance(through, false);
             }
@@ -263,7 +230,6 @@ impl Inner {
             // journal bytes that may never reach the disk. The writes stay
             // pending (readable; their values are in the page cache) and no
             // new ones are accepted.
-            self.marks.forget(&marks);
             state.retry = round;
             return None;
         }
@@ -272,62 +238,46 @@ impl Inner {
         // reuses a freed page only in a later transaction.
         let result = (round.as_ref().filter(|round| round.retried))
             .map_or(Ok(()), |round| self.commit_removes(round))
-            .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()))
-            .and_then(|()| self.commit_marks(&marks, round.as_ref()));
+            .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()));
         let segment = round.as_ref().map_or(0, |round| round.segment);
-        let early = match result {
-            Ok(early) => early,
-            Err(error) => {
-                self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                let first = round.as_ref().is_none_or(|round| !round.retried);
-                // LMDB reports a short write (a full file system) as EIO.
-                let short = is_out_of_space(&error)
-                    || self
-                        .space_left()
-                        .is_some_and(|left| left < self.config.reserve_bytes);
-                if short {
-                    if first {
-                        tracing::error!(%error, "disk full: refusing writes until space is freed");
-                    }
-                    self.health.set_out_of_space(true);
-                } else {
-                    if first {
-                        tracing::error!(%error, "disk commit failed: refusing writes from now on");
-                    }
-                    self.health.poison();
+        if let Err(error) = result {
+            self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+            let first = round.as_ref().is_none_or(|round| !round.retried);
+            // LMDB reports a short write (a full file system) as EIO.
+            let short = is_out_of_space(&error)
+                || self
+                    .space_left()
+                    .is_some_and(|left| left < self.config.reserve_bytes);
+            if short {
+                if first {
+                    tracing::error!(%error, "disk full: refusing writes until space is freed");
                 }
-                if let Some(round) = &mut round {
-                    round.retried = true;
+                self.health.set_out_of_space(true);
+            } else {
+                if first {
+                    tracing::error!(%error, "disk commit failed: refusing writes from now on");
                 }
-                self.marks.forget(&marks);
-                // The writes are acknowledged and in the journal: they stay
-                // pending (readable) and the next round tries again, with
-                // whatever was journalled since (deletes may free space).
-                state.retry = round;
-                // Tried again after a pause, not at once.
-                return None;
+                self.health.poison();
             }
-        };
-        // The read cache may hold a copy made before the bit was set.
-        for (key, cas) in &marks {
-            self.pending.set_cached_bits(key, *cas, FETCHED);
+            if let Some(round) = &mut round {
+                round.retried = true;
+            }
+            // The writes are acknowledged and in the journal: they stay
+            // pending (readable) and the next round tries again, with
+            // whatever was journalled since (deletes may free space).
+            state.retry = round;
+            // Tried again after a pause, not at once.
+            return None;
         }
         if let Some(round) = round {
             self.counters.applies.fetch_add(1, Ordering::Relaxed);
-            state.writes_applied_at = Instant::now();
-            // Records read while pending go to the read cache (with
-            // the bit their mark just set in LMDB): they were wanted.
+            // Records read while pending go to the read cache (with the
+            // fetched bit `apply` gave them in LMDB): they were wanted.
             let flushed_through = self.flushes.through();
             self.pending.retire_applied(round.batches, |hash, cas| {
-                cas > flushed_through && self.marks.noted(hash, cas)
+                cas > flushed_through && self.accesses.fetched(hash, cas)
             });
         }
-        // Only now: until here reads took the fetched bit from the
-        // notes. Those of items still pending stay, for a later round.
-        let kept: std::collections::HashSet<_> = early.iter().collect();
-        self.marks
-            .forget(marks.iter().filter(|mark| !kept.contains(mark)));
-        self.marks.put_back(early);
         if let Some(through) = through {
             self.applied.advance(through, false);
         }
@@ -350,7 +300,6 @@ impl Inner {
         let mut counts = self.applied_counts.lock().clone();
         if let Some(boundary) = round.and_then(|round| round.flush) {
             self.clear_flushed(&mut txn, &mut counts, boundary)?;
-            self.marks.forget_through(boundary);
         }
         // The writes a flush covers are skipped once the flush is in LMDB
         // (this round's, or an earlier one's): not by `Flushes::through`,
@@ -444,66 +393,6 @@ impl Inner {
                 });
             }
         });
-    }
-
-    /// Sets the fetched bits of first reads, in transactions that rewrite
-    /// at most the apply threshold's worth of records each: a mark rewrites
-    /// its whole record, and one transaction's dirty pages are all in memory.
-    /// Returns the marks of items still pending (LMDB has an older item or
-    /// none under the key), for a later round.
-    fn commit_marks(
-        &self,
-        marks: &[(Arc<[u8]>, u64)],
-        round: Option<&ApplyRound>,
-    ) -> heed::Result<Vec<(Arc<[u8]>, u64)>> {
-        let batches = round.map_or(&[][..], |round| &round.batches[..]);
-        // Items this round stored were stored with their bit (see `apply`).
-        let stored_now = |key: &[u8], cas: u64| {
-            let hash = self.marks.hash(key);
-            batches
-                .iter()
-                .any(|batch| batch.get(hash, key).is_some_and(|write| write.stores(cas)))
-        };
-        let mut noted: Vec<&(Arc<[u8]>, u64)> = marks
-            .iter()
-            .filter(|(key, cas)| !stored_now(key, *cas))
-            .collect();
-        noted.sort_unstable();
-        let mut early = Vec::new();
-        let mut rest = &noted[..];
-        while !rest.is_empty() {
-            let mut txn = self.env.write_txn()?;
-            let mut rewritten = 0;
-            while let Some((&mark, more)) = rest.split_first() {
-                if rewritten >= self.config.apply_threshold() {
-                    break;
-                }
-                rest = more;
-                let (key, cas) = (&mark.0[..], mark.1);
-                let stored = self.items.get(&txn, key)?;
-                match stored.and_then(|stored| Some((Header::decode(stored)?.0, stored))) {
-                    Some((h, stored)) if h.cas == cas && !h.has(FETCHED) => {
-                        let mut stored = stored.to_vec();
-                        record::set_bits(&mut stored, FETCHED);
-                        self.items.put(&mut txn, key, &stored)?;
-                        rewritten += key.len() + stored.len();
-                    }
-                    Some((h, _)) if h.cas >= cas => {}
-                    // Read while pending, and not in LMDB yet.
-                    _ if self
-                        .pending
-                        .lock(key)
-                        .get(key)
-                        .is_some_and(|write| write.stores(cas)) =>
-                    {
-                        early.push(mark.clone())
-                    }
-                    _ => {}
-                }
-            }
-            self.config.io.commit(txn)?;
-        }
-        Ok(early)
     }
 
     /// Commits only the keys whose newest write in `round` is a removal.

@@ -53,7 +53,7 @@ impl Inner {
         let len: u64 = segments.iter().map(|s| s.1).sum();
         let live: u64 = segments.iter().map(|s| s.2).sum();
         let garbage = len.saturating_sub(live);
-        if garbage < live.max(4 * self.config.apply_threshold() as u64) {
+        if garbage < live.max(self.config.compaction_threshold()) {
             return Compaction::NotDue;
         }
         // The emptiest segment that is at most half live (there is one:

@@ -118,18 +118,11 @@ impl DiskConfig {
         self.pending_limit / 4
     }
 
-    /// Records one transaction of first-read notes rewrites at most (a
-    /// transaction's dirty pages are all in memory): a sixteenth of the
-    /// pending memory. Four of it are the least garbage worth compacting.
-    pub fn apply_threshold(&self) -> usize {
-        self.pending_limit / 16
-    }
-
-    /// First reads noted in memory before the applier commits them although
-    /// it is busy: about a sixth of the pending memory (a note costs about
-    /// 100 bytes with its key).
-    pub fn mark_limit(&self) -> usize {
-        self.pending_limit / 600
+    /// The least garbage in the log past retention worth compacting (when
+    /// it is also at least as much as the live bytes there): a quarter of
+    /// the pending memory.
+    pub fn compaction_threshold(&self) -> u64 {
+        self.pending_limit as u64 / 4
     }
 }
 

@@ -17,14 +17,14 @@
 //! Workers never wait for LMDB's single writer: a write lands in `pending`
 //! and its reply is held (not the worker) until its group is journalled.
 //! Reads of committed data are LMDB read transactions on the memory map and
-//! write nothing; a first read only notes the fetched bit.
+//! write nothing; a read notes its access in memory (`accesses.rs`).
 //!
 //! Reads find a pending write at once, but a reply that shows one not
 //! journalled yet waits for it like the writer's own; a group whose append
 //! fails closes the connections that wrote in it, or showed its writes,
 //! unacknowledged.
 
-mod access_times;
+mod accesses;
 mod ack;
 mod appender;
 mod applier;
@@ -41,7 +41,6 @@ mod identity;
 pub mod io;
 mod journal;
 mod log_format;
-mod marks;
 mod open;
 mod page_window;
 mod pending;
@@ -123,9 +122,9 @@ struct Inner {
     /// `None`: a counter.
     stamps: Option<crate::stamp::StampClock>,
     pending: PendingWrites,
-    marks: marks::FetchMarks,
-    /// When each key was last stored or read (`mg … l`), nearly.
-    access_times: access_times::AccessTimes,
+    /// When each key was last stored or read, and whether its item was
+    /// read since it was stored, nearly (`mg … l h`).
+    accesses: accesses::Accesses,
     journal: journal::Journal,
     /// Held by whoever journals the next group (a worker after its poll
     /// round, or the writer thread), with the buffer the group is encoded in.
@@ -487,7 +486,7 @@ impl Store for DiskStore {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),
-                    idle_seconds: inner.access_times.idle_seconds(key_hash, inner.clock.now()),
+                    idle_seconds: inner.accesses.idle_seconds(key_hash, inner.clock.now()),
                     cas: header.cas,
                     fetched: header.has(FETCHED),
                     class: inner.class_of(key, value.len()),
@@ -596,8 +595,8 @@ impl Store for DiskStore {
                 key,
                 ttl: inner.ttl(header.expiry_unix),
                 idle_seconds: inner
-                    .access_times
-                    .idle_seconds(inner.marks.hash(key), inner.clock.now()),
+                    .accesses
+                    .idle_seconds(inner.pending.item_hash(key), inner.clock.now()),
                 cas: header.cas,
                 fetched: inner.fetched(key, &header),
                 class: inner.class_of(key, value_len),

@@ -19,8 +19,8 @@ use super::record::{ClassCounts, Counts, Header};
 use super::replication::replica;
 use super::tables::indexes;
 use super::{
-    access_times, ack, appender, dir_lock, flushed, identity, journal, marks, meta_u64, threads,
-    Counters, DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
+    accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters,
+    DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
 use crate::clock::Clock;
 
@@ -132,8 +132,7 @@ impl DiskStore {
                 .multi_primary
                 .map(|_| crate::stamp::StampClock::new(server_id)),
             pending: PendingWrites::new(config.read_cache_bytes(), config.workers),
-            marks: marks::FetchMarks::new(),
-            access_times: access_times::AccessTimes::new(config.memory_budget, started),
+            accesses: accesses::Accesses::new(config.memory_budget, started),
             journal,
             journal_leader: Mutex::new(Vec::new()),
             logged: Mutex::new(appender::Logged::default()),

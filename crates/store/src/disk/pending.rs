@@ -98,13 +98,6 @@ pub enum Pending<'a> {
     Remove,
 }
 
-impl Pending<'_> {
-    /// Whether it stores the item `cas`.
-    pub fn stores(&self, cas: u64) -> bool {
-        matches!(self, Pending::Put(record) if Header::decode(record).is_some_and(|(header, _)| header.cas == cas))
-    }
-}
-
 impl Entry {
     fn new(hash: u64, space: Space, seq: u64, key: &[u8], change: Change) -> Entry {
         Entry {
@@ -231,8 +224,6 @@ pub struct Batch {
     pub newest: u64,
     maps: Vec<(usize, Arc<Entries>)>,
     bytes: usize,
-    /// How many shards the pending table has.
-    shards: usize,
 }
 
 impl Batch {
@@ -246,16 +237,6 @@ impl Batch {
 
     pub fn len(&self) -> usize {
         self.maps.iter().map(|(_, map)| map.len()).sum()
-    }
-
-    /// The batch's write of the item `key` (of `hash`, as the pending table
-    /// hashes it).
-    pub fn get(&self, hash: u64, key: &[u8]) -> Option<Pending<'_>> {
-        let at = self
-            .maps
-            .binary_search_by_key(&shard_of(hash, self.shards), |(index, _)| *index)
-            .ok()?;
-        find_entry(&self.maps[at].1, hash, Space::Item, key).map(Entry::pending)
     }
 }
 
@@ -288,15 +269,8 @@ impl Shard<'_> {
         self.hash
     }
 
-    /// The key's newest pending write, of any generation.
-    pub fn get(&self, key: &[u8]) -> Option<Pending<'_>> {
-        debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
-        let (entry, _) = self.state.newest(self.hash, self.space, key)?;
-        Some(entry.pending())
-    }
-
-    /// [`get`](Self::get) for a read whose reply shows the write: one not
-    /// journalled yet (so not acknowledged: it may still fail) raises
+    /// The key's newest pending write, of any generation, for a read whose
+    /// reply shows the write: one not journalled yet (so not acknowledged: it may still fail) raises
     /// `fence` to its number, and the reply waits for it as the writer's
     /// own does.
     pub fn get_for_reply(&self, key: &[u8], fence: &crate::AckFence) -> Option<Pending<'_>> {
@@ -384,6 +358,11 @@ impl PendingWrites {
         shard.state.cache.remove(shard.hash, Space::Item, key);
     }
 
+    /// The hash of the item key `key`, as its shard and `accesses.rs` use it.
+    pub fn item_hash(&self, key: &[u8]) -> u64 {
+        self.hash(Space::Item, key)
+    }
+
     fn hash(&self, space: Space, key: &[u8]) -> u64 {
         let hash = self.hasher.hash_one(key);
         match space {
@@ -460,7 +439,6 @@ impl PendingWrites {
             newest: through,
             maps: Vec::new(),
             bytes: 0,
-            shards: self.shards.len(),
         };
         for (index, shard) in self.shards.iter().enumerate() {
             if let Some((map, bytes)) = take(&mut shard.lock()) {
@@ -469,18 +447,6 @@ impl PendingWrites {
             }
         }
         batch
-    }
-
-    /// Sets `bits` in the cached record of `key` if it is still the item
-    /// `cas`: the applier committed that change to LMDB, and the cache must
-    /// not hold anything older.
-    pub fn set_cached_bits(&self, key: &[u8], cas: u64, bits: u8) {
-        let mut shard = self.lock(key);
-        if let Some(record) = shard.state.cache.get_mut(shard.hash, Space::Item, key) {
-            if Header::decode(record).is_some_and(|(header, _)| header.cas == cas) {
-                record::set_bits(record, bits);
-            }
-        }
     }
 
     /// Moves a journalled batch into the shards' `logged` maps, where it
@@ -632,7 +598,7 @@ mod tests {
     };
 
     fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
-        match shard.get(key)? {
+        match shard.get_for_reply(key, &crate::AckFence::default())? {
             Pending::Put(record) => Some(record.to_vec()),
             Pending::Remove => None,
         }
@@ -671,7 +637,9 @@ mod tests {
         pending.merge_logged(batch, NOWHERE, &[], |_| false);
         assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
         assert_eq!(
-            pending.lock_in(Space::Row, b"k").get(b"k"),
+            pending
+                .lock_in(Space::Row, b"k")
+                .get_for_reply(b"k", &crate::AckFence::default()),
             Some(Pending::Remove)
         );
     }
@@ -685,14 +653,24 @@ mod tests {
         assert_eq!(batch.through, 2);
         assert_eq!(batch.len(), 2);
         assert!(!pending.is_dirty());
-        assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
+        assert_eq!(
+            pending
+                .lock(b"a")
+                .get_for_reply(b"a", &crate::AckFence::default()),
+            Some(Pending::Remove)
+        );
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
         // "b" is written again while its group is journalled: the new write
         // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.merge_logged(batch, NOWHERE, &[], |_| false);
-        assert_eq!(pending.lock(b"a").get(b"a"), Some(Pending::Remove));
+        assert_eq!(
+            pending
+                .lock(b"a")
+                .get_for_reply(b"a", &crate::AckFence::default()),
+            Some(Pending::Remove)
+        );
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
@@ -708,11 +686,17 @@ mod tests {
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.retire_applied(vec![applying], |_, _| false);
-        assert!(pending.lock(b"b").get(b"b").is_none());
+        assert!(pending
+            .lock(b"b")
+            .get_for_reply(b"b", &crate::AckFence::default())
+            .is_none());
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         let failed = pending.drain();
         pending.drop_failed(failed);
-        assert!(pending.lock(b"a").get(b"a").is_none());
+        assert!(pending
+            .lock(b"a")
+            .get_for_reply(b"a", &crate::AckFence::default())
+            .is_none());
         assert_eq!(pending.bytes(), 0);
     }
 
@@ -825,7 +809,9 @@ mod tests {
         for i in 0..50 {
             let key = format!("other{i}");
             let shard = pending.lock(key.as_bytes());
-            let Some(Pending::Put(record)) = shard.get(key.as_bytes()) else {
+            let Some(Pending::Put(record)) =
+                shard.get_for_reply(key.as_bytes(), &crate::AckFence::default())
+            else {
                 panic!("{key} is pending");
             };
             let (kept, value) = Header::decode(record).unwrap();
@@ -833,7 +819,8 @@ mod tests {
             assert_eq!(pointer.at, expected[key.as_bytes()], "{key}");
         }
         let shard = pending.lock(b"big");
-        let Some(Pending::Put(record)) = shard.get(b"big") else {
+        let Some(Pending::Put(record)) = shard.get_for_reply(b"big", &crate::AckFence::default())
+        else {
             panic!("the write is pending");
         };
         let (kept, value) = Header::decode(record).unwrap();

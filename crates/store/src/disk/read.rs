@@ -15,8 +15,7 @@ use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 /// What a read found, when it may not have to write.
 enum Lookup {
     Miss,
-    /// `Some(cas)`: hit an item never read before, whose fetched bit to note.
-    Hit(Option<u64>),
+    Hit,
     /// The read changes the item (touch, recache win): redo it as a write.
     NeedsWrite,
 }
@@ -40,27 +39,27 @@ impl Inner {
         match shard.get_for_reply(key, fence) {
             Some(Pending::Put(record)) => {
                 let Some((header, pointer)) = Header::decode(record).and_then(in_log) else {
-                    return Ok(f(self.with_noted_fetch(hash, Some(record))));
+                    return Ok(f(self.with_fetched(hash, Some(record))));
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
                 let logged = self
                     .with_logged_value(key, &header, &pointer)
                     .map_err(|error| log_read_failed(&error, &pointer))?;
-                return Ok(f(self.with_noted_fetch(hash, Some(logged.record()))));
+                return Ok(f(self.with_fetched(hash, Some(logged.record()))));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
         }
         if let Some(record) = shard.cached(key) {
-            return Ok(f(self.with_noted_fetch(hash, Some(record))));
+            return Ok(f(self.with_fetched(hash, Some(record))));
         }
         let mut attempts = 0;
         loop {
             let txn = self.env.read_txn()?;
             let stored = self.items.get(&txn, key)?;
             let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
-                let result = f(self.with_noted_fetch(hash, stored));
+                let result = f(self.with_fetched(hash, stored));
                 if let Some(record) = stored {
                     Self::cache_read(shard, key, record);
                 }
@@ -77,7 +76,7 @@ impl Inner {
                 }
                 Err(error) => return Err(log_read_failed(&error, &pointer)),
             };
-            let result = f(self.with_noted_fetch(hash, Some(logged.record())));
+            let result = f(self.with_fetched(hash, Some(logged.record())));
             Self::cache_read(shard, key, logged.record());
             return Ok(result);
         }
@@ -105,28 +104,28 @@ impl Inner {
         Ok(logged)
     }
 
-    /// A stored record's header and value, with the fetched bit set if its
-    /// first read is noted but not yet committed.
-    fn with_noted_fetch<'v>(
-        &self,
-        hash: u64,
-        record: Option<&'v [u8]>,
-    ) -> Option<(Header, &'v [u8])> {
+    /// A stored record's header and value, with the fetched bit set if the
+    /// item was read since it was stored (`accesses.rs`).
+    fn with_fetched<'v>(&self, hash: u64, record: Option<&'v [u8]>) -> Option<(Header, &'v [u8])> {
         let (mut header, value) = Header::decode(record?)?;
-        if !header.has(FETCHED) && self.marks.noted(hash, header.cas) {
+        if self.accesses.fetched(hash, header.cas) {
             header.bits |= FETCHED;
         }
         Some((header, value))
     }
 
     /// Whether the item `header` describes under `key` was read: its bit in
-    /// LMDB, or a first read noted and not yet committed.
+    /// LMDB, or a read since it was stored.
     pub(super) fn fetched(&self, key: &[u8], header: &Header) -> bool {
-        header.has(FETCHED) || self.marks.noted(self.marks.hash(key), header.cas)
+        header.has(FETCHED)
+            || self
+                .accesses
+                .fetched(self.pending.item_hash(key), header.cas)
     }
 
     /// What a read of the item (of `key_hash`) shows; `idle_seconds` is up
-    /// to this access, which it then notes.
+    /// to this access, which it then notes (as a read of the item if
+    /// `bump`).
     fn view<'a>(
         &self,
         key: &'a [u8],
@@ -134,10 +133,11 @@ impl Inner {
         header: &Header,
         value: &'a [u8],
         won: bool,
+        bump: bool,
     ) -> ItemView<'a> {
         let now = self.clock.now();
-        let idle_seconds = self.access_times.idle_seconds(key_hash, now);
-        self.access_times.note(key_hash, now);
+        let idle_seconds = self.accesses.idle_seconds(key_hash, now);
+        self.accesses.read(key_hash, header.cas, bump, now);
         ItemView {
             key,
             value,
@@ -182,21 +182,12 @@ impl Inner {
             {
                 return Lookup::NeedsWrite;
             }
-            visit(&self.view(key, key_hash, &header, value, false));
-            let first_read = !options.no_bump && !header.has(FETCHED);
-            Lookup::Hit(first_read.then_some(header.cas))
+            visit(&self.view(key, key_hash, &header, value, false, !options.no_bump));
+            Lookup::Hit
         })?;
         drop(shard);
         match lookup {
-            Lookup::Hit(first_read) => {
-                // Noted in memory (`marks.rs`), whether the item is committed
-                // or still pending: the applier sets the bit in LMDB once the
-                // item is there.
-                if let Some(cas) = first_read {
-                    self.marks.note(key_hash, key, cas);
-                }
-                return Ok(true);
-            }
+            Lookup::Hit => return Ok(true),
             Lookup::Miss if options.vivify.is_none() => return Ok(false),
             Lookup::Miss | Lookup::NeedsWrite => {}
         }
@@ -210,7 +201,7 @@ impl Inner {
                 };
                 let header = self.header_for(&semantics::vivified(expiry), None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
-                visit(&self.view(key, key_hash, &header, &[], true));
+                visit(&self.view(key, key_hash, &header, &[], true, false));
                 return (Some(Change::Put(Keyed::encode(key, &header, &[]))), true);
             };
             let mut header = old;
@@ -231,7 +222,8 @@ impl Inner {
                 expiry_unix: header.expiry_unix,
                 ..old
             };
-            visit(&self.view(key, key_hash, &seen, value, won));
+            // Its record keeps the fetched bit (below), not the slot.
+            visit(&self.view(key, key_hash, &seen, value, won, false));
             if !options.no_bump {
                 header.bits |= FETCHED;
             }

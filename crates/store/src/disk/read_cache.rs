@@ -76,12 +76,6 @@ impl ReadCache {
             .map(CachedRecord::record)
     }
 
-    pub(super) fn get_mut(&mut self, hash: u64, space: Space, key: &[u8]) -> Option<&mut [u8]> {
-        self.records
-            .find_mut(hash, |cached| cached.is(hash, space, key))
-            .map(|cached| cached.keyed.record_mut())
-    }
-
     pub(super) fn remove(&mut self, hash: u64, space: Space, key: &[u8]) {
         self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
     }

@@ -50,7 +50,6 @@ impl Inner {
             stat("disk_fsync_avg_us", fsync_micros / fsyncs.max(1)),
             stat("disk_pending_bytes", self.pending.bytes()),
             stat("disk_pending_limit", self.config.pending_limit),
-            stat("disk_fetch_marks_waiting", self.marks.waiting()),
             stat("disk_read_cache_bytes", cache_bytes),
             stat("disk_read_cache_items", cache_records),
             stat("disk_read_cache_limit", self.config.read_cache_bytes()),

@@ -68,7 +68,7 @@ impl Inner {
             decide(found.filter(|_| !dead), dead)
         })?;
         if let Some(change) = change {
-            self.access_times.note(shard.hash(), self.clock.now());
+            self.accesses.stored(shard.hash(), self.clock.now());
             fence.raise(shard.put(key, change));
         }
         drop(shard);
@@ -161,7 +161,7 @@ impl Inner {
         let mut shard = self.pending.lock(command.key);
         let header = self.new_header(command.flags, self.to_unix(command.expiry));
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
-        self.access_times.note(shard.hash(), self.clock.now());
+        self.accesses.stored(shard.hash(), self.clock.now());
         fence.raise(shard.put(command.key, Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
