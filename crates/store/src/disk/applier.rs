@@ -484,8 +484,8 @@ impl Inner {
                     // Written before a flush that covers it: already gone.
                     return Ok(0);
                 }
-                // Read while pending: stored with its fetched bit, so the
-                // mark need not rewrite it.
+                // Read while pending: stored with its fetched bit, which
+                // then outlives the access table (`accesses.rs`).
                 let fetched = self.fetched(key, &header);
                 // A large value stays in the journal: LMDB gets a pointer
                 // (which a pending write may already be).
