@@ -2,9 +2,8 @@
 //! last round, at least every [`APPLY_EVERY`] or once a quarter of the
 //! pending memory is waiting, and applies it to LMDB together with a due
 //! flush and a batch of expired items (a large round commits in parts);
-//! it fsyncs the data
-//! file and lets go of the segments LMDB now holds that retention does not
-//! keep.
+//! it fsyncs the data file and lets go of the segments LMDB now holds that
+//! retention does not keep.
 
 use std::io::Write as _;
 use std::sync::atomic::Ordering;

@@ -270,9 +270,9 @@ impl Shard<'_> {
     }
 
     /// The key's newest pending write, of any generation, for a read whose
-    /// reply shows the write: one not journalled yet (so not acknowledged: it may still fail) raises
-    /// `fence` to its number, and the reply waits for it as the writer's
-    /// own does.
+    /// reply shows the write: one not journalled yet (so not acknowledged:
+    /// it may still fail) raises `fence` to its number, and the reply waits
+    /// for it as the writer's own does.
     pub fn get_for_reply(&self, key: &[u8], fence: &crate::AckFence) -> Option<Pending<'_>> {
         debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
         let (entry, journalled) = self.state.newest(self.hash, self.space, key)?;
