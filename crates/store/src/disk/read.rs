@@ -108,7 +108,7 @@ impl Inner {
     /// item was read since it was stored (`accesses.rs`).
     fn with_fetched<'v>(&self, hash: u64, record: Option<&'v [u8]>) -> Option<(Header, &'v [u8])> {
         let (mut header, value) = Header::decode(record?)?;
-        if self.accesses.fetched(hash, header.cas) {
+        if !header.has(FETCHED) && self.accesses.fetched(hash, header.cas) {
             header.bits |= FETCHED;
         }
         Some((header, value))
