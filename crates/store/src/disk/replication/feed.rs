@@ -318,7 +318,10 @@ impl Feed {
         Ok(true)
     }
 
-    fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<FedGroup> {
+    /// The group whose head is at `offset`, with its entries; `None` for a
+    /// head without any: a kill tore them off (a write cut short), and the
+    /// first group after the restart has the same first LSN.
+    fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<Option<FedGroup>> {
         let mut out = self.raw_at(head_len).to_vec();
         self.offset += head_len as u64;
         let mut entries = 0u64;
@@ -330,14 +333,17 @@ impl Feed {
             entries += 1;
             self.offset += framed as u64;
         }
-        let last_lsn = head.first_lsn + entries.saturating_sub(1);
+        if entries == 0 {
+            return Ok(None);
+        }
+        let last_lsn = head.first_lsn + entries - 1;
         self.unacknowledged.push_back((last_lsn, self.segment));
-        Ok(FedGroup {
+        Ok(Some(FedGroup {
             origin: head.origin,
             bytes: out,
             last_lsn,
             micros: head.micros,
-        })
+        }))
     }
 }
 
@@ -350,7 +356,10 @@ impl LogFeed for Feed {
             match self.look()? {
                 Some(framed) => match self.record_at(framed) {
                     Record::Group(head) if head.first_lsn <= bound => {
-                        return self.read_group(head, framed).map(Some);
+                        match self.read_group(head, framed)? {
+                            Some(group) => return Ok(Some(group)),
+                            None => continue,
+                        }
                     }
                     Record::Group(_) => {}
                     // Moves, and anything before the first head.
@@ -489,5 +498,65 @@ mod tests {
             "a buffer of {} bytes for segments of at most {largest}",
             feed.buffer.len()
         );
+    }
+
+    fn set(store: &DiskStore, key: &[u8]) {
+        let command = StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value: b"value",
+            flags: 0,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        };
+        store.store(&command, &AckFence::default());
+        store.wait_until_all_applied();
+    }
+
+    /// A kill that cut a group's write short right after its head leaves a
+    /// head without entries at the end of its segment, and the first group
+    /// after the restart takes the same first LSN: the feed sends what a
+    /// peer or replica can apply, every LSN once, in order.
+    #[test]
+    fn a_group_head_torn_from_its_entries_is_not_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let torn_lsn = {
+            let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+            set(&store, b"a");
+            set(&store, b"b");
+            let (segment, _, _) = store.inner.journal.current_end();
+            let torn_lsn = store.inner.journal.last_lsn() + 1;
+            let mut torn = Vec::new();
+            let head = GroupHead {
+                first_lsn: torn_lsn,
+                micros: 1,
+                origin: 1,
+            };
+            log_format::encode(&mut torn, Record::Group(head));
+            // The first entry's length, and less of it than it claims.
+            torn.extend_from_slice(&100u32.to_le_bytes());
+            torn.extend_from_slice(&[0xab; 20]);
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(journal::segment_path(dir.path(), segment))
+                .unwrap()
+                .write_all(&torn)
+                .unwrap();
+            torn_lsn
+        };
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+        set(&store, b"c");
+        assert_eq!(store.inner.journal.last_lsn(), torn_lsn);
+
+        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
+        let mut next_lsn = 1;
+        while let Some(group) = feed.next_group(Duration::ZERO).unwrap() {
+            let (head, entries) = super::super::replica::group_of(&group.bytes).unwrap();
+            assert_eq!(head.first_lsn, next_lsn);
+            next_lsn = group.last_lsn + 1;
+            assert_eq!(group.last_lsn + 1, head.first_lsn + entries.len() as u64);
+        }
+        assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
     }
 }
