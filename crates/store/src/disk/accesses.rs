@@ -53,7 +53,7 @@ impl Accesses {
 
     fn slot(&self, key_hash: u64) -> usize {
         // Bits 32 and up, where the pending table's shard comes from too
-        // (`shard_of`): harmless, the slots are one table, not one a shard.
+        // (`shard_of`): harmless, each table serves all shards.
         (key_hash >> 32) as usize & (self.times.len() - 1)
     }
 

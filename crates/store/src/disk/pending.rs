@@ -597,8 +597,13 @@ mod tests {
         offset: 0,
     };
 
+    /// What a reader with nothing to wait for sees pending under `key`.
+    fn pending_of<'a>(shard: &'a Shard<'_>, key: &[u8]) -> Option<Pending<'a>> {
+        shard.get_for_reply(key, &crate::AckFence::default())
+    }
+
     fn put_of(shard: &Shard<'_>, key: &[u8]) -> Option<Vec<u8>> {
-        match shard.get_for_reply(key, &crate::AckFence::default())? {
+        match pending_of(shard, key)? {
             Pending::Put(record) => Some(record.to_vec()),
             Pending::Remove => None,
         }
@@ -637,9 +642,7 @@ mod tests {
         pending.merge_logged(batch, NOWHERE, &[], |_| false);
         assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
         assert_eq!(
-            pending
-                .lock_in(Space::Row, b"k")
-                .get_for_reply(b"k", &crate::AckFence::default()),
+            pending_of(&pending.lock_in(Space::Row, b"k"), b"k"),
             Some(Pending::Remove)
         );
     }
@@ -653,24 +656,14 @@ mod tests {
         assert_eq!(batch.through, 2);
         assert_eq!(batch.len(), 2);
         assert!(!pending.is_dirty());
-        assert_eq!(
-            pending
-                .lock(b"a")
-                .get_for_reply(b"a", &crate::AckFence::default()),
-            Some(Pending::Remove)
-        );
+        assert_eq!(pending_of(&pending.lock(b"a"), b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
         // "b" is written again while its group is journalled: the new write
         // wins now, and after the group moves to `logged`.
         pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.merge_logged(batch, NOWHERE, &[], |_| false);
-        assert_eq!(
-            pending
-                .lock(b"a")
-                .get_for_reply(b"a", &crate::AckFence::default()),
-            Some(Pending::Remove)
-        );
+        assert_eq!(pending_of(&pending.lock(b"a"), b"a"), Some(Pending::Remove));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         let next = pending.drain();
         assert_eq!((next.through, next.len()), (3, 1));
@@ -686,17 +679,11 @@ mod tests {
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.retire_applied(vec![applying], |_, _| false);
-        assert!(pending
-            .lock(b"b")
-            .get_for_reply(b"b", &crate::AckFence::default())
-            .is_none());
+        assert!(pending_of(&pending.lock(b"b"), b"b").is_none());
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         let failed = pending.drain();
         pending.drop_failed(failed);
-        assert!(pending
-            .lock(b"a")
-            .get_for_reply(b"a", &crate::AckFence::default())
-            .is_none());
+        assert!(pending_of(&pending.lock(b"a"), b"a").is_none());
         assert_eq!(pending.bytes(), 0);
     }
 
@@ -809,9 +796,7 @@ mod tests {
         for i in 0..50 {
             let key = format!("other{i}");
             let shard = pending.lock(key.as_bytes());
-            let Some(Pending::Put(record)) =
-                shard.get_for_reply(key.as_bytes(), &crate::AckFence::default())
-            else {
+            let Some(Pending::Put(record)) = pending_of(&shard, key.as_bytes()) else {
                 panic!("{key} is pending");
             };
             let (kept, value) = Header::decode(record).unwrap();
@@ -819,8 +804,7 @@ mod tests {
             assert_eq!(pointer.at, expected[key.as_bytes()], "{key}");
         }
         let shard = pending.lock(b"big");
-        let Some(Pending::Put(record)) = shard.get_for_reply(b"big", &crate::AckFence::default())
-        else {
+        let Some(Pending::Put(record)) = pending_of(&shard, b"big") else {
             panic!("the write is pending");
         };
         let (kept, value) = Header::decode(record).unwrap();
