@@ -6,7 +6,7 @@
 //! a first read committed with the next group doubled the applier's work
 //! in a read-mostly load). Instead two tables in memory hold a slot per key
 //! hash each: the server-clock second of the key's last access, which
-//! every store and read writes, and the CAS value (its low 32 bits) of the
+//! every store and read writes, and the CAS value (folded to 32 bits) of the
 //! item last read there, which only reads write. An item is fetched when
 //! its slot names its CAS, so a key stored again (a new CAS) is unread
 //! until it is read; a set touches only the first table.
@@ -33,9 +33,11 @@ pub(super) struct Accesses {
     started: u32,
 }
 
-/// The low 32 bits of `cas`, never 0 (which marks a slot read by none).
+/// `cas` folded to 32 bits, never 0 (which marks a slot read by none). Not
+/// the low half alone: a dual master's stamps keep their milliseconds above
+/// bit 24 (`stamp.rs`), and their low half repeats every 256 ms.
 fn tag_of(cas: u64) -> u32 {
-    (cas as u32).max(1)
+    ((cas ^ (cas >> 32)) as u32).max(1)
 }
 
 impl Accesses {
@@ -79,6 +81,14 @@ impl Accesses {
     /// it was stored (in this process).
     pub(super) fn fetched(&self, key_hash: u64, cas: u64) -> bool {
         self.reads[self.slot(key_hash)].load(Ordering::Relaxed) == tag_of(cas)
+    }
+
+    /// Every item looks unread: the items were replaced by others whose CAS
+    /// values may repeat those read here (a replica's snapshot).
+    pub(super) fn forget_reads(&self) {
+        for tag in &self.reads {
+            tag.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Seconds since the key of `key_hash` was last stored or read.
@@ -126,6 +136,27 @@ mod tests {
         assert!(!accesses.fetched(key, 9), "stored again: a new item");
         accesses.read(key, 1 << 32, true, 7);
         assert!(accesses.fetched(key, 1 << 32), "a CAS whose low half is 0");
+    }
+
+    #[test]
+    fn stamps_256_ms_apart_are_two_items() {
+        // `stamp.rs`: milliseconds from bit 24, a counter, the origin's rank.
+        let stamp = |millis: u64| millis << 24 | 5;
+        let accesses = Accesses::new(0, 1);
+        let key = 0x0000_0042_0000_0000;
+        accesses.read(key, stamp(1_000_000), true, 2);
+        assert!(accesses.fetched(key, stamp(1_000_000)));
+        assert!(!accesses.fetched(key, stamp(1_000_256)));
+    }
+
+    #[test]
+    fn forgotten_reads_leave_every_item_unread_and_the_times_as_they_were() {
+        let accesses = Accesses::new(0, 1);
+        let key = 0x0000_0007_0000_0000;
+        accesses.read(key, 3, true, 5);
+        accesses.forget_reads();
+        assert!(!accesses.fetched(key, 3));
+        assert_eq!(accesses.idle_seconds(key, 6), 1);
     }
 
     #[test]

@@ -270,8 +270,10 @@ impl Inner {
         }
         if let Some(round) = round {
             self.counters.applies.fetch_add(1, Ordering::Relaxed);
-            // Records read while pending go to the read cache (with the
-            // fetched bit `apply` gave them in LMDB): they were wanted.
+            // Records read while pending go to the read cache, with the
+            // fetched bit they have now: they were wanted. A read after
+            // `apply` wrote the record is in the cache and the access table,
+            // not in LMDB.
             let flushed_through = self.flushes.through();
             self.pending.retire_applied(round.batches, |hash, cas| {
                 cas > flushed_through && self.accesses.fetched(hash, cas)

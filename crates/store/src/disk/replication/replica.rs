@@ -173,6 +173,7 @@ impl Inner {
         self.index_defs.clear();
         self.flushes.reset();
         self.pending.clear_cache();
+        self.accesses.forget_reads();
         Ok(BaseLoader {
             inner: self,
             _leader: leader,
