@@ -81,6 +81,11 @@ pub(super) struct Feed {
     hold: u64,
     /// Groups sent and not acknowledged: last LSN and segment.
     unacknowledged: VecDeque<(u64, u64)>,
+    /// The first LSN the next group must have (`None` before the first
+    /// group of a feed that starts at a time). A group numbered past it
+    /// follows a damaged record, and the feed says so instead of sending
+    /// the log with a hole in it.
+    next_lsn: Option<u64>,
 }
 
 impl Drop for Feed {
@@ -116,8 +121,9 @@ impl Feed {
                 after.lsn, last.lsn
             )));
         }
+        let next_lsn = Some(after.lsn + 1);
         if after == last {
-            return Self::at(inner, current, current_len, hold).map_err(io_refused);
+            return Self::at(inner, (current, current_len), next_lsn, hold).map_err(io_refused);
         }
         let segments = journal::segments(&inner.config.dir).map_err(io_refused)?;
         // The newest segment whose first entry is at or before `after`
@@ -151,7 +157,7 @@ impl Feed {
             )));
         }
         if after.lsn == 0 {
-            return Self::at(inner, number, groups[0].offset, hold).map_err(io_refused);
+            return Self::at(inner, (number, groups[0].offset), next_lsn, hold).map_err(io_refused);
         }
         // The group holding `after` must end with it and have its time.
         let holding = groups.iter().find(|group| {
@@ -162,7 +168,7 @@ impl Feed {
                 if group.head.first_lsn + group.entries - 1 == after.lsn
                     && group.head.micros == after.micros =>
             {
-                Self::at(inner, number, group.end, hold).map_err(io_refused)
+                Self::at(inner, (number, group.end), next_lsn, hold).map_err(io_refused)
             }
             _ => Err(FeedRefused::Diverged(format!(
                 "LSN {} at {} µs is not the end of a group of this server's log",
@@ -175,8 +181,10 @@ impl Feed {
     /// LMDB (a snapshot's): it ends a group, so nothing is checked.
     pub(super) fn open_at_group_after(inner: &Arc<Inner>, at: LogPosition) -> io::Result<Feed> {
         // Each start holds the segment it starts in.
-        let feed_at =
-            |segment, offset| Self::at(inner, segment, offset, inner.replica_holds.add(segment));
+        let feed_at = |segment, offset| {
+            let hold = inner.replica_holds.add(segment);
+            Self::at(inner, (segment, offset), Some(at.lsn + 1), hold)
+        };
         let (current, current_len, last) = inner.journal.current_end();
         if at.lsn >= last.lsn {
             return feed_at(current, current_len);
@@ -204,16 +212,21 @@ impl Feed {
             for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
                 let groups = groups_of(&path, number).map_err(io_refused)?;
                 if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
-                    return Self::at(inner, number, group.offset, hold).map_err(io_refused);
+                    return Self::at(inner, (number, group.offset), None, hold).map_err(io_refused);
                 }
             }
-            Self::at(inner, current, current_len, hold).map_err(io_refused)
+            Self::at(inner, (current, current_len), None, hold).map_err(io_refused)
         })
     }
 
-    /// The feed from `offset` in `segment`, keeping the log from there on
-    /// with `hold`.
-    fn at(inner: &Arc<Inner>, segment: u64, offset: u64, hold: u64) -> io::Result<Feed> {
+    /// The feed from `offset` in `segment`, whose next group should start
+    /// at `next_lsn`, keeping the log from there on with `hold`.
+    fn at(
+        inner: &Arc<Inner>,
+        (segment, offset): (u64, u64),
+        next_lsn: Option<u64>,
+        hold: u64,
+    ) -> io::Result<Feed> {
         inner.replica_holds.set(hold, segment);
         let file = File::open(journal::segment_path(&inner.config.dir, segment))
             .inspect_err(|_| inner.replica_holds.remove(hold))?;
@@ -227,6 +240,7 @@ impl Feed {
             filled: 0,
             buffer_at: offset,
             unacknowledged: VecDeque::new(),
+            next_lsn,
         })
     }
 
@@ -322,6 +336,17 @@ impl Feed {
     /// head without any: a kill tore them off (a write cut short), and the
     /// first group after the restart has the same first LSN.
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<Option<FedGroup>> {
+        if let Some(next) = self.next_lsn.filter(|&next| head.first_lsn > next) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the update log lacks LSNs {next} to {}: a record before offset {} of segment {} is damaged",
+                    head.first_lsn - 1,
+                    self.offset,
+                    self.segment
+                ),
+            ));
+        }
         let mut out = self.raw_at(head_len).to_vec();
         self.offset += head_len as u64;
         let mut entries = 0u64;
@@ -337,6 +362,7 @@ impl Feed {
             return Ok(None);
         }
         let last_lsn = head.first_lsn + entries - 1;
+        self.next_lsn = Some(last_lsn + 1);
         self.unacknowledged.push_back((last_lsn, self.segment));
         Ok(Some(FedGroup {
             origin: head.origin,
@@ -558,5 +584,47 @@ mod tests {
             assert_eq!(group.last_lsn + 1, head.first_lsn + entries.len() as u64);
         }
         assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
+    }
+
+    /// A damaged entry in a retired segment ends that segment's reading;
+    /// the feed then says which LSNs it cannot send instead of going on
+    /// with the next segment as if none were missing.
+    #[test]
+    fn a_damaged_entry_stops_the_feed_with_the_lsns_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+            for key in [b"a", b"b", b"c"] {
+                set(&store, key);
+            }
+        }
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+        set(&store, b"d");
+        // "b"'s group (LSN 2), in a segment the reopening retired; the last
+        // byte of its only entry changed, so that entry's checksum fails.
+        let (path, damaged) = journal::segments(dir.path())
+            .unwrap()
+            .into_iter()
+            .find_map(|(number, path)| {
+                let groups = groups_of(&path, number).unwrap();
+                let group = groups.into_iter().find(|g| g.head.first_lsn == 2)?;
+                Some((path, group))
+            })
+            .expect("LSN 2 is in the log");
+        assert_eq!(damaged.entries, 1);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xff], damaged.end - 1).unwrap();
+
+        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
+        let first = feed.next_group(Duration::ZERO).unwrap().unwrap();
+        assert_eq!(first.last_lsn, 1);
+        let error = feed.next_group(Duration::ZERO).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            error
+                .to_string()
+                .starts_with("the update log lacks LSNs 2 to "),
+            "{error}"
+        );
     }
 }
