@@ -476,18 +476,8 @@ mod tests {
     fn a_damaged_length_does_not_size_the_read_buffer_past_the_segment() {
         let dir = tempfile::tempdir().unwrap();
         let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
-        for key in [&b"a"[..], b"b", b"c"] {
-            let command = StoreCommand {
-                mode: StoreMode::Set,
-                key,
-                value: b"value",
-                flags: 0,
-                expiry: 0,
-                compare_cas: None,
-                stale_if_older: false,
-            };
-            store.store(&command, &AckFence::default());
-            store.wait_until_all_applied();
+        for key in [b"a", b"b", b"c"] {
+            set(&store, key);
         }
         // A record head after the last group whose length claims 256 MiB
         // (a torn write, or damage), then a few bytes of body. Not 4 GiB:
