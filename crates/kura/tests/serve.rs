@@ -638,15 +638,10 @@ impl Drop for SmallDisk {
     }
 }
 
-#[test]
-fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
-    // Needs root to mount a small tmpfs (CI runs as root): without it the
-    // test fails rather than passing untried.
-    let disk = SmallDisk::mount("40m");
-    let data = disk.dir.path().join("data");
-    let data = data.to_str().unwrap();
-    let port = free_port();
-    let args = [
+/// The server's flags on a small disk: a 4 MiB reserve, a map larger than
+/// the disk.
+fn small_disk_args(data: &str) -> [&str; 8] {
+    [
         "--engine",
         "disk",
         "--dir",
@@ -655,24 +650,28 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
         "4m",
         "--map-size",
         "1g",
-    ];
-    let server = Server::start_on(port, &args);
-    let mut stream = server.connect();
-    const VALUE_LEN: usize = 64 * 1024;
+    ]
+}
+
+const FILL_VALUE_LEN: usize = 64 * 1024;
+
+/// Sets `k0`, `k1`, … until the disk refuses one, and returns the ones
+/// acknowledged.
+fn fill_until_refused(server: &Server, stream: &mut TcpStream) -> Vec<usize> {
     let mut acknowledged = Vec::new();
     let mut refusal = None;
     for i in 0..2_000 {
-        let mut request = format!("set k{i} 0 0 {VALUE_LEN}\r\n").into_bytes();
-        request.extend(value_of(i, VALUE_LEN));
+        let mut request = format!("set k{i} 0 0 {FILL_VALUE_LEN}\r\n").into_bytes();
+        request.extend(value_of(i, FILL_VALUE_LEN));
         request.extend(b"\r\n");
-        match request_line(&mut stream, &request) {
+        match request_line(stream, &request) {
             Ok(reply) if reply == "STORED\r\n" => acknowledged.push(i),
             Ok(reply) => {
                 refusal = Some(reply);
                 break;
             }
             // A group whose commit failed is not acknowledged: the connection closes.
-            Err(_) => stream = server.connect(),
+            Err(_) => *stream = server.connect(),
         }
     }
     assert_eq!(
@@ -686,10 +685,24 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
         acknowledged.len()
     );
     assert_eq!(server.engine_stat("disk_out_of_space"), 1);
+    acknowledged
+}
+
+#[test]
+fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
+    // Needs root to mount a small tmpfs (CI runs as root): without it the
+    // test fails rather than passing untried.
+    let disk = SmallDisk::mount("40m");
+    let data = disk.dir.path().join("data");
+    let args = small_disk_args(data.to_str().unwrap());
+    let port = free_port();
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    let acknowledged = fill_until_refused(&server, &mut stream);
     for &i in [acknowledged[0], *acknowledged.last().unwrap()].iter() {
         assert_eq!(
             read_value(&mut stream, &format!("k{i}")),
-            Some(value_of(i, VALUE_LEN)),
+            Some(value_of(i, FILL_VALUE_LEN)),
             "reads go on while writes are refused"
         );
     }
@@ -718,7 +731,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
     for &i in kept {
         assert_eq!(
             read_value(&mut stream, &format!("k{i}")),
-            Some(value_of(i, VALUE_LEN)),
+            Some(value_of(i, FILL_VALUE_LEN)),
             "k{i}"
         );
     }
@@ -726,6 +739,34 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
         assert_eq!(read_value(&mut stream, &format!("k{i}")), None);
     }
     assert_eq!(read_value(&mut stream, "resumed"), Some(b"ok".to_vec()));
+}
+
+/// A flush waits for the applier's next round (every 5 s when idle), except
+/// on a full disk, where the room it frees shows at once.
+#[test]
+fn a_flush_on_a_full_disk_gives_writes_back_without_waiting_for_a_round() {
+    let disk = SmallDisk::mount("40m");
+    let data = disk.dir.path().join("data");
+    let server = Server::start(&small_disk_args(data.to_str().unwrap()));
+    let mut stream = server.connect();
+    fill_until_refused(&server, &mut stream);
+    assert_eq!(
+        request_line(&mut stream, b"flush_all\r\n").unwrap(),
+        "OK\r\n"
+    );
+    let flushed = Instant::now();
+    loop {
+        let reply = request_line(&mut stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
+        if reply == "STORED\r\n" {
+            break;
+        }
+        assert!(
+            flushed.elapsed() < Duration::from_millis(2_500),
+            "writes did not resume before the next round: {reply}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(read_value(&mut stream, "k0"), None);
 }
 
 #[test]

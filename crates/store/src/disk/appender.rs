@@ -208,9 +208,10 @@ impl Inner {
         self.pending
             .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
         drop(logged);
-        // A flush is applied at once: the room it frees shows (on a full
-        // disk, writes come back without waiting for the next round).
-        if flush.is_some() || self.apply_due() {
+        // A flush waits for the next round, as memcached's is lazy: until
+        // then a read of an item it covers counts in `get_flushed`. On a
+        // full disk it is applied at once, so the room it frees shows.
+        if flush.is_some() && self.health.is_out_of_space() || self.apply_due() {
             self.signals.wake_applier();
         }
         Some(writes + usize::from(flush.is_some()))
