@@ -7,7 +7,8 @@
 //! in a read-mostly load). Instead two tables in memory hold a slot per key
 //! hash each: the server-clock second of the key's last access, which
 //! every store and read writes, and the CAS value (folded to 32 bits) of the
-//! item last read there, which only reads write. An item is fetched when
+//! item last read there, which only reads of items not known read yet
+//! write. An item is fetched when
 //! its slot names its CAS, so a key stored again (a new CAS) is unread
 //! until it is read; a set touches only the first table.
 //!
@@ -53,7 +54,7 @@ impl Accesses {
         }
     }
 
-    fn slot(&self, key_hash: u64) -> usize {
+    pub(super) fn slot(&self, key_hash: u64) -> usize {
         // Bits 32 and up, where the pending table's shard comes from too
         // (`shard_of`): harmless, each table serves all shards.
         (key_hash >> 32) as usize & (self.times.len() - 1)

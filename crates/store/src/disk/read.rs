@@ -137,6 +137,9 @@ impl Inner {
     ) -> ItemView<'a> {
         let now = self.clock.now();
         let idle_seconds = self.accesses.idle_seconds(key_hash, now);
+        // An item known read keeps the slot as it is: its tag would only
+        // make a key that shares the slot look unread.
+        let bump = bump && !header.has(FETCHED);
         self.accesses.read(key_hash, header.cas, bump, now);
         ItemView {
             key,
@@ -230,5 +233,60 @@ impl Inner {
             let change = Change::Put(Keyed::encode(key, &header, &[value]));
             (Some(change), true)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::disk::{DiskConfig, DiskStore};
+    use crate::{AckFence, GetOptions, Store, StoreCommand, StoreMode};
+
+    fn set(store: &DiskStore, key: &[u8]) {
+        let command = StoreCommand {
+            mode: StoreMode::Set,
+            key,
+            value: b"v",
+            flags: 0,
+            expiry: 0,
+            compare_cas: None,
+            stale_if_older: false,
+        };
+        store.store(&command, &AckFence::default());
+    }
+
+    /// A plain get: whether it found the item read before.
+    fn fetched_before(store: &DiskStore, key: &[u8]) -> Option<bool> {
+        let mut seen = None;
+        let options = GetOptions::default();
+        store.get(key, &options, &AckFence::default(), &mut |item| {
+            seen = Some(item.fetched_before)
+        });
+        seen
+    }
+
+    #[test]
+    fn a_read_of_an_item_known_read_leaves_the_tag_of_a_key_sharing_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+        let inner = &store.inner;
+        let slot_of = |key: &[u8]| inner.accesses.slot(inner.pending.item_hash(key));
+        let other = (0..)
+            .map(|n| format!("b{n}"))
+            .find(|key| slot_of(key.as_bytes()) == slot_of(b"a"))
+            .unwrap();
+        let other = other.as_bytes();
+        // `other` read before its record is applied: the fetched bit goes
+        // into LMDB with it.
+        set(&store, other);
+        assert_eq!(fetched_before(&store, other), Some(false));
+        store.wait_until_all_applied();
+        set(&store, b"a");
+        assert_eq!(fetched_before(&store, b"a"), Some(false));
+        assert_eq!(fetched_before(&store, other), Some(true));
+        assert_eq!(
+            fetched_before(&store, b"a"),
+            Some(true),
+            "reading an item known read took the slot"
+        );
     }
 }
