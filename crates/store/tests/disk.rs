@@ -178,6 +178,58 @@ fn a_read_after_an_acknowledged_flush_counts_in_get_flushed() {
     );
 }
 
+/// The per-class tallies LMDB keeps are counted under the size classes of
+/// the time: a restart under other classes (`-I`, `-f`, `-n` changed)
+/// counts them again, so `stats` lists only classes that exist and
+/// deletes bring the counts back to nothing.
+#[test]
+fn a_restart_under_other_size_classes_counts_the_items_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let open_under = |classes: kura_store::SizeClasses| {
+        DiskStore::open(DiskConfig {
+            map_size: 64 << 20,
+            reserve_bytes: 0,
+            classes,
+            ..DiskConfig::new(dir.path())
+        })
+        .expect("opens")
+    };
+    let sizes = [10, 300, 5_000, 200_000, 1_500_000];
+    let store = open_under(kura_store::SizeClasses::new(48, 1.25, 2 << 20));
+    for (n, &len) in sizes.iter().enumerate() {
+        set(&store, format!("k{n}").as_bytes(), &vec![b'v'; len], 0);
+    }
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    let before = store.stats();
+    drop(store);
+
+    let classes = kura_store::SizeClasses::new(48, 2.0, 1 << 20);
+    let count = classes.len();
+    let store = open_under(classes);
+    let stats = store.stats();
+    assert_eq!(
+        (stats.curr_items, stats.bytes),
+        (before.curr_items, before.bytes)
+    );
+    assert!(stats.classes.iter().all(|class| class.class <= count));
+    assert_eq!(
+        stats.classes.iter().map(|class| class.items).sum::<u64>(),
+        sizes.len() as u64
+    );
+    for n in 0..sizes.len() {
+        let key = format!("k{n}");
+        let outcome = store.delete(
+            key.as_bytes(),
+            &DeleteCommand::default(),
+            &AckFence::default(),
+        );
+        assert_eq!(outcome, DeleteOutcome::Deleted);
+    }
+    let stats = store.stats();
+    assert_eq!((stats.curr_items, stats.bytes), (0, 0));
+    assert!(stats.classes.is_empty(), "{:?}", stats.classes);
+}
+
 #[test]
 fn sync_policies_parse() {
     assert_eq!("always".parse(), Ok(SyncPolicy::Always));

@@ -188,10 +188,6 @@ impl ClassTally {
     fn of(&self, class: usize) -> u64 {
         self.per_class.lock().get(class).copied().unwrap_or(0)
     }
-
-    fn classes(&self) -> usize {
-        self.per_class.lock().len().saturating_sub(1)
-    }
 }
 
 #[derive(Default)]
@@ -547,12 +543,7 @@ impl Store for DiskStore {
             get_expired: counters.get_expired.load(Ordering::Relaxed),
             get_flushed: counters.get_flushed.load(Ordering::Relaxed),
             classes: {
-                let classes = counts
-                    .0
-                    .len()
-                    .max(counters.reclaimed.classes())
-                    .max(counters.crawler_reclaimed.classes());
-                (1..=classes)
+                (1..=inner.config.classes.len())
                     .map(|class| {
                         let (items, bytes) = counts.0.get(class - 1).copied().unwrap_or_default();
                         ClassStats {

@@ -8,20 +8,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use heed::types::Bytes;
-use heed::{Database, EnvFlags, EnvOpenOptions};
+use heed::{Database, EnvFlags, EnvOpenOptions, RwTxn};
 use parking_lot::Mutex;
 
-use super::change::Write;
+use super::change::{Old, Write};
 use super::flushes::Flushes;
 use super::log_format::{self, Record};
 use super::pending::PendingWrites;
-use super::record::{ClassCounts, Counts, Header};
+use super::record::{item_size, ClassCounts, Counts, Header};
 use super::replication::replica;
 use super::tables::indexes;
 use super::{
     accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters,
     DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
+use crate::classes::SizeClasses;
 use crate::clock::Clock;
 
 /// Readers LMDB admits at once: one slot per thread that ever reads.
@@ -52,6 +53,44 @@ pub enum OpenError {
     Format(String),
     #[error("cannot read or keep the server id: {0}")]
     Identity(std::io::Error),
+}
+
+/// `meta` key: the chunk sizes of the size classes `classes` counts in
+/// (u32 LE each).
+const CLASS_SIZES: &[u8] = b"class_sizes";
+
+/// Items and bytes per size class, as the last commit kept them; counted
+/// again from the items if the classes (`-n`, `-f`, `-I`) changed since.
+fn class_tallies(
+    meta: &Database<Bytes, Bytes>,
+    items: &Database<Bytes, Bytes>,
+    txn: &mut RwTxn<'_>,
+    classes: &SizeClasses,
+) -> heed::Result<ClassCounts> {
+    // Every commit records them: none yet is none at all.
+    let kept = meta
+        .get(txn, b"classes")?
+        .and_then(ClassCounts::decode)
+        .unwrap_or_default();
+    let sizes: Vec<u8> = (1..=classes.len())
+        .flat_map(|class| (classes.chunk_size(class) as u32).to_le_bytes())
+        .collect();
+    if meta.get(txn, CLASS_SIZES)? == Some(&sizes[..]) {
+        return Ok(kept);
+    }
+    let mut counted = ClassCounts::default();
+    if !kept.0.is_empty() {
+        for entry in items.iter(txn)? {
+            let (key, stored) = entry?;
+            if let Some(old) = Old::of(stored) {
+                let size = item_size(key, old.value_len);
+                counted.add(classes.class_of(size), size as u64);
+            }
+        }
+    }
+    meta.put(txn, b"classes", &counted.encode())?;
+    meta.put(txn, CLASS_SIZES, &sizes)?;
+    Ok(counted)
 }
 
 impl DiskStore {
@@ -85,11 +124,7 @@ impl DiskStore {
         // Items stamped before the newest flush applied stay dead.
         let flushed = meta_u64(&meta, &txn, flushed::FLUSHED)?;
         let mut counts = Counts {
-            // Every commit records them: none yet is none at all.
-            classes: meta
-                .get(&txn, b"classes")?
-                .and_then(ClassCounts::decode)
-                .unwrap_or_default(),
+            classes: class_tallies(&meta, &items, &mut txn, &config.classes)?,
             ..Counts::default()
         };
         for (segment, bytes) in super::log_live(&meta, &txn)? {
