@@ -788,6 +788,29 @@ fn a_power_cut_keeps_every_write_acknowledged_under_always_despite_a_torn_page()
     }
 }
 
+/// The replay after a power cut stores a large value as a pointer into the
+/// log, as the applier does: LMDB does not get a copy.
+#[test]
+fn large_values_replayed_after_a_power_cut_stay_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let kept = fill(&store, 40, 8 * 1024);
+    assert_eq!(
+        engine_stat(&store, "disk_journal_live_bytes"),
+        "0",
+        "nothing applied yet"
+    );
+    io.crash();
+    drop(store);
+    io.cut_power(false);
+    let store = recovers(dir.path(), &kept);
+    let live: u64 = engine_stat(&store, "disk_journal_live_bytes")
+        .parse()
+        .unwrap();
+    assert!(live >= 40 * 8 * 1024, "{live} bytes of the log pointed to");
+}
+
 #[test]
 fn a_power_cut_keeps_every_row_acknowledged_under_always() {
     let dir = tempfile::tempdir().unwrap();

@@ -477,7 +477,7 @@ impl Inner {
         counts: &mut Counts,
     ) -> heed::Result<usize> {
         match write {
-            Write::Put { stored, logged } => {
+            Write::Put(stored) => {
                 let Some((header, value)) = Header::decode(stored) else {
                     return Ok(0);
                 };
@@ -488,16 +488,8 @@ impl Inner {
                 // Read while pending: stored with its fetched bit, which
                 // then outlives the access table (`accesses.rs`).
                 let fetched = self.fetched(key, &header);
-                // A large value stays in the journal: LMDB gets a pointer
-                // (which a pending write may already be).
-                let already = LogPointer::of_stored(&header, value);
-                let new_pointer = logged
-                    .filter(|_| already.is_none() && self.config.keeps_in_log(value.len()))
-                    .map(|at| LogPointer::to_put(at, key, stored, value.len()));
-                let pointer = already.or(new_pointer);
+                let pointer = LogPointer::of_stored(&header, value);
                 let value_len = record::stored_value_len(&header, value);
-                let pointed = new_pointer.map(|pointer| record::pointer_record(&header, &pointer));
-                let stored = pointed.as_ref().map_or(stored, |pointed| &pointed[..]);
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
                     if fetched {

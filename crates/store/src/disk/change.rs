@@ -9,13 +9,9 @@ use super::record::{self, Header, LogPointer, Space};
 /// One change the applier makes to a key.
 #[derive(Clone, Copy)]
 pub(super) enum Write<'a> {
-    /// The key's new record. `logged`: where the journal holds it, so a
-    /// large value can stay there — given by the replay; a pending write
-    /// whose value stays in the log is already a pointer (`pending.rs`).
-    Put {
-        stored: &'a [u8],
-        logged: Option<Location>,
-    },
+    /// The key's new record as LMDB stores it: a value that stays in the
+    /// log is a pointer already (`record::pointer_for_put`).
+    Put(&'a [u8]),
     /// The compactor copied the key's value to `to` (a record of
     /// `frame_len` bytes): point there if the record still points at `from`.
     Move {
@@ -35,10 +31,7 @@ impl<'a> Write<'a> {
     /// A pending write's change.
     pub(super) fn of(space: Space, pending: Pending<'a>) -> Self {
         match (space, pending) {
-            (Space::Item, Pending::Put(stored)) => Write::Put {
-                stored,
-                logged: None,
-            },
+            (Space::Item, Pending::Put(stored)) => Write::Put(stored),
             (Space::Item, Pending::Remove) => Write::Remove,
             (Space::Row, Pending::Put(stored)) => Write::RowPut { stored },
             (Space::Row, Pending::Remove) => Write::RowRemove,
@@ -48,7 +41,7 @@ impl<'a> Write<'a> {
     /// About what applying it copies into LMDB.
     pub(super) fn weight(&self) -> usize {
         match self {
-            Write::Put { stored, .. } | Write::RowPut { stored } => stored.len(),
+            Write::Put(stored) | Write::RowPut { stored } => stored.len(),
             Write::Move { .. } | Write::Remove | Write::RowRemove => 0,
         }
     }

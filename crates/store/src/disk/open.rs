@@ -15,7 +15,7 @@ use super::change::{Old, Write};
 use super::flushes::Flushes;
 use super::log_format::{self, Record};
 use super::pending::PendingWrites;
-use super::record::{item_size, ClassCounts, Counts, Header};
+use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
 use super::replication::replica;
 use super::tables::indexes;
 use super::{
@@ -262,16 +262,15 @@ impl Inner {
                         micros: head.micros,
                     };
                 }
+                let pointed;
                 let (key, write) = match record {
                     Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
                         }
-                        let write = Write::Put {
-                            stored: record,
-                            logged: Some(here),
-                        };
-                        (key, write)
+                        let keeps_in_log = |len| self.config.keeps_in_log(len);
+                        pointed = pointer_for_put(key, record, here, keeps_in_log);
+                        (key, Write::Put(pointed.as_ref().map_or(record, |p| &p[..])))
                     }
                     Record::Move { key, from, .. } => {
                         let write = Write::Move {

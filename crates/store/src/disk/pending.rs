@@ -142,19 +142,6 @@ impl Entry {
     }
 }
 
-/// The pointer record of a journalled put whose value stays in the journal.
-fn pointed_to(keyed: &Keyed, at: Location, keeps_in_log: impl Fn(usize) -> bool) -> Option<Keyed> {
-    let (header, value) = Header::decode(keyed.record())?;
-    if header.has(record::IN_LOG) || !keeps_in_log(value.len()) {
-        return None;
-    }
-    let pointer = record::LogPointer::to_put(at, keyed.key(), keyed.record(), value.len());
-    Some(Keyed::new(
-        keyed.key(),
-        &record::pointer_record(&header, &pointer),
-    ))
-}
-
 /// Pending writes by key, looked up with the hash the shard's lock computed.
 type Entries = HashTable<Entry>;
 
@@ -484,8 +471,10 @@ impl PendingWrites {
                     offset: start.offset + offset,
                 };
                 let before = entry_charge(keyed.key(), keyed.record().len());
-                if let Some(pointed) = pointed_to(keyed, at, &keeps_in_log) {
-                    *keyed = pointed;
+                let pointed =
+                    record::pointer_for_put(keyed.key(), keyed.record(), at, &keeps_in_log);
+                if let Some(pointed) = pointed {
+                    *keyed = Keyed::new(keyed.key(), &pointed);
                     shrunk += before - entry_charge(keyed.key(), keyed.record().len());
                 }
             }

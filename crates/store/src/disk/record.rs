@@ -99,6 +99,25 @@ pub fn pointer_record(header: &Header, pointer: &LogPointer) -> [u8; HEADER_LEN 
     out
 }
 
+/// What LMDB stores for a put the log holds at `at`, if its value stays in
+/// the log there: a pointer record. `None`: the record is a pointer
+/// already, or its value is stored in LMDB.
+pub fn pointer_for_put(
+    key: &[u8],
+    stored: &[u8],
+    at: Location,
+    keeps_in_log: impl Fn(usize) -> bool,
+) -> Option<[u8; HEADER_LEN + LogPointer::LEN]> {
+    let (header, value) = Header::decode(stored)?;
+    if header.has(IN_LOG) || !keeps_in_log(value.len()) {
+        return None;
+    }
+    Some(pointer_record(
+        &header,
+        &LogPointer::to_put(at, key, stored, value.len()),
+    ))
+}
+
 /// The segment a [`log_live_key`] names.
 pub fn log_live_segment(key: &[u8]) -> Option<u64> {
     let number = key.strip_prefix(b"log")?;

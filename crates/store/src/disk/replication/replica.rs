@@ -222,11 +222,9 @@ impl BaseLoader<'_> {
                         .ok_or("a snapshot put without its value in place")?;
                     self.max_cas = self.max_cas.max(header.cas);
                     written += key.len() + record.len();
-                    let write = Write::Put {
-                        stored: record,
-                        logged: None,
-                    };
-                    inner.apply(&mut txn, key, write, 0, &mut counts).map(drop)
+                    inner
+                        .apply(&mut txn, key, Write::Put(record), 0, &mut counts)
+                        .map(drop)
                 }
                 Record::RowPut { key, record } => {
                     written += key.len() + record.len();

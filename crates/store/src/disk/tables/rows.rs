@@ -90,7 +90,7 @@ impl Inner {
                 self.rows.delete(txn, key)?;
                 Ok(changed)
             }
-            Write::Put { .. } | Write::Move { .. } | Write::Remove => {
+            Write::Put(_) | Write::Move { .. } | Write::Remove => {
                 unreachable!("an item's write is applied to the items")
             }
         }
