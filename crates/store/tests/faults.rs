@@ -910,6 +910,7 @@ fn random_writes_and_power_cuts_equal_a_model() {
                 store.flush_all(0, &fence);
                 assert_eq!(acknowledged(&store, &fence), AckState::Ready);
                 model.clear();
+                assert_eq!(get(&store, &key), None, "flushed before its round");
             } else if random.below(5) == 0 {
                 let fence = AckFence::default();
                 let outcome = store.delete(&key, &DeleteCommand::default(), &fence);

@@ -60,26 +60,25 @@ pub enum OpenError {
 const CLASS_SIZES: &[u8] = b"class_sizes";
 
 /// Items and bytes per size class, as the last commit kept them; counted
-/// again from the items if the classes (`-n`, `-f`, `-I`) changed since.
+/// again from the items if the classes (`-n`, `-f`, `-I`) changed since,
+/// or the tallies cannot be read.
 fn class_tallies(
     meta: &Database<Bytes, Bytes>,
     items: &Database<Bytes, Bytes>,
     txn: &mut RwTxn<'_>,
     classes: &SizeClasses,
 ) -> heed::Result<ClassCounts> {
-    // Every commit records them: none yet is none at all.
-    let kept = meta
-        .get(txn, b"classes")?
-        .and_then(ClassCounts::decode)
-        .unwrap_or_default();
+    let kept = meta.get(txn, b"classes")?.and_then(ClassCounts::decode);
     let sizes: Vec<u8> = (1..=classes.len())
         .flat_map(|class| (classes.chunk_size(class) as u32).to_le_bytes())
         .collect();
-    if meta.get(txn, CLASS_SIZES)? == Some(&sizes[..]) {
+    let same_classes = meta.get(txn, CLASS_SIZES)? == Some(&sizes[..]);
+    if let Some(kept) = kept.filter(|_| same_classes) {
         return Ok(kept);
     }
     let mut counted = ClassCounts::default();
-    if !kept.0.is_empty() {
+    // Every commit records the tallies: an empty table needs no walk.
+    if !items.is_empty(txn)? {
         for entry in items.iter(txn)? {
             let (key, stored) = entry?;
             if let Some(old) = Old::of(stored) {

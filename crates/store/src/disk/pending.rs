@@ -517,8 +517,10 @@ impl PendingWrites {
 
     /// Forgets writes LMDB now holds (every `applying` map): reads of their
     /// keys go to LMDB, or to a newer pending write. A record that was read
-    /// while pending (`was_read(hash, cas)`) moves into the read cache, with
-    /// its fetched bit set, unless a newer write of its key is pending.
+    /// while pending (`was_read(hash, cas)`), or that carries the fetched
+    /// bit (a `touch` or `gat`, an incr, a master's), moves into the read
+    /// cache, with its fetched bit set, unless a newer write of its key is
+    /// pending.
     pub fn retire_applied(&self, batches: Vec<Batch>, was_read: impl Fn(u64, u64) -> bool) {
         let promote = batches.len() == 1 && self.cache_budget_per_shard > 0;
         let budget = self.cache_budget_per_shard;
@@ -542,7 +544,7 @@ impl PendingWrites {
                     Header::decode(keyed.record()).is_some_and(|(header, _)| {
                         !header.has(record::IN_LOG)
                             && keyed.record().len() <= MAX_CACHED_RECORD
-                            && was_read(hash, header.cas)
+                            && (header.has(record::FETCHED) || was_read(hash, header.cas))
                             && state.newest(hash, Space::Item, keyed.key()).is_none()
                     })
                 };

@@ -61,7 +61,7 @@ impl Inner {
             let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
                 let result = f(self.with_fetched(hash, stored));
                 if let Some(record) = stored {
-                    Self::cache_read(shard, key, record);
+                    self.cache_item(shard, key, record);
                 }
                 return Ok(result);
             };
@@ -77,8 +77,17 @@ impl Inner {
                 Err(error) => return Err(log_read_failed(&error, &pointer)),
             };
             let result = f(self.with_fetched(hash, Some(logged.record())));
-            Self::cache_read(shard, key, logged.record());
+            self.cache_item(shard, key, logged.record());
             return Ok(result);
+        }
+    }
+
+    /// Keeps an item's record read from LMDB (or the log) in the read cache
+    /// if it is alive: an expired or flushed one is not worth the memory,
+    /// and one a flush covers would outlive the round that clears it.
+    fn cache_item(&self, shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
+        if Header::decode(record).is_some_and(|(header, _)| self.alive(&header)) {
+            Self::cache_read(shard, key, record);
         }
     }
 

@@ -48,8 +48,8 @@ impl Inner {
 
     /// A write: decides against the current item under the key's shard lock
     /// (so read-modify-writes are atomic) and leaves the change pending.
-    /// `decide` gets the live item and whether a dead one was there, and
-    /// returns the change to make (`None`: the key stays as it is).
+    /// `decide` gets the live item and whether an expired one was there,
+    /// and returns the change to make (`None`: the key stays as it is).
     pub(super) fn modify<R>(
         &self,
         key: &[u8],
@@ -60,12 +60,15 @@ impl Inner {
         let mut shard = self.pending.lock(key);
         let (change, result) = self.with_record(&mut shard, key, fence, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
-            if dead && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
+            // An expired item written over counts here; a flushed one when
+            // the round that applies the flush clears it (`flushed.rs`).
+            let expired = dead && found.is_some_and(|(header, _)| !self.flushes.covers(header.cas));
+            if expired && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
                 self.counters
                     .expired_unfetched
                     .fetch_add(1, Ordering::Relaxed);
             }
-            decide(found.filter(|_| !dead), dead)
+            decide(found.filter(|_| !dead), expired)
         })?;
         if let Some(change) = change {
             self.accesses.stored(shard.hash(), self.clock.now());
@@ -100,7 +103,7 @@ impl Inner {
         if command.mode == StoreMode::Set && command.compare_cas.is_none() {
             return Ok(self.set_blind(command, fence));
         }
-        self.modify(command.key, fence, |existing, reused| {
+        self.modify(command.key, fence, |existing, expired| {
             let current = existing.map(|(old, value)| current(&old, value));
             let write = match semantics::plan_store(command, current, self.config.max_value_bytes) {
                 StorePlan::Refuse(outcome) => return (None, outcome),
@@ -111,7 +114,7 @@ impl Inner {
             // (get_expired) and the sweep removes it.
             let header = self.header_for(&write, existing.map(|(old, _)| old));
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
-            if reused {
+            if expired {
                 self.counters
                     .reclaimed
                     .add(self.class_of(command.key, write.value_len()), 1);
