@@ -291,12 +291,17 @@ fn damaged_class_tallies_are_counted_again_at_open() {
     }
     drop(store);
     common::edit_lmdb(dir.path(), |edit| {
-        edit.meta.put(&mut edit.txn, b"classes", b"damaged").unwrap();
+        edit.meta
+            .put(&mut edit.txn, b"classes", b"damaged")
+            .unwrap();
     });
     let store = open(dir.path(), SyncPolicy::Batch);
     let stats = store.stats();
     assert_eq!(stats.curr_items, 3);
-    assert_eq!(stats.classes.iter().map(|class| class.items).sum::<u64>(), 3);
+    assert_eq!(
+        stats.classes.iter().map(|class| class.items).sum::<u64>(),
+        3
+    );
 }
 
 #[test]

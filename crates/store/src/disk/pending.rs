@@ -65,29 +65,33 @@ fn shard_count(workers: usize) -> usize {
 /// spread over shards independently.
 const ROW_HASH_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// A write, as a worker hands it over.
+/// A write to a key, as a worker hands it over and as it is held.
 #[derive(Debug, Clone)]
 pub enum Change {
     /// The key's new record (header and value, as stored), with the key.
     Put(Keyed),
-    Remove,
+    /// The key's removal.
+    Remove(Box<[u8]>),
 }
 
-/// A pending write as it is held: the key, its hash (so moving the entry
-/// from map to map never hashes the key again) and what it does to it.
+impl Change {
+    fn key(&self) -> &[u8] {
+        match self {
+            Change::Put(keyed) => keyed.key(),
+            Change::Remove(key) => key,
+        }
+    }
+}
+
+/// A pending write as it is held: its hash (so moving the entry from map
+/// to map never hashes the key again) and the change.
 #[derive(Clone)]
 struct Entry {
     hash: u64,
     space: Space,
     /// The write's sequence number.
     seq: u64,
-    held: Held,
-}
-
-#[derive(Clone)]
-enum Held {
-    Put(Keyed),
-    Remove(Box<[u8]>),
+    held: Change,
 }
 
 /// A pending write, as reads and the append see it.
@@ -99,21 +103,6 @@ pub enum Pending<'a> {
 }
 
 impl Entry {
-    fn new(hash: u64, space: Space, seq: u64, key: &[u8], change: Change) -> Entry {
-        Entry {
-            hash,
-            space,
-            seq,
-            held: match change {
-                Change::Put(keyed) => {
-                    debug_assert_eq!(keyed.key(), key);
-                    Held::Put(keyed)
-                }
-                Change::Remove => Held::Remove(Box::from(key)),
-            },
-        }
-    }
-
     /// The full hash first: the table matches 7 bits of it, and the key
     /// compare reads another allocation.
     fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
@@ -121,23 +110,20 @@ impl Entry {
     }
 
     fn key(&self) -> &[u8] {
-        match &self.held {
-            Held::Put(keyed) => keyed.key(),
-            Held::Remove(key) => key,
-        }
+        self.held.key()
     }
 
     fn pending(&self) -> Pending<'_> {
         match &self.held {
-            Held::Put(keyed) => Pending::Put(keyed.record()),
-            Held::Remove(_) => Pending::Remove,
+            Change::Put(keyed) => Pending::Put(keyed.record()),
+            Change::Remove(_) => Pending::Remove,
         }
     }
 
     fn charge(&self) -> usize {
         match &self.held {
-            Held::Put(keyed) => entry_charge(keyed.key(), keyed.record().len()),
-            Held::Remove(key) => entry_charge(key, 0),
+            Change::Put(keyed) => entry_charge(keyed.key(), keyed.record().len()),
+            Change::Remove(key) => entry_charge(key, 0),
         }
     }
 }
@@ -290,13 +276,18 @@ impl Shard<'_> {
     }
 
     /// Records a write; returns its sequence number.
-    pub fn put(&mut self, key: &[u8], change: Change) -> u64 {
-        debug_assert_eq!(self.owner.hash(self.space, key), self.hash);
+    pub fn put(&mut self, change: Change) -> u64 {
+        debug_assert_eq!(self.owner.hash(self.space, change.key()), self.hash);
         let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
         let (hash, space) = (self.hash, self.space);
-        let entry = Entry::new(hash, space, seq, key, change);
+        let entry = Entry {
+            hash,
+            space,
+            seq,
+            held: change,
+        };
         let added = entry.charge();
-        self.state.cache.remove(hash, space, key);
+        self.state.cache.remove(hash, space, entry.key());
         let removed = replace(&mut self.state.fresh, entry);
         self.state.fresh_bytes = self.state.fresh_bytes + added - removed;
         self.owner.bytes.fetch_add(added, Ordering::Relaxed);
@@ -463,7 +454,7 @@ impl PendingWrites {
             // without offsets, no pointers).
             for (entry, &offset) in map.iter_mut().zip(&mut offsets) {
                 // Rows live in LMDB whole, never in the log.
-                let (Space::Item, Held::Put(keyed)) = (entry.space, &mut entry.held) else {
+                let (Space::Item, Change::Put(keyed)) = (entry.space, &mut entry.held) else {
                     continue;
                 };
                 let at = Location {
@@ -550,7 +541,7 @@ impl PendingWrites {
                 };
                 for entry in map.drain() {
                     match entry.held {
-                        Held::Put(mut keyed)
+                        Change::Put(mut keyed)
                             if entry.space == Space::Item && wanted(entry.hash, &keyed, &guard) =>
                         {
                             record::set_bits(keyed.record_mut(), record::FETCHED);
@@ -607,16 +598,16 @@ mod tests {
     #[test]
     fn a_row_and_an_item_with_the_same_bytes_are_two_keys() {
         let pending = PendingWrites::new(0, 1);
-        pending.lock(b"k").put(b"k", put(b"k", b"item"));
-        pending
-            .lock_in(Space::Row, b"k")
-            .put(b"k", put(b"k", b"row"));
+        pending.lock(b"k").put(put(b"k", b"item"));
+        pending.lock_in(Space::Row, b"k").put(put(b"k", b"row"));
         assert_eq!(put_of(&pending.lock(b"k"), b"k"), Some(b"item".to_vec()));
         assert_eq!(
             put_of(&pending.lock_in(Space::Row, b"k"), b"k"),
             Some(b"row".to_vec())
         );
-        pending.lock_in(Space::Row, b"k").put(b"k", Change::Remove);
+        pending
+            .lock_in(Space::Row, b"k")
+            .put(Change::Remove(b"k"[..].into()));
         let batch = pending.drain();
         let mut writes: Vec<_> = batch
             .writes()
@@ -641,8 +632,8 @@ mod tests {
     #[test]
     fn writes_stay_readable_through_every_generation_and_newer_ones_win() {
         let pending = PendingWrites::new(0, 1);
-        pending.lock(b"a").put(b"a", Change::Remove);
-        pending.lock(b"b").put(b"b", put(b"b", &[1; 20]));
+        pending.lock(b"a").put(Change::Remove(b"a"[..].into()));
+        pending.lock(b"b").put(put(b"b", &[1; 20]));
         let batch = pending.drain();
         assert_eq!(batch.through, 2);
         assert_eq!(batch.len(), 2);
@@ -651,7 +642,7 @@ mod tests {
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![1; 20]));
         // "b" is written again while its group is journalled: the new write
         // wins now, and after the group moves to `logged`.
-        pending.lock(b"b").put(b"b", put(b"b", &[2; 5]));
+        pending.lock(b"b").put(put(b"b", &[2; 5]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.merge_logged(batch, NOWHERE, &[], |_| false);
         assert_eq!(pending_of(&pending.lock(b"a"), b"a"), Some(Pending::Remove));
@@ -666,7 +657,7 @@ mod tests {
         assert_eq!((applying.through, applying.len()), (3, 2));
         assert_eq!(pending.logged_bytes(), 0);
         // Still readable while LMDB takes them; a newer write wins.
-        pending.lock(b"a").put(b"a", put(b"a", &[3; 2]));
+        pending.lock(b"a").put(put(b"a", &[3; 2]));
         assert_eq!(put_of(&pending.lock(b"a"), b"a"), Some(vec![3; 2]));
         assert_eq!(put_of(&pending.lock(b"b"), b"b"), Some(vec![2; 5]));
         pending.retire_applied(vec![applying], |_, _| false);
@@ -698,7 +689,7 @@ mod tests {
                         (0..per_writer)
                             .map(|n| {
                                 let key = format!("w{writer}-{n}").into_bytes();
-                                let seq = pending.lock(&key).put(&key, put(&key, b"v"));
+                                let seq = pending.lock(&key).put(put(&key, b"v"));
                                 (key, seq)
                             })
                             .collect::<Vec<_>>()
@@ -753,18 +744,14 @@ mod tests {
             bits: 0,
         };
         let large = Keyed::encode(b"big", &header, &[&[5; 4000]]);
-        pending.lock(b"big").put(b"big", Change::Put(large.clone()));
-        pending
-            .lock(b"small")
-            .put(b"small", put(b"small", &[1; 20]));
+        pending.lock(b"big").put(Change::Put(large.clone()));
+        pending.lock(b"small").put(put(b"small", &[1; 20]));
         // Enough writes to fill several shards: each one's location must
         // be the one its record was encoded at.
         for i in 0..50 {
             let key = format!("other{i}");
             let record = Keyed::encode(key.as_bytes(), &header, &[&[i as u8; 2000]]);
-            pending
-                .lock(key.as_bytes())
-                .put(key.as_bytes(), Change::Put(record));
+            pending.lock(key.as_bytes()).put(Change::Put(record));
         }
         let batch = pending.drain();
         let held = pending.bytes();
@@ -830,7 +817,9 @@ mod tests {
             Some(&b"row"[..])
         );
         // A write of the row drops the row's copy only.
-        pending.lock_in(Space::Row, b"k").put(b"k", Change::Remove);
+        pending
+            .lock_in(Space::Row, b"k")
+            .put(Change::Remove(b"k"[..].into()));
         assert_eq!(pending.lock_in(Space::Row, b"k").cached(b"k"), None);
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&b"item"[..]));
     }
@@ -844,7 +833,7 @@ mod tests {
         let record = vec![7u8; 100];
         pending.lock(b"k").cache(b"k", &record);
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record[..]));
-        pending.lock(b"k").put(b"k", Change::Remove);
+        pending.lock(b"k").put(Change::Remove(b"k"[..].into()));
         assert_eq!(pending.lock(b"k").cached(b"k"), None);
         assert_eq!(pending.cache_usage(), (0, 0));
         pending.lock(b"j").cache(b"j", &record);

@@ -72,7 +72,7 @@ impl Inner {
         })?;
         if let Some(change) = change {
             self.accesses.stored(shard.hash(), self.clock.now());
-            fence.raise(shard.put(key, change));
+            fence.raise(shard.put(change));
         }
         drop(shard);
         self.wait_for_pending_room();
@@ -165,7 +165,7 @@ impl Inner {
         let header = self.new_header(command.flags, self.to_unix(command.expiry));
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
         self.accesses.stored(shard.hash(), self.clock.now());
-        fence.raise(shard.put(command.key, Change::Put(keyed)));
+        fence.raise(shard.put(Change::Put(keyed)));
         drop(shard);
         self.counters.total_items.fetch_add(1, Ordering::Relaxed);
         self.wait_for_pending_room();
@@ -189,7 +189,7 @@ impl Inner {
                     let header = self.new_header(0, self.now_unix().max(1));
                     Change::Put(Keyed::encode(key, &header, &[]))
                 }
-                DeletePlan::Remove => Change::Remove,
+                DeletePlan::Remove => Change::Remove(key.into()),
                 DeletePlan::Invalidate(expiry) => {
                     let (old, value) = existing.expect("a plan for a missing item refuses");
                     let header = Header {

@@ -222,7 +222,7 @@ impl Inner {
                 _ => Verdict::Taken,
             })?;
         if verdict == Verdict::Taken {
-            shard.put(key, Change::Put(Keyed::new(key, record)));
+            shard.put(Change::Put(Keyed::new(key, record)));
         }
         Ok(verdict)
     }

@@ -82,11 +82,11 @@ impl Inner {
                     max_cas = max_cas.max(header.cas);
                     (Space::Item, key, Change::Put(Keyed::new(key, record)))
                 }
-                Record::Remove { key } => (Space::Item, key, Change::Remove),
+                Record::Remove { key } => (Space::Item, key, Change::Remove(key.into())),
                 Record::RowPut { key, record } => {
                     (Space::Row, key, Change::Put(Keyed::new(key, record)))
                 }
-                Record::RowRemove { key } => (Space::Row, key, Change::Remove),
+                Record::RowRemove { key } => (Space::Row, key, Change::Remove(key.into())),
                 Record::Flush(boundary) => {
                     flush = Some(boundary);
                     continue;
@@ -102,7 +102,7 @@ impl Inner {
         }
         self.last_cas.fetch_max(max_cas, Ordering::AcqRel);
         for (space, key, change) in writes {
-            self.pending.lock_in(space, key).put(key, change);
+            self.pending.lock_in(space, key).put(change);
         }
         if let Some(boundary) = flush {
             self.take_flush(boundary);

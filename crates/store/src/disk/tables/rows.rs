@@ -151,9 +151,9 @@ impl Inner {
                 }
                 Change::Put(Keyed::new(&key, &stored))
             }
-            RowEdit::Remove => Change::Remove,
+            RowEdit::Remove => Change::Remove(key.as_slice().into()),
         };
-        fence.raise(shard.put(&key, change));
+        fence.raise(shard.put(change));
         drop(shard);
         self.wait_for_pending_room();
         Ok(RowOutcome::Done)
@@ -172,7 +172,7 @@ impl Inner {
         if self.stored_row(&mut shard, &key, false, fence)?.is_none() {
             return Ok(RowOutcome::Missing);
         }
-        fence.raise(shard.put(&key, Change::Remove));
+        fence.raise(shard.put(Change::Remove(key.as_slice().into())));
         drop(shard);
         self.wait_for_pending_room();
         Ok(RowOutcome::Done)
