@@ -684,7 +684,6 @@ fn fill_until_refused(server: &Server, stream: &mut TcpStream) -> Vec<usize> {
         "{} writes fit",
         acknowledged.len()
     );
-    assert_eq!(server.engine_stat("disk_out_of_space"), 1);
     acknowledged
 }
 
@@ -699,6 +698,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
     let server = Server::start_on(port, &args);
     let mut stream = server.connect();
     let acknowledged = fill_until_refused(&server, &mut stream);
+    assert_eq!(server.engine_stat("disk_out_of_space"), 1);
     for &i in [acknowledged[0], *acknowledged.last().unwrap()].iter() {
         assert_eq!(
             read_value(&mut stream, &format!("k{i}")),
@@ -750,23 +750,59 @@ fn a_flush_on_a_full_disk_gives_writes_back_without_waiting_for_a_round() {
     let server = Server::start(&small_disk_args(data.to_str().unwrap()));
     let mut stream = server.connect();
     fill_until_refused(&server, &mut stream);
+    assert_eq!(server.engine_stat("disk_out_of_space"), 1);
     assert_eq!(
         request_line(&mut stream, b"flush_all\r\n").unwrap(),
         "OK\r\n"
     );
-    let flushed = Instant::now();
+    writes_resume_before_the_next_round(&mut stream, Instant::now());
+    assert_eq!(read_value(&mut stream, "k0"), None);
+}
+
+/// The other order: a flush waits for its round, then the disk fills. The
+/// flush is applied as soon as the disk is short, not at the next round.
+#[test]
+fn a_disk_that_fills_after_a_flush_gives_writes_back_without_waiting_for_a_round() {
+    let disk = SmallDisk::mount("40m");
+    let data = disk.dir.path().join("data");
+    let server = Server::start(&small_disk_args(data.to_str().unwrap()));
+    let mut stream = server.connect();
+    // 8 MiB the flush will cover, in log segments of their own: `stats`
+    // waits for a round, which starts a new segment.
+    for i in 0..128 {
+        let mut request = format!("set old{i} 0 0 {FILL_VALUE_LEN}\r\n").into_bytes();
+        request.extend(value_of(i, FILL_VALUE_LEN));
+        request.extend(b"\r\n");
+        assert_eq!(request_line(&mut stream, &request).unwrap(), "STORED\r\n");
+    }
+    assert_eq!(server.engine_stat("disk_out_of_space"), 0);
+    assert_eq!(
+        request_line(&mut stream, b"flush_all\r\n").unwrap(),
+        "OK\r\n"
+    );
+    // No `stats` from here on: it would ask for the round.
+    fill_until_refused(&server, &mut stream);
+    writes_resume_before_the_next_round(&mut stream, Instant::now());
+    assert_eq!(read_value(&mut stream, "old0"), None);
+    assert_eq!(
+        read_value(&mut stream, "k0"),
+        Some(value_of(0, FILL_VALUE_LEN))
+    );
+}
+
+/// A set succeeds within half the applier's idle period (5 s) from `since`.
+fn writes_resume_before_the_next_round(stream: &mut TcpStream, since: Instant) {
     loop {
-        let reply = request_line(&mut stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
+        let reply = request_line(stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
         if reply == "STORED\r\n" {
-            break;
+            return;
         }
         assert!(
-            flushed.elapsed() < Duration::from_millis(2_500),
+            since.elapsed() < Duration::from_millis(2_500),
             "writes did not resume before the next round: {reply}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(read_value(&mut stream, "k0"), None);
 }
 
 #[test]

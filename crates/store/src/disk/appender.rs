@@ -191,6 +191,7 @@ impl Inner {
             let newest = batch.newest;
             self.pending.drop_failed(batch);
             self.acks.advance(newest, true);
+            self.apply_flush_if_short(logged.flush.is_some());
             drop(logged);
             return None;
         };
@@ -207,11 +208,9 @@ impl Inner {
         self.acks.advance(through, false);
         self.pending
             .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
+        self.apply_flush_if_short(logged.flush.is_some());
         drop(logged);
-        // A flush waits for the next round, as memcached's is lazy: until
-        // then a read of an item it covers counts in `get_flushed`. On a
-        // full disk it is applied at once, so the room it frees shows.
-        if flush.is_some() && self.health.is_out_of_space() || self.apply_due() {
+        if self.apply_due() {
             self.signals.wake_applier();
         }
         Some(writes + usize::from(flush.is_some()))

@@ -48,6 +48,17 @@ impl Inner {
             .zip(self.env.real_disk_size().ok());
     }
 
+    /// A flush waits for the applier's next round, as memcached's is lazy:
+    /// until then a read of an item it covers counts in `get_flushed`. On a
+    /// disk short of room it is applied at once, whichever came first, so
+    /// the room it frees shows. `flush_logged`: a flush is in the log and
+    /// not yet applied (`Logged::flush`).
+    pub(super) fn apply_flush_if_short(&self, flush_logged: bool) {
+        if flush_logged && self.health.is_out_of_space() {
+            self.signals.wake_applier();
+        }
+    }
+
     pub(super) fn check_space_if_due(&self) {
         let mut checked = self.signals.space_checked.lock();
         if checked.is_none_or(|at| at.elapsed() >= SPACE_CHECK_EVERY) {
@@ -66,6 +77,7 @@ impl Inner {
         let short = left < self.config.reserve_bytes;
         if self.health.set_out_of_space(short) {
             if short {
+                self.apply_flush_if_short(self.logged.lock().flush.is_some());
                 tracing::warn!(left, "disk nearly full: refusing writes");
             } else {
                 tracing::info!(left, "disk space freed: accepting writes again");
