@@ -776,12 +776,19 @@ fn a_disk_that_fills_after_a_flush_gives_writes_back_without_waiting_for_a_round
         assert_eq!(request_line(&mut stream, &request).unwrap(), "STORED\r\n");
     }
     assert_eq!(server.engine_stat("disk_out_of_space"), 0);
+    let last_round = Instant::now();
     assert_eq!(
         request_line(&mut stream, b"flush_all\r\n").unwrap(),
         "OK\r\n"
     );
     // No `stats` from here on: it would ask for the round.
     fill_until_refused(&server, &mut stream);
+    // The round after `last_round` comes 5 s after it: resuming within
+    // 2.5 s of a refusal made within 2 s shows the flush did not wait.
+    assert!(
+        last_round.elapsed() < Duration::from_secs(2),
+        "filling the disk took too long for this test to show anything"
+    );
     writes_resume_before_the_next_round(&mut stream, Instant::now());
     assert_eq!(read_value(&mut stream, "old0"), None);
     assert_eq!(

@@ -148,6 +148,69 @@ fn a_flush_gives_back_the_space_of_the_items_it_covers() {
     assert_eq!(stats.curr_items, 1);
 }
 
+/// LMDB reuses the pages a transaction frees only in a later one. A round
+/// that takes a flush and, after it, writes that fit in the map only in
+/// the flushed items' pages fails once; its retry commits the flush first,
+/// and the writes then go where the flushed items were.
+#[test]
+fn writes_after_a_flush_that_fit_only_in_its_room_are_applied_when_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || DiskConfig {
+        map_size: 4 << 20,
+        sync: SyncPolicy::None,
+        reserve_bytes: 0,
+        ..DiskConfig::new(dir.path())
+    };
+    let store = DiskStore::open(config()).unwrap();
+    // Below `log_values_from`: the values live in LMDB, about half its map.
+    let value = [b'v'; 900];
+    const EACH: usize = 2_200;
+    for i in 0..EACH {
+        set(&store, format!("old{i}").as_bytes(), &value, 0);
+    }
+    // A round just ran: the next one comes when asked, not by the clock.
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    store.flush_all(0, &AckFence::default());
+    for i in 0..EACH {
+        set(&store, format!("new{i}").as_bytes(), &value, 0);
+    }
+    // `stats` asks for the round.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.stats().curr_items != EACH as u64
+        || engine_stat(&store, "disk_applied_writes") < 2 * EACH as u64
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writes after the flush never reached LMDB ({} failed commits)",
+            engine_stat(&store, "disk_failed_commits")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        engine_stat(&store, "disk_failed_commits") >= 1,
+        "the round fitted at once: the test shows nothing"
+    );
+    assert_eq!(
+        store.stats().reclaimed,
+        EACH as u64,
+        "each flushed item counts once, not once per try"
+    );
+    store.maintain(); // checks the space left
+    assert_eq!(engine_stat(&store, "disk_out_of_space"), 0);
+    assert!(matches!(
+        set(&store, b"after", b"v", 0),
+        StoreOutcome::Stored { .. }
+    ));
+    drop(store);
+    let store = DiskStore::open(config()).unwrap();
+    assert_eq!(
+        get(&store, b"new0").map(|found| found.0),
+        Some(value.to_vec())
+    );
+    assert_eq!(get(&store, b"old0"), None);
+    assert_eq!(store.stats().curr_items, EACH as u64 + 1);
+}
+
 /// memcached clears a flushed item when it next meets it, and counts the
 /// read that does in `get_flushed`. The disk engine clears a flush's items
 /// in its next round, not as soon as the flush is in the log, so a read

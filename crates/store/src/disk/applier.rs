@@ -232,9 +232,9 @@ impl Inner {
             state.retry = round;
             return None;
         }
-        // A retried round first commits its removals alone: deletes
-        // journalled since may free the room the writes need, but LMDB
-        // reuses a freed page only in a later transaction.
+        // A retried round first commits its flush and its removals alone:
+        // they may free the room the writes need (deletes journalled since,
+        // too), but LMDB reuses a freed page only in a later transaction.
         let result = (round.as_ref().filter(|round| round.retried))
             .map_or(Ok(()), |round| self.commit_removes(round))
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()));
@@ -252,6 +252,8 @@ impl Inner {
                     tracing::error!(%error, "disk full: refusing writes until space is freed");
                 }
                 self.health.set_out_of_space(true);
+                // A flush appended since this round took the log's groups.
+                self.apply_flush_if_short(self.logged.lock().flush.is_some());
             } else {
                 if first {
                     tracing::error!(%error, "disk commit failed: refusing writes from now on");
@@ -396,7 +398,8 @@ impl Inner {
         });
     }
 
-    /// Commits only the keys whose newest write in `round` is a removal.
+    /// Commits only the round's flush, and the keys whose newest write in
+    /// `round` is a removal.
     fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
         let newest: std::collections::HashMap<_, _> = round
             .batches
@@ -411,6 +414,9 @@ impl Inner {
         removed.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
+        if let Some(boundary) = round.flush {
+            self.clear_flushed(&mut txn, &mut counts, boundary)?;
+        }
         let flushed_through = self.flushes.through();
         for (space, key) in removed {
             let write = Write::of(space, Pending::Remove);
@@ -453,6 +459,8 @@ impl Inner {
         }
         let mut applied_counts = self.applied_counts.lock();
         self.config.io.commit(txn)?;
+        self.counters
+            .add_reclaims(std::mem::take(&mut counts.reclaims));
         *applied_counts = counts.clone();
         Ok(())
     }

@@ -43,18 +43,17 @@ impl Inner {
                 continue;
             };
             if !self.fetched(key, &old.header) {
-                self.counters
-                    .expired_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
+                counts.reclaims.unfetched += 1;
             }
             self.items.delete(txn, key)?;
             self.uncount(counts, key, &old);
             let class = self.class_of(key, old.value_len);
             swept.push(key.to_vec());
-            match classes {
-                None => self.counters.reclaimed.add(class, 1),
-                Some(_) => self.counters.crawler_reclaimed.add(class, 1),
-            }
+            let tally = match classes {
+                None => &mut counts.reclaims.reclaimed,
+                Some(_) => &mut counts.reclaims.crawled,
+            };
+            *tally.entry(class).or_default() += 1;
             removed += 1;
         }
         Ok(removed)

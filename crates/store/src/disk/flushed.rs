@@ -36,7 +36,7 @@ impl Inner {
             // The flushed items' space goes back at once.
             for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
                 if items > 0 {
-                    self.counters.reclaimed.add(index + 1, items);
+                    *counts.reclaims.reclaimed.entry(index + 1).or_default() += items;
                 }
             }
             counts.clear();
@@ -52,7 +52,7 @@ impl Inner {
                 let class = self.class_of(&key, old.value_len);
                 self.forget_old(txn, &key, Some(old), counts, 0)?;
                 self.items.delete(txn, &key)?;
-                self.counters.reclaimed.add(class, 1);
+                *counts.reclaims.reclaimed.entry(class).or_default() += 1;
             }
         }
         let newest = self.flushed_boundary(txn)?.max(boundary);

@@ -229,6 +229,19 @@ struct Counters {
     peer_discarded: AtomicU64,
 }
 
+impl Counters {
+    /// What a committed transaction reclaimed.
+    fn add_reclaims(&self, reclaims: record::Reclaims) {
+        for (class, count) in reclaims.reclaimed {
+            self.reclaimed.add(class, count);
+        }
+        for (class, count) in reclaims.crawled {
+            self.crawler_reclaimed.add(class, count);
+        }
+        (self.expired_unfetched).fetch_add(reclaims.unfetched, Ordering::Relaxed);
+    }
+}
+
 /// Any failure on the write path: the write is not acknowledged.
 #[derive(Debug)]
 struct WriteFailed;

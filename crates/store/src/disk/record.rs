@@ -251,11 +251,26 @@ pub fn expiry_of_index_key(index_key: &[u8]) -> Option<u32> {
 }
 
 /// What the committed data holds, kept with every commit: items and bytes
-/// per size class, and the journal bytes LMDB points to per segment.
+/// per size class, and the journal bytes LMDB points to per segment; and
+/// what the transaction under way reclaimed.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
     pub classes: ClassCounts,
     pub log: LogLive,
+    pub reclaims: Reclaims,
+}
+
+/// Expired and flushed items a transaction removed, by size class: added
+/// to the server's counters once it commits, so a commit that fails and
+/// is retried counts them once.
+#[derive(Debug, Clone, Default)]
+pub struct Reclaims {
+    /// memcached's `reclaimed`: by the background expiry or a flush.
+    pub reclaimed: std::collections::BTreeMap<usize, u64>,
+    /// `crawler_reclaimed`: by `lru_crawler crawl`.
+    pub crawled: std::collections::BTreeMap<usize, u64>,
+    /// Expired items never read (`expired_unfetched`).
+    pub unfetched: u64,
 }
 
 impl Counts {
