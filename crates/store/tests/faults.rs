@@ -4,7 +4,7 @@
 //! the client is told, nothing acknowledged is lost, the engine is poisoned
 //! or short of space, and a restart recovers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -40,6 +40,9 @@ struct Faults {
     commit: Option<Fault>,
     /// Commits that still work before every other fails with EIO.
     commits_left: Option<usize>,
+    /// The next commits, in turn, ahead of `commit` and `commits_left`:
+    /// `None` works, `Some(errno)` fails.
+    commit_plan: VecDeque<Option<i32>>,
     sync_data: Option<Fault>,
     /// The power is off: every write, fsync and commit fails and changes
     /// nothing, until `cut_power` leaves on disk what was made durable.
@@ -217,6 +220,17 @@ impl Io for FaultyIo {
 
     fn commit(&self, txn: RwTxn<'_>) -> heed::Result<()> {
         let _turn = self.data.lock();
+        let planned = {
+            let mut faults = self.faults.lock();
+            (!faults.crashed)
+                .then(|| faults.commit_plan.pop_front())
+                .flatten()
+        };
+        match planned {
+            Some(Some(code)) => return Err(heed_error(code)),
+            Some(None) => return txn.commit(),
+            None => {}
+        }
         if let Some(Fault::Fails(code)) = self.fault(|f| f.commit) {
             // Dropping the transaction aborts it.
             return Err(heed_error(code));
@@ -695,6 +709,69 @@ fn a_full_disk_refuses_writes_keeps_deletes_and_writes_resume_when_space_returns
     let store = recovers(dir.path(), &kept);
     assert_eq!(get(&store, b"key0"), None);
     assert_eq!(get(&store, b"no room"), None);
+}
+
+/// A round that commits in parts and fails for space in a later part has
+/// its flush in LMDB already. Its retry must not clear the tables again:
+/// that would drop the writes its first part made after the flush (LMDB,
+/// `curr_items` and scans would lack them while retries fail) and count
+/// them as flushed.
+#[test]
+fn a_retried_round_keeps_the_writes_its_first_part_committed_after_its_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    // Parts of a quarter of the pending memory: 1 MiB, about 200 of these writes.
+    let store = DiskStore::open(DiskConfig {
+        pending_limit: 4 << 20,
+        ..config(dir.path(), SyncPolicy::Batch, io.clone())
+    })
+    .unwrap();
+    fill(&store, 10, 100);
+    // A round just ran: the next one comes when asked, not by the clock.
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    let started = Instant::now();
+    let fence = AckFence::default();
+    store.flush_all(0, &fence);
+    assert_eq!(acknowledged(&store, &fence), AckState::Ready);
+    let mut after_flush = BTreeMap::new();
+    for i in 0..600 {
+        let (key, value) = (format!("new{i}").into_bytes(), value_of(i, 900));
+        assert_eq!(set(&store, &key, &value), Some(true));
+        after_flush.insert(key, value);
+    }
+    // The round's first part commits and its second fails for space; the
+    // retry's flush and removals commit, and the small commit after them;
+    // every commit after that fails.
+    io.set(|f| {
+        f.commit_plan = [None, Some(libc::ENOSPC), None, None].into();
+        f.commit = Some(Fault::Fails(libc::ENOSPC));
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "too slow: the applier's clock may have taken the flush alone"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !io.faults.lock().commit_plan.is_empty() {
+        assert!(Instant::now() < deadline, "the round was not retried");
+        store.stats(); // asks for a round
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = store.stats();
+    assert!(
+        (1..600).contains(&stats.curr_items),
+        "LMDB keeps what the first part committed: {} items",
+        stats.curr_items
+    );
+    assert_eq!(stats.reclaimed, 10, "only the flushed items");
+    io.set(|f| f.commit = None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats().curr_items != 600 {
+        assert!(Instant::now() < deadline, "the retry never committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(store.stats().reclaimed, 10);
+    drop(store);
+    recovers(dir.path(), &after_flush);
 }
 
 #[test]

@@ -234,7 +234,7 @@ impl Inner {
         }
         // A retried round first commits its flush and its removals alone:
         // they may free the room the writes need (deletes journalled since,
-        // too), but LMDB reuses a freed page only in a later transaction.
+        // too), but LMDB reuses a freed page only two transactions later.
         let result = (round.as_ref().filter(|round| round.retried))
             .map_or(Ok(()), |round| self.commit_removes(round))
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()));
@@ -417,13 +417,19 @@ impl Inner {
         if let Some(boundary) = round.flush {
             self.clear_flushed(&mut txn, &mut counts, boundary)?;
         }
-        let flushed_through = self.flushes.through();
+        let flushed_through = self.flushed_boundary(&txn)?;
         for (space, key) in removed {
             let write = Write::of(space, Pending::Remove);
             self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
         }
         self.mark_partial(&mut txn, Some(round))?;
         self.commit_counted(txn, &mut counts, None)?;
+        // LMDB reuses the pages transaction N frees from transaction N + 2
+        // on (`mdb_find_oldest`): one more commit that writes, so that the
+        // round's writes, next, may take them.
+        let mut txn = self.env.write_txn()?;
+        self.mark_partial(&mut txn, Some(round))?;
+        self.config.io.commit(txn)?;
         self.measure_lmdb_usage();
         Ok(())
     }

@@ -30,6 +30,12 @@ impl Inner {
         counts: &mut Counts,
         boundary: u64,
     ) -> heed::Result<()> {
+        // Already applied (a round committed in parts and retried, or a
+        // replay of what LMDB holds): a table cleared whole again would
+        // lose the writes made after the flush.
+        if self.flushed_boundary(txn)? >= boundary {
+            return Ok(());
+        }
         if self.stamps.is_none() && !crate::stamp::is_stamp(boundary) {
             self.items.clear(txn)?;
             self.expiry.clear(txn)?;
@@ -55,8 +61,7 @@ impl Inner {
                 *counts.reclaims.reclaimed.entry(class).or_default() += 1;
             }
         }
-        let newest = self.flushed_boundary(txn)?.max(boundary);
-        self.meta.put(txn, FLUSHED, &newest.to_le_bytes())
+        self.meta.put(txn, FLUSHED, &boundary.to_le_bytes())
     }
 
     /// The newest flush boundary LMDB reflects; 0 for none.
