@@ -655,16 +655,21 @@ fn small_disk_args(data: &str) -> [&str; 8] {
 
 const FILL_VALUE_LEN: usize = 64 * 1024;
 
+/// A set of `key` to `value_of(i, FILL_VALUE_LEN)`.
+fn fill_set(key: &str, i: usize) -> Vec<u8> {
+    let mut request = format!("set {key} 0 0 {FILL_VALUE_LEN}\r\n").into_bytes();
+    request.extend(value_of(i, FILL_VALUE_LEN));
+    request.extend(b"\r\n");
+    request
+}
+
 /// Sets `k0`, `k1`, … until the disk refuses one, and returns the ones
 /// acknowledged.
 fn fill_until_refused(server: &Server, stream: &mut TcpStream) -> Vec<usize> {
     let mut acknowledged = Vec::new();
     let mut refusal = None;
     for i in 0..2_000 {
-        let mut request = format!("set k{i} 0 0 {FILL_VALUE_LEN}\r\n").into_bytes();
-        request.extend(value_of(i, FILL_VALUE_LEN));
-        request.extend(b"\r\n");
-        match request_line(stream, &request) {
+        match request_line(stream, &fill_set(&format!("k{i}"), i)) {
             Ok(reply) if reply == "STORED\r\n" => acknowledged.push(i),
             Ok(reply) => {
                 refusal = Some(reply);
@@ -770,10 +775,8 @@ fn a_disk_that_fills_after_a_flush_gives_writes_back_without_waiting_for_a_round
     // 8 MiB the flush will cover, in log segments of their own: `stats`
     // waits for a round, which starts a new segment.
     for i in 0..128 {
-        let mut request = format!("set old{i} 0 0 {FILL_VALUE_LEN}\r\n").into_bytes();
-        request.extend(value_of(i, FILL_VALUE_LEN));
-        request.extend(b"\r\n");
-        assert_eq!(request_line(&mut stream, &request).unwrap(), "STORED\r\n");
+        let reply = request_line(&mut stream, &fill_set(&format!("old{i}"), i)).unwrap();
+        assert_eq!(reply, "STORED\r\n");
     }
     assert_eq!(server.engine_stat("disk_out_of_space"), 0);
     let last_round = Instant::now();
