@@ -58,16 +58,14 @@ impl Drop for JournalHeld {
 }
 
 /// Encodes a journal group: its head, then the batch's writes with a flush
-/// after those it covers, noting where each write starts.
+/// after those it covers; returns where each write starts, in the batch's order.
 fn encode_group(
     group: &mut Vec<u8>,
-    offsets: &mut Vec<u64>,
     head: GroupHead,
     flush: Option<u64>,
     batch: &Batch,
-) {
+) -> Vec<u64> {
     group.clear();
-    offsets.clear();
     log_format::encode(group, Record::Group(head));
     let is_covered = |space: Space, change: &Pending<'_>| match (flush, space, change) {
         (Some(boundary), Space::Item, Pending::Put(record)) => {
@@ -75,7 +73,7 @@ fn encode_group(
         }
         _ => false,
     };
-    offsets.resize(batch.len(), 0);
+    let mut offsets = vec![0; batch.len()];
     // Encodes the writes the flush covers, or (`covered` false) the rest.
     let mut encode_writes = |group: &mut Vec<u8>, covered: bool| {
         for (k, (space, key, change)) in batch.writes().enumerate() {
@@ -99,6 +97,7 @@ fn encode_group(
         log_format::encode(group, Record::Flush(boundary));
     }
     encode_writes(group, false);
+    offsets
 }
 
 impl Inner {
@@ -128,16 +127,15 @@ impl Inner {
                 self.signals.writer_idle.store(true, Ordering::SeqCst);
                 // A failed append (a full disk, a poisoned engine) leaves its
                 // flush requested again: a tick's pause, not a spin on it.
-                if appended.is_none() || !self.has_work() {
+                let has_work = self.pending.is_dirty()
+                    || self.flushes.is_requested()
+                    || self.signals.stopping();
+                if appended.is_none() || !has_work {
                     thread::park_timeout(IDLE_TICK);
                 }
                 self.signals.writer_idle.store(false, Ordering::SeqCst);
             }
         }
-    }
-
-    fn has_work(&self) -> bool {
-        self.pending.is_dirty() || self.flushes.is_requested() || self.signals.stopping()
     }
 
     /// Journals every pending write (and a flush) in one append, then lets
@@ -159,8 +157,6 @@ impl Inner {
             return Some(0);
         }
         self.check_space_if_due();
-        // Where each write lands, so LMDB can point to large values there.
-        let mut offsets = Vec::with_capacity(writes);
         // Entries are numbered here: this thread holds the leader lock.
         let head = replicated.unwrap_or_else(|| GroupHead {
             first_lsn: self.journal.last_lsn() + 1,
@@ -169,7 +165,8 @@ impl Inner {
         });
         let last = head.last(writes + usize::from(flush.is_some()));
         // Encoded before the applier is held up by the lock.
-        encode_group(group, &mut offsets, head, flush, &batch);
+        // Where each write lands, so LMDB can point to large values there.
+        let offsets = encode_group(group, head, flush, &batch);
         let mut logged = self.logged.lock();
         let start = self.append(group, last);
         logged.through = through;

@@ -46,19 +46,6 @@ const PREFETCH_THREADS: usize = 16;
 /// How often an idle applier lets go of the history past retention.
 const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(10);
 
-/// What the applier carries from round to round.
-struct ApplierState {
-    /// A round whose commit failed, to try again.
-    retry: Option<ApplyRound>,
-    /// The newest segment committed to LMDB but not yet fsynced there (a
-    /// failed fsync leaves it for the next round).
-    unsynced: Option<u64>,
-    /// No compaction before this (one failed).
-    compact_after: Instant,
-    /// When retention was last applied: the log ages without rounds too.
-    retention_checked: Instant,
-}
-
 /// One LMDB transaction's worth of journalled writes, kept until committed.
 #[derive(Default)]
 pub(super) struct ApplyRound {
@@ -92,42 +79,46 @@ impl Inner {
     pub(super) fn apply_due(&self) -> bool {
         let threshold = self.config.round_threshold();
         let segment_limit = (threshold as u64).max(ROUND_JOURNAL_BYTES);
-        self.pending.logged_bytes() >= threshold || self.journal.current_bytes() >= segment_limit
+        self.pending.logged_bytes() >= threshold || self.journal.current_end().1 >= segment_limit
     }
 
     pub(super) fn apply_loop(&self) {
-        let mut state = ApplierState {
-            retry: None,
-            unsynced: None,
-            compact_after: Instant::now(),
-            retention_checked: Instant::now(),
-        };
+        // A round whose commit failed, to try again.
+        let mut retry = None;
+        // The newest segment committed to LMDB but not yet fsynced there (a
+        // failed fsync leaves it for the next round).
+        let mut unsynced = None;
+        // No compaction before this (one failed).
+        let mut compact_after = Instant::now();
+        // When retention was last applied: the log ages without rounds too.
+        let mut retention_checked = Instant::now();
         let mut last_round = Instant::now();
         loop {
             let finishing = self.signals.finishing();
             let requested = self.signals.apply_requested.swap(false, Ordering::SeqCst);
             let due = finishing
                 || requested
-                || state.retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
+                || retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
                 || last_round.elapsed() >= APPLY_EVERY
                 || self.apply_due();
             if due {
                 last_round = Instant::now();
                 let pointed_before = self.applied_counts.lock().log.total();
-                let worked = self.apply_round(&mut state);
+                let worked = self.apply_round(&mut retry);
                 // A round that removed expired items holds no new segment,
                 // but its commit may free one: it is fsynced before anything
                 // is deleted, as a round of writes is.
                 let freed = self.applied_counts.lock().log.total() < pointed_before;
                 match worked {
                     Some(0) if freed => {
-                        state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                        unsynced = Some(self.applied_segment.load(Ordering::Acquire));
                     }
                     Some(0) | None => {}
-                    Some(segment) => state.unsynced = Some(segment),
+                    Some(segment) => unsynced = Some(segment),
                 }
-                self.sync_applied(&mut state);
-                if finishing && (worked.is_none() || state.retry.is_some()) {
+                self.sync_applied(&mut unsynced);
+                // (A round left to retry worked at nothing.)
+                if finishing && worked.is_none() {
                     // Nothing more will come; a commit that keeps failing
                     // leaves its writes in the journal for the next start.
                     return;
@@ -137,21 +128,19 @@ impl Inner {
                 }
             }
             // Between rounds: one segment at a time, so writes wait little.
-            if !finishing && state.retry.is_none() && Instant::now() >= state.compact_after {
+            if !finishing && retry.is_none() && Instant::now() >= compact_after {
                 match self.compact_some() {
                     Compaction::Done => {
-                        state.unsynced = Some(self.applied_segment.load(Ordering::Acquire));
-                        self.sync_applied(&mut state);
+                        unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                        self.sync_applied(&mut unsynced);
                         continue;
                     }
-                    Compaction::Failed => state.compact_after = Instant::now() + COMPACT_RETRY,
+                    Compaction::Failed => compact_after = Instant::now() + COMPACT_RETRY,
                     Compaction::NotDue => {}
                 }
             }
-            if state.unsynced.is_none()
-                && state.retention_checked.elapsed() >= RETENTION_CHECK_EVERY
-            {
-                state.retention_checked = Instant::now();
+            if unsynced.is_none() && retention_checked.elapsed() >= RETENTION_CHECK_EVERY {
+                retention_checked = Instant::now();
                 self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
             }
             let wait = APPLY_EVERY.saturating_sub(last_round.elapsed());
@@ -164,12 +153,12 @@ impl Inner {
     /// instead let dirty pages pile up, and under a memory cap reclaim then
     /// writes them back in the way of reads (capped random overwrites:
     /// 15,800/s against 19,600/s).
-    fn sync_applied(&self, state: &mut ApplierState) {
-        let Some(segment) = state.unsynced else {
+    fn sync_applied(&self, unsynced: &mut Option<u64>) {
+        let Some(segment) = *unsynced else {
             return;
         };
         if self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
-            state.unsynced = None;
+            *unsynced = None;
             self.remove_dead_segments(segment);
         }
     }
@@ -177,8 +166,9 @@ impl Inner {
     /// One LMDB transaction: what was journalled since the last one, with
     /// a batch of expired items. Returns `None` when there was nothing to
     /// do or the commit failed, else the newest journal segment LMDB now
-    /// holds (0 when it holds no new one).
-    fn apply_round(&self, state: &mut ApplierState) -> Option<u64> {
+    /// holds (0 when it holds no new one). A round whose commit failed is
+    /// left in `retry`, and taken from there by the next.
+    fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
             (self.journal.prepare())
@@ -200,7 +190,7 @@ impl Inner {
             (batch, logged.flush.take(), retired)
         });
         drop(logged);
-        let mut round = state.retry.take();
+        let mut round = retry.take();
         if let Some((batch, flush, retired)) = taken {
             // Under every policy: LMDB is about to point into it, and its
             // pointers must never reach the disk before what they point to.
@@ -229,7 +219,7 @@ impl Inner {
             // journal bytes that may never reach the disk. The writes stay
             // pending (readable; their values are in the page cache) and no
             // new ones are accepted.
-            state.retry = round;
+            *retry = round;
             return None;
         }
         // A retried round first commits its flush and its removals alone:
@@ -255,18 +245,15 @@ impl Inner {
                 // A flush appended since this round took the log's groups.
                 self.apply_flush_if_short(self.logged.lock().flush.is_some());
             } else {
-                if first {
-                    tracing::error!(%error, "disk commit failed: refusing writes from now on");
-                }
-                self.health.poison();
-            }
-            if let Some(round) = &mut round {
-                round.retried = true;
+                self.poison("disk commit failed", &error);
             }
             // The writes are acknowledged and in the journal: they stay
             // pending (readable) and the next round tries again, with
             // whatever was journalled since (deletes may free space).
-            state.retry = round;
+            *retry = round.map(|round| ApplyRound {
+                retried: true,
+                ..round
+            });
             // Tried again after a pause, not at once.
             return None;
         }
@@ -301,14 +288,12 @@ impl Inner {
         }
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
-        if let Some(boundary) = round.and_then(|round| round.flush) {
-            self.clear_flushed(&mut txn, &mut counts, boundary)?;
-        }
         // The writes a flush covers are skipped once the flush is in LMDB
         // (this round's, or an earlier one's): not by `Flushes::through`,
         // which a flush raises before it reaches the log. A crash before it
         // does must not have dropped the writes it would have covered.
-        let flushed_through = self.flushed_boundary(&txn)?;
+        let flushed_through =
+            self.clear_flushed(&mut txn, &mut counts, round.and_then(|round| round.flush))?;
         // LMDB holds every page a transaction dirties in memory until the
         // commit (a random overwrite dirties a whole leaf), so a large round
         // commits in parts of at most a quarter of the pending memory: under
@@ -345,11 +330,10 @@ impl Inner {
         }
         // Keys whose expired items this commit removes.
         let mut swept = Vec::new();
-        let reclaimed = if reclaim {
-            self.remove_due(&mut txn, &mut counts, None, &mut swept)?
-        } else {
-            0
-        };
+        if reclaim {
+            self.remove_due(&mut txn, &mut counts, None, &mut swept)?;
+        }
+        let reclaimed = swept.len() as u64;
         if let Some(classes) = crawl {
             self.remove_due(&mut txn, &mut counts, Some(classes), &mut swept)?;
         }
@@ -401,26 +385,21 @@ impl Inner {
     /// Commits only the round's flush, and the keys whose newest write in
     /// `round` is a removal.
     fn commit_removes(&self, round: &ApplyRound) -> heed::Result<()> {
-        let newest: std::collections::HashMap<_, _> = round
+        // In key order; the newest write of a key wins.
+        let newest: std::collections::BTreeMap<_, _> = round
             .batches
             .iter()
             .flat_map(|batch| batch.writes())
-            .map(|(space, key, change)| ((space, key), change))
+            .map(|(space, key, change)| ((key, space), change))
             .collect();
-        let mut removed: Vec<(Space, &[u8])> = newest
-            .into_iter()
-            .filter_map(|(space_key, change)| (change == Pending::Remove).then_some(space_key))
-            .collect();
-        removed.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
-        if let Some(boundary) = round.flush {
-            self.clear_flushed(&mut txn, &mut counts, boundary)?;
-        }
-        let flushed_through = self.flushed_boundary(&txn)?;
-        for (space, key) in removed {
-            let write = Write::of(space, Pending::Remove);
-            self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+        let flushed_through = self.clear_flushed(&mut txn, &mut counts, round.flush)?;
+        for ((key, space), change) in newest {
+            if change == Pending::Remove {
+                let write = Write::of(space, change);
+                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+            }
         }
         self.mark_partial(&mut txn, Some(round))?;
         self.commit_counted(txn, &mut counts, None)?;

@@ -93,11 +93,11 @@ impl Inner {
         // Keys and places only: the values are read again a chunk at a
         // time, so the memory a compaction takes stays bounded.
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
-        let txn = self.env.read_txn().map_err(lmdb)?;
+        let txn = self.env.read_txn().map_err(io::Error::other)?;
         let path = journal::segment_path(&self.config.dir, victim);
         journal::replay(&path, victim, |found, from, _| {
             if let Record::Put { key, .. } | Record::Move { key, .. } = found {
-                let stored = self.items.get(&txn, key).map_err(lmdb)?;
+                let stored = self.items.get(&txn, key).map_err(io::Error::other)?;
                 let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);
                 if let Some(pointer) = pointer.filter(|pointer| pointer.at == from) {
                     live.push((key.to_vec(), pointer));
@@ -148,7 +148,7 @@ impl Inner {
         if !self.fsync("journal fsync failed", || self.journal.sync()) {
             return Err(io::Error::other("journal fsync failed"));
         }
-        let mut txn = self.env.write_txn().map_err(lmdb)?;
+        let mut txn = self.env.write_txn().map_err(io::Error::other)?;
         let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
         for (&(key, from, at), end) in moves.iter().zip(ends) {
@@ -161,9 +161,10 @@ impl Inner {
                 frame_len: end - at,
             };
             self.apply(&mut txn, key, write, 0, &mut counts)
-                .map_err(lmdb)?;
+                .map_err(io::Error::other)?;
         }
-        self.commit_counted(txn, &mut counts, None).map_err(lmdb)?;
+        self.commit_counted(txn, &mut counts, None)
+            .map_err(io::Error::other)?;
         Ok(group.len() as u64)
     }
 
@@ -225,9 +226,4 @@ impl Inner {
         segments.truncate(past.len());
         segments
     }
-}
-
-/// An LMDB failure as an I/O error, for compaction's and snapshots' mixed work.
-pub(super) fn lmdb(error: heed::Error) -> io::Error {
-    io::Error::other(error.to_string())
 }

@@ -7,7 +7,7 @@
 //! lock when the process dies, so a crash never leaves a stale lock behind.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -17,20 +17,14 @@ const LOCK_FILE: &str = "lock";
 /// Why the directory could not be locked.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("the data directory {} is in use{}", .dir.display(), holder_text(*.holder))]
+    #[error("the data directory {} is in use by {}", .dir.display(),
+        .holder.map_or_else(|| "another process".to_string(), |pid| format!("process {pid}")))]
     InUse { dir: PathBuf, holder: Option<u32> },
     #[error("cannot lock the data directory {}: {source}", .dir.display())]
     Io {
         dir: PathBuf,
         source: std::io::Error,
     },
-}
-
-fn holder_text(holder: Option<u32>) -> String {
-    match holder {
-        Some(pid) => format!(" by process {pid}"),
-        None => " by another process".to_string(),
-    }
 }
 
 /// Held for as long as the engine is open; dropping it releases the lock.
@@ -64,8 +58,8 @@ impl DirLock {
             }
             Err((_, errno)) => return Err(io(errno.into())),
         };
+        // Just opened, so written from the start.
         file.set_len(0).map_err(io)?;
-        file.seek(SeekFrom::Start(0)).map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
         Ok(DirLock { _file: file })
     }

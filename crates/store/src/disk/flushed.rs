@@ -23,27 +23,27 @@ use super::Inner;
 pub(super) const FLUSHED: &[u8] = b"flushed";
 
 impl Inner {
-    /// Removes every item the flush through `boundary` covers.
+    /// Removes every item the flush through `boundary` covers, if there
+    /// is one; returns the newest boundary LMDB reflects now (0 for none).
     pub(super) fn clear_flushed(
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
-        boundary: u64,
-    ) -> heed::Result<()> {
+        boundary: Option<u64>,
+    ) -> heed::Result<u64> {
+        let applied = super::meta_u64(&self.meta, txn, FLUSHED)?;
         // Already applied (a round committed in parts and retried, or a
         // replay of what LMDB holds): a table cleared whole again would
         // lose the writes made after the flush.
-        if self.flushed_boundary(txn)? >= boundary {
-            return Ok(());
-        }
+        let Some(boundary) = boundary.filter(|&boundary| boundary > applied) else {
+            return Ok(applied);
+        };
         if self.stamps.is_none() && !crate::stamp::is_stamp(boundary) {
             self.items.clear(txn)?;
             self.expiry.clear(txn)?;
             // The flushed items' space goes back at once.
             for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
-                if items > 0 {
-                    *counts.reclaims.reclaimed.entry(index + 1).or_default() += items;
-                }
+                *counts.reclaims.reclaimed.entry(index + 1).or_default() += items;
             }
             counts.clear();
         } else {
@@ -61,11 +61,7 @@ impl Inner {
                 *counts.reclaims.reclaimed.entry(class).or_default() += 1;
             }
         }
-        self.meta.put(txn, FLUSHED, &boundary.to_le_bytes())
-    }
-
-    /// The newest flush boundary LMDB reflects; 0 for none.
-    pub(super) fn flushed_boundary(&self, txn: &heed::RoTxn<'_>) -> heed::Result<u64> {
-        super::meta_u64(&self.meta, txn, FLUSHED)
+        self.meta.put(txn, FLUSHED, &boundary.to_le_bytes())?;
+        Ok(boundary)
     }
 }

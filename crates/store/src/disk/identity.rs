@@ -23,11 +23,7 @@ pub fn server_id(dir: &Path, requested: Option<u32>) -> io::Result<u32> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => None,
         Err(error) => return Err(error),
     };
-    let id = match (requested, kept) {
-        (Some(id), _) => id,
-        (None, Some(id)) => return Ok(id),
-        (None, None) => random_id()?,
-    };
+    let id = requested.or(kept).map_or_else(random_id, Ok)?;
     if kept != Some(id) {
         let temporary = dir.join(format!("{FILE}.new"));
         let mut file = File::create(&temporary)?;
@@ -41,13 +37,8 @@ pub fn server_id(dir: &Path, requested: Option<u32>) -> io::Result<u32> {
 
 fn random_id() -> io::Result<u32> {
     let mut bytes = [0; 4];
-    loop {
-        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-        let id = u32::from_le_bytes(bytes);
-        if id != 0 {
-            return Ok(id);
-        }
-    }
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u32::from_le_bytes(bytes).max(1))
 }
 
 #[cfg(test)]

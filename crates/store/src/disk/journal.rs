@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use super::io::Io;
 use super::log_format::{decode, Location, LogPosition, Record, FRAME};
 use super::page_window::PageWindow;
-use super::record::LogPointer;
+use super::record::{LogPointer, HEADER_LEN};
 use super::retention::SegmentAge;
 
 /// The longest record a pointer may claim (a corrupt one must not make a
@@ -313,12 +313,8 @@ impl Journal {
     /// [`switch`](Self::switch): creating it (and making its name durable)
     /// takes time, switching does not.
     pub fn prepare(&self) -> io::Result<NextSegment> {
-        Segment::create(&self.dir, self.current_number() + 1).map(NextSegment)
-    }
-
-    /// The number of the segment being appended to.
-    pub fn current_number(&self) -> u64 {
-        self.current.lock().number
+        let number = self.current.lock().number + 1;
+        Segment::create(&self.dir, number).map(NextSegment)
     }
 
     /// Appends go to `next` from now on; returns the segment before it.
@@ -359,12 +355,6 @@ impl Journal {
         // Under the current segment's lock, as `switch` moves it to `older`.
         let current = self.current.lock();
         current.len + self.older.lock().values().map(|s| s.len).sum::<u64>()
-    }
-
-    /// Bytes appended to the current segment: what the applier has not
-    /// taken yet, about.
-    pub fn current_bytes(&self) -> u64 {
-        self.current.lock().len
     }
 
     /// The stored record (header and value, as LMDB would hold it) of
@@ -420,7 +410,12 @@ pub fn read_stored(
         Record::Put { key: found, record }
         | Record::Move {
             key: found, record, ..
-        } if len == frame_len && found == key && record.len() == pointer.record_len() => record,
+        } if len == frame_len
+            && found == key
+            && record.len() == HEADER_LEN + pointer.value_len as usize =>
+        {
+            record
+        }
         _ => return Err(corrupt()),
     };
     let start = record.as_ptr() as usize - frame.as_ptr() as usize;

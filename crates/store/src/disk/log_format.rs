@@ -236,13 +236,9 @@ pub fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
 pub fn decode_checked(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
     let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
     let body = bytes.get(FRAME..FRAME.checked_add(len)?)?;
-    if len < BODY_HEAD {
-        return None;
-    }
-    let key_len = u16::from_le_bytes([body[1], body[2]]) as usize;
-    let key = body.get(BODY_HEAD..BODY_HEAD + key_len)?;
-    let rest = &body[BODY_HEAD + key_len..];
-    let record = match body[0] {
+    let (&[kind, key_len_lo, key_len_hi], body) = body.split_first_chunk::<BODY_HEAD>()?;
+    let (key, rest) = body.split_at_checked(u16::from_le_bytes([key_len_lo, key_len_hi]).into())?;
+    let record = match kind {
         PUT => Record::Put { key, record: rest },
         REMOVE if rest.is_empty() => Record::Remove { key },
         ROW_PUT => Record::RowPut { key, record: rest },
@@ -280,9 +276,7 @@ pub struct LogPosition {
 }
 
 impl LogPosition {
-    pub const LEN: usize = 16;
-
-    pub fn encode(&self) -> [u8; Self::LEN] {
+    pub fn encode(&self) -> [u8; 16] {
         encode_pair(self.lsn, self.micros)
     }
 

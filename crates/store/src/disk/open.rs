@@ -77,14 +77,11 @@ fn class_tallies(
         return Ok(kept);
     }
     let mut counted = ClassCounts::default();
-    // Every commit records the tallies: an empty table needs no walk.
-    if !items.is_empty(txn)? {
-        for entry in items.iter(txn)? {
-            let (key, stored) = entry?;
-            if let Some(old) = Old::of(stored) {
-                let size = item_size(key, old.value_len);
-                counted.add(classes.class_of(size), size as u64);
-            }
+    for entry in items.iter(txn)? {
+        let (key, stored) = entry?;
+        if let Some(old) = Old::of(stored) {
+            let size = item_size(key, old.value_len);
+            counted.add(classes.class_of(size), size as u64);
         }
     }
     meta.put(txn, b"classes", &counted.encode())?;
@@ -286,7 +283,8 @@ impl Inner {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
                         self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-                        return Ok(self.clear_flushed(&mut txn, &mut counts, boundary)?);
+                        self.clear_flushed(&mut txn, &mut counts, Some(boundary))?;
+                        return Ok(());
                     }
                     Record::Group(_) => return Ok(()),
                 };

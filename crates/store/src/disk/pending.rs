@@ -260,25 +260,21 @@ impl Shard<'_> {
         self.state.cache.get(self.hash, self.space, key)
     }
 
-    /// Whether the record of `key`, just missed, should be cached (see the
-    /// module's notes); ask before copying it.
-    pub fn admit(&mut self) -> bool {
-        self.owner.cache_budget_per_shard > 0 && self.state.cache.admit(self.hash)
-    }
-
-    /// Caches a record just read from LMDB. The caller holds this shard's
-    /// lock since it found no pending write of `key`, before reading LMDB.
+    /// Caches a record just read from LMDB (or the log), if it is small
+    /// enough and the doorkeeper admits it (see the module's notes). The
+    /// caller holds this shard's lock since it found no pending write of
+    /// `key`, before reading LMDB.
     pub fn cache(&mut self, key: &[u8], record: &[u8]) {
         let budget = self.owner.cache_budget_per_shard;
-        self.state
-            .cache
-            .insert(self.hash, self.space, Keyed::new(key, record), budget);
+        if record.len() <= MAX_CACHED_RECORD && budget > 0 && self.state.cache.admit(self.hash) {
+            (self.state.cache).insert(self.hash, self.space, Keyed::new(key, record), budget);
+        }
     }
 
     /// Records a write; returns its sequence number.
     pub fn put(&mut self, change: Change) -> u64 {
         debug_assert_eq!(self.owner.hash(self.space, change.key()), self.hash);
-        let seq = self.owner.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let seq = self.owner.next_seq();
         let (hash, space) = (self.hash, self.space);
         let entry = Entry {
             hash,
@@ -461,12 +457,11 @@ impl PendingWrites {
                     segment: start.segment,
                     offset: start.offset + offset,
                 };
-                let before = entry_charge(keyed.key(), keyed.record().len());
                 let pointed =
                     record::pointer_for_put(keyed.key(), keyed.record(), at, &keeps_in_log);
                 if let Some(pointed) = pointed {
+                    shrunk += keyed.record().len() - pointed.len();
                     *keyed = Keyed::new(keyed.key(), &pointed);
-                    shrunk += before - entry_charge(keyed.key(), keyed.record().len());
                 }
             }
             for entry in map.drain() {
@@ -518,14 +513,13 @@ impl PendingWrites {
         for batch in batches {
             for (index, map) in batch.maps {
                 let mut guard = self.shards[index].lock();
-                let applying = std::mem::take(&mut guard.applying);
+                // Each map `applying` holds is in one of the batches too: this
+                // frees none of them.
+                guard.applying.clear();
                 if !promote {
-                    drop(guard);
-                    // Freed outside the lock.
-                    drop((applying, map));
+                    // `map` is freed after `guard`, outside the lock.
                     continue;
                 }
-                drop(applying);
                 // The shard held the only other reference: the map is ours.
                 let mut map = Arc::unwrap_or_clone(map);
                 let mut freed = Vec::new();
@@ -809,8 +803,11 @@ mod tests {
     #[test]
     fn a_cached_row_and_item_with_the_same_bytes_are_apart() {
         let pending = PendingWrites::new(MAX_SHARDS * 4096, 1);
-        pending.lock(b"k").cache(b"k", b"item");
-        pending.lock_in(Space::Row, b"k").cache(b"k", b"row");
+        // Each admitted on its second miss.
+        for _ in 0..2 {
+            pending.lock(b"k").cache(b"k", b"item");
+            pending.lock_in(Space::Row, b"k").cache(b"k", b"row");
+        }
         assert_eq!(pending.lock(b"k").cached(b"k"), Some(&b"item"[..]));
         assert_eq!(
             pending.lock_in(Space::Row, b"k").cached(b"k"),
@@ -827,15 +824,32 @@ mod tests {
     #[test]
     fn a_write_removes_the_cached_record_and_a_flush_empties_the_caches() {
         let pending = PendingWrites::new(MAX_SHARDS * 4096, 1);
-        assert!(!pending.lock(b"k").admit(), "not on the first miss");
-        assert!(pending.lock(b"k").admit(), "on the second");
-        assert!(!PendingWrites::new(0, 1).lock(b"k").admit());
         let record = vec![7u8; 100];
         pending.lock(b"k").cache(b"k", &record);
-        assert_eq!(pending.lock(b"k").cached(b"k"), Some(&record[..]));
+        assert_eq!(
+            pending.lock(b"k").cached(b"k"),
+            None,
+            "not on the first miss"
+        );
+        pending.lock(b"k").cache(b"k", &record);
+        assert_eq!(
+            pending.lock(b"k").cached(b"k"),
+            Some(&record[..]),
+            "on the second"
+        );
+        let no_cache = PendingWrites::new(0, 1);
+        for _ in 0..2 {
+            no_cache.lock(b"k").cache(b"k", &record);
+        }
+        assert_eq!(
+            no_cache.lock(b"k").cached(b"k"),
+            None,
+            "no budget, no cache"
+        );
         pending.lock(b"k").put(Change::Remove(b"k"[..].into()));
         assert_eq!(pending.lock(b"k").cached(b"k"), None);
         assert_eq!(pending.cache_usage(), (0, 0));
+        pending.lock(b"j").cache(b"j", &record);
         pending.lock(b"j").cache(b"j", &record);
         assert_eq!(pending.cache_usage().1, 1);
         pending.clear_cache();

@@ -8,7 +8,6 @@ use crate::semantics::{self};
 use crate::{AckFence, GetOptions, ItemView};
 
 use super::pending::{Change, Pending, Shard};
-use super::read_cache::MAX_CACHED_RECORD;
 use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
@@ -87,14 +86,6 @@ impl Inner {
     /// and one a flush covers would outlive the round that clears it.
     fn cache_item(&self, shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
         if Header::decode(record).is_some_and(|(header, _)| self.alive(&header)) {
-            Self::cache_read(shard, key, record);
-        }
-    }
-
-    /// Keeps a record read from LMDB (or the log) in the read cache, if it
-    /// is small enough and the doorkeeper admits it.
-    pub(super) fn cache_read(shard: &mut Shard<'_>, key: &[u8], record: &[u8]) {
-        if record.len() <= MAX_CACHED_RECORD && shard.admit() {
             shard.cache(key, record);
         }
     }

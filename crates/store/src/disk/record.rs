@@ -35,11 +35,6 @@ pub struct LogPointer {
 impl LogPointer {
     pub const LEN: usize = 24;
 
-    /// The length of the record it points to: a header and the value.
-    pub fn record_len(&self) -> usize {
-        HEADER_LEN + self.value_len as usize
-    }
-
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0; Self::LEN];
         out[..16].copy_from_slice(&self.at.encode());
@@ -55,16 +50,6 @@ impl LogPointer {
             frame_len: u32_at(16)?,
             value_len: u32_at(20)?,
         })
-    }
-
-    /// The pointer to `key`'s put of `stored` (a header and a value of
-    /// `value_len` bytes) journalled at `at`.
-    pub fn to_put(at: Location, key: &[u8], stored: &[u8], value_len: usize) -> LogPointer {
-        LogPointer {
-            at,
-            frame_len: super::log_format::put_len(key, stored.len()) as u32,
-            value_len: value_len as u32,
-        }
     }
 
     /// The pointer a record stored in LMDB holds, if its value is in the log.
@@ -108,14 +93,13 @@ pub fn pointer_for_put(
     at: Location,
     keeps_in_log: impl Fn(usize) -> bool,
 ) -> Option<[u8; HEADER_LEN + LogPointer::LEN]> {
-    let (header, value) = Header::decode(stored)?;
-    if header.has(IN_LOG) || !keeps_in_log(value.len()) {
-        return None;
-    }
-    Some(pointer_record(
-        &header,
-        &LogPointer::to_put(at, key, stored, value.len()),
-    ))
+    let (header, value) = value_in_place(stored).filter(|(_, value)| keeps_in_log(value.len()))?;
+    let pointer = LogPointer {
+        at,
+        frame_len: super::log_format::put_len(key, stored.len()) as u32,
+        value_len: value.len() as u32,
+    };
+    Some(pointer_record(&header, &pointer))
 }
 
 /// The segment a [`log_live_key`] names.
@@ -135,7 +119,7 @@ pub fn log_live_key(segment: u64) -> [u8; 11] {
 /// Which keyspace a record belongs to: memcached's items (the `items`
 /// database), or table rows (`rows`). The same bytes in two spaces are two
 /// keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Space {
     Item,
     Row,

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use super::history::{self, Values};
 use super::journal;
 use super::log_format::{self, GroupHead, Location, Record};
+use super::record::LogPointer;
 use super::{DiskConfig, DiskStore};
 use crate::{AckFence, GetOptions, Store};
 
@@ -113,7 +114,7 @@ fn read_every_way(dir: &Path, keys: &[Vec<u8>]) {
 /// 24-byte value or followed.
 #[test]
 fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
-    use super::record::{self, Header, LogPointer};
+    use super::record::{self, Header};
     let header = Header {
         flags: 0,
         expiry_unix: 0,
@@ -125,7 +126,7 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
             segment: number,
             offset: 0,
         };
-        let pointer = LogPointer::to_put(at, b"k", &[0; 100], 83);
+        let pointer = pointer_to_put(at);
         let mut bytes = Vec::new();
         let head = GroupHead {
             first_lsn: 1,
@@ -202,7 +203,7 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
 /// it is pending, to be journalled later as this server's own.
 #[test]
 fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
-    use super::record::{self, Keyed, LogPointer};
+    use super::record::{self, Keyed};
     use crate::replication::{LogPosition, Replication};
     let dir = tempfile::tempdir().unwrap();
     let replica = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
@@ -211,7 +212,7 @@ fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
         segment: 1,
         offset: 0,
     };
-    let pointer = record::pointer_record(&HEADER, &LogPointer::to_put(at, b"k", &[0; 100], 83));
+    let pointer = record::pointer_record(&HEADER, &pointer_to_put(at));
     let group = master_group(&[(b"fine", plain.record()), (b"k", &pointer)]);
     let error = replica.apply_group(&group).unwrap_err();
     assert!(error.contains("value in place"), "{error}");
@@ -289,4 +290,13 @@ fn a_snapshot_load_is_not_held_up_by_a_number_taken_without_a_write() {
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("the load goes on");
     assert_eq!(added, Ok(()));
+}
+
+/// A pointer to a put of key `k` whose stored record (header and value) is 100 bytes.
+fn pointer_to_put(at: Location) -> LogPointer {
+    LogPointer {
+        at,
+        frame_len: log_format::put_len(b"k", 100) as u32,
+        value_len: 83,
+    }
 }

@@ -65,49 +65,49 @@ impl std::str::FromStr for LogRetention {
             max_bytes: None,
         };
         for part in text.split(',').map(str::trim) {
-            if let Some(bytes) = parse_size(part) {
-                if retention.max_bytes.replace(bytes).is_some() {
-                    return Err(format!("two sizes in log retention {text:?}"));
-                }
-            } else if let Some(age) = parse_duration(part) {
-                if retention.max_age.replace(age).is_some() {
-                    return Err(format!("two durations in log retention {text:?}"));
-                }
-            } else {
-                return Err(format!(
+            let twice = match parse_limit(part) {
+                Some(Limit::Size(bytes)) => retention.max_bytes.replace(bytes).map(|_| "sizes"),
+                Some(Limit::Age(age)) => retention.max_age.replace(age).map(|_| "durations"),
+                None => return Err(format!(
                     "log retention {part:?} is neither a duration (24h, 90m, 3600s, 2d) nor a size (512MiB, 4GiB)"
-                ));
+                )),
+            };
+            if let Some(what) = twice {
+                return Err(format!("two {what} in log retention {text:?}"));
             }
         }
         Ok(retention)
     }
 }
 
-fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
-    let number: u64 = number.parse().ok()?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" | "min" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    Some(Duration::from_secs(number.checked_mul(seconds)?))
+/// One part of a retention.
+enum Limit {
+    Age(Duration),
+    Size(u64),
 }
 
-fn parse_size(text: &str) -> Option<u64> {
+/// `24h`, `90m`, `3600s`, `2d` (an age); `512MiB`, `4GiB`, `1000000B` (a size).
+fn parse_limit(text: &str) -> Option<Limit> {
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
     let number: u64 = number.parse().ok()?;
-    let scale: u64 = match unit {
-        "B" => 1,
-        "KiB" | "K" | "KB" => 1 << 10,
-        "MiB" | "M" | "MB" => 1 << 20,
-        "GiB" | "G" | "GB" => 1 << 30,
-        "TiB" | "T" | "TB" => 1 << 40,
+    let (scale, is_age): (u64, bool) = match unit {
+        "s" => (1, true),
+        "m" | "min" => (60, true),
+        "h" => (3600, true),
+        "d" => (86_400, true),
+        "B" => (1, false),
+        "KiB" | "K" | "KB" => (1 << 10, false),
+        "MiB" | "M" | "MB" => (1 << 20, false),
+        "GiB" | "G" | "GB" => (1 << 30, false),
+        "TiB" | "T" | "TB" => (1 << 40, false),
         _ => return None,
     };
-    number.checked_mul(scale)
+    let amount = number.checked_mul(scale)?;
+    Some(if is_age {
+        Limit::Age(Duration::from_secs(amount))
+    } else {
+        Limit::Size(amount)
+    })
 }
 
 /// A segment the applier is done with, as retention sees it.

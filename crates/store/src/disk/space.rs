@@ -34,7 +34,7 @@ impl Inner {
         let fs_free = super::journal::free_space(self.env.path())?;
         let map_left = (self.config.map_size as u64).saturating_sub(used);
         let room = map_left.min(fs_free + file.saturating_sub(used));
-        Some(room.saturating_sub(self.journal.current_bytes()))
+        Some(room.saturating_sub(self.journal.current_end().1))
     }
 
     /// Measures the pages LMDB uses and its file's size: the file changes

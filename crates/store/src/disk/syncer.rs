@@ -4,14 +4,14 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Instant;
 
-use super::threads::IDLE_TICK;
 use super::Inner;
 
 impl Inner {
     /// fsyncs the journal as the policy says (the applier fsyncs the data
     /// file itself before it deletes journal segments).
     pub(super) fn sync_loop(&self) {
-        let period = self.config.sync.background_period().unwrap_or(IDLE_TICK);
+        let period = (self.config.sync.background_period())
+            .expect("the syncer runs only under a policy with a period");
         let mut synced_groups = 0;
         loop {
             let finishing = self.signals.finishing();

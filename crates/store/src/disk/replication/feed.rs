@@ -311,7 +311,7 @@ impl Feed {
     /// its end. Returns false when there is none yet (true also when the
     /// retired one turned out to hold more).
     fn next_segment(&mut self) -> io::Result<bool> {
-        if self.segment >= self.inner.journal.current_number() {
+        if self.segment >= self.inner.journal.current_end().0 {
             return Ok(false);
         }
         // Retired: nothing more comes to it, but a group may have been

@@ -12,7 +12,6 @@ use std::io;
 use std::sync::Arc;
 
 use super::feed::Feed;
-use crate::disk::compactor::lmdb;
 use crate::disk::log_format::{self, LogPosition, Record};
 use crate::disk::record::Header;
 use crate::disk::tables::indexes;
@@ -30,9 +29,9 @@ impl Inner {
         // Before the transaction: the segments holding what follows the
         // snapshot (and the values it points to) stay until it is sent.
         let _hold = self.journal.hold_history();
-        let txn = self.env.read_txn().map_err(lmdb)?;
-        let at = applied_position(&self.meta, &txn).map_err(lmdb)?;
-        let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(lmdb)?;
+        let txn = self.env.read_txn().map_err(io::Error::other)?;
+        let at = applied_position(&self.meta, &txn).map_err(io::Error::other)?;
+        let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(io::Error::other)?;
         for (table, def) in defs.all() {
             send(SnapshotPart::Index {
                 table: &table,
@@ -50,8 +49,8 @@ impl Inner {
         if flushed_through > 0 {
             parts.push(Record::Flush(flushed_through))?;
         }
-        for entry in self.items.iter(&txn).map_err(lmdb)? {
-            let (key, stored) = entry.map_err(lmdb)?;
+        for entry in self.items.iter(&txn).map_err(io::Error::other)? {
+            let (key, stored) = entry.map_err(io::Error::other)?;
             let Some(found) = Header::decode(stored) else {
                 continue;
             };
@@ -75,8 +74,8 @@ impl Inner {
             };
             parts.push(Record::Put { key, record })?;
         }
-        for entry in self.rows.iter(&txn).map_err(lmdb)? {
-            let (key, record) = entry.map_err(lmdb)?;
+        for entry in self.rows.iter(&txn).map_err(io::Error::other)? {
+            let (key, record) = entry.map_err(io::Error::other)?;
             parts.push(Record::RowPut { key, record })?;
         }
         parts.flush()?;

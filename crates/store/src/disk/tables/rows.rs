@@ -119,7 +119,7 @@ impl Inner {
         let txn = self.env.read_txn()?;
         let stored = self.rows.get(&txn, key)?;
         if let Some(stored) = stored.filter(|_| cache) {
-            Self::cache_read(shard, key, stored);
+            shard.cache(key, stored);
         }
         Ok(stored.map(<[u8]>::to_vec))
     }
