@@ -280,7 +280,18 @@ impl Inner {
         reclaim: bool,
         crawl: Option<&[bool]>,
     ) -> heed::Result<()> {
-        if let Some(round) = round.filter(|_| self.fetch_before_write.load(Ordering::Relaxed)) {
+        // The live data is larger than the memory budget, so a write's leaf
+        // page is likely on the device: its pages are read with several
+        // threads at once before the transaction, rather than one by one
+        // inside it. LMDB's pages in use, not its file (after a flush it
+        // keeps its size) nor the items' bytes (values in the log are not
+        // in it).
+        let budget = self.config.memory_budget as u64;
+        let outgrown = self
+            .lmdb_usage
+            .lock()
+            .is_some_and(|(used, _)| used > budget);
+        if let Some(round) = round.filter(|_| outgrown) {
             self.prefetch(&round.batches);
             self.counters
                 .prefetched_rounds

@@ -18,20 +18,20 @@ impl Inner {
     /// Removes expired items, oldest first by the expiry index: a batch of
     /// any class (`classes` `None`: an apply round's reclaim), or all of
     /// those of the classes marked (`lru_crawler crawl`, counted in
-    /// `crawler_reclaimed`). Returns how many it removed.
+    /// `crawler_reclaimed`). The keys removed are added to `swept`.
     pub(super) fn remove_due(
         &self,
         txn: &mut RwTxn<'_>,
         counts: &mut Counts,
         classes: Option<&[bool]>,
         swept: &mut Vec<Vec<u8>>,
-    ) -> heed::Result<u64> {
+    ) -> heed::Result<()> {
+        let cutoff = self.sweep_cutoff();
         let limit = classes.map_or(RECLAIM_BATCH, |_| usize::MAX);
         let marked = |key: &[u8], old: &Old| {
             classes
                 .is_none_or(|classes| classes.get(self.class_of(key, old.value_len)) == Some(&true))
         };
-        let mut removed = 0;
         for index_key in &self.due_expiry_keys(txn, limit)? {
             let key = &index_key[4..];
             let found = self.stored_old(txn, key)?;
@@ -39,7 +39,9 @@ impl Inner {
                 continue;
             }
             self.expiry.delete(txn, index_key)?;
-            let Some(old) = found.filter(|old| self.sweepable(&old.header)) else {
+            // Expiry 0: never.
+            let Some(old) = found.filter(|old| (1..=cutoff).contains(&old.header.expiry_unix))
+            else {
                 continue;
             };
             if !self.fetched(key, &old.header) {
@@ -54,14 +56,13 @@ impl Inner {
                 Some(_) => &mut counts.reclaims.crawled,
             };
             *tally.entry(class).or_default() += 1;
-            removed += 1;
         }
-        Ok(removed)
+        Ok(())
     }
 
     /// The expiry index's entries that are due, oldest first, at most `limit`.
     fn due_expiry_keys(&self, txn: &heed::RoTxn<'_>, limit: usize) -> heed::Result<Vec<Vec<u8>>> {
-        let now = self.now_unix().saturating_sub(self.dead_kept_secs());
+        let now = self.sweep_cutoff();
         Ok(self
             .expiry
             .iter(txn)?

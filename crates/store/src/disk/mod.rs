@@ -144,11 +144,6 @@ struct Inner {
     base_incomplete: AtomicBool,
     /// The log segments attached replicas still need (`feed.rs`).
     replica_holds: replication::feed::ReplicaHolds,
-    /// The live data is larger than the memory budget, so a write's leaf
-    /// page is likely on the device: the applier reads a round's pages with
-    /// several threads at once before its transaction, rather than one by
-    /// one inside it.
-    fetch_before_write: AtomicBool,
     /// The newest journal segment whose writes LMDB holds.
     applied_segment: AtomicU64,
     /// Pages LMDB uses and its file's size, in bytes, as of the last commit.
@@ -163,30 +158,21 @@ struct Inner {
     _dir_lock: dir_lock::DirLock,
 }
 
-/// A count in total and per size class.
+/// A count per size class.
 #[derive(Default)]
-struct ClassTally {
-    total: AtomicU64,
-    /// Index = class.
-    per_class: Mutex<Vec<u64>>,
-}
+struct ClassTally(Mutex<std::collections::BTreeMap<usize, u64>>);
 
 impl ClassTally {
     fn add(&self, class: usize, count: u64) {
-        self.total.fetch_add(count, Ordering::Relaxed);
-        let mut classes = self.per_class.lock();
-        if classes.len() <= class {
-            classes.resize(class + 1, 0);
-        }
-        classes[class] += count;
+        *self.0.lock().entry(class).or_default() += count;
     }
 
     fn total(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
+        self.0.lock().values().sum()
     }
 
     fn of(&self, class: usize) -> u64 {
-        self.per_class.lock().get(class).copied().unwrap_or(0)
+        self.0.lock().get(&class).copied().unwrap_or(0)
     }
 }
 
@@ -305,20 +291,14 @@ impl Inner {
         }
     }
 
-    /// How long dead items are kept before the sweep removes them: a dual
-    /// master's tombstone lifetime (`MultiPrimary`), else not at all.
-    fn dead_kept_secs(&self) -> u32 {
-        self.config.multi_primary.map_or(0, |multi| {
+    /// The newest expiry time the sweep may remove: now, less a dual
+    /// master's tombstone lifetime (`MultiPrimary`), for which it keeps
+    /// what died.
+    fn sweep_cutoff(&self) -> u32 {
+        let kept = self.config.multi_primary.map_or(0, |multi| {
             multi.tombstone_lifetime.as_secs().min(u64::from(u32::MAX)) as u32
-        })
-    }
-
-    /// Whether the sweep may remove an item: expired, and kept dead long
-    /// enough.
-    fn sweepable(&self, header: &Header) -> bool {
-        header.expiry_unix != 0
-            && u64::from(header.expiry_unix) + u64::from(self.dead_kept_secs())
-                <= u64::from(self.now_unix())
+        });
+        self.now_unix().saturating_sub(kept)
     }
 
     fn class_of(&self, key: &[u8], value_len: usize) -> usize {
@@ -511,13 +491,6 @@ impl Store for DiskStore {
         // Nobody's reply waits for a delayed flush applied in the background.
         inner.apply_due_flush(&AckFence::default());
         inner.check_space();
-        // LMDB's pages in use, not the file (after a flush it keeps its
-        // size) nor the items' bytes (values in the log are not in it).
-        let lmdb_used = inner.lmdb_usage.lock().map_or(0, |(used, _)| used);
-        inner.fetch_before_write.store(
-            lmdb_used > inner.config.memory_budget as u64,
-            Ordering::Relaxed,
-        );
         resident::trim(
             &inner.env.path().join("data.mdb"),
             inner.config.memory_budget as u64,

@@ -173,7 +173,6 @@ impl DiskStore {
             health: Default::default(),
             base_incomplete: AtomicBool::new(base_incomplete),
             replica_holds: Default::default(),
-            fetch_before_write: AtomicBool::new(false),
             applied_segment: AtomicU64::new(applied_segment),
             lmdb_usage: Mutex::new(None),
             applied_counts: Mutex::new(counts),
