@@ -18,7 +18,6 @@ use super::log_format::LogPosition;
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
 use super::space::is_out_of_space;
-use super::threads::IDLE_TICK;
 use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 
 /// The longest journalled writes wait for LMDB while the engine is busy.
@@ -30,7 +29,9 @@ use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 const APPLY_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a waiting applier sleeps at most before it looks again at what
-/// is due besides a round: compaction, retention.
+/// is due besides a round: compaction, retention, and a round whose commit
+/// failed (tried again at the next look, or at once when a reader asks: a
+/// large round tried again faster would only burn CPU on a full disk).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// Journal bytes that make a round due whatever the memory budget. Each
@@ -98,7 +99,7 @@ impl Inner {
             let requested = self.signals.apply_requested.swap(false, Ordering::SeqCst);
             let due = finishing
                 || requested
-                || retry.is_some() && last_round.elapsed() >= IDLE_TICK * 20
+                || retry.is_some() && last_round.elapsed() >= LOOK_EVERY
                 || last_round.elapsed() >= APPLY_EVERY
                 || self.apply_due();
             if due {
