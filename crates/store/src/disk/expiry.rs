@@ -26,13 +26,15 @@ impl Inner {
         classes: Option<&[bool]>,
         swept: &mut Vec<Vec<u8>>,
     ) -> heed::Result<()> {
+        // One reading of the clock for the walk and the check: an item the
+        // walk finds due (its index entry goes) must be found sweepable.
         let cutoff = self.sweep_cutoff();
         let limit = classes.map_or(RECLAIM_BATCH, |_| usize::MAX);
         let marked = |key: &[u8], old: &Old| {
             classes
                 .is_none_or(|classes| classes.get(self.class_of(key, old.value_len)) == Some(&true))
         };
-        for index_key in &self.due_expiry_keys(txn, limit)? {
+        for index_key in &self.due_expiry_keys(txn, cutoff, limit)? {
             let key = &index_key[4..];
             let found = self.stored_old(txn, key)?;
             if found.as_ref().is_some_and(|old| !marked(key, old)) {
@@ -60,15 +62,20 @@ impl Inner {
         Ok(())
     }
 
-    /// The expiry index's entries that are due, oldest first, at most `limit`.
-    fn due_expiry_keys(&self, txn: &heed::RoTxn<'_>, limit: usize) -> heed::Result<Vec<Vec<u8>>> {
-        let now = self.sweep_cutoff();
+    /// The expiry index's entries due by `cutoff` ([`Inner::sweep_cutoff`]),
+    /// oldest first, at most `limit`.
+    fn due_expiry_keys(
+        &self,
+        txn: &heed::RoTxn<'_>,
+        cutoff: u32,
+        limit: usize,
+    ) -> heed::Result<Vec<Vec<u8>>> {
         Ok(self
             .expiry
             .iter(txn)?
             .filter_map(Result::ok)
             .take_while(|(index_key, _)| {
-                record::expiry_of_index_key(index_key).is_some_and(|at| at <= now)
+                record::expiry_of_index_key(index_key).is_some_and(|at| at <= cutoff)
             })
             .take(limit)
             .map(|(index_key, _)| index_key.to_vec())
@@ -90,7 +97,7 @@ impl Inner {
     /// many it removed.
     pub(super) fn reclaim_expired_now(&self) -> usize {
         let due = self.env.read_txn().ok().is_some_and(|txn| {
-            self.due_expiry_keys(&txn, 1)
+            self.due_expiry_keys(&txn, self.sweep_cutoff(), 1)
                 .is_ok_and(|due| !due.is_empty())
         });
         if !due {
