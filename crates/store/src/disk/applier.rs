@@ -118,7 +118,7 @@ impl Inner {
                     Some(segment) => unsynced = Some(segment),
                 }
                 self.sync_applied(&mut unsynced);
-                // (A round left to retry worked at nothing.)
+                // (A round left to retry returned `None` too.)
                 if finishing && worked.is_none() {
                     // Nothing more will come; a commit that keeps failing
                     // leaves its writes in the journal for the next start.

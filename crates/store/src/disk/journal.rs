@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use super::io::Io;
 use super::log_format::{decode, Location, LogPosition, Record, FRAME};
 use super::page_window::PageWindow;
-use super::record::{LogPointer, HEADER_LEN};
+use super::record::LogPointer;
 use super::retention::SegmentAge;
 
 /// The longest record a pointer may claim (a corrupt one must not make a
@@ -410,12 +410,7 @@ pub fn read_stored(
         Record::Put { key: found, record }
         | Record::Move {
             key: found, record, ..
-        } if len == frame_len
-            && found == key
-            && record.len() == HEADER_LEN + pointer.value_len as usize =>
-        {
-            record
-        }
+        } if len == frame_len && found == key && record.len() == pointer.record_len() => record,
         _ => return Err(corrupt()),
     };
     let start = record.as_ptr() as usize - frame.as_ptr() as usize;

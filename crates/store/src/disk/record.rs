@@ -35,6 +35,11 @@ pub struct LogPointer {
 impl LogPointer {
     pub const LEN: usize = 24;
 
+    /// The length of the record it points to: a header and the value.
+    pub fn record_len(&self) -> usize {
+        HEADER_LEN + self.value_len as usize
+    }
+
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0; Self::LEN];
         out[..16].copy_from_slice(&self.at.encode());
