@@ -303,6 +303,10 @@ fn acknowledged(store: &DiskStore, fence: &AckFence) -> AckState {
 /// stored but its commit failed (the connection would be closed), `None`
 /// refused at once.
 fn set(store: &DiskStore, key: &[u8], value: &[u8]) -> Option<bool> {
+    set_expiring(store, key, value, 0)
+}
+
+fn set_expiring(store: &DiskStore, key: &[u8], value: &[u8], expiry: u32) -> Option<bool> {
     let fence = AckFence::default();
     let outcome = store.store(
         &StoreCommand {
@@ -310,7 +314,7 @@ fn set(store: &DiskStore, key: &[u8], value: &[u8]) -> Option<bool> {
             key,
             value,
             flags: 3,
-            expiry: 0,
+            expiry,
             compare_cas: None,
             stale_if_older: false,
         },
@@ -772,6 +776,53 @@ fn a_retried_round_keeps_the_writes_its_first_part_committed_after_its_flush() {
     assert_eq!(store.stats().reclaimed, 10);
     drop(store);
     recovers(dir.path(), &after_flush);
+}
+
+/// The maintenance tick asks the applier for a round that removes expired
+/// items, and waits for it. While the disk stays full every round fails:
+/// the tick must go on (its space check, a delayed flush) rather than wait
+/// for the disk, and the items go once a round commits.
+#[test]
+fn the_maintenance_tick_does_not_wait_for_a_round_that_keeps_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    let expiry = store.clock().expiry(10);
+    for i in 0..100 {
+        let key = format!("expiring{i}");
+        assert_eq!(
+            set_expiring(&store, key.as_bytes(), b"v", expiry),
+            Some(true)
+        );
+    }
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    store.clock().advance(11);
+    io.set(|f| f.commit = Some(Fault::Fails(libc::ENOSPC)));
+    // Acknowledged (in the log); its round fails, and is retried.
+    assert_eq!(set(&store, b"pending", b"write"), Some(true));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine_stat(&store, "disk_failed_commits") == "0" {
+        assert!(Instant::now() < deadline, "no round was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (sender, tick) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let store = &store;
+        scope.spawn(move || sender.send(store.maintain()));
+        let removed = tick.recv_timeout(Duration::from_secs(6));
+        // Lets a tick that waits for the disk go, whatever happened.
+        io.set(|f| f.commit = None);
+        assert_eq!(removed, Ok(0), "the tick waited for the full disk");
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut removed = 0;
+    while removed < 100 {
+        assert!(Instant::now() < deadline, "{removed} of 100 removed");
+        removed += store.maintain();
+    }
+    assert_eq!(removed, 100);
+    assert_eq!(store.stats().curr_items, 1);
+    assert_eq!(get(&store, b"pending").as_deref(), Some(&b"write"[..]));
 }
 
 #[test]

@@ -3,16 +3,21 @@
 //! index, and all of them at once for `lru_crawler crawl`.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
 use super::change::Old;
 use super::record::{self, Counts};
 use super::Inner;
-use crate::AckState;
 
 /// Expired items removed per round, so one round never grows unbounded.
 const RECLAIM_BATCH: usize = 10_000;
+
+/// The longest a reclaim or a crawl waits for the round it asked for. A
+/// round that keeps failing (a full disk) must not hold up the maintenance
+/// tick; what the round removes counts once it commits.
+const ROUND_WAIT: Duration = Duration::from_secs(2);
 
 impl Inner {
     /// Removes expired items, oldest first by the expiry index: a batch of
@@ -87,9 +92,7 @@ impl Inner {
     pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
         let before = self.counters.crawler_reclaimed.total();
         *self.signals.crawl.lock() = Some(classes);
-        if self.wait_applied(self.pending.next_seq(), None) == AckState::Waiting {
-            return 0;
-        }
+        self.wait_applied(self.pending.next_seq(), Some(Instant::now() + ROUND_WAIT));
         (self.counters.crawler_reclaimed.total() - before) as usize
     }
 
@@ -106,9 +109,7 @@ impl Inner {
         let before = self.counters.swept.load(Ordering::Acquire);
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
-        if self.wait_applied(self.pending.next_seq(), None) == AckState::Waiting {
-            return 0;
-        }
+        self.wait_applied(self.pending.next_seq(), Some(Instant::now() + ROUND_WAIT));
         (self.counters.swept.load(Ordering::Acquire) - before) as usize
     }
 }
