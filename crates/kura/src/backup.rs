@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
+use kura_store::disk::format_micros;
 use kura_store::disk::history::backup::{self, BackupKind, Manifest};
 use kura_store::disk::history::restore;
 use kura_store::disk::history::LogPoint;
 
-use crate::log::{format_micros, parse_rfc3339, parse_unix_seconds};
+use crate::log::{parse_rfc3339, parse_unix_seconds};
 use crate::Failure;
 
 #[derive(Args, Debug)]
@@ -134,11 +135,7 @@ fn print_manifest(dir: &Path, manifest: &Manifest) {
         manifest.files.len()
     );
     if let Some(snapshot) = manifest.snapshot {
-        println!(
-            "snapshot at LSN {} ({})",
-            snapshot.lsn,
-            format_micros(snapshot.micros)
-        );
+        println!("snapshot at {snapshot}");
     }
     if let Some(since) = &manifest.since {
         println!("continues {}", since.display());
@@ -152,13 +149,7 @@ fn verify(dir: &Path) -> Result<(), Failure> {
         print_manifest(dir, manifest);
     }
     let (snapshot, last) = (chain.snapshot(), chain.last());
-    println!(
-        "restorable from LSN {} ({}) to LSN {} ({})",
-        snapshot.lsn,
-        format_micros(snapshot.micros),
-        last.lsn,
-        format_micros(last.micros)
-    );
+    println!("restorable from {snapshot} to {last}");
     Ok(())
 }
 
@@ -168,7 +159,7 @@ pub struct RestoreArgs {
     #[arg(long)]
     from: PathBuf,
     /// Restore the state at this instant: RFC 3339 (fractions allowed) or
-    /// Unix seconds.
+    /// Unix seconds (with or without a leading `@`).
     #[arg(long, conflicts_with = "lsn")]
     until: Option<String>,
     /// Restore the state after this log entry.
@@ -182,7 +173,7 @@ pub struct RestoreArgs {
 pub fn run_restore(args: RestoreArgs) -> Result<(), Failure> {
     let until = match (&args.until, args.lsn) {
         (Some(text), _) => Some(LogPoint::Micros(
-            parse_unix_seconds(text)
+            parse_unix_seconds(text.strip_prefix('@').unwrap_or(text))
                 .or_else(|| parse_rfc3339(text))
                 .ok_or_else(|| {
                     Failure::Usage(format!(
@@ -196,10 +187,9 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Failure> {
     let report = restore::restore(&args.from, until, &args.to)
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("restore: {e}")))?;
     println!(
-        "restored {} to LSN {} ({}); the backups hold LSN {} to {} ({})",
+        "restored {} to {}; the backups hold LSN {} to {} ({})",
         args.to.display(),
-        report.restored.lsn,
-        format_micros(report.restored.micros),
+        report.restored,
         report.snapshot.lsn,
         report.available.lsn,
         format_micros(report.available.micros)

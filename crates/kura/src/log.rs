@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 
+use kura_store::disk::format_micros;
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
 
 use crate::Failure;
@@ -99,18 +100,6 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
     let time =
         time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
     u64::try_from(time.unix_timestamp_nanos() / 1000).ok()
-}
-
-/// µs since the epoch as RFC 3339 in UTC, to the microsecond.
-pub fn format_micros(micros: u64) -> String {
-    let nanos = i128::from(micros) * 1000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|time| {
-            time.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("@{micros}µs"))
 }
 
 fn dump(args: DumpArgs) -> Result<(), Failure> {

@@ -197,9 +197,18 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     )
     .unwrap_err()
     .to_string();
-    let wanted = format!("entries {}-{beyond} are missing", manifest.last.lsn + 1);
+    let wanted = format!("lack entries {}-{beyond}", manifest.last.lsn + 1);
     assert!(error.contains(&wanted), "{error}");
     assert!(!work.path().join("r1").exists());
+
+    // Before the snapshot: the refusal names where the backup starts, as
+    // an LSN and a time an operator can pass to --until.
+    let before = LogPoint::Micros(manifest.last.micros - 60_000_000);
+    let error = restore::restore(&full, Some(before), &work.path().join("r0"))
+        .unwrap_err()
+        .to_string();
+    let starts = format!("consistent from LSN {snapshot} (");
+    assert!(error.contains(&starts) && error.contains("Z)"), "{error}");
 
     // A segment lost from the incremental backup (its manifest agreeing).
     let lost = manifest
@@ -239,6 +248,116 @@ fn a_damaged_backup_fails_verification() {
     std::fs::write(&data, bytes).unwrap();
     let error = backup::verify(&full).unwrap_err().to_string();
     assert!(error.contains("does not match its checksum"), "{error}");
+}
+
+/// A backup that is not of the server's own history: a data directory made
+/// again under the same `--server-id`, whose log is behind the backup.
+#[test]
+fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let open_as_seven = |dir: &Path| {
+        DiskStore::open(DiskConfig {
+            map_size: 64 << 20,
+            reserve_bytes: 0,
+            server_id: Some(7),
+            ..DiskConfig::new(dir)
+        })
+        .unwrap()
+    };
+    let first = open_as_seven(&work.path().join("first"));
+    for n in 0..10 {
+        store(&first, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
+    }
+    let full = work.path().join("full");
+    let manifest = backup(&first, &full, None);
+    drop(first);
+    let again = open_as_seven(&work.path().join("again"));
+    store(&again, StoreMode::Set, b"b", b"1", 0);
+
+    let absent = work.path().join("absent");
+    let error = again.backup(&absent, Some(&full)).unwrap_err();
+    let wanted = format!("ends at LSN {} (", manifest.last.lsn);
+    assert!(error.contains(&wanted), "{error}");
+    assert!(error.contains("another history"), "{error}");
+    assert!(!absent.exists(), "a failed backup leaves no folder");
+
+    // A folder made empty beforehand stays, empty: the command can be run
+    // again as it was.
+    let made = work.path().join("made");
+    std::fs::create_dir(&made).unwrap();
+    again.backup(&made, Some(&full)).unwrap_err();
+    assert_eq!(std::fs::read_dir(&made).unwrap().count(), 0);
+    backup(&again, &made, None);
+}
+
+#[test]
+fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.path().join("full");
+    let manifest = backup(&engine, &full, None);
+    drop(engine);
+
+    // A name with a path in it: a restore would copy it from, and write it
+    // to, outside the two directories.
+    let mut edited = manifest.clone();
+    edited.files[0].name = format!("../{}", edited.files[0].name);
+    std::fs::write(
+        full.join(backup::MANIFEST),
+        serde_json::to_string(&edited).unwrap(),
+    )
+    .unwrap();
+    let error = backup::verify(&full).unwrap_err().to_string();
+    assert!(error.contains("is not a file name"), "{error}");
+    let target = work.path().join("target");
+    let error = restore::restore(&full, None, &target)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("is not a file name"), "{error}");
+    assert!(!target.exists());
+
+    // A segment the manifest does not list: its checksum is nobody's.
+    std::fs::write(
+        full.join(backup::MANIFEST),
+        serde_json::to_string(&manifest).unwrap(),
+    )
+    .unwrap();
+    backup::verify(&full).unwrap();
+    let stray = "journal-0000000000000099.log";
+    std::fs::write(full.join(stray), b"").unwrap();
+    let error = backup::verify(&full).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("{stray} is not in the manifest")),
+        "{error}"
+    );
+}
+
+/// A chain larger than the default map restores into a map that holds it.
+#[test]
+fn a_restore_maps_room_for_twice_the_chain() {
+    let manifest = |bytes: u64| backup::Manifest {
+        format: 1,
+        kind: backup::BackupKind::Full,
+        server_id: 1,
+        created_micros: 0,
+        snapshot: None,
+        since: None,
+        first_lsn: 1,
+        last: Default::default(),
+        consistent_from: None,
+        files: vec![backup::FileSum {
+            name: backup::DATA_FILE.into(),
+            bytes,
+            sha256: String::new(),
+        }],
+    };
+    let chain = |bytes: u64| backup::Chain {
+        backups: vec![("b".into(), manifest(bytes))],
+    };
+    let default = DiskConfig::new(Path::new("d")).map_size;
+    assert_eq!(restore::map_size_for(&chain(1 << 20)), default);
+    assert_eq!(restore::map_size_for(&chain(100 << 30)), 200 << 30);
 }
 
 /// Another format is refused in one line: a newer one, or one only

@@ -286,6 +286,25 @@ impl LogPosition {
     }
 }
 
+/// As operators read it: `LSN 12 (2026-11-30T03:16:26.500743Z)`.
+impl std::fmt::Display for LogPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LSN {} ({})", self.lsn, format_micros(self.micros))
+    }
+}
+
+/// µs since the epoch as RFC 3339 in UTC, to the microsecond.
+pub fn format_micros(micros: u64) -> String {
+    let nanos = i128::from(micros) * 1000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|time| {
+            time.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("@{micros}µs"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

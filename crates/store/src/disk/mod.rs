@@ -79,7 +79,7 @@ use crate::{
 };
 
 pub use config::{DiskConfig, MultiPrimary};
-pub use log_format::LogPosition;
+pub use log_format::{format_micros, LogPosition};
 pub use open::OpenError;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;

@@ -80,7 +80,7 @@ pub enum BackupError {
     Refused(String),
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
-    #[error("copying LMDB: {0}")]
+    #[error("LMDB: {0}")]
     Lmdb(#[from] heed::Error),
 }
 
@@ -89,20 +89,38 @@ pub(super) fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> 
     move |source| BackupError::Io { context, source }
 }
 
-/// Makes `to` an empty directory (refusing one that holds anything).
-pub fn empty_dir(to: &Path) -> Result<(), BackupError> {
+/// Makes `to` an empty directory (refusing one that holds anything);
+/// returns whether it made it.
+pub fn empty_dir(to: &Path) -> Result<bool, BackupError> {
     match fs::read_dir(to) {
         Ok(mut entries) => match entries.next() {
-            None => Ok(()),
+            None => Ok(false),
             Some(_) => Err(BackupError::Refused(format!(
                 "{} is not empty",
                 to.display()
             ))),
         },
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir_all(to).map_err(io_error(format!("creating {}", to.display())))
-        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => fs::create_dir_all(to)
+            .map(|()| true)
+            .map_err(io_error(format!("creating {}", to.display()))),
         Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
+    }
+}
+
+/// Takes away what a failed backup or restore wrote into `to` (`made` by
+/// [`empty_dir`] or not), so nothing half written is left to be taken for
+/// a backup or started on, and the same command can be run again.
+pub fn discard(to: &Path, made: bool) {
+    if made {
+        let _ = fs::remove_dir_all(to);
+        return;
+    }
+    for entry in fs::read_dir(to).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let _ = match path.is_dir() {
+            true => fs::remove_dir_all(&path),
+            false => fs::remove_file(&path),
+        };
     }
 }
 
@@ -126,7 +144,19 @@ impl Inner {
                 )));
             }
         }
-        empty_dir(to)?;
+        let made = empty_dir(to)?;
+        let written = self.write_backup(to, since);
+        if written.is_err() {
+            discard(to, made);
+        }
+        written
+    }
+
+    fn write_backup(
+        &self,
+        to: &Path,
+        since: Option<(&Path, Manifest)>,
+    ) -> Result<Manifest, BackupError> {
         let _hold = self.journal.hold_history();
         let created_micros = crate::clock::unix_micros();
         let mut files = Vec::new();
@@ -145,6 +175,16 @@ impl Inner {
             .as_ref()
             .and_then(|copied| copied.partial.filter(|partial| *partial > copied.applied));
         let (current, current_len, last) = self.journal.current_end();
+        if first_lsn > last.lsn + 1 {
+            let (dir, manifest) = since.as_ref().expect("a full backup starts after its copy");
+            return Err(BackupError::Refused(format!(
+                "{} ends at {}, past this server's log (LSN {}): it is a backup of another history of server {}",
+                dir.display(),
+                manifest.last,
+                last.lsn,
+                self.server_id
+            )));
+        }
         let segments: Vec<(u64, PathBuf)> = journal::segments(&self.config.dir)
             .map_err(io_error("listing the journal"))?
             .into_iter()
@@ -271,9 +311,8 @@ fn segments_after(
             Ok(segments[k..].to_vec())
         }
         (None, Some(first)) => Err(BackupError::Refused(format!(
-            "the log no longer holds entries {}-{} (retention let them go); take a full backup",
-            lsn + 1,
-            first - 1
+            "the log no longer holds entries {} (retention let them go); take a full backup",
+            history::describe_ranges(&[(lsn + 1, first - 1)])
         ))),
         // No entry since: only segments without entries, if any.
         (None, None) => Ok(segments.to_vec()),
@@ -349,6 +388,18 @@ pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
             manifest.format
         )));
     }
+    // A restore copies these names out of `dir` and into its target.
+    if let Some(file) = manifest
+        .files
+        .iter()
+        .find(|file| Path::new(&file.name).file_name() != Some(file.name.as_ref()))
+    {
+        return Err(BackupError::Refused(format!(
+            "{}: {:?} is not a file name",
+            path.display(),
+            file.name
+        )));
+    }
     Ok(manifest)
 }
 
@@ -398,6 +449,26 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                     file.name
                 )));
             }
+        }
+        // The log's check below reads every segment in `dir`.
+        let unlisted = journal::segments(&dir)
+            .map_err(io_error(format!("listing {}", dir.display())))?
+            .into_iter()
+            .filter_map(|(_, path)| Some(path.file_name()?.to_string_lossy().into_owned()))
+            .find(|name| !manifest.files.iter().any(|file| file.name == *name));
+        if let Some(name) = unlisted {
+            return Err(BackupError::Refused(format!(
+                "{}: {name} is not in the manifest",
+                dir.display()
+            )));
+        }
+        if manifest.first_lsn > manifest.last.lsn + 1 {
+            return Err(BackupError::Refused(format!(
+                "{}: it starts at LSN {}, after its last entry (LSN {})",
+                dir.display(),
+                manifest.first_lsn,
+                manifest.last.lsn
+            )));
         }
         let missing = history::missing(&dir, manifest.first_lsn, manifest.last.lsn)
             .map_err(io_error(format!("reading the log in {}", dir.display())))?;

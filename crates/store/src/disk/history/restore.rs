@@ -49,33 +49,29 @@ pub fn restore(
     let earliest = chain.earliest();
     let available = chain.last();
     let refuse = |message: String| Err(BackupError::Refused(message));
-    match until {
-        Some(LogPoint::Lsn(lsn)) if lsn < earliest.lsn => {
+    let too_early = match until {
+        Some(LogPoint::Lsn(lsn)) => lsn < earliest.lsn,
+        Some(LogPoint::Micros(micros)) => micros < earliest.micros,
+        None => false,
+    };
+    if too_early {
+        return refuse(format!(
+            "the full backup is consistent from {earliest} on; restore from an earlier full backup"
+        ));
+    }
+    if let Some(LogPoint::Lsn(lsn)) = until {
+        if lsn > available.lsn {
             return refuse(format!(
-                "LSN {lsn} is before the full backup's snapshot (consistent from LSN {}); restore from an earlier full backup",
-                earliest.lsn
-            ));
-        }
-        Some(LogPoint::Lsn(lsn)) if lsn > available.lsn => {
-            return refuse(format!(
-                "the backups hold entries up to LSN {}; entries {} are missing",
+                "the backups hold entries up to LSN {}; they lack entries {}",
                 available.lsn,
                 history::describe_ranges(&[(available.lsn + 1, lsn)])
             ));
         }
-        Some(LogPoint::Micros(micros)) if micros < earliest.micros => {
-            return refuse(format!(
-                "that instant is before the full backup's snapshot (consistent from LSN {} at {} µs); restore from an earlier full backup",
-                earliest.lsn, earliest.micros
-            ));
-        }
-        _ => {}
     }
-    backup::empty_dir(to)?;
+    let made = backup::empty_dir(to)?;
     let result = restore_into(&chain, snapshot, until, to);
     if result.is_err() {
-        // Leave nothing a server could start on by mistake.
-        let _ = fs::remove_dir_all(to);
+        backup::discard(to, made);
     }
     result.map(|restored| RestoreReport {
         snapshot,
@@ -100,7 +96,12 @@ fn restore_into(
         }
     }
     let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;
-    let missing = history::missing(to, snapshot.lsn + 1, target.lsn)
+    // Up to the LSN asked for, not only to where the replay would stop.
+    let through = match until {
+        Some(LogPoint::Lsn(lsn)) => lsn.max(target.lsn),
+        _ => target.lsn,
+    };
+    let missing = history::missing(to, snapshot.lsn + 1, through)
         .map_err(io_error("reading the restored log"))?;
     if !missing.is_empty() {
         return Err(BackupError::Refused(format!(
@@ -111,12 +112,33 @@ fn restore_into(
     let store = DiskStore::open(DiskConfig {
         replay_until: Some(target.lsn),
         background_expiry: false,
+        map_size: map_size_for(chain),
         ..DiskConfig::new(to)
     })
     .map_err(|error| BackupError::Refused(format!("replaying the log: {error}")))?;
     drop(store);
-    forget_log(to)?;
+    forget_log(to, map_size_for(chain))?;
     Ok(target)
+}
+
+/// LMDB's map for the restored directory: the default, or twice what the
+/// chain holds (its copy of LMDB and the log whose values come in), if
+/// more. A server run with a larger `--map-size` leaves a copy that the
+/// default map could not grow.
+pub fn map_size_for(chain: &backup::Chain) -> usize {
+    let held: u64 = chain
+        .backups
+        .iter()
+        .flat_map(|(_, manifest)| &manifest.files)
+        .map(|file| file.bytes)
+        .sum();
+    let wanted = held
+        .saturating_mul(2)
+        .checked_next_multiple_of(1 << 20)
+        .and_then(|bytes| usize::try_from(bytes).ok());
+    DiskConfig::new(Path::new(""))
+        .map_size
+        .max(wanted.unwrap_or(usize::MAX))
 }
 
 /// The newest entry at or before `until` (from the snapshot on, the
@@ -145,10 +167,10 @@ fn target_of(
 
 /// Puts every value LMDB keeps in the log into LMDB itself, then deletes
 /// the log's segments: the restored directory starts a new history.
-fn forget_log(dir: &Path) -> Result<(), BackupError> {
+fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
     let reading_value = "reading a value from the restored log";
     let mut options = EnvOpenOptions::new();
-    options.max_dbs(4).map_size(DiskConfig::new(dir).map_size);
+    options.max_dbs(4).map_size(map_size);
     // SAFETY: the restored directory; the engine that replayed it is closed.
     #[allow(unsafe_code)]
     let env = unsafe { options.open(dir)? };
