@@ -233,14 +233,20 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     assert!(error.contains(&format!("{}", snapshot + 1)), "{error}");
 }
 
+/// A data directory in `work` with one item, backed up in full into
+/// `work/full`.
+fn one_item_backed_up(work: &Path) -> (std::path::PathBuf, backup::Manifest) {
+    let engine = open(&work.join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.join("full");
+    let manifest = backup(&engine, &full, None);
+    (full, manifest)
+}
+
 #[test]
 fn a_damaged_backup_fails_verification() {
     let work = tempfile::tempdir().unwrap();
-    let engine = open(&work.path().join("data"));
-    store(&engine, StoreMode::Set, b"a", b"1", 0);
-    let full = work.path().join("full");
-    backup(&engine, &full, None);
-    drop(engine);
+    let (full, _) = one_item_backed_up(work.path());
     backup::verify(&full).unwrap();
     let data = full.join(backup::DATA_FILE);
     let mut bytes = std::fs::read(&data).unwrap();
@@ -293,11 +299,7 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
 #[test]
 fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
     let work = tempfile::tempdir().unwrap();
-    let engine = open(&work.path().join("data"));
-    store(&engine, StoreMode::Set, b"a", b"1", 0);
-    let full = work.path().join("full");
-    let manifest = backup(&engine, &full, None);
-    drop(engine);
+    let (full, manifest) = one_item_backed_up(work.path());
 
     // A name with a path in it: a restore would copy it from, and write it
     // to, outside the two directories.
