@@ -3,7 +3,7 @@
 //! `tests/restore.rs`).
 
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kura_store::disk::history::backup;
 use kura_store::disk::history::restore;
@@ -235,7 +235,7 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
 
 /// A data directory in `work` with one item, backed up in full into
 /// `work/full`.
-fn one_item_backed_up(work: &Path) -> (std::path::PathBuf, backup::Manifest) {
+fn one_item_backed_up(work: &Path) -> (PathBuf, backup::Manifest) {
     let engine = open(&work.join("data"));
     store(&engine, StoreMode::Set, b"a", b"1", 0);
     let full = work.join("full");

@@ -109,15 +109,16 @@ fn restore_into(
             history::describe_ranges(&missing)
         )));
     }
+    let map_size = map_size_for(chain);
     let store = DiskStore::open(DiskConfig {
         replay_until: Some(target.lsn),
         background_expiry: false,
-        map_size: map_size_for(chain),
+        map_size,
         ..DiskConfig::new(to)
     })
     .map_err(|error| BackupError::Refused(format!("replaying the log: {error}")))?;
     drop(store);
-    forget_log(to, map_size_for(chain))?;
+    forget_log(to, map_size)?;
     Ok(target)
 }
 
