@@ -3,13 +3,14 @@
 
 use std::io::Write as _;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use kura_store::disk::format_micros;
+use kura_store::disk::history::backup::{DATA_FILE, MANIFEST};
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
 
 use crate::Failure;
@@ -54,6 +55,21 @@ struct StatsArgs {
     /// As one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// A mistyped `--dir` is named, not read as an empty log.
+fn check_log_dir(dir: &Path) -> Result<(), Failure> {
+    if dir.is_dir()
+        && ![DATA_FILE, MANIFEST]
+            .iter()
+            .any(|name| dir.join(name).exists())
+    {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "{} is neither a kura data directory nor a backup (no {DATA_FILE}, no {MANIFEST})",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 pub fn run(args: LogArgs) -> Result<(), Failure> {
@@ -103,6 +119,7 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
 }
 
 fn dump(args: DumpArgs) -> Result<(), Failure> {
+    check_log_dir(&args.dir)?;
     let from = args
         .from
         .as_deref()
@@ -273,6 +290,7 @@ fn json_line(entry: &Entry) -> String {
 }
 
 fn stats(args: StatsArgs) -> Result<(), Failure> {
+    check_log_dir(&args.dir)?;
     let summary = history::read(&args.dir, Values::Skip, |_| ControlFlow::Continue(()))
         .with_context(|| format!("reading the log in {}", args.dir.display()))?;
     let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));

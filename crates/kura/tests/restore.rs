@@ -550,6 +550,21 @@ fn log_dump_and_stats_show_each_entry() {
         read_line(&mut reader);
     }
     let dir = work.path().display().to_string();
+    // A directory that is neither a data directory nor a backup is named.
+    let elsewhere = tempfile::tempdir().unwrap();
+    for command in ["stats", "dump"] {
+        let output = Command::new(kura_bin())
+            .args(["log", command, "--dir"])
+            .arg(elsewhere.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{command}: {stderr}");
+        assert!(
+            stderr.contains("neither a kura data directory nor a backup"),
+            "{stderr}"
+        );
+    }
     let dump = kura(&["log", "dump", "--dir", &dir, "--json"]);
     let lines: Vec<serde_json::Value> = dump
         .lines()
