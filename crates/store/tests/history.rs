@@ -100,6 +100,64 @@ fn every_change_is_an_entry_numbered_without_gaps_across_restarts() {
     assert_eq!(set_value(&entries[6]), Some((&b"after"[..], &b"x"[..], 3)));
 }
 
+/// The log's segments in `dir` (number and path), oldest first.
+fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            let hex = name.strip_prefix("journal-")?.strip_suffix(".log")?;
+            Some((u64::from_str_radix(hex, 16).ok()?, path.clone()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Retention removes the oldest segments of a live server, perhaps
+/// between a reader's listing and its read of them.
+#[test]
+fn a_segment_removed_before_the_read_reached_it_is_passed_over_and_after_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open(dir.path());
+        store(&engine, StoreMode::Set, b"a", b"1", 0);
+        store(&engine, StoreMode::Set, b"b", b"2", 0);
+    }
+    let listed = segments(dir.path());
+    assert!(!listed.is_empty());
+    let whole = history::read(dir.path(), Values::Read, |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(whole.entries, 2);
+
+    let gone = |number: u64| {
+        (
+            number,
+            dir.path().join(format!("journal-{number:016x}.log")),
+        )
+    };
+    let mut removed_first = vec![gone(0)];
+    removed_first.extend(listed.iter().cloned());
+    let mut read = Vec::new();
+    let summary = history::read_segments(&removed_first, Values::Read, |entry| {
+        read.push(entry.lsn);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(read, vec![1, 2]);
+    assert_eq!(summary, whole);
+
+    let mut removed_after = listed.clone();
+    removed_after.push(gone(listed.last().unwrap().0 + 1));
+    let error = history::read_segments(&removed_after, Values::Skip, |_| ControlFlow::Continue(()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("was removed while the log was read"),
+        "{error}"
+    );
+}
+
 /// Backs `engine` up into `to`, incrementally when `since` is given.
 fn backup(engine: &DiskStore, to: &Path, since: Option<&Path>) -> backup::Manifest {
     let json = engine.backup(to, since).expect("backup");

@@ -319,17 +319,30 @@ fn segments_after(
     }
 }
 
-/// The LSN of the first entry in segment `number`, if it has any.
+/// The LSN of the first entry in segment `number`, if it has any. Stops
+/// reading at that entry: a segment can be gigabytes long.
 fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
-    let mut numbering = Numbering::default();
-    let mut first = None;
-    journal::replay(path, number, |record, _, _| {
-        if first.is_none() {
-            first = numbering.number(&record).map(|(lsn, _)| lsn);
+    enum Scan {
+        Found(u64),
+        Failed(io::Error),
+    }
+    impl From<io::Error> for Scan {
+        fn from(error: io::Error) -> Scan {
+            Scan::Failed(error)
         }
-        Ok::<_, io::Error>(())
-    })?;
-    Ok(first)
+    }
+    let mut numbering = Numbering::default();
+    let scanned = journal::replay(path, number, |record, _, _| {
+        match numbering.number(&record) {
+            Some((lsn, _)) => Err(Scan::Found(lsn)),
+            None => Ok(()),
+        }
+    });
+    match scanned {
+        Ok(_) => Ok(None),
+        Err(Scan::Found(lsn)) => Ok(Some(lsn)),
+        Err(Scan::Failed(error)) => Err(error),
+    }
 }
 
 /// Copies `from` to `to` (up to `limit` bytes), durably.

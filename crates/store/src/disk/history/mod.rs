@@ -9,7 +9,7 @@ pub mod restore;
 
 use std::io;
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::journal;
 use super::log_format::{self, Numbering, Record};
@@ -112,21 +112,37 @@ pub enum Values {
 pub fn read(
     dir: &Path,
     values: Values,
+    visit: impl FnMut(&Entry) -> ControlFlow<()>,
+) -> io::Result<Summary> {
+    read_segments(&journal::segments(dir)?, values, visit)
+}
+
+/// [`read`] of the segments listed (number and path, oldest first). On a
+/// live server retention may remove the oldest between the listing and
+/// their read: those the read had not reached yet are passed over, as if
+/// listed a moment later; one removed after the read began is an error.
+pub fn read_segments(
+    segments: &[(u64, PathBuf)],
+    values: Values,
     mut visit: impl FnMut(&Entry) -> ControlFlow<()>,
 ) -> io::Result<Summary> {
-    let segments = journal::segments(dir)?;
-    let mut summary = Summary {
-        segments: segments.len(),
-        ..Summary::default()
-    };
+    let mut summary = Summary::default();
     let mut stopped = false;
-    for (number, path) in &segments {
-        summary.bytes += std::fs::metadata(path)?.len();
+    for (number, path) in segments {
+        let size = match std::fs::metadata(path) {
+            Ok(meta) => meta.len(),
+            Err(error) => {
+                pass_over_removed(error, *number, summary.entries > 0 && !stopped)?;
+                continue;
+            }
+        };
+        summary.segments += 1;
+        summary.bytes += size;
         if stopped {
             continue;
         }
         let mut numbering = Numbering::default();
-        journal::replay(path, *number, |record, _, _| {
+        let replayed = journal::replay(path, *number, |record, _, _| {
             let Some((lsn, head)) = numbering.number(&record).filter(|_| !stopped) else {
                 return Ok(());
             };
@@ -154,9 +170,31 @@ pub fn read(
             };
             stopped = visit(&entry).is_break();
             Ok(())
-        })?;
+        });
+        if let Err(error) = replayed {
+            pass_over_removed(error, *number, summary.entries > 0)?;
+            // Removed between its size and its open: listed no more.
+            summary.segments -= 1;
+            summary.bytes -= size;
+        }
     }
     Ok(summary)
+}
+
+/// `Ok` for a segment that was listed and is gone (retention removed it)
+/// if the read had `begun` on no entry yet; `error` otherwise.
+fn pass_over_removed(error: io::Error, number: u64, begun: bool) -> io::Result<()> {
+    match error.kind() {
+        io::ErrorKind::NotFound if !begun => Ok(()),
+        io::ErrorKind::NotFound => Err(io::Error::new(
+            error.kind(),
+            format!(
+                "segment {number} was removed while the log was read \
+                 (retention let it go): read the log again"
+            ),
+        )),
+        _ => Err(error),
+    }
 }
 
 /// The changes of a group as a feed sends it (`crate::replication::FedGroup`):
