@@ -95,7 +95,7 @@ impl Inner {
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
         let txn = self.env.read_txn().map_err(io::Error::other)?;
         let path = journal::segment_path(&self.config.dir, victim);
-        journal::replay(&path, victim, |found, from, _| {
+        journal::replay(&*self.config.io, &path, victim, |found, from, _| {
             if let Record::Put { key, .. } | Record::Move { key, .. } = found {
                 let stored = self.items.get(&txn, key).map_err(io::Error::other)?;
                 let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);

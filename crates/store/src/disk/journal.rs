@@ -78,26 +78,43 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
 /// where it starts and its framed length, in order, until it fails; returns
-/// how many there were. Reads one record at a time: a segment can hold a
-/// quarter of the memory budget.
+/// how many there were. Reads one record at a time, through `io`: a segment
+/// can hold a quarter of the memory budget. The segment ends at its end or
+/// at its first record that is not whole (a torn append); a read that fails
+/// is an error, not an end: the records after it were acknowledged.
 pub fn replay<E: From<io::Error>>(
+    io: &dyn Io,
     path: &Path,
     number: u64,
     mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
 ) -> Result<usize, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
-    let mut reader = io::BufReader::with_capacity(1 << 20, file);
+    let segment = SegmentReader {
+        io,
+        file,
+        at: 0,
+        size,
+    };
+    let mut reader = io::BufReader::with_capacity(1 << 20, segment);
     let mut frame = Vec::new();
     let mut at = Location {
         segment: number,
         offset: 0,
     };
     let mut count = 0;
+    let read_failed = |error: io::Error| {
+        io::Error::new(
+            error.kind(),
+            format!("reading journal segment {number}: {error}"),
+        )
+    };
     loop {
         frame.resize(FRAME, 0);
-        if reader.read_exact(&mut frame).is_err() {
-            break;
+        match reader.read_exact(&mut frame) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(error) => return Err(read_failed(error).into()),
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
         // A torn length may claim more than the file holds.
@@ -105,9 +122,9 @@ pub fn replay<E: From<io::Error>>(
             break;
         }
         frame.resize(FRAME + len as usize, 0);
-        if reader.read_exact(&mut frame[FRAME..]).is_err() {
-            break;
-        }
+        reader
+            .read_exact(&mut frame[FRAME..])
+            .map_err(read_failed)?;
         let Some((record, _)) = decode(&frame) else {
             break;
         };
@@ -120,6 +137,27 @@ pub fn replay<E: From<io::Error>>(
         tracing::debug!(path = %path.display(), at = at.offset, len = size, "journal segment replayed up to an invalid record");
     }
     Ok(count)
+}
+
+/// A segment read front to back through the seam, up to the size it had
+/// when the read began (a live one grows meanwhile).
+struct SegmentReader<'a> {
+    io: &'a dyn Io,
+    file: File,
+    at: u64,
+    size: u64,
+}
+
+impl Read for SegmentReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = usize::try_from(self.size - self.at).unwrap_or(usize::MAX);
+        let len = buf.len().min(left);
+        if len > 0 {
+            self.io.read_log(&self.file, &mut buf[..len], self.at)?;
+            self.at += len as u64;
+        }
+        Ok(len)
+    }
 }
 
 /// A segment created and not yet appended to.
@@ -526,7 +564,7 @@ mod tests {
     /// its offset.
     fn replayed(path: &Path, number: u64) -> Vec<String> {
         let mut seen = Vec::new();
-        let count = replay(path, number, |record, at, _| {
+        let count = replay(&super::super::io::OsIo, path, number, |record, at, _| {
             seen.push(format!("{}: {record:?}", at.offset));
             Ok::<_, io::Error>(())
         })

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::disk::history;
+use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::log_format::{LogPosition, Numbering};
 use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
@@ -199,7 +200,7 @@ impl Inner {
                     *number > copied.applied_segment || copied.pointed.contains(number)
                 })
                 .collect(),
-            None => segments_after(&segments, first_lsn - 1)?,
+            None => segments_after(&*self.config.io, &segments, first_lsn - 1)?,
         };
         for (number, path) in &chosen {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -290,12 +291,13 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
 /// The segments from the one that holds entry `lsn + 1` on: an entry's
 /// group head says where its segment's numbering starts.
 fn segments_after(
+    io: &dyn Io,
     segments: &[(u64, PathBuf)],
     lsn: u64,
 ) -> Result<Vec<(u64, PathBuf)>, BackupError> {
     let firsts = segments
         .iter()
-        .map(|(number, path)| first_lsn(path, *number))
+        .map(|(number, path)| first_lsn(io, path, *number))
         .collect::<io::Result<Vec<_>>>()
         .map_err(io_error("reading the journal"))?;
     let start = firsts
@@ -321,7 +323,7 @@ fn segments_after(
 
 /// The LSN of the first entry in segment `number`, if it has any. Stops
 /// reading at that entry: a segment can be gigabytes long.
-fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
+fn first_lsn(io: &dyn Io, path: &Path, number: u64) -> io::Result<Option<u64>> {
     enum Scan {
         Found(u64),
         Failed(io::Error),
@@ -332,7 +334,7 @@ fn first_lsn(path: &Path, number: u64) -> io::Result<Option<u64>> {
         }
     }
     let mut numbering = Numbering::default();
-    let scanned = journal::replay(path, number, |record, _, _| {
+    let scanned = journal::replay(io, path, number, |record, _, _| {
         match numbering.number(&record) {
             Some((lsn, _)) => Err(Scan::Found(lsn)),
             None => Ok(()),

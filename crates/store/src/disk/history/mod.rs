@@ -11,6 +11,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use super::io::OsIo;
 use super::journal;
 use super::log_format::{self, Numbering, Record};
 use super::record;
@@ -142,7 +143,7 @@ pub fn read_segments(
             continue;
         }
         let mut numbering = Numbering::default();
-        let replayed = journal::replay(path, *number, |record, _, _| {
+        let replayed = journal::replay(&OsIo, path, *number, |record, _, _| {
             let Some((lsn, head)) = numbering.number(&record).filter(|_| !stopped) else {
                 return Ok(());
             };

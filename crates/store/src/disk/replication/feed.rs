@@ -12,11 +12,11 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
 use crate::disk::Inner;
@@ -130,7 +130,7 @@ impl Feed {
         // (for a replica with no entries: the one holding LSN 1).
         let mut chosen = None;
         for (number, path) in segments.iter().rev() {
-            let groups = groups_of(path, *number).map_err(io_refused)?;
+            let groups = groups_of(&*inner.config.io, path, *number).map_err(io_refused)?;
             let first = groups.first().map(|group| group.head.first_lsn);
             if first.is_some_and(|first| first <= after.lsn || (after.lsn == 0 && first == 1)) {
                 chosen = Some((*number, groups));
@@ -190,7 +190,7 @@ impl Feed {
             return feed_at(current, current_len);
         }
         for (number, path) in journal::segments(&inner.config.dir)?.iter().rev() {
-            let groups = groups_of(path, *number)?;
+            let groups = groups_of(&*inner.config.io, path, *number)?;
             if let Some(group) = groups.iter().find(|g| g.head.first_lsn == at.lsn + 1) {
                 return feed_at(*number, group.offset);
             }
@@ -210,7 +210,7 @@ impl Feed {
         Self::holding_the_log(inner, |hold| {
             let (current, current_len, _) = inner.journal.current_end();
             for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
-                let groups = groups_of(&path, number).map_err(io_refused)?;
+                let groups = groups_of(&*inner.config.io, &path, number).map_err(io_refused)?;
                 if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
                     return Self::at(inner, (number, group.offset), None, hold).map_err(io_refused);
                 }
@@ -279,17 +279,11 @@ impl Feed {
         if self.buffer.len() < want {
             self.buffer.resize(want, 0);
         }
-        let mut filled = 0;
-        while filled < want {
-            let read = self
-                .file
-                .read_at(&mut self.buffer[filled..want], self.offset + filled as u64)?;
-            if read == 0 {
-                break;
-            }
-            filled += read;
-        }
-        self.filled = filled;
+        self.inner
+            .config
+            .io
+            .read_log(&self.file, &mut self.buffer[..want], self.offset)?;
+        self.filled = want;
         self.buffer_at = self.offset;
         Ok(())
     }
@@ -440,9 +434,9 @@ struct GroupSpan {
     end: u64,
 }
 
-fn groups_of(path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
+fn groups_of(io: &dyn Io, path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
     let mut groups: Vec<GroupSpan> = Vec::new();
-    journal::replay(path, number, |record, at, framed| {
+    journal::replay(io, path, number, |record, at, framed| {
         let end = at.offset + framed as u64;
         match record {
             Record::Group(head) => groups.push(GroupSpan {
@@ -596,14 +590,14 @@ mod tests {
             .unwrap()
             .into_iter()
             .find_map(|(number, path)| {
-                let groups = groups_of(&path, number).unwrap();
+                let groups = groups_of(&crate::disk::io::OsIo, &path, number).unwrap();
                 let group = groups.into_iter().find(|g| g.head.first_lsn == 2)?;
                 Some((path, group))
             })
             .expect("LSN 2 is in the log");
         assert_eq!(damaged.entries, 1);
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[0xff], damaged.end - 1).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0xff], damaged.end - 1).unwrap();
 
         let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
         let first = feed.next_group(Duration::ZERO).unwrap().unwrap();
