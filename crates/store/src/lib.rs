@@ -26,7 +26,7 @@ pub use memory::{MemoryConfig, MemoryStore};
 /// copies the value straight into its output buffer with no intermediate copy.
 pub trait Store: Send + Sync {
     /// Looks a key up; calls `visit` once with the item on a hit (or with the
-    /// stub created by `vivify` on a miss). Returns whether `visit` was called.
+    /// stub created by `vivify` on a miss), and only then answers `Hit`.
     ///
     /// Every call that may write (a read may: touch, vivify, recache) raises
     /// `fence` to the write's ticket when its reply must wait for its append;
@@ -37,7 +37,7 @@ pub trait Store: Send + Sync {
         options: &GetOptions,
         fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
-    ) -> bool;
+    ) -> GetOutcome;
 
     fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome;
 
@@ -45,8 +45,9 @@ pub trait Store: Send + Sync {
 
     fn arith(&self, key: &[u8], command: &ArithCommand, fence: &AckFence) -> ArithOutcome;
 
-    /// Sets a new expiry on a live item; false if there is none.
-    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> bool;
+    /// Sets a new expiry on a live item: `Hit` if it did, `Miss` if there is
+    /// none.
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> GetOutcome;
 
     /// Invalidates every item now (`delay` ≤ 0) or at a later time.
     fn flush_all(&self, delay: i64, fence: &AckFence);
@@ -341,6 +342,23 @@ pub struct StoreCommand<'a> {
     pub compare_cas: Option<u64>,
     /// Meta `I` with `C`: an older CAS still stores, but marks the item stale.
     pub stale_if_older: bool,
+}
+
+/// What a read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetOutcome {
+    Hit,
+    Miss,
+    /// The read had to write (touch, vivify, a recache win) and the storage
+    /// refused the write (a full disk, a failed fsync): nothing was shown,
+    /// nothing changed.
+    Failed,
+}
+
+impl GetOutcome {
+    pub fn is_hit(self) -> bool {
+        self == GetOutcome::Hit
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,8 +35,8 @@ use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, 
 use crate::sweep::SweepPace;
 use crate::{
     AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
-    EvictionWatcher, GetOptions, ItemInfo, ItemView, Store, StoreCommand, StoreMode, StoreOutcome,
-    StoreStats,
+    EvictionWatcher, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand, StoreMode,
+    StoreOutcome, StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -872,7 +872,7 @@ impl Store for MemoryStore {
         options: &GetOptions,
         _fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
-    ) -> bool {
+    ) -> GetOutcome {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
@@ -890,17 +890,17 @@ impl Store for MemoryStore {
         };
         let Some(i) = found else {
             let Some(expiry) = options.vivify else {
-                return false;
+                return GetOutcome::Miss;
             };
             let slot = self.slot_for(hash, key, &semantics::vivified(expiry), None, now);
             if !self.admit(&mut shard, slot.charge(), slot.charge()) {
-                return false;
+                return GetOutcome::Miss;
             }
             visit(&self.view(&slot, now, true));
             let cas = self.put(&mut shard, None, slot);
             drop(shard);
             self.enforce_limit(Some(cas));
-            return true;
+            return GetOutcome::Hit;
         };
         let slot = &mut shard.slots[i as usize];
         if let Some(expiry) = options.touch {
@@ -918,7 +918,7 @@ impl Store for MemoryStore {
             (false, true) => shard.note_read_strictly(i, now),
             (false, false) => shard.note_read(i, now),
         }
-        true
+        GetOutcome::Hit
     }
 
     fn store(&self, command: &StoreCommand<'_>, _fence: &AckFence) -> StoreOutcome {
@@ -1060,19 +1060,19 @@ impl Store for MemoryStore {
         }
     }
 
-    fn touch(&self, key: &[u8], expiry: ExpiryTime, _fence: &AckFence) -> bool {
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, _fence: &AckFence) -> GetOutcome {
         let hash = self.hash(key);
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
         let Some(i) = self.find_live(&mut shard, hash, key, now) else {
-            return false;
+            return GetOutcome::Miss;
         };
         let slot = &mut shard.slots[i as usize];
         slot.expiry = expiry;
         self.sweep_pace.note(expiry);
         slot.last_access = now;
         slot.bits |= ACCESSED;
-        true
+        GetOutcome::Hit
     }
 
     fn flush_all(&self, delay: i64, _fence: &AckFence) {

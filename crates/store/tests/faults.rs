@@ -16,8 +16,8 @@ use heed::{Env, RwTxn};
 use kura_store::disk::io::{Io, OsIo};
 use kura_store::{
     AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions,
-    LogRetention, Record, RowMode, RowOutcome, Store, StoreCommand, StoreMode, StoreOutcome,
-    SyncPolicy,
+    GetOutcome, LogRetention, Record, RowMode, RowOutcome, Store, StoreCommand, StoreMode,
+    StoreOutcome, SyncPolicy,
 };
 use parking_lot::Mutex;
 
@@ -405,6 +405,19 @@ fn a_failed_log_write_is_not_acknowledged_and_poisons_the_engine() {
         kept.get(&b"key3"[..]).cloned(),
         "reads go on"
     );
+    // A read that must write (touch, vivify) fails as a write does; one
+    // that finds nothing to write is a miss as ever.
+    let expiry = store.clock().expiry(100);
+    let fence = AckFence::default();
+    assert_eq!(store.touch(b"key3", expiry, &fence), GetOutcome::Failed);
+    assert_eq!(store.touch(b"missing", expiry, &fence), GetOutcome::Miss);
+    let vivify = GetOptions {
+        vivify: Some(expiry),
+        ..GetOptions::default()
+    };
+    let mut shown = false;
+    let outcome = store.get(b"missing", &vivify, &fence, &mut |_| shown = true);
+    assert_eq!((outcome, shown), (GetOutcome::Failed, false));
     drop(store);
     let store = recovers(dir.path(), &kept);
     assert_eq!(get(&store, b"lost"), None);

@@ -53,7 +53,9 @@ fn every_change_is_an_entry_numbered_without_gaps_across_restarts() {
         store(&engine, StoreMode::Set, b"small", b"v1", 1);
         store(&engine, StoreMode::Set, b"large", &large, 2);
         let expiry = engine.clock().from_unix(2_000_000_000);
-        assert!(engine.touch(b"large", expiry, &AckFence::default()));
+        assert!(engine
+            .touch(b"large", expiry, &AckFence::default())
+            .is_hit());
         engine.wait_until_all_applied();
         store(&engine, StoreMode::Append, b"small", b"+a", 0);
     }

@@ -71,7 +71,9 @@ fn a_replica_holds_the_masters_log_with_its_lsns_and_can_be_fed_on_after_a_resta
         );
     }
     // A touch of a value the log keeps journals the item whole.
-    assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
+    assert!(master
+        .touch(b"large", master.clock().expiry(1000), &AckFence::default())
+        .is_hit());
     master.wait_until_all_applied();
     set(&master, b"small", b"v2", 3);
     let replica = open(replica_dir.path());
@@ -160,7 +162,9 @@ fn a_touch_carries_its_value_so_its_group_needs_no_older_segment() {
         set(&master, b"x", b"1", 0);
         let mut feed = master.feed(replica.position().unwrap()).unwrap();
         drain(&mut *feed, &replica);
-        assert!(master.touch(b"large", master.clock().expiry(1000), &AckFence::default()));
+        assert!(master
+            .touch(b"large", master.clock().expiry(1000), &AckFence::default())
+            .is_hit());
     }
     let segments = written_segments(master_dir.path());
     assert!(segments.len() >= 2, "{segments:?}");

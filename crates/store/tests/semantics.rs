@@ -5,8 +5,8 @@
 
 use kura_store::{
     AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore,
-    GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
-    SyncPolicy,
+    GetOptions, GetOutcome, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode,
+    StoreOutcome, SyncPolicy,
 };
 
 /// Runs `test` against a fresh memory engine and a fresh disk engine.
@@ -257,9 +257,14 @@ fn expiry_ttl_touch_and_an_item_stored_already_expired() {
             &AckFence::default(),
         );
         assert_eq!(get(store, b"k").unwrap().ttl, 100);
-        assert!(store.touch(b"k", clock.expiry(10), &AckFence::default()));
+        assert!(store
+            .touch(b"k", clock.expiry(10), &AckFence::default())
+            .is_hit());
         assert_eq!(get(store, b"k").unwrap().ttl, 10);
-        assert!(!store.touch(b"missing", clock.expiry(10), &AckFence::default()));
+        assert_eq!(
+            store.touch(b"missing", clock.expiry(10), &AckFence::default()),
+            GetOutcome::Miss
+        );
         // get-and-touch: the read sees the new expiry.
         let gat = GetOptions {
             touch: Some(clock.expiry(50)),
@@ -268,8 +273,9 @@ fn expiry_ttl_touch_and_an_item_stored_already_expired() {
         assert_eq!(read(store, b"k", &gat).unwrap().ttl, 50);
         clock.advance(51);
         assert_eq!(get(store, b"k"), None);
-        assert!(
-            !store.touch(b"k", 0, &AckFence::default()),
+        assert_eq!(
+            store.touch(b"k", 0, &AckFence::default()),
+            GetOutcome::Miss,
             "an expired item cannot be touched"
         );
         // A negative exptime stores an item that is already gone.
@@ -561,11 +567,11 @@ fn vivify_on_miss_and_recache_wins_once() {
         assert_eq!(wins, [(true, false), (false, true)]);
         // Far from expiring: nobody wins.
         set(store, b"far", b"hi");
-        assert!(
-            store.get(b"far", &recache, &AckFence::default(), &mut |item| {
+        assert!(store
+            .get(b"far", &recache, &AckFence::default(), &mut |item| {
                 assert!(!item.won && !item.win_taken)
             })
-        );
+            .is_hit());
     });
 }
 
@@ -593,12 +599,14 @@ fn invalidated_items_are_stale_until_replaced() {
         }
         assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
         set(store, b"k", b"fresh");
-        assert!(store.get(
-            b"k",
-            &GetOptions::default(),
-            &AckFence::default(),
-            &mut |item| assert!(!item.stale && !item.win_taken),
-        ));
+        assert!(store
+            .get(
+                b"k",
+                &GetOptions::default(),
+                &AckFence::default(),
+                &mut |item| assert!(!item.stale && !item.win_taken),
+            )
+            .is_hit());
     });
 }
 
@@ -620,12 +628,14 @@ fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
         };
         store.delete(b"k", &invalidate, &AckFence::default());
         // The first reader wins the recache and hands the token out.
-        assert!(store.get(
-            b"k",
-            &GetOptions::default(),
-            &AckFence::default(),
-            &mut |item| assert!(item.won),
-        ));
+        assert!(store
+            .get(
+                b"k",
+                &GetOptions::default(),
+                &AckFence::default(),
+                &mut |item| assert!(item.won),
+            )
+            .is_hit());
         // A write with the CAS it read before the invalidation: stored, but
         // still stale, its expiry kept and the token still taken.
         let stale_write = StoreCommand {

@@ -4,8 +4,8 @@
 
 use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode,
-    StoreOutcome,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, StoreCommand,
+    StoreMode, StoreOutcome,
 };
 
 use super::{stats, Action, Context, PROTOCOL_VERSION};
@@ -125,7 +125,7 @@ fn get(
         ..GetOptions::default()
     };
     ctx.counters.cmd_get.incr();
-    let hit = ctx
+    let outcome = ctx
         .shared
         .store
         .get(request.key, &options, &ctx.fence, &mut |item| {
@@ -142,17 +142,23 @@ fn get(
                 value,
             );
         });
+    let hit = outcome.is_hit();
     ctx.detail(request.key, |counts| {
         counts.gets += 1;
         counts.hits += u64::from(hit);
     });
     if touch.is_some() {
         ctx.counters.cmd_touch.incr();
-        if hit {
-            ctx.counters.touch_hits.incr();
-        } else {
-            ctx.counters.touch_misses.incr();
+        match outcome {
+            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
+            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
+            GetOutcome::Failed => {}
         }
+    }
+    if outcome == GetOutcome::Failed {
+        // The touch (or gat) could not be written: memcached's answer to a
+        // failed storage write.
+        return Err(Status::InternalError);
     }
     if hit {
         ctx.counters.get_hits.incr();

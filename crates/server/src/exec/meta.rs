@@ -8,8 +8,8 @@ use kura_proto::meta::{MetaCommand, MetaFlags, MetaKey, MetaRequest, SetMode};
 use kura_proto::reply::{push_i64, push_u64};
 use kura_proto::ErrorReply;
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, ItemView, StoreCommand,
-    StoreMode, StoreOutcome,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, ItemView,
+    StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::Context;
@@ -36,26 +36,29 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         recache_below: flags.recache,
     };
     ctx.counters.cmd_get.incr();
-    let hit = ctx
+    let outcome = ctx
         .shared
         .store
         .get(&command.key.bytes, &options, &ctx.fence, &mut |item| {
             compose_hit(command, item, ctx, out);
         });
-    if hit {
-        ctx.counters.get_hits.incr();
-    } else {
-        ctx.counters.get_misses.incr();
-        if !flags.quiet {
-            compose_status(b"EN", command, None, ctx, out);
+    match outcome {
+        GetOutcome::Hit => ctx.counters.get_hits.incr(),
+        GetOutcome::Miss => {
+            ctx.counters.get_misses.incr();
+            if !flags.quiet {
+                compose_status(b"EN", command, None, ctx, out);
+            }
         }
+        // A touch, vivify or recache win the storage could not write.
+        GetOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
     if options.touch.is_some() {
         ctx.counters.cmd_touch.incr();
-        if hit {
-            ctx.counters.touch_hits.incr();
-        } else {
-            ctx.counters.touch_misses.incr();
+        match outcome {
+            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
+            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
+            GetOutcome::Failed => {}
         }
     }
 }

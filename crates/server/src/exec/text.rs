@@ -6,8 +6,8 @@ use kura_proto::text::{
 };
 use kura_proto::ErrorReply;
 use kura_store::{
-    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, StoreCommand,
-    StoreMode, StoreOutcome,
+    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome,
+    StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
@@ -24,7 +24,13 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         Request::Get { mode, keys } => {
             let start = out.len();
             for (index, key) in keys.iter().enumerate() {
-                get(key, mode, ctx, out);
+                if get(key, mode, ctx, out) == GetOutcome::Failed {
+                    // A gat whose touch the storage could not write: as
+                    // memcached's failed get, the error replaces the reply.
+                    out.truncate(start);
+                    out.extend_from_slice(ctx.write_failed_line());
+                    return Action::Continue;
+                }
                 // The first value always goes (an item of -I and its line).
                 if index > 0 && out.len() - start > ctx.shared.config.max_reply_bytes {
                     // As memcached when it cannot allocate a reply: none of
@@ -70,12 +76,16 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         } => {
             ctx.counters.cmd_touch.incr();
             let expiry = ctx.shared.store.clock().expiry(exptime);
-            let reply: &[u8] = if ctx.shared.store.touch(key, expiry, &ctx.fence) {
-                ctx.counters.touch_hits.incr();
-                b"TOUCHED\r\n"
-            } else {
-                ctx.counters.touch_misses.incr();
-                b"NOT_FOUND\r\n"
+            let reply: &[u8] = match ctx.shared.store.touch(key, expiry, &ctx.fence) {
+                GetOutcome::Hit => {
+                    ctx.counters.touch_hits.incr();
+                    b"TOUCHED\r\n"
+                }
+                GetOutcome::Miss => {
+                    ctx.counters.touch_misses.incr();
+                    b"NOT_FOUND\r\n"
+                }
+                GetOutcome::Failed => ctx.write_failed_line(),
             };
             reply_unless(noreply, reply, out);
         }
@@ -240,7 +250,7 @@ fn debug_time(seconds: i64, ctx: &Context<'_>, out: &mut Vec<u8>) {
     }
 }
 
-fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
+fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOutcome {
     ctx.counters.cmd_get.incr();
     let options = GetOptions {
         touch: mode
@@ -249,7 +259,7 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
         ..GetOptions::default()
     };
     let with_cas = mode.returns_cas();
-    let hit = ctx
+    let outcome = ctx
         .shared
         .store
         .get(key, &options, &ctx.fence, &mut |item| {
@@ -267,10 +277,11 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(item.value);
             out.extend_from_slice(b"\r\n");
         });
-    if hit {
-        ctx.counters.get_hits.incr();
-    } else {
-        ctx.counters.get_misses.incr();
+    let hit = outcome.is_hit();
+    match outcome {
+        GetOutcome::Hit => ctx.counters.get_hits.incr(),
+        GetOutcome::Miss => ctx.counters.get_misses.incr(),
+        GetOutcome::Failed => {}
     }
     ctx.detail(key, |counts| {
         counts.gets += 1;
@@ -281,12 +292,13 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) {
     }
     if options.touch.is_some() {
         ctx.counters.cmd_touch.incr();
-        if hit {
-            ctx.counters.touch_hits.incr();
-        } else {
-            ctx.counters.touch_misses.incr();
+        match outcome {
+            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
+            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
+            GetOutcome::Failed => {}
         }
     }
+    outcome
 }
 
 fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {

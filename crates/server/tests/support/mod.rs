@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kura_server::{ServerConfig, ServerHandle};
+use kura_store::disk::io::{Io, OsIo};
 use kura_store::{DiskConfig, DiskStore, MemoryConfig, MemoryStore, Store, SyncPolicy};
 
 pub struct TestServer {
@@ -43,11 +44,22 @@ impl TestServer {
     }
 
     fn disk_server(config: ServerConfig, sync: SyncPolicy) -> Self {
+        Self::disk_server_on(config, sync, Arc::new(OsIo))
+    }
+
+    /// A server on the disk engine whose files are reached through `io`
+    /// (a test's, to make them fail).
+    pub fn disk_on(io: Arc<dyn Io>) -> Self {
+        Self::disk_server_on(ServerConfig::default(), SyncPolicy::Batch, io)
+    }
+
+    fn disk_server_on(config: ServerConfig, sync: SyncPolicy, io: Arc<dyn Io>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = DiskStore::open(DiskConfig {
             map_size: 1 << 30,
             sync,
             reserve_bytes: 0,
+            io,
             ..DiskConfig::new(dir.path())
         })
         .expect("the disk engine opens");

@@ -74,7 +74,7 @@ use crate::clock::{Clock, ExpiryTime};
 use crate::semantics::Current;
 use crate::{
     AckFence, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
-    DeleteCommand, DeleteOutcome, GetOptions, ItemInfo, ItemView, Store, StoreCommand,
+    DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand,
     StoreOutcome, StoreStats,
 };
 
@@ -412,8 +412,8 @@ impl Store for DiskStore {
         options: &GetOptions,
         fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
-    ) -> bool {
-        self.inner.get(key, options, fence, visit).unwrap_or(false)
+    ) -> GetOutcome {
+        self.inner.get(key, options, fence, visit)
     }
 
     fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
@@ -444,7 +444,7 @@ impl Store for DiskStore {
             .unwrap_or(ArithOutcome::Failed)
     }
 
-    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> bool {
+    fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> GetOutcome {
         let options = GetOptions {
             touch: Some(expiry),
             no_bump: true,

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::semantics::{self};
-use crate::{AckFence, GetOptions, ItemView};
+use crate::{AckFence, GetOptions, GetOutcome, ItemView};
 
 use super::pending::{Change, Pending, Shard};
 use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
@@ -161,12 +161,12 @@ impl Inner {
         options: &GetOptions,
         fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
-    ) -> Result<bool, WriteFailed> {
+    ) -> GetOutcome {
         self.apply_due_flush(fence);
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
         let key_hash = shard.hash();
-        let lookup = self.with_record(&mut shard, key, fence, |found| {
+        let looked = self.with_record(&mut shard, key, fence, |found| {
             let Some((header, value)) = found else {
                 return Lookup::Miss;
             };
@@ -187,25 +187,29 @@ impl Inner {
             }
             visit(&self.view(key, key_hash, &header, value, false, !options.no_bump));
             Lookup::Hit
-        })?;
+        });
         drop(shard);
-        match lookup {
-            Lookup::Hit => return Ok(true),
-            Lookup::Miss if options.vivify.is_none() => return Ok(false),
-            Lookup::Miss | Lookup::NeedsWrite => {}
+        match looked {
+            Ok(Lookup::Hit) => return GetOutcome::Hit,
+            Ok(Lookup::Miss) if options.vivify.is_none() => return GetOutcome::Miss,
+            Ok(Lookup::Miss | Lookup::NeedsWrite) => {}
+            // A value the log could not give (logged there): a miss for
+            // this read.
+            Err(WriteFailed) => return GetOutcome::Miss,
         }
         if !self.writable() {
-            return Err(WriteFailed);
+            return GetOutcome::Failed;
         }
-        self.modify(key, fence, |found, _| {
+        let written = self.modify(key, fence, |found, _| {
             let Some((old, value)) = found else {
                 let Some(expiry) = options.vivify else {
-                    return (None, false);
+                    return (None, GetOutcome::Miss);
                 };
                 let header = self.header_for(&semantics::vivified(expiry), None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                 visit(&self.view(key, key_hash, &header, &[], true, false));
-                return (Some(Change::Put(Keyed::encode(key, &header, &[]))), true);
+                let change = Change::Put(Keyed::encode(key, &header, &[]));
+                return (Some(change), GetOutcome::Hit);
             };
             let mut header = old;
             if let Some(expiry) = options.touch {
@@ -231,8 +235,9 @@ impl Inner {
                 header.bits |= FETCHED;
             }
             let change = Change::Put(Keyed::encode(key, &header, &[value]));
-            (Some(change), true)
-        })
+            (Some(change), GetOutcome::Hit)
+        });
+        written.unwrap_or(GetOutcome::Failed)
     }
 }
 

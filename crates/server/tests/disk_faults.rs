@@ -1,0 +1,143 @@
+//! What clients are told over the wire when the disk engine's log fails
+//! (`docs/DESIGN.md`, durability): the write in the failed append is never
+//! acknowledged (its connection closes), every later write is answered
+//! `SERVER_ERROR storage write failed` (binary status 0x84), and reads go on.
+//! The engine's side of each failure is `kura-store`'s `tests/faults.rs`.
+
+mod support;
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kura_proto::binary::{self, opcode};
+use kura_store::disk::io::Io;
+use support::{closes, read_at_least, TestServer};
+
+/// Log writes that fail with EIO once `failing` is set.
+#[derive(Debug, Default)]
+struct FailingLog {
+    failing: AtomicBool,
+}
+
+impl Io for FailingLog {
+    fn write_log(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+        if self.failing.load(Ordering::Acquire) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        file.write_all_at(bytes, offset)
+    }
+}
+
+const FAILED: &[u8] = b"SERVER_ERROR storage write failed\r\n";
+
+fn ask(server: &TestServer, request: &[u8], reply: &[u8]) {
+    let got = server.exchange(request, reply.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(reply),
+        "for {}",
+        String::from_utf8_lossy(request)
+    );
+}
+
+/// (status, value) of the one binary response in `bytes`.
+fn binary_status(bytes: &[u8]) -> (u16, Vec<u8>) {
+    assert!(bytes.len() >= binary::HEADER_LEN, "{bytes:?}");
+    assert_eq!(bytes[0], binary::RESPONSE_MAGIC);
+    let key_len = u16::from_be_bytes([bytes[2], bytes[3]]) as usize;
+    let extras_len = bytes[4] as usize;
+    let body = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    let status = u16::from_be_bytes([bytes[6], bytes[7]]);
+    let value = bytes[24 + extras_len + key_len..24 + body].to_vec();
+    (status, value)
+}
+
+fn binary_exchange(
+    server: &TestServer,
+    code: u8,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut request = Vec::new();
+    binary::compose_request(&mut request, code, 7, 0, extras, key, value);
+    let mut stream = server.connect();
+    stream.write_all(&request).unwrap();
+    let mut reply = read_at_least(&mut stream, binary::HEADER_LEN);
+    let body = u32::from_be_bytes(reply[8..12].try_into().unwrap()) as usize;
+    while reply.len() < binary::HEADER_LEN + body {
+        let mut more = [0u8; 4096];
+        let n = stream.read(&mut more).unwrap();
+        assert!(n > 0, "closed mid-reply");
+        reply.extend_from_slice(&more[..n]);
+    }
+    binary_status(&reply)
+}
+
+#[test]
+fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_reads() {
+    let log = Arc::new(FailingLog::default());
+    let server = TestServer::disk_on(log.clone());
+    ask(&server, b"set kept 5 0 2\r\nok\r\n", b"STORED\r\n");
+    ask(&server, b"set n 0 0 1\r\n1\r\n", b"STORED\r\n");
+
+    log.failing.store(true, Ordering::Release);
+    // The write whose append fails is not acknowledged: its connection
+    // closes without a reply.
+    let mut stream = server.connect();
+    stream.write_all(b"set lost 0 0 1\r\nx\r\n").unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    assert!(reply.is_empty(), "{}", String::from_utf8_lossy(&reply));
+    assert!(closes(&mut stream));
+
+    // Every write after it is refused in memcached's words.
+    ask(&server, b"set later 0 0 1\r\nx\r\n", FAILED);
+    ask(&server, b"delete kept\r\n", FAILED);
+    ask(&server, b"incr n 1\r\n", FAILED);
+    ask(&server, b"append kept 0 0 1\r\n!\r\n", FAILED);
+    ask(&server, b"touch kept 100\r\n", FAILED);
+    ask(&server, b"touch missing 100\r\n", b"NOT_FOUND\r\n");
+    // A get-and-touch cannot write its touch: the error replaces the reply.
+    ask(&server, b"gat 100 n kept\r\n", FAILED);
+    ask(&server, b"ms later 1\r\nx\r\n", FAILED);
+    ask(&server, b"mg kept v T30\r\n", FAILED);
+    ask(&server, b"mg missing v N30\r\n", FAILED);
+    ask(&server, b"mg missing v\r\n", b"EN\r\n");
+    let extras = [0u8; 8];
+    assert_eq!(
+        binary_exchange(&server, opcode::SET, &extras, b"later", b"x").0,
+        0x84,
+        "binary: internal error"
+    );
+    assert_eq!(
+        binary_exchange(&server, opcode::DELETE, &[], b"kept", b"").0,
+        0x84
+    );
+    let touch_extras = 100u32.to_be_bytes();
+    assert_eq!(
+        binary_exchange(&server, opcode::TOUCH, &touch_extras, b"kept", b"").0,
+        0x84
+    );
+    assert_eq!(
+        binary_exchange(&server, opcode::GAT, &touch_extras, b"kept", b"").0,
+        0x84
+    );
+
+    // Reads go on, and find what was acknowledged.
+    ask(
+        &server,
+        b"get kept lost later\r\n",
+        b"VALUE kept 5 2\r\nok\r\nEND\r\n",
+    );
+    assert_eq!(
+        binary_exchange(&server, opcode::GET, &[], b"kept", b""),
+        (0, b"ok".to_vec())
+    );
+    let stats = server.exchange(b"stats kura\r\n", 1);
+    let stats = String::from_utf8_lossy(&stats);
+    assert!(stats.contains("STAT disk_poisoned 1\r\n"), "{stats}");
+}
