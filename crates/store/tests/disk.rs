@@ -293,6 +293,25 @@ fn a_pending_record_with_the_fetched_bit_read_before_its_round_is_cached() {
     assert_eq!(engine_stat(&store, "disk_read_cache_items"), 1);
 }
 
+/// The read cache holds no dead record: one a flush covered before its
+/// round retired it stays out, whatever it carries.
+#[test]
+fn a_pending_record_a_flush_covers_is_not_cached_when_its_round_retires_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::Batch);
+    set(&store, b"c", b"1", 0);
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    let incr = kura_store::ArithCommand {
+        delta: 1,
+        ..Default::default()
+    };
+    store.arith(b"c", &incr, &AckFence::default());
+    store.flush_all(0, &AckFence::default());
+    assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
+    assert_eq!(engine_stat(&store, "disk_read_cache_items"), 0);
+    assert_eq!(fetched_before(&store, b"c"), None);
+}
+
 /// The per-class tallies LMDB keeps are counted under the size classes of
 /// the time: a restart under other classes (`-I`, `-f`, `-n` changed)
 /// counts them again, so `stats` lists only classes that exist and

@@ -260,13 +260,14 @@ impl Inner {
         }
         if let Some(round) = round {
             self.counters.applies.fetch_add(1, Ordering::Relaxed);
-            // Records read while pending go to the read cache, with the
+            // Live records read while pending (or carrying the fetched bit:
+            // a touch, an incr, a master's) go to the read cache, with the
             // fetched bit they have now: they were wanted. A read after
             // `apply` wrote the record is in the cache and the access table,
-            // not in LMDB.
-            let flushed_through = self.flushes.through();
-            self.pending.retire_applied(round.batches, |hash, cas| {
-                cas > flushed_through && self.accesses.fetched(hash, cas)
+            // not in LMDB. Only live ones: the cache holds no dead record.
+            self.pending.retire_applied(round.batches, |hash, header| {
+                self.alive(header)
+                    && (header.has(FETCHED) || self.accesses.fetched(hash, header.cas))
             });
         }
         if let Some(through) = through {

@@ -502,12 +502,15 @@ impl PendingWrites {
     }
 
     /// Forgets writes LMDB now holds (every `applying` map): reads of their
-    /// keys go to LMDB, or to a newer pending write. A record that was read
-    /// while pending (`was_read(hash, cas)`), or that carries the fetched
-    /// bit (a `touch` or `gat`, an incr, a master's), moves into the read
-    /// cache, with its fetched bit set, unless a newer write of its key is
-    /// pending.
-    pub fn retire_applied(&self, batches: Vec<Batch>, was_read: impl Fn(u64, u64) -> bool) {
+    /// keys go to LMDB, or to a newer pending write. A record worth caching
+    /// (`worth_caching(hash, header)`: alive, and read while pending or
+    /// carrying the fetched bit) moves into the read cache, with its fetched
+    /// bit set, unless a newer write of its key is pending.
+    pub fn retire_applied(
+        &self,
+        batches: Vec<Batch>,
+        worth_caching: impl Fn(u64, &Header) -> bool,
+    ) {
         let promote = batches.len() == 1 && self.cache_budget_per_shard > 0;
         let budget = self.cache_budget_per_shard;
         for batch in batches {
@@ -529,7 +532,7 @@ impl PendingWrites {
                     Header::decode(keyed.record()).is_some_and(|(header, _)| {
                         !header.has(record::IN_LOG)
                             && keyed.record().len() <= MAX_CACHED_RECORD
-                            && (header.has(record::FETCHED) || was_read(hash, header.cas))
+                            && worth_caching(hash, &header)
                             && state.newest(hash, Space::Item, keyed.key()).is_none()
                     })
                 };
