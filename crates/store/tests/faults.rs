@@ -962,9 +962,16 @@ fn a_failed_fsync_by_the_batch_syncer_poisons_the_engine() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    let refused = || -> u64 { engine_stat(&store, "disk_writes_refused").parse().unwrap() };
+    let before = refused();
     assert_eq!(set(&store, b"after", b"v"), None, "writes are refused");
-    let refused: u64 = engine_stat(&store, "disk_writes_refused").parse().unwrap();
-    assert!(refused >= 1, "{refused} writes counted refused");
+    let fence = AckFence::default();
+    assert_eq!(
+        store.delete(b"key1", &DeleteCommand::default(), &fence),
+        DeleteOutcome::Failed,
+        "so are deletes"
+    );
+    assert_eq!(refused(), before + 2, "both counted refused");
     assert_eq!(get(&store, b"key5").as_ref(), kept.get(&b"key5"[..]));
     assert_eq!(get(&store, b"unsynced").as_deref(), Some(&b"v"[..]));
     // The process stops, the machine does not: the page cache keeps what
@@ -1293,7 +1300,7 @@ fn a_peers_flush_whose_append_fails_on_a_full_disk_is_taken_when_it_comes_again(
     let exchange = |after: LogPosition| -> Result<(), String> {
         let mut feed = a.feed(after).unwrap();
         while let Some(group) = feed.next_group(Duration::from_millis(50)).unwrap() {
-            b.apply_peer_group("a", &group.bytes, true)?;
+            b.take_peer_group("a", &group.bytes, true)?;
         }
         b.wait_until_all_applied();
         Ok(())
@@ -1440,7 +1447,7 @@ fn a_segment_freed_by_removing_expired_items_goes_only_once_that_is_durable() {
 #[test]
 fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again_after_a_restart() {
     use kura_store::replication::{Replication, SnapshotPart};
-    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master_dir = tempfile::tempdir().unwrap();
     let master = open(master_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
     let kept = fill(&master, 20, 500);
     // A snapshot sends what the data file holds.
@@ -1453,19 +1460,29 @@ fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again
         }
         base.finish(at)
     };
-    let io = FaultyIo::new(replica_dir.path());
-    let replica = open(replica_dir.path(), SyncPolicy::Batch, io.clone());
-    io.set(|f| f.sync_data = Some(Fault::Fails(libc::EIO)));
-    assert!(load(&replica).is_err(), "the snapshot is not finished");
-    assert_eq!(engine_stat(&replica, "disk_poisoned"), "1");
-    assert_ne!(replica.position(), Some(at));
-    io.crash();
-    drop(replica);
-    io.cut_power(false);
-    let replica = open(replica_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
-    assert_ne!(replica.position(), Some(at), "no snapshot is claimed");
-    load(&replica).expect("loads again");
-    assert_eq!(replica.position(), Some(at));
-    drop(replica);
-    recovers(replica_dir.path(), &kept);
+    // The log's fsync (the segment the snapshot retires), then the data
+    // file's.
+    type Failure = fn(&mut Faults);
+    let failures: [Failure; 2] = [
+        |f| f.sync_log = Some(Fault::Fails(libc::EIO)),
+        |f| f.sync_data = Some(Fault::Fails(libc::EIO)),
+    ];
+    for failure in failures {
+        let replica_dir = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new(replica_dir.path());
+        let replica = open(replica_dir.path(), SyncPolicy::Batch, io.clone());
+        io.set(failure);
+        assert!(load(&replica).is_err(), "the snapshot is not finished");
+        assert_eq!(engine_stat(&replica, "disk_poisoned"), "1");
+        assert_ne!(replica.position(), Some(at));
+        io.crash();
+        drop(replica);
+        io.cut_power(false);
+        let replica = open(replica_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+        assert_ne!(replica.position(), Some(at), "no snapshot is claimed");
+        load(&replica).expect("loads again");
+        assert_eq!(replica.position(), Some(at));
+        drop(replica);
+        recovers(replica_dir.path(), &kept);
+    }
 }

@@ -193,7 +193,8 @@ struct Counters {
     /// Journal groups appended, and the writes in them.
     appends: AtomicU64,
     appended_writes: AtomicU64,
-    /// LMDB transactions of journalled writes, and the writes in them.
+    /// Apply rounds (one LMDB transaction each, or several for a round
+    /// committed in parts), and the journalled writes in them.
     applies: AtomicU64,
     applied_writes: AtomicU64,
     largest_append: AtomicU64,
@@ -339,12 +340,22 @@ impl Inner {
         }
     }
 
+    /// Whether a client's write may be taken; a refusal is counted.
     fn writable(&self) -> bool {
-        let ok = self.health.takes_writes();
-        if !ok {
+        self.counted_refusal(self.health.takes_writes())
+    }
+
+    /// Whether a client's delete may be taken (deletes go on while the
+    /// disk is full: they free space); a refusal is counted.
+    fn deletable(&self) -> bool {
+        self.counted_refusal(self.health.takes_deletes())
+    }
+
+    fn counted_refusal(&self, taken: bool) -> bool {
+        if !taken {
             self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
         }
-        ok
+        taken
     }
 }
 
@@ -426,8 +437,7 @@ impl Store for DiskStore {
     }
 
     fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome {
-        // Deletes free space, so they go on while the disk is full.
-        if !self.inner.health.takes_deletes() {
+        if !self.inner.deletable() {
             return DeleteOutcome::Failed;
         }
         self.inner
@@ -489,7 +499,7 @@ impl Store for DiskStore {
     fn maintain(&self) -> usize {
         let inner = &self.inner;
         // Nobody's reply waits for a delayed flush applied in the background.
-        inner.apply_due_flush(&AckFence::default());
+        inner.start_due_flush(&AckFence::default());
         inner.check_space();
         resident::trim(
             &inner.env.path().join("data.mdb"),

@@ -55,7 +55,7 @@ pub(super) fn group_of(bytes: &[u8]) -> Result<(GroupHead, Vec<Record<'_>>), Str
 impl Inner {
     /// Appends one of the master's groups as this server's next group and
     /// leaves it to the applier; returns its last entry's position.
-    pub(super) fn apply_group(&self, bytes: &[u8]) -> Result<LogPosition, String> {
+    pub(super) fn take_group(&self, bytes: &[u8]) -> Result<LogPosition, String> {
         let (head, entries) = group_of(bytes)?;
         let mut leader = self.journal_leader.lock();
         if self.pending.is_dirty() {
@@ -143,7 +143,7 @@ impl Inner {
         // waits for while this thread keeps the journal.
         self.journal_round(&mut leader, None);
         self.catch_up()
-            .map_err(|_| "the engine cannot apply writes (disk full or failed)".to_string())?;
+            .map_err(|_| "the engine cannot take writes (disk full or failed)".to_string())?;
         let mut txn = self.env.write_txn().map_err(failed)?;
         let cleared = (|| {
             self.items.clear(&mut txn)?;
@@ -280,12 +280,16 @@ impl BaseLoad for BaseLoader<'_> {
         let logged = inner.logged.lock();
         let retired = inner.journal.switch(next);
         drop(logged);
-        inner.journal.sync_retired(&retired).map_err(io_failed)?;
+        // A failed fsync poisons, as everywhere (docs/DESIGN.md).
+        if !inner.fsync("journal fsync failed", || {
+            inner.journal.sync_retired(&retired)
+        }) {
+            return Err("finishing a snapshot: journal fsync failed".to_string());
+        }
         inner.last_cas.fetch_max(self.max_cas, Ordering::AcqRel);
         // The snapshot's pages reach the disk before the marker's removal
         // does: under MDB_NOSYNC, LMDB's writes keep their order only where
         // the file system keeps it, and the log cannot repair a snapshot.
-        // A failed fsync poisons, as everywhere (docs/DESIGN.md).
         let sync_data = || {
             (inner.fsync("fsync failed", || inner.config.io.sync_data(&inner.env)))
                 .then_some(())

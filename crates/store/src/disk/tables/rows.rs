@@ -275,7 +275,7 @@ impl Tables for DiskStore {
     }
 
     fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome {
-        if !self.inner.health.takes_deletes() {
+        if !self.inner.deletable() {
             return RowOutcome::Failed;
         }
         self.inner
