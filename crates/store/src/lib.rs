@@ -100,7 +100,7 @@ pub trait Store: Send + Sync {
         Err("the memory engine keeps no data to back up (the disk engine does)".to_string())
     }
 
-    // Acknowledgement. An engine that applies a write at once but makes it
+    // Acknowledgement. An engine that takes a write at once but makes it
     // durable later (the disk engine's group appends to its log) raises the caller's
     // fence to the write's ticket; the server holds the replies of that
     // batch of requests until the ticket is decided. The memory engine

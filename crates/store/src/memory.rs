@@ -596,12 +596,12 @@ impl MemoryStore {
     /// come is applied first: otherwise the first write after its time, to
     /// a key not there before, would be numbered under it and flushed.
     fn next_cas(&self, now: u32) -> u64 {
-        self.apply_due_flush(now);
+        self.start_due_flush(now);
         self.last_cas.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Applies a delayed flush whose time has come at `now`.
-    fn apply_due_flush(&self, now: u32) {
+    /// Starts a delayed flush whose time has come at `now`.
+    fn start_due_flush(&self, now: u32) {
         if self.delayed_flush.take_due(now) {
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
@@ -612,7 +612,7 @@ impl MemoryStore {
     /// The flush boundary in force at `now`, applying a delayed flush whose
     /// time has come.
     fn flushed_through(&self, now: u32) -> Flushed {
-        self.apply_due_flush(now);
+        self.start_due_flush(now);
         Flushed {
             through_cas: self.flushed_through_cas.load(Ordering::Acquire),
             second: self.flushed_second.load(Ordering::Relaxed),

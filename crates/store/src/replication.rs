@@ -1,6 +1,6 @@
 //! What replication asks of an engine: on a master, a feed of its update
 //! log from a replica's position and a snapshot when the log no longer
-//! reaches back; on a replica, applying the master's groups as its own log
+//! reaches back; on a replica, taking the master's groups as its own log
 //! (same LSNs, times and origins) and loading a snapshot as a new base.
 //!
 //! Groups and snapshot parts travel as the journal's records
@@ -77,9 +77,9 @@ pub trait BaseLoad {
     fn finish(self: Box<Self>, at: LogPosition) -> Result<(), String>;
 }
 
-/// One of a peer's groups, applied here.
+/// One of a peer's groups, taken here.
 #[derive(Debug, Clone, Copy)]
-pub struct PeerApplied {
+pub struct PeerTaken {
     /// The peer's position after it.
     pub at: LogPosition,
     /// Whether that position was kept (with what the group changed).
@@ -89,7 +89,7 @@ pub struct PeerApplied {
 /// What a dual master took of its peers' writes since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PeerTally {
-    /// Writes newer than the key's here: applied.
+    /// Writes newer than the key's here: taken.
     pub taken: u64,
     /// Writes older than the key's here (a concurrent write won): discarded.
     pub conflicts_resolved: u64,
@@ -116,9 +116,10 @@ pub trait Replication: Send + Sync {
         &self,
         send: &mut dyn FnMut(SnapshotPart<'_>) -> io::Result<()>,
     ) -> io::Result<(LogPosition, Box<dyn LogFeed>)>;
-    /// Appends and applies one of the master's groups, with its LSNs, time
-    /// and origin; returns its last entry's position.
-    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String>;
+    /// Takes one of the master's groups, with its LSNs, time and origin:
+    /// appends it as this server's next group (the applier puts it in LMDB
+    /// later, as any other); returns its last entry's position.
+    fn take_group(&self, group: &[u8]) -> Result<LogPosition, String>;
     /// Empties this server for a snapshot.
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String>;
     /// Every table's indexes: table, column, kind.
@@ -127,18 +128,18 @@ pub trait Replication: Send + Sync {
     /// missing ones and drops the others.
     fn adopt_indexes(&self, wanted: &[(Vec<u8>, Vec<u8>, IndexKind)]) -> Result<(), String>;
     /// Dual master: this server's position in the log of the peer at
-    /// `peer` (its address), if it applied any of it.
+    /// `peer` (its address), if it took any of it.
     fn peer_position(&self, peer: &str) -> Option<LogPosition>;
-    /// Dual master: applies one of a peer's groups by last writer wins
+    /// Dual master: takes one of a peer's groups by last writer wins
     /// (each item only if its stamp is newer than the key's here) as this
     /// server's own next group, with the peer's position after it if the
     /// group changed anything or `position_due`.
-    fn apply_peer_group(
+    fn take_peer_group(
         &self,
         peer: &str,
         group: &[u8],
         position_due: bool,
-    ) -> Result<PeerApplied, String>;
+    ) -> Result<PeerTaken, String>;
     /// Dual master: merges a peer's snapshot by last writer wins.
     fn merge_base(&self, peer: &str) -> Box<dyn BaseLoad + '_>;
     fn peer_tally(&self) -> PeerTally;

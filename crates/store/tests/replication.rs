@@ -22,7 +22,7 @@ fn set(store: &DiskStore, key: &[u8], value: &[u8], flags: u32) {
 fn drain(feed: &mut dyn LogFeed, replica: &DiskStore) -> usize {
     let mut groups = 0;
     while let Some(group) = feed.next_group(Duration::from_millis(50)).unwrap() {
-        let at = replica.apply_group(&group.bytes).unwrap();
+        let at = replica.take_group(&group.bytes).unwrap();
         assert_eq!(at.lsn, group.last_lsn);
         feed.acknowledged(at.lsn);
         groups += 1;
@@ -187,13 +187,13 @@ fn a_group_out_of_step_is_refused_and_changes_nothing() {
     let mut feed = master.feed(LogPosition::default()).unwrap();
     let _first = feed.next_group(Duration::from_secs(1)).unwrap().unwrap();
     let second = feed.next_group(Duration::from_secs(1)).unwrap().unwrap();
-    let refused = replica.apply_group(&second.bytes);
+    let refused = replica.take_group(&second.bytes);
     assert!(refused.unwrap_err().contains("out of step"));
     assert_eq!(get(&replica, b"b"), None);
     let mut damaged = second.bytes.clone();
     let last = damaged.len() - 1;
     damaged[last] ^= 0xff;
-    assert!(replica.apply_group(&damaged).is_err());
+    assert!(replica.take_group(&damaged).is_err());
     assert_eq!(replica.position(), Some(LogPosition::default()));
 }
 
@@ -318,7 +318,7 @@ fn exchange_until(from: &DiskStore, to: &DiskStore, after: LogPosition, until: u
         .unwrap()
         .filter(|group| group.last_lsn <= until)
     {
-        at = to.apply_peer_group("peer", &group.bytes, true).unwrap().at;
+        at = to.take_peer_group("peer", &group.bytes, true).unwrap().at;
         assert_eq!(at.lsn, group.last_lsn);
     }
     to.wait_until_all_applied();

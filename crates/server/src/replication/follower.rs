@@ -165,14 +165,14 @@ fn follow_once(
                 .replication
                 .snapshots_loaded
                 .fetch_add(1, Ordering::Relaxed);
-            link.applied_to(at.lsn, at.micros);
+            link.taken_to(at.lsn, at.micros);
             tracing::info!(master = %link.master, lsn = at.lsn, "snapshot loaded");
         }
         MasterAnswer::Refused(line) => return Err(format!("the master refused: {line}")),
     }
     link.set_state(LinkState::Streaming);
     if let Some(position) = followed_position(replication, link) {
-        link.applied_to(position.lsn, position.micros);
+        link.taken_to(position.lsn, position.micros);
     }
     let mut unacknowledged = None;
     let mut position_kept = Instant::now();
@@ -181,21 +181,21 @@ fn follow_once(
         match wire::frame(kind, &payload)? {
             Frame::Group(records) => {
                 let at = match link.kind {
-                    LinkKind::Master => replication.apply_group(records)?,
+                    LinkKind::Master => replication.take_group(records)?,
                     LinkKind::Peer => {
                         let due = position_kept.elapsed() >= PEER_POSITION_EVERY;
-                        let applied = replication.apply_peer_group(&link.master, records, due)?;
-                        if applied.kept {
+                        let taken = replication.take_peer_group(&link.master, records, due)?;
+                        if taken.kept {
                             position_kept = Instant::now();
                         }
-                        applied.at
+                        taken.at
                     }
                 };
                 shared
                     .replication
-                    .groups_applied
+                    .groups_taken
                     .fetch_add(1, Ordering::Relaxed);
-                link.applied_to(at.lsn, at.micros);
+                link.taken_to(at.lsn, at.micros);
                 unacknowledged = Some(at.lsn);
             }
             Frame::Heartbeat { lsn, micros } => link.heard(lsn, micros),
@@ -212,7 +212,7 @@ fn follow_once(
             }
             other => return Err(format!("an unexpected frame from the master: {other:?}")),
         }
-        // Once everything received is applied: one acknowledgement for a
+        // Once everything received is taken (appended here): one acknowledgement for a
         // burst of groups.
         if reader.buffer().is_empty() {
             if let Some(lsn) = unacknowledged.take() {

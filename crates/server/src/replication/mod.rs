@@ -65,7 +65,7 @@ pub struct ReplicaLink {
     pub replica: u32,
     pub peer: String,
     state: AtomicU8,
-    /// The newest entry sent, and the newest the replica applied.
+    /// The newest entry sent, and the newest the replica took.
     sent: AtomicU64,
     acked: AtomicU64,
     /// Groups sent and not acknowledged: last LSN, time (µs), frame bytes.
@@ -152,9 +152,9 @@ pub struct MasterLink {
     protocol: Mutex<MasterProtocol>,
     state: AtomicU8,
     master_id: AtomicU32,
-    /// The newest entry applied here, and its time.
-    applied: AtomicU64,
-    applied_micros: AtomicU64,
+    /// The newest entry taken here (appended), and its time.
+    taken: AtomicU64,
+    taken_micros: AtomicU64,
     /// The master's newest entry as last heard, and its time.
     master_last: AtomicU64,
     master_micros: AtomicU64,
@@ -171,8 +171,8 @@ impl MasterLink {
             protocol: Mutex::new(protocol),
             state: AtomicU8::new(LinkState::Connecting as u8),
             master_id: AtomicU32::new(0),
-            applied: AtomicU64::new(0),
-            applied_micros: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            taken_micros: AtomicU64::new(0),
             master_last: AtomicU64::new(0),
             master_micros: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
@@ -201,9 +201,9 @@ impl MasterLink {
         &self.master
     }
 
-    fn applied_to(&self, lsn: u64, micros: u64) {
-        self.applied.store(lsn, Ordering::Release);
-        self.applied_micros.store(micros, Ordering::Release);
+    fn taken_to(&self, lsn: u64, micros: u64) {
+        self.taken.store(lsn, Ordering::Release);
+        self.taken_micros.store(micros, Ordering::Release);
         self.master_last.fetch_max(lsn, Ordering::AcqRel);
         self.master_micros.fetch_max(micros, Ordering::AcqRel);
     }
@@ -213,27 +213,27 @@ impl MasterLink {
         self.master_micros.fetch_max(micros, Ordering::AcqRel);
     }
 
-    pub fn applied(&self) -> (u64, u64) {
+    pub fn taken(&self) -> (u64, u64) {
         (
-            self.applied.load(Ordering::Acquire),
-            self.applied_micros.load(Ordering::Acquire),
+            self.taken.load(Ordering::Acquire),
+            self.taken_micros.load(Ordering::Acquire),
         )
     }
 
     /// Behind the master as last heard: entries, and the time between the
-    /// master's newest entry and the newest applied here.
+    /// master's newest entry and the newest taken here.
     pub fn lag(&self) -> Lag {
-        let (applied, applied_micros) = self.applied();
+        let (taken, taken_micros) = self.taken();
         let entries = self
             .master_last
             .load(Ordering::Acquire)
-            .saturating_sub(applied);
+            .saturating_sub(taken);
         let millis = if entries == 0 {
             0
         } else {
             self.master_micros
                 .load(Ordering::Acquire)
-                .saturating_sub(applied_micros)
+                .saturating_sub(taken_micros)
                 / 1000
         };
         Lag {
@@ -246,13 +246,13 @@ impl MasterLink {
     /// `peer=… id=… state=… lsn=… lag_entries=… lag_ms=…`, the fields
     /// apart by `between`.
     fn describe(&self, between: char) -> String {
-        let (applied, _) = self.applied();
+        let (taken, _) = self.taken();
         let lag = self.lag();
         [
             format!("peer={}", self.master),
             format!("id={}", self.master_id.load(Ordering::Relaxed)),
             format!("state={}", self.state().name()),
-            format!("lsn={applied}"),
+            format!("lsn={taken}"),
             format!("lag_entries={}", lag.entries),
             format!("lag_ms={}", lag.millis),
         ]
@@ -284,8 +284,8 @@ pub struct Replication {
     /// Dual master: the links to the peers.
     peers: Mutex<Vec<Following>>,
     replicas: Mutex<Vec<Arc<ReplicaLink>>>,
-    /// Groups applied from a master since start, and snapshots loaded.
-    pub groups_applied: AtomicU64,
+    /// Groups taken from a master since start, and snapshots loaded.
+    pub groups_taken: AtomicU64,
     pub snapshots_loaded: AtomicU64,
     /// Snapshots sent to replicas since start.
     pub snapshots_sent: AtomicU64,
@@ -447,8 +447,8 @@ impl Replication {
             ));
         }
         lines.push((
-            "repl_groups_applied".to_string(),
-            self.groups_applied.load(Ordering::Relaxed).to_string(),
+            "repl_groups_taken".to_string(),
+            self.groups_taken.load(Ordering::Relaxed).to_string(),
         ));
         lines.push((
             "repl_snapshots_sent".to_string(),
@@ -477,10 +477,10 @@ impl Replication {
         let now = unix_micros();
         let mut lines = Vec::new();
         if let Some(link) = self.master() {
-            let (applied, _) = link.applied();
+            let (taken, _) = link.taken();
             let lag = link.lag();
             lines.push(format!(
-                "MASTER {} state={} lsn={applied} lag_entries={} lag_ms={}",
+                "MASTER {} state={} lsn={taken} lag_entries={} lag_ms={}",
                 link.master,
                 link.state().name(),
                 lag.entries,

@@ -1,5 +1,5 @@
 //! Following a Tokyo Tyrant master (a ttserver, or a kura speaking its
-//! protocol): `repl` from the time after the last message applied, then
+//! protocol): `repl` from the time after the last message taken, then
 //! each update-log message redone as the request it was
 //! (`exec::tyrant::execute`, on the database the tyrant port serves).
 //!
@@ -23,15 +23,15 @@ use super::{LinkState, MasterLink};
 use crate::exec::Context;
 use crate::Shared;
 
-/// The hidden table that keeps the time of the last message applied.
+/// The hidden table that keeps the time of the last message taken.
 const POSITION_TABLE: &[u8] = b"\0kura-tyrant-master";
 const POSITION_KEY: &[u8] = b"rts";
-/// Messages applied in one group at most (and bytes): a group is held in
+/// Messages taken in one group at most (and bytes): a group is held in
 /// memory until appended.
 const GROUP_MESSAGES: usize = 512;
 const GROUP_BYTES: usize = 1 << 20;
 
-/// The time (µs) of the last message applied here; 0 for none.
+/// The time (µs) of the last message taken here; 0 for none.
 fn position(shared: &Shared) -> u64 {
     shared
         .store
@@ -188,14 +188,14 @@ pub(super) fn follow_once(
         {
             continue;
         }
-        apply(shared, replication, &ctx, &mut group, &mut scratch)?;
+        take(shared, replication, &ctx, &mut group, &mut scratch)?;
         let last = position(shared);
-        link.applied_to(0, last);
+        link.taken_to(0, last);
     }
 }
 
-/// Applies `group` (emptied), keeping the position with the messages.
-fn apply(
+/// Takes `group` (emptied), keeping the position with the messages.
+fn take(
     shared: &Shared,
     replication: &dyn kura_store::replication::Replication,
     ctx: &Context<'_>,

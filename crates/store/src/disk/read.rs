@@ -162,7 +162,7 @@ impl Inner {
         fence: &AckFence,
         visit: &mut dyn FnMut(&ItemView<'_>),
     ) -> GetOutcome {
-        self.apply_due_flush(fence);
+        self.start_due_flush(fence);
         // The common case reads without writing.
         let mut shard = self.pending.lock(key);
         let key_hash = shard.hash();

@@ -184,14 +184,14 @@ fn a_replica_refuses_a_group_with_a_key_lmdb_cannot_hold() {
     for key in [&b""[..], &long[..]] {
         let item = Keyed::encode(key, &HEADER, &[b"v"]);
         let group = master_group(&[(key, item.record())]);
-        let error = replica.apply_group(&group).unwrap_err();
+        let error = replica.take_group(&group).unwrap_err();
         assert!(error.contains("no protocol takes"), "{error}");
     }
     // Nothing was journalled, nothing poisoned: a good group follows.
     assert_eq!(replica.position(), Some(LogPosition::default()));
     let item = Keyed::encode(b"fine", &HEADER, &[b"v"]);
     let group = master_group(&[(b"fine", item.record())]);
-    replica.apply_group(&group).unwrap();
+    replica.take_group(&group).unwrap();
     replica.wait_until_all_applied();
     drop(replica);
     let reopened = DiskStore::open(DiskConfig::for_tests(dir.path())).expect("the log replays");
@@ -214,7 +214,7 @@ fn a_replica_refuses_a_group_whose_put_holds_a_pointer() {
     };
     let pointer = record::pointer_record(&HEADER, &pointer_to_put(at));
     let group = master_group(&[(b"fine", plain.record()), (b"k", &pointer)]);
-    let error = replica.apply_group(&group).unwrap_err();
+    let error = replica.take_group(&group).unwrap_err();
     assert!(error.contains("value in place"), "{error}");
     assert_eq!(replica.position(), Some(LogPosition::default()));
     let mut found = false;

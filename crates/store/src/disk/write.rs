@@ -37,8 +37,8 @@ impl Inner {
         seq
     }
 
-    /// Applies a delayed flush whose time has come.
-    pub(super) fn apply_due_flush(&self, fence: &AckFence) {
+    /// Starts a delayed flush whose time has come.
+    pub(super) fn start_due_flush(&self, fence: &AckFence) {
         // A replica's flushes are its master's: one scheduled just as it
         // became one is dropped when due.
         if self.flushes.delayed.take_due(self.clock.now()) && !self.health.is_read_only() {
@@ -56,7 +56,7 @@ impl Inner {
         fence: &AckFence,
         decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Option<Change>, R),
     ) -> Result<R, WriteFailed> {
-        self.apply_due_flush(fence);
+        self.start_due_flush(fence);
         let mut shard = self.pending.lock(key);
         let (change, result) = self.with_record(&mut shard, key, fence, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
@@ -160,7 +160,7 @@ impl Inner {
     /// A plain `set` replaces whatever is there, so it skips reading the
     /// current item (the applier fixes the expiry index and counts).
     fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
-        self.apply_due_flush(fence);
+        self.start_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
         let header = self.new_header(command.flags, self.to_unix(command.expiry));
         let keyed = Keyed::encode(command.key, &header, &[command.value]);

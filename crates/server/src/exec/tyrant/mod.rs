@@ -377,15 +377,15 @@ fn stat_lines(ctx: &Context<'_>, kind: &str, rnum: u64, size: u64) -> Vec<(&'sta
     }
     if let Some(master) = ctx.shared.replication.master() {
         let (host, port) = master.host_and_port();
-        let (_, applied_micros) = master.applied();
+        let (_, taken_micros) = master.taken();
         let lag = master.lag();
         let delay = match lag.entries {
             0 => 0.0,
-            _ => (now - applied_micros as f64 / 1e6).max(0.0),
+            _ => (now - taken_micros as f64 / 1e6).max(0.0),
         };
         lines.push(("mhost", host.to_string()));
         lines.push(("mport", port.to_string()));
-        lines.push(("rts", applied_micros.to_string()));
+        lines.push(("rts", taken_micros.to_string()));
         lines.push(("delay", format!("{delay:.6}")));
     }
     lines

@@ -527,7 +527,7 @@ mod tests {
     /// A kill that cut a group's write short right after its head leaves a
     /// head without entries at the end of its segment, and the first group
     /// after the restart takes the same first LSN: the feed sends what a
-    /// peer or replica can apply, every LSN once, in order.
+    /// peer or replica can take, every LSN once, in order.
     #[test]
     fn a_group_head_torn_from_its_entries_is_not_sent() {
         let dir = tempfile::tempdir().unwrap();

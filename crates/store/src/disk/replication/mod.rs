@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use super::{DiskStore, LogPosition};
 use crate::replication::{
-    BaseLoad, FeedRefused, LogFeed, PeerApplied, PeerTally, Replication, SnapshotPart,
+    BaseLoad, FeedRefused, LogFeed, PeerTaken, PeerTally, Replication, SnapshotPart,
 };
 
 impl Replication for DiskStore {
@@ -41,8 +41,8 @@ impl Replication for DiskStore {
         Ok((at, Box::new(feed)))
     }
 
-    fn apply_group(&self, group: &[u8]) -> Result<LogPosition, String> {
-        self.inner.apply_group(group)
+    fn take_group(&self, group: &[u8]) -> Result<LogPosition, String> {
+        self.inner.take_group(group)
     }
 
     fn load_base(&self) -> Result<Box<dyn BaseLoad + '_>, String> {
@@ -88,13 +88,13 @@ impl Replication for DiskStore {
         self.inner.peer_position(peer)
     }
 
-    fn apply_peer_group(
+    fn take_peer_group(
         &self,
         peer: &str,
         group: &[u8],
         position_due: bool,
-    ) -> Result<PeerApplied, String> {
-        self.inner.apply_peer_group(peer, group, position_due)
+    ) -> Result<PeerTaken, String> {
+        self.inner.take_peer_group(peer, group, position_due)
     }
 
     fn merge_base(&self, peer: &str) -> Box<dyn BaseLoad + '_> {

@@ -1,4 +1,4 @@
-//! Dual master's receiving side: a peer's log applied here by last writer
+//! Dual master's receiving side: a peer's log taken here by last writer
 //! wins. Every item a dual master writes carries a stamp as its CAS
 //! (`stamp.rs`); a peer's write of a key is taken only if its stamp is
 //! newer than the one this server holds for the key — live, expired or a
@@ -8,7 +8,7 @@
 //! and an entry that comes back to the server that made it (or a second
 //! time) finds its own stamp and is not written again: nothing echoes.
 //!
-//! What was applied of a peer's log and the peer's position after it are
+//! What was taken of a peer's log and the peer's position after it are
 //! appended as one group (`one_append`): a crash keeps both or neither.
 //! The position lives in a hidden table, a row per peer address.
 
@@ -21,7 +21,7 @@ use crate::disk::log_format::{LogPosition, Record};
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Header, Keyed, Space};
 use crate::disk::{Inner, WriteFailed};
-use crate::replication::{BaseLoad, PeerApplied, PeerTally, SnapshotPart};
+use crate::replication::{BaseLoad, PeerTaken, PeerTally, SnapshotPart};
 use crate::stamp;
 use crate::{AckFence, RowEdit, RowOutcome};
 
@@ -42,7 +42,7 @@ enum Verdict {
 
 impl Inner {
     /// This server's position in `peer`'s log: the newest entry of it
-    /// applied here.
+    /// taken here.
     pub(super) fn peer_position(&self, peer: &str) -> Option<LogPosition> {
         let row = self
             .get_row(POSITIONS, peer.as_bytes(), &crate::AckFence::default())
@@ -70,18 +70,18 @@ impl Inner {
         matches!(outcome, Ok(RowOutcome::Done))
     }
 
-    /// Applies one of `peer`'s groups by last writer wins, with the peer's
+    /// Takes one of `peer`'s groups by last writer wins, with the peer's
     /// position after it if anything was taken or `position_due`.
-    pub(super) fn apply_peer_group(
+    pub(super) fn take_peer_group(
         &self,
         peer: &str,
         bytes: &[u8],
         position_due: bool,
-    ) -> Result<PeerApplied, String> {
+    ) -> Result<PeerTaken, String> {
         let (head, entries) = group_of(bytes)?;
         let at = head.last(entries.len());
         let kept = self.merge_from_peer(peer, &entries, Some(at), position_due)?;
-        Ok(PeerApplied { at, kept })
+        Ok(PeerTaken { at, kept })
     }
 
     /// Takes the items of `entries` that are newer here, and the peer's
@@ -153,7 +153,7 @@ impl Inner {
     }
 
     /// Whether a peer's entry may change anything here: not a table's
-    /// (those are left out), not a flush already applied, not an item this
+    /// (those are left out), not a flush already in effect, not an item this
     /// server wrote and still holds (or has written again since).
     fn may_change(&self, record: &Record<'_>) -> bool {
         match *record {

@@ -295,7 +295,7 @@ pub enum IndexError {
     Missing,
     #[error("an empty or too long table or column name")]
     Invalid,
-    #[error("the engine cannot apply writes now (disk full or failed)")]
+    #[error("the engine cannot take writes now (disk full or failed)")]
     Unavailable,
     #[error(transparent)]
     Lmdb(#[from] heed::Error),
