@@ -49,6 +49,60 @@ struct Faults {
     crashed: bool,
 }
 
+/// What a power cut leaves of a segment's bytes written after its last
+/// fsync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Torn {
+    /// Nothing.
+    Nothing,
+    /// The first half of them, one byte damaged: a record cut short, which
+    /// the replay's length check ends.
+    HalfPage,
+    /// All of them, one byte in the body of the first record damaged: its
+    /// checksum ends the replay.
+    Flipped,
+    /// Zeros: the file's new size reached the disk, its data did not.
+    Zeros,
+}
+
+impl Torn {
+    const ALL: [Torn; 4] = [Torn::Nothing, Torn::HalfPage, Torn::Flipped, Torn::Zeros];
+
+    /// The bytes this leaves after `extent.synced` of `file`.
+    fn left(self, file: &File, extent: Extent) -> Vec<u8> {
+        let page_end = (extent.synced / 4096 + 1) * 4096;
+        let read = |end: u64| {
+            let mut bytes = vec![0; (end - extent.synced) as usize];
+            file.read_exact_at(&mut bytes, extent.synced).unwrap();
+            bytes
+        };
+        match self {
+            Torn::Nothing => Vec::new(),
+            Torn::HalfPage => {
+                let len = (extent.written.min(page_end) - extent.synced).div_ceil(2);
+                let mut bytes = read(extent.synced + len);
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 0x5a;
+                bytes
+            }
+            Torn::Flipped => {
+                // `len u32 LE | crc32 u32 LE | body` (`disk/log_format.rs`):
+                // a byte in the middle of the first record's body.
+                const FRAME: usize = 8;
+                let mut bytes = read(extent.written);
+                let Some(len) = bytes.get(..4) else {
+                    return bytes;
+                };
+                let len = u32::from_le_bytes(len.try_into().unwrap()) as usize;
+                let at = (FRAME + len / 2).min(bytes.len() - 1);
+                bytes[at] ^= 0x5a;
+                bytes
+            }
+            Torn::Zeros => vec![0; (extent.written.min(page_end) - extent.synced) as usize],
+        }
+    }
+}
+
 /// What the disk holds durably of each log segment (by inode): the end of
 /// the writes made before its last fsync; `written`: the end of all writes.
 #[derive(Debug, Default, Clone, Copy)]
@@ -73,8 +127,9 @@ fn errno(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
+/// A failed commit as heed reports one: LMDB's return code, an errno.
 fn heed_error(code: i32) -> heed::Error {
-    heed::Error::Io(errno(code))
+    heed::Error::Mdb(heed::MdbError::Other(code))
 }
 
 fn inode(file: &File) -> u64 {
@@ -130,10 +185,9 @@ impl FaultyIo {
     }
 
     /// After a crash, with the engine gone: leaves on disk what was fsynced,
-    /// plus (with `torn`) the first part of the next unsynced bytes with a
-    /// byte damaged, as a page half written when the power went. Returns
-    /// the torn bytes left.
-    fn cut_power(&self, torn: bool) -> usize {
+    /// plus what `torn` says of the bytes written after it. Returns the
+    /// torn bytes left.
+    fn cut_power(&self, torn: Torn) -> usize {
         assert!(
             self.faults.lock().crashed,
             "cut the power of a crashed disk"
@@ -151,15 +205,10 @@ impl FaultyIo {
                 .open(&path)
                 .unwrap();
             let extent = extents.get(&inode(&file)).copied().unwrap_or_default();
-            let mut unsynced = Vec::new();
-            if torn && extent.written > extent.synced {
-                let page_end = (extent.synced / 4096 + 1) * 4096;
-                let len = (extent.written.min(page_end) - extent.synced).div_ceil(2);
-                unsynced = vec![0; len as usize];
-                file.read_exact_at(&mut unsynced, extent.synced).unwrap();
-                let middle = unsynced.len() / 2;
-                unsynced[middle] ^= 0x5a;
-            }
+            let unsynced = match extent.written > extent.synced {
+                true => torn.left(&file, extent),
+                false => Vec::new(),
+            };
             file.set_len(extent.synced).unwrap();
             file.seek(SeekFrom::Start(extent.synced)).unwrap();
             file.write_all(&unsynced).unwrap();
@@ -455,6 +504,12 @@ fn a_short_log_write_is_cut_back_and_the_log_replays_whole() {
     io.set(|f| f.write_log = Some(Fault::Short));
     assert_eq!(set(&store, b"torn", &value_of(7, 5000)), Some(false));
     assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
+    assert_eq!(
+        get(&store, b"key4").as_ref(),
+        kept.get(&b"key4"[..]),
+        "reads go on"
+    );
+    assert_eq!(get(&store, b"torn"), None);
     drop(store);
     // The half-written group was cut off: the log replays every
     // acknowledged write and nothing after it.
@@ -621,6 +676,8 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
         }
         fsyncs = now;
     }
+    let journal_bytes = || -> u64 { engine_stat(&store, "disk_journal_bytes").parse().unwrap() };
+    let before = journal_bytes();
     io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
     let deadline = Instant::now() + Duration::from_secs(30);
     while engine_stat(&store, "disk_poisoned") == "0" {
@@ -631,6 +688,13 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(engine_stat(&store, "disk_compactions"), "0");
+    // Nothing else appends: the bytes are the compactor's moves, whose
+    // fsync failed.
+    assert!(
+        journal_bytes() >= before + 20 * 4096,
+        "{} bytes appended",
+        journal_bytes() - before
+    );
     assert_eq!(set(&store, b"after", b"v"), None, "writes are refused");
     drop(store);
     recovers(dir.path(), &kept);
@@ -690,10 +754,17 @@ fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
             }
             io.set(failure);
         });
+        // A failed fsync or EIO poisons; a full disk does not.
+        let full = io.faults.lock().write_log == Some(Fault::Fails(libc::ENOSPC));
+        assert_eq!(
+            engine_stat(&store, "disk_poisoned"),
+            if full { "0" } else { "1" },
+            "round {round}"
+        );
         io.crash();
         drop(store);
         if sync == SyncPolicy::Always {
-            io.cut_power(false);
+            io.cut_power(Torn::Nothing);
         }
         let acknowledged = acknowledged.into_inner().unwrap();
         assert!(!acknowledged.is_empty(), "round {round}: nothing written");
@@ -781,6 +852,12 @@ fn a_retried_round_keeps_the_writes_its_first_part_committed_after_its_flush() {
         store.stats(); // asks for a round
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_eq!(engine_stat(&store, "disk_out_of_space"), "1");
+    assert_eq!(
+        engine_stat(&store, "disk_poisoned"),
+        "0",
+        "a commit short of space poisons nothing"
+    );
     let stats = store.stats();
     assert!(
         (1..600).contains(&stats.curr_items),
@@ -826,6 +903,8 @@ fn the_maintenance_tick_does_not_wait_for_a_round_that_keeps_failing() {
         assert!(Instant::now() < deadline, "no round was tried");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_eq!(engine_stat(&store, "disk_out_of_space"), "1");
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
     let (sender, tick) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         let store = &store;
@@ -844,6 +923,12 @@ fn the_maintenance_tick_does_not_wait_for_a_round_that_keeps_failing() {
     assert_eq!(removed, 100);
     assert_eq!(store.stats().curr_items, 1);
     assert_eq!(get(&store, b"pending").as_deref(), Some(&b"write"[..]));
+    drop(store);
+    let store = recovers(
+        dir.path(),
+        &BTreeMap::from([(b"pending".to_vec(), b"write".to_vec())]),
+    );
+    assert_eq!(store.stats().curr_items, 1, "the expired items stay gone");
 }
 
 #[test]
@@ -920,13 +1005,13 @@ fn a_failed_fsync_of_the_data_file_poisons_and_a_restart_recovers() {
     // log the poison kept must restore them.
     io.crash();
     drop(store);
-    io.cut_power(false);
+    io.cut_power(Torn::Nothing);
     recovers(dir.path(), &kept);
 }
 
 #[test]
 fn a_power_cut_keeps_every_write_acknowledged_under_always_despite_a_torn_page() {
-    for torn in [false, true] {
+    for torn in Torn::ALL {
         let dir = tempfile::tempdir().unwrap();
         let io = FaultyIo::new(dir.path());
         let store = open(dir.path(), SyncPolicy::Always, io.clone());
@@ -937,7 +1022,17 @@ fn a_power_cut_keeps_every_write_acknowledged_under_always_despite_a_torn_page()
         assert_eq!(set(&store, b"in flight", &value_of(1, 3000)), Some(false));
         io.crash();
         drop(store);
-        assert_eq!(io.cut_power(torn) > 0, torn, "a torn page was left");
+        let left = io.cut_power(torn);
+        assert_eq!(
+            left > 0,
+            torn != Torn::Nothing,
+            "{torn:?} left {left} bytes"
+        );
+        if torn == Torn::Flipped {
+            // The in-flight group whole, its head damaged: only the
+            // checksum tells.
+            assert!(left > 3000, "{left} bytes left");
+        }
         let store = recovers(dir.path(), &kept);
         assert_eq!(get(&store, b"in flight"), None);
     }
@@ -1012,7 +1107,7 @@ fn a_power_cut_under_batch_keeps_writes_the_last_fsync_covered_and_no_hole() {
         io.crash();
         let crashed_at = Instant::now();
         drop(store);
-        let torn = io.cut_power(true);
+        let torn = io.cut_power(Torn::ALL[1 + attempt % 3]);
         torn_cuts += usize::from(torn > 0);
         let store = recovers(dir.path(), &kept);
         let survived = recent
@@ -1071,7 +1166,7 @@ fn a_power_cut_amid_writers_under_always_keeps_every_acknowledged_write() {
             io.crash();
         });
         drop(store);
-        io.cut_power(round % 2 == 1);
+        io.cut_power(Torn::ALL[round % Torn::ALL.len()]);
         let acknowledged = acknowledged.into_inner().unwrap();
         assert!(!acknowledged.is_empty(), "round {round}: nothing written");
         recovers(dir.path(), &acknowledged);
@@ -1093,7 +1188,7 @@ fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
     );
     io.crash();
     drop(store);
-    io.cut_power(false);
+    io.cut_power(Torn::Nothing);
     let unreadable = FaultyIo::new(dir.path());
     unreadable.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
     let error = DiskStore::open(config(dir.path(), SyncPolicy::Always, unreadable))
@@ -1122,7 +1217,7 @@ fn large_values_replayed_after_a_power_cut_stay_in_the_log() {
     );
     io.crash();
     drop(store);
-    io.cut_power(false);
+    io.cut_power(Torn::Nothing);
     let store = recovers(dir.path(), &kept);
     let live: u64 = engine_stat(&store, "disk_journal_live_bytes")
         .parse()
@@ -1168,7 +1263,7 @@ fn a_power_cut_keeps_every_row_acknowledged_under_always() {
     assert_ne!(put_row("in flight", RowMode::Put), AckState::Ready);
     io.crash();
     drop(store);
-    io.cut_power(true);
+    io.cut_power(Torn::Flipped);
     let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
     let mut keys = Vec::new();
     store
@@ -1256,7 +1351,7 @@ fn random_writes_and_power_cuts_equal_a_model() {
         std::thread::sleep(Duration::from_micros(random.below(3000)));
         io.crash();
         drop(store);
-        torn_bytes += io.cut_power(random.below(2) == 0);
+        torn_bytes += io.cut_power(Torn::ALL[random.below(4) as usize]);
         cuts += 1;
     }
     let store = recovers(dir.path(), &model);
@@ -1419,7 +1514,7 @@ fn a_segment_freed_by_removing_expired_items_goes_only_once_that_is_durable() {
     assert!(segments(dir.path()) < before, "the freed segment goes");
     io.crash();
     drop(store);
-    io.cut_power(false);
+    io.cut_power(Torn::Nothing);
     // What the power cut kept must not point into the deleted segment.
     let store = recovers(dir.path(), &BTreeMap::new());
     for n in 0..10 {
@@ -1477,7 +1572,7 @@ fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again
         assert_ne!(replica.position(), Some(at));
         io.crash();
         drop(replica);
-        io.cut_power(false);
+        io.cut_power(Torn::Nothing);
         let replica = open(replica_dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
         assert_ne!(replica.position(), Some(at), "no snapshot is claimed");
         load(&replica).expect("loads again");
