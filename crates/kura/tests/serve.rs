@@ -746,6 +746,53 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
     assert_eq!(read_value(&mut stream, "resumed"), Some(b"ok".to_vec()));
 }
 
+/// With no reserve, writes are refused once the room left would not hold
+/// the log's current segment in LMDB: a restart after a kill replays it
+/// there (before, the log filled the disk and the restart failed).
+/// Nothing is poisoned, and everything acknowledged survives the kill.
+#[test]
+fn with_no_reserve_a_full_disk_keeps_room_to_replay_after_a_kill() {
+    let disk = SmallDisk::mount("40m");
+    let data = disk.dir.path().join("data");
+    let args = [
+        "--engine",
+        "disk",
+        "--dir",
+        data.to_str().unwrap(),
+        "--disk-reserve",
+        "0",
+        "--map-size",
+        "1g",
+    ];
+    let port = free_port();
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    let acknowledged = fill_until_refused(&server, &mut stream);
+    assert_eq!(server.engine_stat("disk_out_of_space"), 1);
+    assert_eq!(
+        server.engine_stat("disk_poisoned"),
+        0,
+        "a full disk is not a broken one"
+    );
+    let last = *acknowledged.last().unwrap();
+    assert_eq!(
+        read_value(&mut stream, &format!("k{last}")),
+        Some(value_of(last, FILL_VALUE_LEN)),
+        "reads go on"
+    );
+    // Killed: the restart replays what LMDB could not take.
+    drop(server);
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    for &i in &acknowledged {
+        assert_eq!(
+            read_value(&mut stream, &format!("k{i}")),
+            Some(value_of(i, FILL_VALUE_LEN)),
+            "k{i}"
+        );
+    }
+}
+
 /// A flush waits for the applier's next round (every 5 s when idle), except
 /// on a full disk, where the room it frees shows at once.
 #[test]

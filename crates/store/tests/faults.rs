@@ -1202,6 +1202,30 @@ fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
     recovers(dir.path(), &kept);
 }
 
+/// An open that cannot commit for want of space names the full disk
+/// (LMDB's own words would be an errno), and opens once there is room.
+#[test]
+fn an_open_on_a_full_disk_says_so_and_opens_once_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let kept = fill(&store, 40, 1000);
+    io.crash();
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    let full = FaultyIo::new(dir.path());
+    full.set(|f| f.commit = Some(Fault::Fails(libc::ENOSPC)));
+    let error = DiskStore::open(config(dir.path(), SyncPolicy::Always, full))
+        .err()
+        .expect("no room to open")
+        .to_string();
+    assert!(
+        error.contains("is full") && error.contains("free space and start again"),
+        "{error}"
+    );
+    recovers(dir.path(), &kept);
+}
+
 /// The replay after a power cut stores a large value as a pointer into the
 /// log, as the applier does: LMDB does not get a copy.
 #[test]

@@ -235,9 +235,7 @@ impl Inner {
             let first = round.as_ref().is_none_or(|round| !round.retried);
             // LMDB reports a short write (a full file system) as EIO.
             let short = is_out_of_space(&error)
-                || self
-                    .space_left()
-                    .is_some_and(|left| left < self.config.reserve_bytes);
+                || self.space_left().is_some_and(|left| self.is_short(left));
             if short {
                 if first {
                     tracing::error!(%error, "disk full: refusing writes until space is freed");

@@ -53,6 +53,42 @@ pub enum OpenError {
     Format(String),
     #[error("cannot read or keep the server id: {0}")]
     Identity(std::io::Error),
+    #[error(
+        "the file system of {} is full ({free} bytes free): opening replays the update log \
+         into LMDB and needs room for it; free space and start again ({error})",
+        dir.display()
+    )]
+    NoRoom {
+        dir: PathBuf,
+        free: u64,
+        error: Box<OpenError>,
+    },
+}
+
+/// Free space below which a failed open is put down to a full disk: LMDB
+/// reports a short write as EIO.
+const NO_ROOM: u64 = 1 << 20;
+
+impl OpenError {
+    /// This error, or [`OpenError::NoRoom`] if the disk it happened on is
+    /// full.
+    fn on_full_disk(self, dir: &Path) -> OpenError {
+        let for_space = match &self {
+            OpenError::Lmdb(error) => super::space::is_out_of_space(error),
+            OpenError::Journal(error) => super::space::is_enospc(error),
+            _ => false,
+        };
+        let free = journal::free_space(dir);
+        let full = free.is_some_and(|free| free < NO_ROOM);
+        match (&self, for_space || full) {
+            (OpenError::Lmdb(_) | OpenError::Journal(_), true) => OpenError::NoRoom {
+                dir: dir.to_path_buf(),
+                free: free.unwrap_or(0),
+                error: Box::new(self),
+            },
+            _ => self,
+        }
+    }
 }
 
 /// `meta` key: the chunk sizes of the size classes `classes` counts in
@@ -91,6 +127,11 @@ fn class_tallies(
 
 impl DiskStore {
     pub fn open(config: DiskConfig) -> Result<Self, OpenError> {
+        let dir = config.dir.clone();
+        Self::open_in(config).map_err(|error| error.on_full_disk(&dir))
+    }
+
+    fn open_in(config: DiskConfig) -> Result<Self, OpenError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
         let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
         let server_id =

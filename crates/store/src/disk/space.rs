@@ -68,13 +68,21 @@ impl Inner {
         }
     }
 
+    /// Whether `left` (from [`space_left`](Self::space_left)) is short:
+    /// below the reserve, or nothing at all, so that even with no reserve
+    /// LMDB keeps the room to apply what the log holds (a restart replays
+    /// it there too).
+    pub(super) fn is_short(&self, left: u64) -> bool {
+        left < self.config.reserve_bytes.max(1)
+    }
+
     /// Refuses writes while less than the reserve is left; resumes when
     /// space was freed.
     pub(super) fn check_space(&self) {
         let Some(left) = self.space_left() else {
             return;
         };
-        let short = left < self.config.reserve_bytes;
+        let short = self.is_short(left);
         if self.health.set_out_of_space(short) {
             if short {
                 self.apply_flush_if_short(self.logged.lock().flush.is_some());
