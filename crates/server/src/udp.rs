@@ -157,12 +157,12 @@ fn serve_request(payload: &[u8], reply: &mut Vec<u8>, ctx: &Context<'_>) -> Stop
 /// failed (no reply: the client's retry decides).
 fn acknowledged(ctx: &Context<'_>) -> bool {
     let shared = ctx.shared;
-    let Some(ticket) = ctx.fence.take() else {
+    let Some(span) = ctx.fence.take() else {
         return true;
     };
     shared.store.request_append();
     loop {
-        match shared.store.ack_state(ticket) {
+        match shared.store.ack_state(span) {
             AckState::Ready => return true,
             AckState::Failed => return false,
             AckState::Waiting => std::thread::sleep(Duration::from_micros(200)),

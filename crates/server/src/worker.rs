@@ -19,7 +19,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use kura_proto::Protocol;
-use kura_store::{AckFence, AckState, AckTicket};
+use kura_store::{AckFence, AckSpan, AckState};
 
 use crate::exec::Context;
 use crate::session::{Session, Speaks, Stop};
@@ -146,10 +146,10 @@ struct Connection {
     unserved: bool,
     /// Reply bytes the socket did not take yet, or may not take yet.
     output: Vec<u8>,
-    /// Replies wait for this write's append (0: none). Held replies are
-    /// the tail of `output`; replies are never reordered, so a fence holds
-    /// everything composed after the write as well.
-    fence: AckTicket,
+    /// Replies wait for the appends of these writes (empty: none). Held
+    /// replies are the tail of `output`; replies are never reordered, so a
+    /// fence holds everything composed after the writes as well.
+    fence: AckSpan,
     /// Close once the held replies are sent (`quit` after a write, or the
     /// client's end of file).
     closing: bool,
@@ -340,7 +340,7 @@ impl Worker {
                 input: Vec::new(),
                 unserved: false,
                 output: Vec::new(),
-                fence: 0,
+                fence: AckSpan::default(),
                 closing: false,
                 peer_closed: false,
                 held: false,
@@ -391,7 +391,7 @@ impl Worker {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
         match next {
-            Next::Wait if connection.fence != 0 && !connection.output.is_empty() => {
+            Next::Wait if !connection.fence.is_empty() && !connection.output.is_empty() => {
                 // Nothing to do until the append: no reads, no writes.
                 if !connection.held {
                     connection.held = true;
@@ -507,7 +507,9 @@ impl Worker {
             let Some(connection) = self.connections.get_mut(key) else {
                 return false;
             };
-            if connection.fence != 0 && store.ack_state(connection.fence) == AckState::Waiting {
+            if !connection.fence.is_empty()
+                && store.ack_state(connection.fence) == AckState::Waiting
+            {
                 return true;
             }
             connection.held = false;
@@ -526,12 +528,12 @@ impl Worker {
             .held
             .iter()
             .filter_map(|&key| self.connections.get(key))
-            .map(|connection| connection.fence)
-            .filter(|&fence| fence != 0)
+            .map(|connection| connection.fence.last)
+            .filter(|&last| last != 0)
             .min()
             .unwrap_or(0);
         self.wanted.store(oldest, Ordering::SeqCst);
-        if oldest != 0 && self.shared.store.ack_state(oldest) != AckState::Waiting {
+        if oldest != 0 && self.shared.store.ack_state(AckSpan::of(oldest)) != AckState::Waiting {
             self.release_held();
         }
     }
@@ -675,8 +677,8 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
         if drained {
             connection.may_read = false;
         }
-        if let Some(ticket) = ctx.fence.take() {
-            connection.fence = connection.fence.max(ticket);
+        if let Some(span) = ctx.fence.take() {
+            connection.fence = connection.fence.join(span);
             scratch.wrote = true;
         }
         connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
@@ -816,12 +818,12 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
 /// Whether replies may go out: the writes before them are appended. A
 /// failed append is an error: the connection closes without acknowledging.
 fn fence_lifted(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
-    if connection.fence == 0 {
+    if connection.fence.is_empty() {
         return Ok(true);
     }
     match ctx.shared.store.ack_state(connection.fence) {
         AckState::Ready => {
-            connection.fence = 0;
+            connection.fence = AckSpan::default();
             Ok(true)
         }
         AckState::Waiting => Ok(false),

@@ -12,8 +12,15 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::time::Duration;
+
 use kura_proto::binary::{self, opcode};
+use kura_proto::tyrant::Request as TyrantRequest;
+use kura_server::ServerConfig;
 use kura_store::disk::io::Io;
+use support::tyrant::{self as tyrant, misc};
 use support::{closes, read_at_least, TestServer};
 
 /// Log writes that fail with EIO once `failing` is set.
@@ -80,7 +87,7 @@ fn binary_exchange(
 #[test]
 fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_reads() {
     let log = Arc::new(FailingLog::default());
-    let server = TestServer::disk_on(log.clone());
+    let server = TestServer::disk_on(ServerConfig::default(), log.clone());
     ask(&server, b"set kept 5 0 2\r\nok\r\n", b"STORED\r\n");
     ask(&server, b"set n 0 0 1\r\n1\r\n", b"STORED\r\n");
 
@@ -140,4 +147,89 @@ fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_rea
     let stats = server.exchange(b"stats kura\r\n", 1);
     let stats = String::from_utf8_lossy(&stats);
     assert!(stats.contains("STAT disk_poisoned 1\r\n"), "{stats}");
+}
+
+/// One HandlerSocket request line (tokens joined by TAB) and its reply.
+fn hs_call(stream: &mut BufReader<TcpStream>, tokens: &[&[u8]]) -> String {
+    let mut line = tokens.join(&b'\t');
+    line.push(b'\n');
+    stream.get_mut().write_all(&line).unwrap();
+    let mut reply = String::new();
+    stream.read_line(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
+    let log = Arc::new(FailingLog::default());
+    let config = ServerConfig {
+        tyrant_port: Some(0),
+        hs_read_port: Some(0),
+        hs_write_port: Some(0),
+        ..ServerConfig::default()
+    };
+    let server = TestServer::disk_on(config, log.clone());
+    let hs = TcpStream::connect(server.handle().handlersocket_addr(true).unwrap()).unwrap();
+    hs.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hs = BufReader::new(hs);
+    let open = [&b"P"[..], b"0", b"db", b"users", b"PRIMARY", b"_key,name"];
+    assert_eq!(hs_call(&mut hs, &open), "0\t1\n");
+    assert_eq!(
+        hs_call(&mut hs, &[b"0", b"+", b"2", b"k1", b"Bob"]),
+        "0\t1\t0\n"
+    );
+    // A read waits until the row is in LMDB, so the find below needs no
+    // write.
+    assert_eq!(
+        hs_call(&mut hs, &[b"0", b"=", b"1", b"k1"]),
+        "0\t2\tk1\tBob\n"
+    );
+    let mut tt = tyrant::connect(&server);
+    for key in [&b"a"[..], b"b"] {
+        let put = tyrant::put(kura_proto::tyrant::PutMode::Put, key, b"v");
+        assert_eq!(tyrant::call(&mut tt, &put, 1), [0]);
+    }
+
+    log.failing.store(true, Ordering::Release);
+    let mut stream = server.connect();
+    stream.write_all(b"set lost 0 0 1\r\nx\r\n").unwrap();
+    assert!(closes(&mut stream), "the write in the failed append");
+
+    // flush_all, now or later, could not be logged: refused, not "OK".
+    ask(&server, b"flush_all\r\n", FAILED);
+    ask(&server, b"flush_all 10\r\n", FAILED);
+    assert_eq!(
+        binary_exchange(&server, opcode::FLUSH, &[], b"", b"").0,
+        0x84
+    );
+    ask(&server, b"get kept\r\n", b"END\r\n");
+
+    // Tokyo Tyrant: every removal refused is status 1, never success.
+    let out = TyrantRequest::Out { key: b"a" };
+    assert_eq!(tyrant::call(&mut tt, &out, 1), [1]);
+    assert_eq!(misc(&mut tt, b"outlist", &[b"a", b"b"]).0, 1);
+    assert_eq!(tyrant::call(&mut tt, &TyrantRequest::Vanish, 1), [1]);
+    assert_eq!(misc(&mut tt, b"vanish", &[]).0, 1);
+    let get = TyrantRequest::Get { key: b"a" };
+    assert_eq!(tyrant::call(&mut tt, &get, 6), b"\0\0\0\0\x01v");
+
+    // HandlerSocket: a refused update or delete is an error, not "0 rows".
+    let update = [
+        &b"0"[..],
+        b"=",
+        b"1",
+        b"k1",
+        b"1",
+        b"0",
+        b"U",
+        b"k1",
+        b"Ann",
+    ];
+    assert_eq!(hs_call(&mut hs, &update), "1\t1\tlock_tables\n");
+    let delete = [&b"0"[..], b"=", b"1", b"k1", b"1", b"0", b"D"];
+    assert_eq!(hs_call(&mut hs, &delete), "1\t1\tlock_tables\n");
+    assert_eq!(
+        hs_call(&mut hs, &[b"0", b"=", b"1", b"k1"]),
+        "0\t2\tk1\tBob\n"
+    );
 }

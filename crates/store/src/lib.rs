@@ -50,7 +50,7 @@ pub trait Store: Send + Sync {
     fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> GetOutcome;
 
     /// Invalidates every item now (`delay` ≤ 0) or at a later time.
-    fn flush_all(&self, delay: i64, fence: &AckFence);
+    fn flush_all(&self, delay: i64, fence: &AckFence) -> FlushOutcome;
 
     /// Item metadata for `me`, without touching the item; `fence` as for
     /// [`get`](Store::get).
@@ -65,8 +65,11 @@ pub trait Store: Send + Sync {
 
     fn stats(&self) -> StoreStats;
 
-    /// Visits every live item's metadata, shard by shard (`lru_crawler metadump`).
-    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>));
+    /// Visits every live item's metadata, shard by shard (`lru_crawler
+    /// metadump`). Returns whether it saw every write acknowledged so far:
+    /// false when a failing or full disk keeps pending writes out of what
+    /// it reads.
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool;
 
     /// Removes every expired or flushed item of the size classes `include`
     /// picks, now (`lru_crawler crawl`). Returns how many it removed.
@@ -106,7 +109,7 @@ pub trait Store: Send + Sync {
     // batch of requests until the ticket is decided. The memory engine
     // never does.
 
-    fn ack_state(&self, _ticket: AckTicket) -> AckState {
+    fn ack_state(&self, _span: AckSpan) -> AckState {
         AckState::Ready
     }
 
@@ -262,17 +265,54 @@ pub type AckTicket = u64;
 /// requests), passes it to every engine call, and takes it when the batch is
 /// served.
 #[derive(Debug, Default)]
-pub struct AckFence(std::cell::Cell<AckTicket>);
+pub struct AckFence(std::cell::Cell<AckSpan>);
 
 impl AckFence {
     /// Replies now wait for `ticket` too.
     pub fn raise(&self, ticket: AckTicket) {
-        self.0.set(self.0.get().max(ticket));
+        self.0.set(self.0.get().join(AckSpan::of(ticket)));
     }
 
-    /// The ticket to wait for, if any; the fence is down again.
-    pub fn take(&self) -> Option<AckTicket> {
-        Some(self.0.replace(0)).filter(|&ticket| ticket != 0)
+    /// The tickets to wait for, if any; the fence is down again.
+    pub fn take(&self) -> Option<AckSpan> {
+        Some(self.0.take()).filter(|span| !span.is_empty())
+    }
+}
+
+/// The writes held replies wait for: the first and the newest ticket
+/// raised since the fence was last taken. Tickets between them are the
+/// caller's own writes or other connections': a failure anywhere in the
+/// span fails it, so a failed write is never hidden by a later one that
+/// worked (at worst a reply is withheld that could have gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AckSpan {
+    pub first: AckTicket,
+    pub last: AckTicket,
+}
+
+impl AckSpan {
+    /// One ticket; 0, no ticket, is the empty span.
+    pub fn of(ticket: AckTicket) -> AckSpan {
+        AckSpan {
+            first: ticket,
+            last: ticket,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.last == 0
+    }
+
+    /// The span that covers both.
+    pub fn join(self, other: AckSpan) -> AckSpan {
+        match (self.is_empty(), other.is_empty()) {
+            (true, _) => other,
+            (_, true) => self,
+            _ => AckSpan {
+                first: self.first.min(other.first),
+                last: self.last.max(other.last),
+            },
+        }
     }
 }
 
@@ -342,6 +382,15 @@ pub struct StoreCommand<'a> {
     pub compare_cas: Option<u64>,
     /// Meta `I` with `C`: an older CAS still stores, but marks the item stale.
     pub stale_if_older: bool,
+}
+
+/// Whether a `flush_all` was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushOutcome {
+    Done,
+    /// The storage refuses writes (a failing disk, a replica): nothing was
+    /// flushed.
+    Failed,
 }
 
 /// What a read found.

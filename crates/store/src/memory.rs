@@ -35,8 +35,8 @@ use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, 
 use crate::sweep::SweepPace;
 use crate::{
     AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
-    EvictionWatcher, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand, StoreMode,
-    StoreOutcome, StoreStats,
+    EvictionWatcher, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand,
+    StoreMode, StoreOutcome, StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -1075,7 +1075,7 @@ impl Store for MemoryStore {
         GetOutcome::Hit
     }
 
-    fn flush_all(&self, delay: i64, _fence: &AckFence) {
+    fn flush_all(&self, delay: i64, _fence: &AckFence) -> FlushOutcome {
         if self.flush_whole_second {
             let second = if delay <= 0 {
                 self.clock.now()
@@ -1092,6 +1092,7 @@ impl Store for MemoryStore {
         } else {
             self.delayed_flush.schedule(self.clock.expiry(delay));
         }
+        FlushOutcome::Done
     }
 
     fn debug(&self, key: &[u8], _fence: &AckFence) -> Option<DebugView> {
@@ -1228,7 +1229,7 @@ impl Store for MemoryStore {
         stats
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) {
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool {
         for shard in self.shards.iter() {
             let shard = shard.0.lock();
             let now = self.clock.now();
@@ -1240,6 +1241,7 @@ impl Store for MemoryStore {
                 visit(&Shard::info(slot, now));
             }
         }
+        true
     }
 
     fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {

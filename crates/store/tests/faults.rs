@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use heed::{Env, RwTxn};
 use kura_store::disk::io::{Io, OsIo};
 use kura_store::{
-    AckFence, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, GetOptions,
-    GetOutcome, LogRetention, Record, RowMode, RowOutcome, Store, StoreCommand, StoreMode,
-    StoreOutcome, SyncPolicy,
+    AckFence, AckSpan, AckState, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore, FlushOutcome,
+    GetOptions, GetOutcome, LogRetention, Record, RowMode, RowOutcome, Store, StoreCommand,
+    StoreMode, StoreOutcome, SyncPolicy,
 };
 use parking_lot::Mutex;
 
@@ -473,19 +473,24 @@ fn a_failed_log_write_is_not_acknowledged_and_poisons_the_engine() {
 }
 
 #[test]
-fn a_flush_on_a_poisoned_engine_is_refused_and_the_engine_still_stops() {
+fn a_flush_whose_append_fails_poisons_later_ones_are_refused_and_the_engine_still_stops() {
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());
     let store = open(dir.path(), SyncPolicy::Batch, io.clone());
     fill(&store, 5, 100);
     io.set(|f| f.write_log = Some(Fault::Fails(libc::EIO)));
-    assert_eq!(set(&store, b"lost", b"v"), Some(false));
-    assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
-    // Its append cannot happen, and stays requested: the writer once
-    // retried it in a loop that never parked and never saw the stop.
+    // Taken (nothing has failed yet); its append fails, and it stays
+    // requested: the writer once retried it in a loop that never parked
+    // and never saw the stop.
     let fence = AckFence::default();
-    store.flush_all(0, &fence);
+    assert_eq!(store.flush_all(0, &fence), FlushOutcome::Done);
     assert_eq!(acknowledged(&store, &fence), AckState::Failed);
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
+    // On the poisoned engine a flush, now or later, is refused at once.
+    let fence = AckFence::default();
+    assert_eq!(store.flush_all(0, &fence), FlushOutcome::Failed);
+    assert_eq!(store.flush_all(10, &fence), FlushOutcome::Failed);
+    assert!(fence.take().is_none(), "nothing to wait for");
     let (stopped, wait) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         drop(store);
@@ -770,6 +775,51 @@ fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
         assert!(!acknowledged.is_empty(), "round {round}: nothing written");
         recovers(dir.path(), &acknowledged);
     }
+}
+
+/// A connection's held replies wait for every write it made since they
+/// were last sent: one whose append failed is not hidden by a later one
+/// whose append worked (a delete, which a full disk still takes).
+#[test]
+fn a_failed_write_is_not_hidden_by_a_later_write_of_the_same_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    fill(&store, 5, 100);
+    let wait = |span: AckSpan| loop {
+        match store.ack_state(span) {
+            AckState::Waiting => {
+                store.request_append();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            state => return state,
+        }
+    };
+    let fence = AckFence::default();
+    let set = StoreCommand {
+        mode: StoreMode::Set,
+        key: b"lost",
+        value: b"v",
+        flags: 0,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    };
+    assert!(matches!(
+        store.store(&set, &fence),
+        StoreOutcome::Stored { .. }
+    ));
+    let failed = fence.take().unwrap();
+    io.set(|f| f.write_log = Some(Fault::Fails(libc::ENOSPC)));
+    assert_eq!(wait(failed), AckState::Failed);
+    io.set(|f| f.write_log = None);
+    assert_eq!(
+        store.delete(b"key0", &DeleteCommand::default(), &fence),
+        DeleteOutcome::Deleted
+    );
+    let worked = fence.take().unwrap();
+    assert_eq!(wait(worked), AckState::Ready);
+    assert_eq!(store.ack_state(failed.join(worked)), AckState::Failed);
 }
 
 #[test]

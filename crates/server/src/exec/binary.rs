@@ -4,8 +4,8 @@
 
 use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, StoreCommand,
-    StoreMode, StoreOutcome,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome,
+    StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::{stats, Action, Context, PROTOCOL_VERSION};
@@ -354,7 +354,9 @@ fn flush(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
     if ctx.read_only() {
         return Err(Status::InternalError);
     }
-    ctx.shared.store.flush_all(i64::from(delay), &ctx.fence);
+    if ctx.shared.store.flush_all(i64::from(delay), &ctx.fence) == FlushOutcome::Failed {
+        return Err(Status::InternalError);
+    }
     success(request, 0, ctx, out);
     Ok(())
 }

@@ -341,7 +341,15 @@ impl Table<'_> {
                 },
                 &self.ctx.fence,
             );
-            modified += u64::from(done == RowOutcome::Done);
+            match done {
+                RowOutcome::Done => modified += 1,
+                // The storage refused it (a full or failing disk): an
+                // error, as insert's, not a count that reads "no row".
+                RowOutcome::Failed => return reply::short(out, 1, "lock_tables"),
+                // MySQL's "row too big".
+                RowOutcome::TooLarge => return reply::short(out, 1, "139"),
+                _ => {}
+            }
         }
         match modify.returns_rows() {
             true => self.rows(&hits, out),

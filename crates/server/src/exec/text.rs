@@ -6,8 +6,8 @@ use kura_proto::text::{
 };
 use kura_proto::ErrorReply;
 use kura_store::{
-    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome,
-    StoreCommand, StoreMode, StoreOutcome,
+    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions,
+    GetOutcome, StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
@@ -100,8 +100,11 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
                 reply_unless(noreply, ctx.write_failed_line(), out);
                 return Action::Continue;
             }
-            ctx.shared.store.flush_all(delay, &ctx.fence);
-            reply_unless(noreply, b"OK\r\n", out);
+            let reply: &[u8] = match ctx.shared.store.flush_all(delay, &ctx.fence) {
+                FlushOutcome::Done => b"OK\r\n",
+                FlushOutcome::Failed => ctx.write_failed_line(),
+            };
+            reply_unless(noreply, reply, out);
         }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");

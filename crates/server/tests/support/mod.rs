@@ -49,8 +49,8 @@ impl TestServer {
 
     /// A server on the disk engine whose files are reached through `io`
     /// (a test's, to make them fail).
-    pub fn disk_on(io: Arc<dyn Io>) -> Self {
-        Self::disk_server_on(ServerConfig::default(), SyncPolicy::Batch, io)
+    pub fn disk_on(config: ServerConfig, io: Arc<dyn Io>) -> Self {
+        Self::disk_server_on(config, SyncPolicy::Batch, io)
     }
 
     fn disk_server_on(config: ServerConfig, sync: SyncPolicy, io: Arc<dyn Io>) -> Self {

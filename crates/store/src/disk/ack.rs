@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::AckState;
+use crate::{AckSpan, AckState};
 
 /// Failed ranges remembered; a waiter older than these was told long ago.
 const FAILED_RANGES_KEPT: usize = 1024;
@@ -32,11 +32,20 @@ impl Acks {
     }
 
     pub fn state(&self, seq: u64) -> AckState {
-        if seq > self.decided() {
+        self.state_of(AckSpan::of(seq))
+    }
+
+    /// Waiting until every write of `span` is decided; then failed if any
+    /// write in it failed.
+    pub fn state_of(&self, span: AckSpan) -> AckState {
+        if span.last > self.decided() {
             return AckState::Waiting;
         }
         let failed = self.failed.lock();
-        if failed.iter().any(|&(from, to)| (from..=to).contains(&seq)) {
+        if failed
+            .iter()
+            .any(|&(from, to)| from <= span.last && span.first <= to)
+        {
             AckState::Failed
         } else {
             AckState::Ready
@@ -104,6 +113,23 @@ mod tests {
         assert_eq!(acks.state(10), AckState::Waiting);
         acks.advance(12, false);
         assert_eq!(acks.state(11), AckState::Ready);
+        // A connection whose first write failed and whose next worked.
+        let span = AckSpan { first: 7, last: 11 };
+        assert_eq!(acks.state_of(span), AckState::Failed);
+        assert_eq!(
+            acks.state_of(AckSpan {
+                first: 10,
+                last: 12
+            }),
+            AckState::Ready
+        );
+        assert_eq!(
+            acks.state_of(AckSpan {
+                first: 10,
+                last: 13
+            }),
+            AckState::Waiting
+        );
     }
 
     #[test]

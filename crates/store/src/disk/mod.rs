@@ -73,9 +73,9 @@ use parking_lot::Mutex;
 use crate::clock::{Clock, ExpiryTime};
 use crate::semantics::Current;
 use crate::{
-    AckFence, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
-    DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand,
-    StoreOutcome, StoreStats,
+    AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
+    DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store,
+    StoreCommand, StoreOutcome, StoreStats,
 };
 
 pub use config::{DiskConfig, MultiPrimary};
@@ -310,9 +310,9 @@ impl Inner {
     /// that read it directly: exact when the writes pause, at most
     /// [`CATCH_UP_WAIT`] late under load (a monitor polling `stats` must not
     /// stall a worker for a whole round).
-    fn apply_everything(&self) {
+    fn apply_everything(&self) -> AckState {
         let deadline = std::time::Instant::now() + CATCH_UP_WAIT;
-        self.wait_applied(self.pending.last_seq(), Some(deadline));
+        self.wait_applied(self.pending.last_seq(), Some(deadline))
     }
 
     /// Wakes the writer and the applier until write `seq` is in LMDB or
@@ -463,9 +463,11 @@ impl Store for DiskStore {
         self.get(key, &options, fence, &mut |_| {})
     }
 
-    fn flush_all(&self, delay: i64, fence: &AckFence) {
-        if self.inner.health.is_read_only() {
-            return;
+    fn flush_all(&self, delay: i64, fence: &AckFence) -> FlushOutcome {
+        // A flush frees space, so it goes on while the disk is full, as
+        // deletes do; a poisoned engine could not log it.
+        if !self.inner.deletable() {
+            return FlushOutcome::Failed;
         }
         if delay <= 0 {
             self.inner.flushes.delayed.cancel();
@@ -474,6 +476,7 @@ impl Store for DiskStore {
             let at = self.inner.clock.expiry(delay);
             self.inner.flushes.delayed.schedule(at);
         }
+        FlushOutcome::Done
     }
 
     fn debug(&self, key: &[u8], fence: &AckFence) -> Option<DebugView> {
@@ -561,14 +564,14 @@ impl Store for DiskStore {
         }
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) {
-        self.inner.apply_everything();
+    fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool {
+        let complete = self.inner.apply_everything() == AckState::Ready;
         let inner = &self.inner;
         let Ok(txn) = inner.env.read_txn() else {
-            return;
+            return false;
         };
         let Ok(iter) = inner.items.iter(&txn) else {
-            return;
+            return false;
         };
         for (key, bytes) in iter.filter_map(Result::ok) {
             let Some((header, value)) = Header::decode(bytes) else {
@@ -591,6 +594,7 @@ impl Store for DiskStore {
                 value_len,
             });
         }
+        complete
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {
@@ -612,8 +616,8 @@ impl Store for DiskStore {
         Ok(serde_json::to_string(&manifest).expect("a manifest serializes"))
     }
 
-    fn ack_state(&self, ticket: AckTicket) -> AckState {
-        self.inner.acks.state(ticket)
+    fn ack_state(&self, span: AckSpan) -> AckState {
+        self.inner.acks.state_of(span)
     }
 
     fn request_append(&self) {

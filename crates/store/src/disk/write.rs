@@ -40,8 +40,9 @@ impl Inner {
     /// Starts a delayed flush whose time has come.
     pub(super) fn start_due_flush(&self, fence: &AckFence) {
         // A replica's flushes are its master's: one scheduled just as it
-        // became one is dropped when due.
-        if self.flushes.delayed.take_due(self.clock.now()) && !self.health.is_read_only() {
+        // became one is dropped when due; so is one that comes due on a
+        // poisoned engine, which could not log it.
+        if self.flushes.delayed.take_due(self.clock.now()) && self.health.takes_deletes() {
             self.flush(fence);
         }
     }

@@ -56,14 +56,17 @@ fn key_value(db: &dyn KeyValues, request: &Request) -> (u16, Vec<u8>) {
                 HttpMode::Cat => PutMode::Cat,
             };
             match db.put(mode, key, &request.body) {
-                true => (201, Vec::new()),
-                false if request.mode == HttpMode::Keep => (409, Vec::new()),
-                false => (500, Vec::new()),
+                RowOutcome::Done => (201, Vec::new()),
+                RowOutcome::Kept => (409, Vec::new()),
+                RowOutcome::Invalid => (400, Vec::new()),
+                RowOutcome::TooLarge => (413, Vec::new()),
+                RowOutcome::Missing | RowOutcome::Failed => (500, Vec::new()),
             }
         }
         Method::Delete => match db.out(key) {
-            true => (200, Vec::new()),
-            false => (404, Vec::new()),
+            RowOutcome::Done => (200, Vec::new()),
+            RowOutcome::Missing | RowOutcome::Invalid => (404, Vec::new()),
+            _ => (500, Vec::new()),
         },
         Method::Options => (200, Vec::new()),
         Method::Post => (501, Vec::new()),

@@ -4,7 +4,9 @@
 
 use kura_proto::tyrant::PutMode;
 use kura_proto::MAX_KEY_LEN;
-use kura_store::{DeleteCommand, DeleteOutcome, GetOptions, StoreCommand, StoreMode, StoreOutcome};
+use kura_store::{
+    DeleteCommand, DeleteOutcome, GetOptions, RowOutcome, StoreCommand, StoreMode, StoreOutcome,
+};
 
 use super::{KeyValues, ValueChange};
 use crate::exec::Context;
@@ -21,8 +23,14 @@ fn valid_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN
 }
 
-fn stored(outcome: StoreOutcome) -> bool {
-    matches!(outcome, StoreOutcome::Stored { .. })
+/// A store's outcome in a record's terms.
+fn row_outcome(outcome: StoreOutcome) -> RowOutcome {
+    match outcome {
+        StoreOutcome::Stored { .. } => RowOutcome::Done,
+        StoreOutcome::NotStored | StoreOutcome::Exists => RowOutcome::Kept,
+        StoreOutcome::NotFound => RowOutcome::Missing,
+        StoreOutcome::OutOfMemory | StoreOutcome::Failed => RowOutcome::Failed,
+    }
 }
 
 impl Items<'_> {
@@ -69,26 +77,45 @@ impl KeyValues for Items<'_> {
         self.get_with_cas(key).map(|(value, _)| value)
     }
 
-    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> bool {
+    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> RowOutcome {
+        if !valid_key(key) {
+            return RowOutcome::Invalid;
+        }
+        if value.len() > self.ctx.shared.config.max_item_size {
+            return RowOutcome::TooLarge;
+        }
         match mode {
-            PutMode::Put | PutMode::NoReply => stored(self.store(StoreMode::Set, key, value, None)),
-            PutMode::Keep => stored(self.store(StoreMode::Add, key, value, None)),
-            // Append, or create: memcached's append alone fails on a missing key.
-            PutMode::Cat => (0..CAS_RETRIES).any(|_| {
-                stored(self.store(StoreMode::Append, key, value, None))
-                    || stored(self.store(StoreMode::Add, key, value, None))
-            }),
+            PutMode::Put | PutMode::NoReply => {
+                row_outcome(self.store(StoreMode::Set, key, value, None))
+            }
+            PutMode::Keep => row_outcome(self.store(StoreMode::Add, key, value, None)),
+            // Append, or create: memcached's append alone fails on a missing
+            // key. A refusal ends it at once.
+            PutMode::Cat => {
+                for _ in 0..CAS_RETRIES {
+                    for mode in [StoreMode::Append, StoreMode::Add] {
+                        match row_outcome(self.store(mode, key, value, None)) {
+                            RowOutcome::Done => return RowOutcome::Done,
+                            RowOutcome::Failed => return RowOutcome::Failed,
+                            _ => {}
+                        }
+                    }
+                }
+                RowOutcome::Failed
+            }
         }
     }
 
-    fn out(&self, key: &[u8]) -> bool {
-        valid_key(key)
-            && self
-                .ctx
-                .shared
-                .store
-                .delete(key, &DeleteCommand::default(), &self.ctx.fence)
-                == DeleteOutcome::Deleted
+    fn out(&self, key: &[u8]) -> RowOutcome {
+        if !valid_key(key) {
+            return RowOutcome::Invalid;
+        }
+        let command = DeleteCommand::default();
+        match self.ctx.shared.store.delete(key, &command, &self.ctx.fence) {
+            DeleteOutcome::Deleted => RowOutcome::Done,
+            DeleteOutcome::Failed => RowOutcome::Failed,
+            _ => RowOutcome::Missing,
+        }
     }
 
     /// With the item's CAS, retried when another write comes between.
@@ -116,15 +143,15 @@ impl KeyValues for Items<'_> {
     }
 
     /// The live items, sorted (the engines keep no order).
-    fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>> {
+    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
-        self.ctx.shared.store.scan(&mut |item| {
+        let complete = self.ctx.shared.store.scan(&mut |item| {
             if item.key.starts_with(prefix) {
                 keys.push(item.key.to_vec());
             }
         });
         keys.sort_unstable();
-        keys
+        complete.then_some(keys)
     }
 
     fn count_and_size(&self) -> (u64, u64) {

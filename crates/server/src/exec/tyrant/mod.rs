@@ -21,6 +21,7 @@ use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 
 use kura_proto::tyrant::{reply, PutMode, Request};
+use kura_store::RowOutcome;
 
 use super::{Action, Context};
 use crate::config::TyrantDatabase;
@@ -37,19 +38,23 @@ trait KeyValues {
     /// `stat`'s `type`.
     fn kind(&self) -> &'static str;
     fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
-    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> bool;
-    fn out(&self, key: &[u8]) -> bool;
+    /// `Done`, `Kept` (putkeep found the record), `Invalid`, `TooLarge`,
+    /// or `Failed` (the storage refused it).
+    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> RowOutcome;
+    /// `Done`, `Missing`, `Invalid`, or `Failed` (the storage refused it).
+    fn out(&self, key: &[u8]) -> RowOutcome;
     /// Replaces the value by `change(old value)` (`None`: there is none)
     /// with no other write of the key between; `change` answering `None`
     /// fails it. Returns the value written.
     fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>>;
-    /// The keys starting with `prefix`, in byte order.
-    fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>>;
+    /// The keys starting with `prefix`, in byte order; `None` if they
+    /// could not be read.
+    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>>;
     /// Records and bytes.
     fn count_and_size(&self) -> (u64, u64);
     /// A new iterator over every key (`iterinit`).
     fn iterator(&self) -> KeyIterator {
-        KeyIterator::Snapshot(self.keys(b"").into_iter())
+        KeyIterator::Snapshot(self.keys(b"").unwrap_or_default().into_iter())
     }
     /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
     /// to `end` (exclusive), at most `max` records.
@@ -90,7 +95,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
         Request::Put { mode, key, value } => {
             let stored = db.put(*mode, key, value);
             if *mode != PutMode::NoReply {
-                reply::status(out, stored);
+                reply::status(out, stored == RowOutcome::Done);
             }
         }
         Request::PutShl { key, value, width } => {
@@ -106,7 +111,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             });
             reply::status(out, stored.is_some());
         }
-        Request::Out { key } => reply::status(out, db.out(key)),
+        Request::Out { key } => reply::status(out, db.out(key) == RowOutcome::Done),
         Request::Get { key } => match db.get(key) {
             Some(value) => reply::bytes(out, &value),
             None => reply::status(out, false),
@@ -129,13 +134,15 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             Some(key) => reply::bytes(out, &key),
             None => reply::status(out, false),
         },
-        Request::Fwmkeys { prefix, max } => {
-            let mut keys = db.keys(prefix);
-            if let Ok(max) = usize::try_from(*max) {
-                keys.truncate(max);
+        Request::Fwmkeys { prefix, max } => match db.keys(prefix) {
+            Some(mut keys) => {
+                if let Ok(max) = usize::try_from(*max) {
+                    keys.truncate(max);
+                }
+                reply::list(out, true, keys.iter().map(|key| &key[..]));
             }
-            reply::list(out, true, keys.iter().map(|key| &key[..]));
-        }
+            None => reply::status(out, false),
+        },
         Request::AddInt { key, delta } => {
             let mut sum = 0;
             let stored = db.modify(key, &mut |old| {
@@ -168,10 +175,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             }
         }
         Request::Sync | Request::Optimize { .. } => reply::status(out, true),
-        Request::Vanish => {
-            vanish(db);
-            reply::status(out, true);
-        }
+        Request::Vanish => reply::status(out, vanish(db)),
         Request::Copy { path } => reply::status(out, copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
         Request::Size => reply::count(out, db.count_and_size().1),
@@ -274,11 +278,13 @@ fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
     }
 }
 
-/// Removes every record (`rnum` falls to 0, as ttserver's does).
-fn vanish(db: &dyn KeyValues) {
-    for key in db.keys(b"") {
-        db.out(&key);
-    }
+/// Removes every record (`rnum` falls to 0, as ttserver's does); false if
+/// the storage refused.
+fn vanish(db: &dyn KeyValues) -> bool {
+    let Some(keys) = db.keys(b"") else {
+        return false;
+    };
+    keys.iter().all(|key| db.out(key) != RowOutcome::Failed)
 }
 
 /// The values `get` finds for `keys`, in order, or `None` once together
@@ -325,21 +331,21 @@ fn misc(
     };
     if let Some(mode) = mode {
         let [key, value, ..] = args else { return None };
-        return db.put(mode, key, value).then(Vec::new);
+        return (db.put(mode, key, value) == RowOutcome::Done).then(Vec::new);
     }
     match name {
-        b"out" => db.out(args.first()?).then(Vec::new),
+        b"out" => (db.out(args.first()?) == RowOutcome::Done).then(Vec::new),
         b"get" => db.get(args.first()?).map(|value| vec![value]),
         b"putlist" => args
             .chunks_exact(2)
-            .all(|pair| db.put(PutMode::Put, pair[0], pair[1]))
+            .all(|pair| db.put(PutMode::Put, pair[0], pair[1]) == RowOutcome::Done)
             .then(Vec::new),
-        b"outlist" => {
-            for key in args {
-                db.out(key);
-            }
-            Some(Vec::new())
-        }
+        // As Tokyo Cabinet's: a key with no record is no failure, a refused
+        // removal is.
+        b"outlist" => args
+            .iter()
+            .all(|key| db.out(key) != RowOutcome::Failed)
+            .then(Vec::new),
         b"getlist" => {
             let found = found_within(args, ctx.shared.config.max_reply_bytes, |key| db.get(key))?;
             Some(key_value_list(found))
@@ -354,10 +360,7 @@ fn misc(
             db.range(begin, end, max)
         }
         b"sync" | b"optimize" => Some(Vec::new()),
-        b"vanish" => {
-            vanish(db);
-            Some(Vec::new())
-        }
+        b"vanish" => vanish(db).then(Vec::new),
         _ => None,
     }
 }

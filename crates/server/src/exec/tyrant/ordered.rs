@@ -33,12 +33,13 @@ fn value_of(row: &Record) -> Vec<u8> {
 }
 
 impl OrderedKeys<'_> {
-    /// Every record from `begin` on, in key order, until `visit` says stop.
-    fn walk(&self, begin: &[u8], visit: &mut dyn FnMut(&Record) -> bool) {
+    /// Every record from `begin` on, in key order, until `visit` says
+    /// stop; false if the records could not be read.
+    fn walk(&self, begin: &[u8], visit: &mut dyn FnMut(&Record) -> bool) -> bool {
         let start = std::ops::Bound::Included(begin);
-        let _ = self
-            .tables
-            .walk_rows(self.name, None, start, false, &mut |_, row| visit(&row));
+        self.tables
+            .walk_rows(self.name, None, start, false, &mut |_, row| visit(&row))
+            .is_ok()
     }
 }
 
@@ -55,12 +56,12 @@ impl KeyValues for OrderedKeys<'_> {
         Some(value_of(&row))
     }
 
-    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> bool {
+    fn put(&self, mode: PutMode, key: &[u8], value: &[u8]) -> RowOutcome {
         if value.len() > self.ctx.shared.config.max_item_size {
-            return false;
+            return RowOutcome::TooLarge;
         }
         let fence = &self.ctx.fence;
-        let outcome = match mode {
+        match mode {
             PutMode::Put | PutMode::NoReply => {
                 self.tables
                     .put_row(self.name, &row(key, value), RowMode::Put, fence)
@@ -69,18 +70,19 @@ impl KeyValues for OrderedKeys<'_> {
                 .tables
                 .put_row(self.name, &row(key, value), RowMode::Keep, fence),
             PutMode::Cat => {
-                return self
-                    .modify(key, &mut |old| {
-                        Some([old.unwrap_or_default(), value].concat())
-                    })
-                    .is_some()
+                let joined = self.modify(key, &mut |old| {
+                    Some([old.unwrap_or_default(), value].concat())
+                });
+                match joined {
+                    Some(_) => RowOutcome::Done,
+                    None => RowOutcome::Failed,
+                }
             }
-        };
-        outcome == RowOutcome::Done
+        }
     }
 
-    fn out(&self, key: &[u8]) -> bool {
-        self.tables.remove_row(self.name, key, &self.ctx.fence) == RowOutcome::Done
+    fn out(&self, key: &[u8]) -> RowOutcome {
+        self.tables.remove_row(self.name, key, &self.ctx.fence)
     }
 
     fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>> {
@@ -111,20 +113,21 @@ impl KeyValues for OrderedKeys<'_> {
         }
     }
 
-    fn keys(&self, prefix: &[u8]) -> Vec<Vec<u8>> {
+    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
-        self.walk(prefix, &mut |row| {
+        let read = self.walk(prefix, &mut |row| {
             let more = row.key.starts_with(prefix);
             if more {
                 keys.push(row.key.clone());
             }
             more
         });
-        keys
+        read.then_some(keys)
     }
 
     fn count_and_size(&self) -> (u64, u64) {
         let (mut count, mut size) = (0, 0);
+        // Figures for `stat`: a read that fails counts what it saw.
         self.walk(b"", &mut |row| {
             count += 1;
             size += (row.key.len() + value_of(row).len()) as u64;
@@ -136,7 +139,7 @@ impl KeyValues for OrderedKeys<'_> {
     fn range(&self, begin: &[u8], end: Option<&[u8]>, max: Option<usize>) -> Option<Vec<Vec<u8>>> {
         let mut found = Vec::new();
         let max = max.unwrap_or(usize::MAX);
-        self.walk(begin, &mut |row| {
+        let read = self.walk(begin, &mut |row| {
             if found.len() / 2 >= max || end.is_some_and(|end| row.key.as_slice() >= end) {
                 return false;
             }
@@ -144,6 +147,6 @@ impl KeyValues for OrderedKeys<'_> {
             found.push(value_of(row));
             true
         });
-        Some(found)
+        read.then_some(found)
     }
 }

@@ -45,7 +45,7 @@ pub fn execute(
                 reply::status(out, done);
             }
         }
-        Request::Out { key } => reply::status(out, db.remove(key)),
+        Request::Out { key } => reply::status(out, db.remove(key) == RowOutcome::Done),
         Request::Get { key } => match db.get(key) {
             Some(row) => reply::bytes(out, &row.zero_separated()),
             None => reply::status(out, false),
@@ -70,8 +70,10 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::Fwmkeys { prefix, max } => {
-            let keys = db.keys_with(prefix, usize::try_from(*max).ok());
-            reply::list(out, true, keys.iter().map(|key| &key[..]));
+            match db.keys_with(prefix, usize::try_from(*max).ok()) {
+                Some(keys) => reply::list(out, true, keys.iter().map(|key| &key[..])),
+                None => reply::status(out, false),
+            }
         }
         Request::AddInt { key, delta } => {
             let sum = db.add_number(key, f64::from(*delta), true);
@@ -142,8 +144,8 @@ impl Db<'_> {
         self.tables.put_row(self.table, &row, mode, &self.ctx.fence) == RowOutcome::Done
     }
 
-    fn remove(&self, key: &[u8]) -> bool {
-        self.tables.remove_row(self.table, key, &self.ctx.fence) == RowOutcome::Done
+    fn remove(&self, key: &[u8]) -> RowOutcome {
+        self.tables.remove_row(self.table, key, &self.ctx.fence)
     }
 
     fn get(&self, key: &[u8]) -> Option<Record> {
@@ -154,16 +156,20 @@ impl Db<'_> {
     }
 
     /// The rows any of `queries` matches, in primary-key order: a scan
-    /// keeps in memory only what it will answer with.
-    fn matching(&self, queries: &[Query]) -> Vec<Record> {
+    /// keeps in memory only what it will answer with. `None` if the table
+    /// could not be read (writes not yet in LMDB that a full or failing
+    /// disk keeps from it).
+    fn matching(&self, queries: &[Query]) -> Option<Vec<Record>> {
         let mut rows = Vec::new();
-        let _ = self.tables.visit_rows(self.table, &mut |row| {
-            if queries.iter().any(|query| query.matches(&row)) {
-                rows.push(row.to_record());
-            }
-            true
-        });
-        rows
+        self.tables
+            .visit_rows(self.table, &mut |row| {
+                if queries.iter().any(|query| query.matches(&row)) {
+                    rows.push(row.to_record());
+                }
+                true
+            })
+            .ok()?;
+        Some(rows)
     }
 
     /// An iterator over the table's keys within `from`.
@@ -174,26 +180,29 @@ impl Db<'_> {
         }
     }
 
-    /// The primary keys that begin with `prefix`, in order, at most `max`.
-    fn keys_with(&self, prefix: &[u8], max: Option<usize>) -> Vec<Vec<u8>> {
+    /// The primary keys that begin with `prefix`, in order, at most `max`;
+    /// `None` if the table could not be read.
+    fn keys_with(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
         if max == Some(0) {
-            return keys;
+            return Some(keys);
         }
-        let _ = self.tables.walk_rows(
-            self.table,
-            None,
-            Bound::Included(prefix),
-            false,
-            &mut |key, _| {
-                let more = key.starts_with(prefix);
-                if more {
-                    keys.push(key.to_vec());
-                }
-                more && max.is_none_or(|max| keys.len() < max)
-            },
-        );
-        keys
+        self.tables
+            .walk_rows(
+                self.table,
+                None,
+                Bound::Included(prefix),
+                false,
+                &mut |key, _| {
+                    let more = key.starts_with(prefix);
+                    if more {
+                        keys.push(key.to_vec());
+                    }
+                    more && max.is_none_or(|max| keys.len() < max)
+                },
+            )
+            .ok()?;
+        Some(keys)
     }
 
     /// Rows, and their keys' and columns' bytes (`rnum`, `size`).
@@ -210,9 +219,10 @@ impl Db<'_> {
     /// The rows `query` matches, in primary-key order, and the lookups
     /// that found them (none: a scan): only those its answer needs, kept
     /// as `kept` says.
-    fn found(&self, query: &Query, kept: Kept) -> (Vec<Record>, Vec<Lookup>) {
+    /// `None` if the table could not be read.
+    fn found(&self, query: &Query, kept: Kept) -> Option<(Vec<Record>, Vec<Lookup>)> {
         if query.matches_needed() == Some(0) {
-            return (Vec::new(), Vec::new());
+            return Some((Vec::new(), Vec::new()));
         }
         let mut matches = Matches {
             query,
@@ -226,25 +236,24 @@ impl Db<'_> {
                 .tables
                 .lookup_rows(self.table, &lookups, lazily, &mut |row| matches.offer(row));
             if let Ok(Some(_)) = found {
-                return (matches.rows, lookups);
+                return Some((matches.rows, lookups));
             }
             // An index dropped meanwhile or unreadable, or so many rows
             // that a scan reads them faster: scan instead.
             matches.rows.clear();
         }
-        let _ = self
-            .tables
-            .visit_rows(self.table, &mut |row| matches.offer(row));
-        (matches.rows, Vec::new())
+        self.tables
+            .visit_rows(self.table, &mut |row| matches.offer(row))
+            .ok()?;
+        Some((matches.rows, Vec::new()))
     }
 
     fn vanish(&self) -> bool {
-        self.keys_with(b"", None).iter().all(|key| {
-            matches!(
-                self.tables.remove_row(self.table, key, &self.ctx.fence),
-                RowOutcome::Done | RowOutcome::Missing
-            )
-        })
+        let Some(keys) = self.keys_with(b"", None) else {
+            return false;
+        };
+        keys.iter()
+            .all(|key| self.remove(key) != RowOutcome::Failed)
     }
 
     /// A new unique primary key (`genuid`); `None` once they run out.
@@ -346,7 +355,7 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         return db.put(row, mode).then(Vec::new);
     }
     match name {
-        b"out" => db.remove(args.first()?).then(Vec::new),
+        b"out" => (db.remove(args.first()?) == RowOutcome::Done).then(Vec::new),
         b"get" => {
             let row = db.get(args.first()?)?;
             Some(
@@ -364,12 +373,12 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             }
             Some(Vec::new())
         }
-        b"outlist" => {
-            for key in args {
-                db.remove(key);
-            }
-            Some(Vec::new())
-        }
+        // As Tokyo Cabinet's: a key with no record is no failure, a
+        // refused removal is.
+        b"outlist" => args
+            .iter()
+            .all(|key| db.remove(key) != RowOutcome::Failed)
+            .then(Vec::new),
         b"getlist" => {
             let limit = db.ctx.shared.config.max_reply_bytes;
             let found = found_within(args, limit, |key| Some(db.get(key)?.zero_separated()))?;
@@ -485,13 +494,17 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             true => Kept::Keys,
             false => Kept::Best,
         };
-        let (rows, _) = db.found(query, kept);
+        let (rows, _) = db.found(query, kept)?;
         let mut items = Vec::new();
         for row in query.arrange(&rows) {
-            if db.remove(&row.key) {
-                if let Some(columns) = &request.columns {
-                    items.push(project(row, columns));
+            match db.remove(&row.key) {
+                RowOutcome::Done => {
+                    if let Some(columns) = &request.columns {
+                        items.push(project(row, columns));
+                    }
                 }
+                RowOutcome::Failed => return None,
+                _ => {}
             }
         }
         return Some(items);
@@ -508,9 +521,9 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             } else {
                 Kept::Best
             };
-            db.found(query, kept)
+            db.found(query, kept)?
         }
-        queries => (db.matching(queries), Vec::new()),
+        queries => (db.matching(queries)?, Vec::new()),
     };
     let found = match &request.queries[..] {
         [query] => query.arrange(&rows),
