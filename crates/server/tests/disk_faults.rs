@@ -189,6 +189,7 @@ fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
         let put = tyrant::put(kura_proto::tyrant::PutMode::Put, key, b"v");
         assert_eq!(tyrant::call(&mut tt, &put, 1), [0]);
     }
+    assert_eq!(tyrant::call(&mut tt, &TyrantRequest::Sync, 1), [0]);
 
     log.failing.store(true, Ordering::Release);
     let mut stream = server.connect();
@@ -210,6 +211,8 @@ fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
     assert_eq!(misc(&mut tt, b"outlist", &[b"a", b"b"]).0, 1);
     assert_eq!(tyrant::call(&mut tt, &TyrantRequest::Vanish, 1), [1]);
     assert_eq!(misc(&mut tt, b"vanish", &[]).0, 1);
+    assert_eq!(tyrant::call(&mut tt, &TyrantRequest::Sync, 1), [1]);
+    assert_eq!(misc(&mut tt, b"sync", &[]).0, 1);
     let get = TyrantRequest::Get { key: b"a" };
     assert_eq!(tyrant::call(&mut tt, &get, 6), b"\0\0\0\0\x01v");
 

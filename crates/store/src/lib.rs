@@ -117,6 +117,13 @@ pub trait Store: Send + Sync {
     /// calls this once per batch of events, so one append serves them all).
     fn request_append(&self) {}
 
+    /// Makes every write taken so far durable on the device, whatever the
+    /// sync policy (Tokyo Tyrant's `sync`); false if the storage cannot.
+    /// An engine that keeps nothing has nothing to do.
+    fn sync(&self) -> bool {
+        true
+    }
+
     /// Registers a callback run after each decision, with the newest
     /// decided ticket (the worker wakes its event loop with it).
     fn on_ack_progress(&self, _listener: Box<dyn Fn(AckTicket) + Send + Sync>) {}

@@ -1126,6 +1126,33 @@ fn a_failed_fsync_by_the_batch_syncer_poisons_the_engine() {
     assert_eq!(get(&store, b"after"), None);
 }
 
+/// `sync` (Tokyo Tyrant's) makes every write taken so far durable whatever
+/// the policy: a power cut right after it keeps them all. On a poisoned
+/// engine it fails.
+#[test]
+fn a_sync_makes_every_write_durable_under_none_and_fails_once_poisoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::None, io.clone());
+    let kept = fill(&store, 50, 700);
+    assert!(!io.all_synced(), "`none` fsyncs nothing by itself");
+    assert!(store.sync());
+    assert!(io.all_synced());
+    io.crash();
+    drop(store);
+    assert_eq!(io.cut_power(Torn::HalfPage), 0, "nothing was left unsynced");
+    let store = recovers(dir.path(), &kept);
+    drop(store);
+
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::None, io.clone());
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    assert_eq!(set(&store, b"unsynced", b"v"), Some(true));
+    assert!(!store.sync(), "its fsync failed");
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
+    assert!(!store.sync(), "poisoned");
+}
+
 /// `batch` promises what an fsync covered: a power cut may take the writes
 /// acknowledged since the last one, newest first, never one before a write
 /// that stays. The cut lands on a healthy engine in the middle of its

@@ -620,6 +620,25 @@ impl Store for DiskStore {
         self.inner.acks.state_of(span)
     }
 
+    fn sync(&self) -> bool {
+        let inner = &self.inner;
+        let seq = inner.pending.last_seq();
+        loop {
+            if inner.health.is_poisoned() || inner.signals.stopping() {
+                return false;
+            }
+            self.request_append();
+            match inner.acks.wait(seq, Duration::from_millis(10)) {
+                AckState::Ready => break,
+                AckState::Failed => return false,
+                AckState::Waiting => {}
+            }
+        }
+        // Retired segments were fsynced when the applier switched away
+        // from them: the current one is all that may not be.
+        inner.fsync("journal fsync failed", || inner.journal.sync())
+    }
+
     fn request_append(&self) {
         let inner = &self.inner;
         // A worker journals its own round's writes when no other thread is

@@ -174,7 +174,8 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
                 None => reply::status(out, false),
             }
         }
-        Request::Sync | Request::Optimize { .. } => reply::status(out, true),
+        Request::Sync => reply::status(out, ctx.shared.store.sync()),
+        Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, vanish(db)),
         Request::Copy { path } => reply::status(out, copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
@@ -359,7 +360,8 @@ fn misc(
                 .and_then(|max| usize::try_from(max).ok());
             db.range(begin, end, max)
         }
-        b"sync" | b"optimize" => Some(Vec::new()),
+        b"sync" => ctx.shared.store.sync().then(Vec::new),
+        b"optimize" => Some(Vec::new()),
         b"vanish" => vanish(db).then(Vec::new),
         _ => None,
     }

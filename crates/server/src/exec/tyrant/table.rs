@@ -86,7 +86,8 @@ pub fn execute(
             Some(sum) => reply::double(out, sum),
             None => reply::status(out, false),
         },
-        Request::Sync | Request::Optimize { .. } => reply::status(out, true),
+        Request::Sync => reply::status(out, ctx.shared.store.sync()),
+        Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, db.vanish()),
         Request::Copy { path } => reply::status(out, super::copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
@@ -412,7 +413,8 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             Some(problems.into_iter().map(String::into_bytes).collect())
         }
         b"search" | b"metasearch" => search(db, args),
-        b"sync" | b"optimize" => Some(Vec::new()),
+        b"sync" => db.ctx.shared.store.sync().then(Vec::new),
+        b"optimize" => Some(Vec::new()),
         b"vanish" => db.vanish().then(Vec::new),
         _ => None,
     }
