@@ -678,6 +678,13 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection.may_read = false;
         }
         if let Some(span) = ctx.fence.take() {
+            // A fence whose writes all went through holds nothing back
+            // (writes with no reply, `noreply` or quiet, leave it up):
+            // a failure after it must not close this connection.
+            let fence = connection.fence;
+            if !fence.is_empty() && ctx.shared.store.ack_state(fence) == AckState::Ready {
+                connection.fence = AckSpan::default();
+            }
             connection.fence = connection.fence.join(span);
             scratch.wrote = true;
         }

@@ -23,16 +23,18 @@ use kura_store::disk::io::Io;
 use support::tyrant::{self as tyrant, misc};
 use support::{closes, read_at_least, TestServer};
 
-/// Log writes that fail with EIO once `failing` is set.
+/// Log writes that fail (EIO, or ENOSPC if `full`) while `failing` is set.
 #[derive(Debug, Default)]
 struct FailingLog {
     failing: AtomicBool,
+    full: bool,
 }
 
 impl Io for FailingLog {
     fn write_log(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
         if self.failing.load(Ordering::Acquire) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            let errno = if self.full { libc::ENOSPC } else { libc::EIO };
+            return Err(io::Error::from_raw_os_error(errno));
         }
         file.write_all_at(bytes, offset)
     }
@@ -234,5 +236,36 @@ fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
     assert_eq!(
         hs_call(&mut hs, &[b"0", b"=", b"1", b"k1"]),
         "0\t2\tk1\tBob\n"
+    );
+}
+
+/// A connection whose writes have no reply (`noreply`) keeps no old tickets
+/// waiting: another connection's failed write, numbered after them, does
+/// not close it.
+#[test]
+fn a_connection_without_replies_is_not_closed_for_another_ones_failed_write() {
+    let log = Arc::new(FailingLog {
+        full: true,
+        ..FailingLog::default()
+    });
+    let server = TestServer::disk_on(ServerConfig::default(), log.clone());
+    ask(&server, b"set d 0 0 1\r\nd\r\n", b"STORED\r\n");
+    let mut quiet = server.connect();
+    quiet.write_all(b"set a 0 0 1 noreply\r\na\r\n").unwrap();
+    // A read of it waits for its append.
+    ask(&server, b"get a\r\n", b"VALUE a 0 1\r\na\r\nEND\r\n");
+    log.failing.store(true, Ordering::Release);
+    let mut other = server.connect();
+    other.write_all(b"set b 0 0 1\r\nb\r\n").unwrap();
+    assert!(closes(&mut other), "the write in the failed append");
+    log.failing.store(false, Ordering::Release);
+    // Deletes go on while the disk is full.
+    quiet.write_all(b"delete d noreply\r\n").unwrap();
+    ask(&server, b"get d\r\n", b"END\r\n");
+    quiet.write_all(b"get a\r\n").unwrap();
+    let reply = read_at_least(&mut quiet, 20);
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "VALUE a 0 1\r\na\r\nEND\r\n"
     );
 }

@@ -44,6 +44,10 @@ struct Faults {
     /// `None` works, `Some(errno)` fails.
     commit_plan: VecDeque<Option<i32>>,
     sync_data: Option<Fault>,
+    /// The next log fsync waits this long first (an fsync of a segment
+    /// never synced before can take that long); `slow_sync_started` then.
+    slow_next_sync: Option<Duration>,
+    slow_sync_started: bool,
     /// The power is off: every write, fsync and commit fails and changes
     /// nothing, until `cut_power` leaves on disk what was made durable.
     crashed: bool,
@@ -259,6 +263,15 @@ impl Io for FaultyIo {
     fn sync_log(&self, file: &File) -> io::Result<()> {
         if let Some(Fault::Fails(code)) = self.fault(|f| f.sync_log) {
             return Err(errno(code));
+        }
+        let slow = {
+            let mut faults = self.faults.lock();
+            let slow = faults.slow_next_sync.take();
+            faults.slow_sync_started |= slow.is_some();
+            slow
+        };
+        if let Some(delay) = slow {
+            std::thread::sleep(delay);
         }
         file.sync_data()?;
         let mut extents = self.extents.lock();
@@ -1151,6 +1164,32 @@ fn a_sync_makes_every_write_durable_under_none_and_fails_once_poisoned() {
     assert!(!store.sync(), "its fsync failed");
     assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
     assert!(!store.sync(), "poisoned");
+}
+
+/// A `sync` while the applier is still fsyncing the segment it just
+/// switched away from (a segment never synced before takes long) does not
+/// answer before that segment is durable too.
+#[test]
+fn a_sync_covers_a_segment_whose_fsync_after_a_switch_is_still_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::None, io.clone());
+    fill(&store, 50, 700);
+    io.set(|f| f.slow_next_sync = Some(Duration::from_secs(2)));
+    std::thread::scope(|scope| {
+        // The round switches segments, then fsyncs the old one: slowly.
+        scope.spawn(|| store.wait_until_all_applied());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !io.faults.lock().slow_sync_started {
+            assert!(Instant::now() < deadline, "no round fsynced a segment");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(store.sync());
+        assert!(
+            io.all_synced(),
+            "sync answered before the retired segment was durable"
+        );
+    });
 }
 
 /// `batch` promises what an fsync covered: a power cut may take the writes

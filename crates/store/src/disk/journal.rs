@@ -122,9 +122,12 @@ pub fn replay<E: From<io::Error>>(
             break;
         }
         frame.resize(FRAME + len as usize, 0);
-        reader
-            .read_exact(&mut frame[FRAME..])
-            .map_err(read_failed)?;
+        match reader.read_exact(&mut frame[FRAME..]) {
+            Ok(()) => {}
+            // Cut back since its size was read (a failed append).
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(error) => return Err(read_failed(error).into()),
+        }
         let Some((record, _)) = decode(&frame) else {
             break;
         };
@@ -215,6 +218,9 @@ pub struct Journal {
     last_lsn: AtomicU64,
     /// Readers of the history (backups) at work: no segment goes meanwhile.
     holds: AtomicUsize,
+    /// The newest retired segment whose fsync completed (those found at
+    /// open count: the replay fsyncs what it replays).
+    synced_retired: AtomicU64,
     /// What of the log stays in the page cache once on disk.
     window: Arc<PageWindow>,
 }
@@ -238,7 +244,9 @@ impl Journal {
         cache_bytes: u64,
     ) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
+        let mut newest = 0;
         for (found, path) in segments(dir)? {
+            newest = newest.max(found);
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let len = file.metadata()?.len();
             // A segment a crash (or a clean stop) left current may still
@@ -259,6 +267,7 @@ impl Journal {
             open: Mutex::new(HashMap::new()),
             last_lsn: AtomicU64::new(0),
             holds: AtomicUsize::new(0),
+            synced_retired: AtomicU64::new(newest),
             window: Arc::new(PageWindow::new(cache_bytes)),
         })
     }
@@ -338,7 +347,33 @@ impl Journal {
     /// fsyncs a retired segment: it may hold acknowledged writes the syncer
     /// has not reached.
     pub fn sync_retired(&self, retired: &Retired) -> io::Result<()> {
-        self.sync_segment(retired.0.number, &retired.0.file, retired.0.len)
+        self.sync_segment(retired.0.number, &retired.0.file, retired.0.len)?;
+        self.synced_retired
+            .fetch_max(retired.0.number, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// fsyncs the current segment and every retired one whose own fsync
+    /// has not completed (the applier fsyncs a segment after it switched
+    /// away from it): everything appended so far is then durable.
+    pub fn sync_everything(&self) -> io::Result<()> {
+        let current = self.current.lock();
+        let (number, file, len) = (current.number, current.file.clone(), current.len);
+        drop(current);
+        let synced = self.synced_retired.load(Ordering::Acquire);
+        let retired: Vec<SegmentAge> = (self.older.lock().values())
+            .filter(|age| age.number > synced && age.number < number)
+            .copied()
+            .collect();
+        for age in retired {
+            match self.file(age.number) {
+                Ok(file) => self.sync_segment(age.number, &file, age.len)?,
+                // Removed: it was applied, so fsynced, first.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.sync_segment(number, &file, len)
     }
 
     fn sync_segment(&self, number: u64, file: &Arc<File>, len: u64) -> io::Result<()> {

@@ -565,7 +565,9 @@ impl Store for DiskStore {
     }
 
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool {
-        let complete = self.inner.apply_everything() == AckState::Ready;
+        // As a table's scan: every write taken so far in LMDB first, unless
+        // the engine cannot apply (a full or failing disk).
+        let complete = self.inner.catch_up().is_ok();
         let inner = &self.inner;
         let Ok(txn) = inner.env.read_txn() else {
             return false;
@@ -634,9 +636,7 @@ impl Store for DiskStore {
                 AckState::Waiting => {}
             }
         }
-        // Retired segments were fsynced when the applier switched away
-        // from them: the current one is all that may not be.
-        inner.fsync("journal fsync failed", || inner.journal.sync())
+        inner.fsync("journal fsync failed", || inner.journal.sync_everything())
     }
 
     fn request_append(&self) {

@@ -63,6 +63,12 @@ pub enum OpenError {
         free: u64,
         error: Box<OpenError>,
     },
+    #[error(
+        "the LMDB map of {} is full: opening replays the update log into it; start again with \
+         a larger --map-size",
+        dir.display()
+    )]
+    MapFull { dir: PathBuf },
 }
 
 /// Free space below which a failed open is put down to a full disk: LMDB
@@ -70,23 +76,35 @@ pub enum OpenError {
 const NO_ROOM: u64 = 1 << 20;
 
 impl OpenError {
-    /// This error, or [`OpenError::NoRoom`] if the disk it happened on is
-    /// full.
+    /// This error, or what it means when there is no room: a full map
+    /// ([`OpenError::MapFull`]) or a full disk ([`OpenError::NoRoom`]: an
+    /// ENOSPC, or LMDB's EIO for a short write with less than [`NO_ROOM`]
+    /// free).
     fn on_full_disk(self, dir: &Path) -> OpenError {
-        let for_space = match &self {
-            OpenError::Lmdb(error) => super::space::is_out_of_space(error),
-            OpenError::Journal(error) => super::space::is_enospc(error),
+        let eio = nix::errno::Errno::EIO as i32;
+        let free = journal::free_space(dir);
+        let short = free.is_some_and(|free| free < NO_ROOM);
+        let no_room = match &self {
+            OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::MapFull)) => {
+                return OpenError::MapFull {
+                    dir: dir.to_path_buf(),
+                };
+            }
+            OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::Other(code))) => {
+                *code == nix::errno::Errno::ENOSPC as i32 || (*code == eio && short)
+            }
+            OpenError::Lmdb(heed::Error::Io(error)) | OpenError::Journal(error) => {
+                super::space::is_enospc(error) || (error.raw_os_error() == Some(eio) && short)
+            }
             _ => false,
         };
-        let free = journal::free_space(dir);
-        let full = free.is_some_and(|free| free < NO_ROOM);
-        match (&self, for_space || full) {
-            (OpenError::Lmdb(_) | OpenError::Journal(_), true) => OpenError::NoRoom {
+        match no_room {
+            true => OpenError::NoRoom {
                 dir: dir.to_path_buf(),
                 free: free.unwrap_or(0),
                 error: Box::new(self),
             },
-            _ => self,
+            false => self,
         }
     }
 }

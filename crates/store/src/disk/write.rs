@@ -40,9 +40,15 @@ impl Inner {
     /// Starts a delayed flush whose time has come.
     pub(super) fn start_due_flush(&self, fence: &AckFence) {
         // A replica's flushes are its master's: one scheduled just as it
-        // became one is dropped when due; so is one that comes due on a
-        // poisoned engine, which could not log it.
-        if self.flushes.delayed.take_due(self.clock.now()) && self.health.takes_deletes() {
+        // became one is dropped when due.
+        if !self.flushes.delayed.take_due(self.clock.now()) || self.health.is_read_only() {
+            return;
+        }
+        if self.health.is_poisoned() {
+            // Taken before the disk failed: reads honour it, as promised,
+            // but it cannot be logged, and no reply waits for that.
+            self.flush(&AckFence::default());
+        } else {
             self.flush(fence);
         }
     }

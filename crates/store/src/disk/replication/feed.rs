@@ -279,11 +279,15 @@ impl Feed {
         if self.buffer.len() < want {
             self.buffer.resize(want, 0);
         }
-        self.inner
-            .config
-            .io
-            .read_log(&self.file, &mut self.buffer[..want], self.offset)?;
-        self.filled = want;
+        let read =
+            (self.inner.config.io).read_log(&self.file, &mut self.buffer[..want], self.offset);
+        self.filled = match read {
+            Ok(()) => want,
+            // Cut back since its size was read (a failed append): nothing
+            // new yet.
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(error) => return Err(error),
+        };
         self.buffer_at = self.offset;
         Ok(())
     }
