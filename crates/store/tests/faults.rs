@@ -1218,7 +1218,7 @@ fn a_power_cut_under_batch_keeps_writes_the_last_fsync_covered_and_no_hole() {
         for (key, value) in &recent {
             assert_eq!(set(&store, key, value), Some(true));
             acknowledged_at.push(Instant::now());
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(2));
         }
         io.crash();
         let crashed_at = Instant::now();
@@ -1231,10 +1231,10 @@ fn a_power_cut_under_batch_keeps_writes_the_last_fsync_covered_and_no_hole() {
             .take_while(|(key, value)| get(&store, key).as_ref() == Some(value))
             .count();
         // The window is an fsync interval (10 ms) and an fsync; a loaded
-        // machine gets twenty times that.
+        // machine (CI runs tests side by side) gets forty times that.
         let lost_since = crashed_at - acknowledged_at.get(survived).copied().unwrap_or(crashed_at);
         assert!(
-            lost_since < Duration::from_millis(200),
+            lost_since < Duration::from_millis(400),
             "attempt {attempt}: writes acknowledged {lost_since:?} before the cut were lost"
         );
         for (key, _) in &recent[survived..] {
