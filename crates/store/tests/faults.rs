@@ -447,6 +447,70 @@ fn fill(store: &DiskStore, count: usize, len: usize) -> BTreeMap<Vec<u8>, Vec<u8
     written
 }
 
+/// `writers` threads set keys of their own (writer `w`'s values
+/// `value_len(w)` bytes long) until a set is not acknowledged; once
+/// `before` writes are acknowledged (or 10 s passed) `then` runs (the fault
+/// to inject). Returns every write acknowledged.
+fn write_until_refused(
+    store: &DiskStore,
+    writers: usize,
+    value_len: impl Fn(usize) -> usize + Sync,
+    before: usize,
+    then: impl FnOnce(),
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let acknowledged = std::sync::Mutex::new(BTreeMap::new());
+    std::thread::scope(|scope| {
+        for writer in 0..writers {
+            let (acknowledged, value_len) = (&acknowledged, &value_len);
+            scope.spawn(move || {
+                for i in 0.. {
+                    let key = format!("w{writer}-{i}").into_bytes();
+                    let value = value_of(i, value_len(writer));
+                    match set(store, &key, &value) {
+                        Some(true) => acknowledged.lock().unwrap().insert(key, value),
+                        _ => return,
+                    };
+                }
+            });
+        }
+        let started = Instant::now();
+        while acknowledged.lock().unwrap().len() < before
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        then();
+    });
+    acknowledged.into_inner().unwrap()
+}
+
+/// A directory whose 40 acknowledged writes are only in its log (a power
+/// cut came before any round), opened on a disk with `fault`: the error
+/// the open fails with, and what was acknowledged.
+fn failed_open_after_a_power_cut(
+    dir: &Path,
+    fault: fn(&mut Faults),
+) -> (String, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let io = FaultyIo::new(dir);
+    let store = open(dir, SyncPolicy::Always, io.clone());
+    let kept = fill(&store, 40, 1000);
+    assert_eq!(
+        engine_stat(&store, "disk_applied_writes"),
+        "0",
+        "nothing applied yet: the open must replay the log"
+    );
+    io.crash();
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    let faulty = FaultyIo::new(dir);
+    faulty.set(fault);
+    let error = DiskStore::open(config(dir, SyncPolicy::Always, faulty))
+        .err()
+        .expect("the open fails")
+        .to_string();
+    (error, kept)
+}
+
 #[test]
 fn a_failed_log_write_is_not_acknowledged_and_poisons_the_engine() {
     let dir = tempfile::tempdir().unwrap();
@@ -748,30 +812,8 @@ fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
         let dir = tempfile::tempdir().unwrap();
         let io = FaultyIo::new(dir.path());
         let store = open(dir.path(), sync, io.clone());
-        let acknowledged = std::sync::Mutex::new(BTreeMap::new());
-        std::thread::scope(|scope| {
-            for writer in 0..WRITERS {
-                let (store, acknowledged) = (&store, &acknowledged);
-                scope.spawn(move || {
-                    for i in 0.. {
-                        let key = format!("w{writer}-{i}").into_bytes();
-                        let value = value_of(i, 50);
-                        match set(store, &key, &value) {
-                            Some(true) => acknowledged.lock().unwrap().insert(key, value),
-                            _ => return,
-                        };
-                    }
-                });
-            }
-            // Some writes acknowledged first, however slow the disk.
-            let started = Instant::now();
-            while acknowledged.lock().unwrap().len() < 20
-                && started.elapsed() < Duration::from_secs(10)
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            io.set(failure);
-        });
+        // Some writes acknowledged first, however slow the disk.
+        let acknowledged = write_until_refused(&store, WRITERS, |_| 50, 20, || io.set(failure));
         // A failed fsync or EIO poisons; a full disk does not.
         let full = io.faults.lock().write_log == Some(Fault::Fails(libc::ENOSPC));
         assert_eq!(
@@ -784,7 +826,6 @@ fn writes_racing_a_failing_log_are_acknowledged_only_if_durable() {
         if sync == SyncPolicy::Always {
             io.cut_power(Torn::Nothing);
         }
-        let acknowledged = acknowledged.into_inner().unwrap();
         assert!(!acknowledged.is_empty(), "round {round}: nothing written");
         recovers(dir.path(), &acknowledged);
     }
@@ -1258,32 +1299,11 @@ fn a_power_cut_amid_writers_under_always_keeps_every_acknowledged_write() {
         let dir = tempfile::tempdir().unwrap();
         let io = FaultyIo::new(dir.path());
         let store = open(dir.path(), SyncPolicy::Always, io.clone());
-        let acknowledged = std::sync::Mutex::new(BTreeMap::new());
-        std::thread::scope(|scope| {
-            for writer in 0..WRITERS {
-                let (store, acknowledged) = (&store, &acknowledged);
-                scope.spawn(move || {
-                    for i in 0.. {
-                        let key = format!("w{writer}-{i}").into_bytes();
-                        let value = value_of(i, 300 + 500 * writer);
-                        match set(store, &key, &value) {
-                            Some(true) => acknowledged.lock().unwrap().insert(key, value),
-                            _ => return,
-                        };
-                    }
-                });
-            }
-            let started = Instant::now();
-            while acknowledged.lock().unwrap().len() < 50 + 20 * round
-                && started.elapsed() < Duration::from_secs(10)
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            io.crash();
-        });
+        let lens = |writer| 300 + 500 * writer;
+        let acknowledged =
+            write_until_refused(&store, WRITERS, lens, 50 + 20 * round, || io.crash());
         drop(store);
         io.cut_power(Torn::ALL[round % Torn::ALL.len()]);
-        let acknowledged = acknowledged.into_inner().unwrap();
         assert!(!acknowledged.is_empty(), "round {round}: nothing written");
         recovers(dir.path(), &acknowledged);
     }
@@ -1294,23 +1314,8 @@ fn a_power_cut_amid_writers_under_always_keeps_every_acknowledged_write() {
 #[test]
 fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let io = FaultyIo::new(dir.path());
-    let store = open(dir.path(), SyncPolicy::Always, io.clone());
-    let kept = fill(&store, 40, 1000);
-    assert_eq!(
-        engine_stat(&store, "disk_applied_writes"),
-        "0",
-        "nothing applied yet: the open must replay the log"
-    );
-    io.crash();
-    drop(store);
-    io.cut_power(Torn::Nothing);
-    let unreadable = FaultyIo::new(dir.path());
-    unreadable.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
-    let error = DiskStore::open(config(dir.path(), SyncPolicy::Always, unreadable))
-        .err()
-        .expect("an open that cannot read the log fails")
-        .to_string();
+    let (error, kept) =
+        failed_open_after_a_power_cut(dir.path(), |f| f.read_log = Some(Fault::Fails(libc::EIO)));
     assert!(
         error.contains("reading journal segment") && error.contains("Input/output error"),
         "{error}"
@@ -1323,18 +1328,8 @@ fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
 #[test]
 fn an_open_on_a_full_disk_says_so_and_opens_once_there_is_room() {
     let dir = tempfile::tempdir().unwrap();
-    let io = FaultyIo::new(dir.path());
-    let store = open(dir.path(), SyncPolicy::Always, io.clone());
-    let kept = fill(&store, 40, 1000);
-    io.crash();
-    drop(store);
-    io.cut_power(Torn::Nothing);
-    let full = FaultyIo::new(dir.path());
-    full.set(|f| f.commit = Some(Fault::Fails(libc::ENOSPC)));
-    let error = DiskStore::open(config(dir.path(), SyncPolicy::Always, full))
-        .err()
-        .expect("no room to open")
-        .to_string();
+    let (error, kept) =
+        failed_open_after_a_power_cut(dir.path(), |f| f.commit = Some(Fault::Fails(libc::ENOSPC)));
     assert!(
         error.contains("is full") && error.contains("free space and start again"),
         "{error}"
