@@ -599,7 +599,7 @@ mod tests {
     /// its offset.
     fn replayed(path: &Path, number: u64) -> Vec<String> {
         let mut seen = Vec::new();
-        let count = replay(&crate::disk::io::OsIo, path, number, |record, at, _| {
+        let count = replay(&OsIo, path, number, |record, at, _| {
             seen.push(format!("{}: {record:?}", at.offset));
             Ok::<_, io::Error>(())
         })
