@@ -148,23 +148,17 @@ fn get(
         counts.hits += u64::from(hit);
     });
     if touch.is_some() {
-        ctx.counters.cmd_touch.incr();
-        match outcome {
-            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
-            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
-            GetOutcome::Failed => {}
-        }
+        ctx.count_touch(outcome);
     }
+    ctx.count_get(outcome);
     if outcome == GetOutcome::Failed {
         // The touch (or gat) could not be written: memcached's answer to a
         // failed storage write.
         return Err(Status::InternalError);
     }
     if hit {
-        ctx.counters.get_hits.incr();
         return Ok(());
     }
-    ctx.counters.get_misses.incr();
     if is_quiet(code) {
         return Ok(());
     }

@@ -42,24 +42,16 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         .get(&command.key.bytes, &options, &ctx.fence, &mut |item| {
             compose_hit(command, item, ctx, out);
         });
+    ctx.count_get(outcome);
     match outcome {
-        GetOutcome::Hit => ctx.counters.get_hits.incr(),
-        GetOutcome::Miss => {
-            ctx.counters.get_misses.incr();
-            if !flags.quiet {
-                compose_status(b"EN", command, None, ctx, out);
-            }
-        }
+        GetOutcome::Hit => {}
+        GetOutcome::Miss if flags.quiet => {}
+        GetOutcome::Miss => compose_status(b"EN", command, None, ctx, out),
         // A touch, vivify or recache win the storage could not write.
         GetOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
     if options.touch.is_some() {
-        ctx.counters.cmd_touch.incr();
-        match outcome {
-            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
-            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
-            GetOutcome::Failed => {}
-        }
+        ctx.count_touch(outcome);
     }
 }
 

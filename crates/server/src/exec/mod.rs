@@ -10,7 +10,7 @@ pub mod tyrant;
 pub(crate) mod uid;
 
 use kura_proto::text::Limits;
-use kura_store::{AckFence, DeleteCommand};
+use kura_store::{AckFence, DeleteCommand, GetOutcome};
 
 use crate::stats::{Counters, PrefixCounts};
 use crate::Shared;
@@ -66,6 +66,27 @@ impl Context<'_> {
             .store
             .replication()
             .is_some_and(|replication| replication.read_only())
+    }
+
+    /// Counts a read in `get_hits` or `get_misses` (one whose write the
+    /// engine refused in neither).
+    pub fn count_get(&self, outcome: GetOutcome) {
+        match outcome {
+            GetOutcome::Hit => self.counters.get_hits.incr(),
+            GetOutcome::Miss => self.counters.get_misses.incr(),
+            GetOutcome::Failed => {}
+        }
+    }
+
+    /// Counts a touch (the command, gat, `mg … T`) in `cmd_touch`, and in
+    /// `touch_hits` or `touch_misses` (a refused one in neither).
+    pub fn count_touch(&self, outcome: GetOutcome) {
+        self.counters.cmd_touch.incr();
+        match outcome {
+            GetOutcome::Hit => self.counters.touch_hits.incr(),
+            GetOutcome::Miss => self.counters.touch_misses.incr(),
+            GetOutcome::Failed => {}
+        }
     }
 
     /// The reply to a write the engine refused: a replica's own words, or

@@ -74,17 +74,12 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             exptime,
             noreply,
         } => {
-            ctx.counters.cmd_touch.incr();
             let expiry = ctx.shared.store.clock().expiry(exptime);
-            let reply: &[u8] = match ctx.shared.store.touch(key, expiry, &ctx.fence) {
-                GetOutcome::Hit => {
-                    ctx.counters.touch_hits.incr();
-                    b"TOUCHED\r\n"
-                }
-                GetOutcome::Miss => {
-                    ctx.counters.touch_misses.incr();
-                    b"NOT_FOUND\r\n"
-                }
+            let outcome = ctx.shared.store.touch(key, expiry, &ctx.fence);
+            ctx.count_touch(outcome);
+            let reply: &[u8] = match outcome {
+                GetOutcome::Hit => b"TOUCHED\r\n",
+                GetOutcome::Miss => b"NOT_FOUND\r\n",
                 GetOutcome::Failed => ctx.write_failed_line(),
             };
             reply_unless(noreply, reply, out);
@@ -281,11 +276,7 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOu
             out.extend_from_slice(b"\r\n");
         });
     let hit = outcome.is_hit();
-    match outcome {
-        GetOutcome::Hit => ctx.counters.get_hits.incr(),
-        GetOutcome::Miss => ctx.counters.get_misses.incr(),
-        GetOutcome::Failed => {}
-    }
+    ctx.count_get(outcome);
     ctx.detail(key, |counts| {
         counts.gets += 1;
         counts.hits += u64::from(hit);
@@ -294,12 +285,7 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOu
         log_fetch(key, ctx);
     }
     if options.touch.is_some() {
-        ctx.counters.cmd_touch.incr();
-        match outcome {
-            GetOutcome::Hit => ctx.counters.touch_hits.incr(),
-            GetOutcome::Miss => ctx.counters.touch_misses.incr(),
-            GetOutcome::Failed => {}
-        }
+        ctx.count_touch(outcome);
     }
     outcome
 }
