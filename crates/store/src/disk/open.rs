@@ -306,51 +306,51 @@ impl Inner {
             let mut txn = self.env.write_txn()?;
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
-            let records =
-                journal::replay(&*self.config.io, path, *number, |record, here, framed| {
-                    if let Some((lsn, head)) = numbering.number(&record) {
-                        if self.config.replay_until.is_some_and(|until| lsn > until) {
-                            return Ok(());
-                        }
-                        last = LogPosition {
-                            lsn,
-                            micros: head.micros,
-                        };
+            let io = &*self.config.io;
+            let records = journal::replay(io, path, *number, |record, here, framed| {
+                if let Some((lsn, head)) = numbering.number(&record) {
+                    if self.config.replay_until.is_some_and(|until| lsn > until) {
+                        return Ok(());
                     }
-                    let pointed;
-                    let (key, write) = match record {
-                        Record::Put { key, record } => {
-                            if let Some((header, _)) = Header::decode(record) {
-                                self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
-                            }
-                            let keeps_in_log = |len| self.config.keeps_in_log(len);
-                            pointed = pointer_for_put(key, record, here, keeps_in_log);
-                            (key, Write::Put(pointed.as_ref().map_or(record, |p| &p[..])))
-                        }
-                        Record::Move { key, from, .. } => {
-                            let write = Write::Move {
-                                from,
-                                to: here,
-                                frame_len: framed,
-                            };
-                            (key, write)
-                        }
-                        Record::Remove { key } => (key, Write::Remove),
-                        Record::RowPut { key, record } => (key, Write::RowPut { stored: record }),
-                        Record::RowRemove { key } => (key, Write::RowRemove),
-                        Record::Flush(boundary) => {
-                            self.flushes.raise(boundary);
-                            // Stamps made after the restart come after it.
-                            self.last_cas.fetch_max(boundary, Ordering::AcqRel);
-                            self.clear_flushed(&mut txn, &mut counts, Some(boundary))?;
-                            return Ok(());
-                        }
-                        Record::Group(_) => return Ok(()),
+                    last = LogPosition {
+                        lsn,
+                        micros: head.micros,
                     };
-                    // `apply` hands row writes on to `apply_row`.
-                    self.apply(&mut txn, key, write, self.flushes.through(), &mut counts)?;
-                    Ok::<_, OpenError>(())
-                })?;
+                }
+                let pointed;
+                let (key, write) = match record {
+                    Record::Put { key, record } => {
+                        if let Some((header, _)) = Header::decode(record) {
+                            self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
+                        }
+                        let keeps_in_log = |len| self.config.keeps_in_log(len);
+                        pointed = pointer_for_put(key, record, here, keeps_in_log);
+                        (key, Write::Put(pointed.as_ref().map_or(record, |p| &p[..])))
+                    }
+                    Record::Move { key, from, .. } => {
+                        let write = Write::Move {
+                            from,
+                            to: here,
+                            frame_len: framed,
+                        };
+                        (key, write)
+                    }
+                    Record::Remove { key } => (key, Write::Remove),
+                    Record::RowPut { key, record } => (key, Write::RowPut { stored: record }),
+                    Record::RowRemove { key } => (key, Write::RowRemove),
+                    Record::Flush(boundary) => {
+                        self.flushes.raise(boundary);
+                        // Stamps made after the restart come after it.
+                        self.last_cas.fetch_max(boundary, Ordering::AcqRel);
+                        self.clear_flushed(&mut txn, &mut counts, Some(boundary))?;
+                        return Ok(());
+                    }
+                    Record::Group(_) => return Ok(()),
+                };
+                // `apply` hands row writes on to `apply_row`.
+                self.apply(&mut txn, key, write, self.flushes.through(), &mut counts)?;
+                Ok::<_, OpenError>(())
+            })?;
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
             File::open(path).and_then(|file| self.config.io.sync_log(&file))?;
