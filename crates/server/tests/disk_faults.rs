@@ -239,6 +239,21 @@ fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
     );
 }
 
+/// Sends `request` on fresh connections until the reply is `reply`: a
+/// write sent on another connection has arrived, and is appended (a read
+/// of a pending write waits for its append).
+fn wait_for_reply(server: &TestServer, request: &[u8], reply: &[u8]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.exchange(request, reply.len()) != reply {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never answered {}",
+            String::from_utf8_lossy(reply)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A connection whose writes have no reply (`noreply`) keeps no old tickets
 /// waiting: another connection's failed write, numbered after them, does
 /// not close it.
@@ -252,8 +267,8 @@ fn a_connection_without_replies_is_not_closed_for_another_ones_failed_write() {
     ask(&server, b"set d 0 0 1\r\nd\r\n", b"STORED\r\n");
     let mut quiet = server.connect();
     quiet.write_all(b"set a 0 0 1 noreply\r\na\r\n").unwrap();
-    // A read of it waits for its append.
-    ask(&server, b"get a\r\n", b"VALUE a 0 1\r\na\r\nEND\r\n");
+    // Once a read shows it, it is appended.
+    wait_for_reply(&server, b"get a\r\n", b"VALUE a 0 1\r\na\r\nEND\r\n");
     log.failing.store(true, Ordering::Release);
     let mut other = server.connect();
     other.write_all(b"set b 0 0 1\r\nb\r\n").unwrap();
@@ -261,7 +276,7 @@ fn a_connection_without_replies_is_not_closed_for_another_ones_failed_write() {
     log.failing.store(false, Ordering::Release);
     // Deletes go on while the disk is full.
     quiet.write_all(b"delete d noreply\r\n").unwrap();
-    ask(&server, b"get d\r\n", b"END\r\n");
+    wait_for_reply(&server, b"get d\r\n", b"END\r\n");
     quiet.write_all(b"get a\r\n").unwrap();
     let reply = read_at_least(&mut quiet, 20);
     assert_eq!(
