@@ -9,37 +9,12 @@ use std::net::TcpStream;
 use kura_proto::binary::{compose_request, opcode};
 use kura_server::{ProtocolChoice, ServerConfig};
 use kura_store::MemoryConfig;
-use support::TestServer;
+use support::{binary_call, TestServer};
 
 fn users_file() -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(b"alice:wonderland\nbob:builder\n").unwrap();
     file
-}
-
-/// Sends one binary request; returns (status, body).
-fn binary(
-    stream: &mut std::net::TcpStream,
-    op: u8,
-    key: &[u8],
-    extras: &[u8],
-    value: &[u8],
-) -> (u16, Vec<u8>) {
-    let mut request = Vec::new();
-    compose_request(&mut request, op, 7, 0, extras, key, value);
-    stream.write_all(&request).unwrap();
-    let mut header = [0u8; 24];
-    stream.read_exact(&mut header).unwrap();
-    assert_eq!(header[0], 0x81, "response magic");
-    let body_len = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
-    let mut body = vec![0u8; body_len];
-    stream.read_exact(&mut body).unwrap();
-    let extras_len = usize::from(header[4]);
-    let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
-    (
-        u16::from_be_bytes([header[6], header[7]]),
-        body[extras_len + key_len..].to_vec(),
-    )
 }
 
 /// A server whose text connections log in with `users`' passwords (-Y).
@@ -76,20 +51,23 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     // Unauthenticated: memcached's status 0x20 and its text, and the
     // connection is closed after it, as memcached closes it.
     assert_eq!(
-        binary(&mut stream, opcode::SET, b"k", &set_extras, b"v"),
+        binary_call(&mut stream, opcode::SET, b"k", &set_extras, b"v"),
         (0x20, b"Auth failure".to_vec())
     );
     assert_closed(&mut stream);
     // version needs no authentication.
     let mut stream = server.connect();
-    assert_eq!(binary(&mut stream, opcode::VERSION, b"", &[], b"").0, 0);
     assert_eq!(
-        binary(&mut stream, opcode::SASL_LIST_MECHS, b"", &[], b""),
+        binary_call(&mut stream, opcode::VERSION, b"", &[], b"").0,
+        0
+    );
+    assert_eq!(
+        binary_call(&mut stream, opcode::SASL_LIST_MECHS, b"", &[], b""),
         (0, b"PLAIN".to_vec())
     );
     // A wrong password.
     assert_eq!(
-        binary(
+        binary_call(
             &mut stream,
             opcode::SASL_AUTH,
             b"PLAIN",
@@ -98,12 +76,15 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
         ),
         (0x20, b"Auth failure".to_vec())
     );
-    assert_eq!(binary(&mut stream, opcode::GET, b"k", &[], b"").0, 0x20);
+    assert_eq!(
+        binary_call(&mut stream, opcode::GET, b"k", &[], b"").0,
+        0x20
+    );
     assert_closed(&mut stream);
     let mut stream = server.connect();
     // The right one.
     assert_eq!(
-        binary(
+        binary_call(
             &mut stream,
             opcode::SASL_AUTH,
             b"PLAIN",
@@ -113,26 +94,29 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
         (0, b"Authenticated".to_vec())
     );
     assert_eq!(
-        binary(&mut stream, opcode::SET, b"k", &set_extras, b"v").0,
+        binary_call(&mut stream, opcode::SET, b"k", &set_extras, b"v").0,
         0
     );
     assert_eq!(
-        binary(&mut stream, opcode::GET, b"k", &[], b""),
+        binary_call(&mut stream, opcode::GET, b"k", &[], b""),
         (0, b"v".to_vec())
     );
     // Authentication belongs to the connection, not the client.
     let mut other = server.connect();
-    assert_eq!(binary(&mut other, opcode::GET, b"k", &[], b"").0, 0x20);
+    assert_eq!(binary_call(&mut other, opcode::GET, b"k", &[], b"").0, 0x20);
     // memcached refuses an unauthenticated request before it looks at its
     // framing (here a get with extras): "Auth failure", then the close.
     let mut other = server.connect();
     assert_eq!(
-        binary(&mut other, opcode::GET, b"k", &[0; 4], b""),
+        binary_call(&mut other, opcode::GET, b"k", &[0; 4], b""),
         (0x20, b"Auth failure".to_vec())
     );
     assert_closed(&mut other);
     // Authenticated, the same request is invalid arguments, then the close.
-    assert_eq!(binary(&mut stream, opcode::GET, b"k", &[0; 4], b"").0, 0x04);
+    assert_eq!(
+        binary_call(&mut stream, opcode::GET, b"k", &[0; 4], b"").0,
+        0x04
+    );
     assert_closed(&mut stream);
 }
 

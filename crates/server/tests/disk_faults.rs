@@ -16,12 +16,12 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use kura_proto::binary::{self, opcode};
+use kura_proto::binary::opcode;
 use kura_proto::tyrant::Request as TyrantRequest;
 use kura_server::ServerConfig;
 use kura_store::disk::io::Io;
 use support::tyrant::{self as tyrant, misc};
-use support::{closes, read_at_least, TestServer};
+use support::{binary_call, closes, expect_reply, read_at_least, TestServer};
 
 /// Log writes that fail (EIO, or ENOSPC if `full`) while `failing` is set.
 #[derive(Debug, Default)]
@@ -42,28 +42,7 @@ impl Io for FailingLog {
 
 const FAILED: &[u8] = b"SERVER_ERROR storage write failed\r\n";
 
-fn ask(server: &TestServer, request: &[u8], reply: &[u8]) {
-    let got = server.exchange(request, reply.len());
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(reply),
-        "for {}",
-        String::from_utf8_lossy(request)
-    );
-}
-
-/// (status, value) of the one binary response in `bytes`.
-fn binary_status(bytes: &[u8]) -> (u16, Vec<u8>) {
-    assert!(bytes.len() >= binary::HEADER_LEN, "{bytes:?}");
-    assert_eq!(bytes[0], binary::RESPONSE_MAGIC);
-    let key_len = u16::from_be_bytes([bytes[2], bytes[3]]) as usize;
-    let extras_len = bytes[4] as usize;
-    let body = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
-    let status = u16::from_be_bytes([bytes[6], bytes[7]]);
-    let value = bytes[24 + extras_len + key_len..24 + body].to_vec();
-    (status, value)
-}
-
+/// One binary request on a fresh connection: (status, value).
 fn binary_exchange(
     server: &TestServer,
     code: u8,
@@ -71,27 +50,15 @@ fn binary_exchange(
     key: &[u8],
     value: &[u8],
 ) -> (u16, Vec<u8>) {
-    let mut request = Vec::new();
-    binary::compose_request(&mut request, code, 7, 0, extras, key, value);
-    let mut stream = server.connect();
-    stream.write_all(&request).unwrap();
-    let mut reply = read_at_least(&mut stream, binary::HEADER_LEN);
-    let body = u32::from_be_bytes(reply[8..12].try_into().unwrap()) as usize;
-    while reply.len() < binary::HEADER_LEN + body {
-        let mut more = [0u8; 4096];
-        let n = stream.read(&mut more).unwrap();
-        assert!(n > 0, "closed mid-reply");
-        reply.extend_from_slice(&more[..n]);
-    }
-    binary_status(&reply)
+    binary_call(&mut server.connect(), code, key, extras, value)
 }
 
 #[test]
 fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_reads() {
     let log = Arc::new(FailingLog::default());
     let server = TestServer::disk_on(ServerConfig::default(), log.clone());
-    ask(&server, b"set kept 5 0 2\r\nok\r\n", b"STORED\r\n");
-    ask(&server, b"set n 0 0 1\r\n1\r\n", b"STORED\r\n");
+    expect_reply(&server, b"set kept 5 0 2\r\nok\r\n", b"STORED\r\n");
+    expect_reply(&server, b"set n 0 0 1\r\n1\r\n", b"STORED\r\n");
 
     log.failing.store(true, Ordering::Release);
     // The write whose append fails is not acknowledged: its connection
@@ -104,18 +71,18 @@ fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_rea
     assert!(closes(&mut stream));
 
     // Every write after it is refused in memcached's words.
-    ask(&server, b"set later 0 0 1\r\nx\r\n", FAILED);
-    ask(&server, b"delete kept\r\n", FAILED);
-    ask(&server, b"incr n 1\r\n", FAILED);
-    ask(&server, b"append kept 0 0 1\r\n!\r\n", FAILED);
-    ask(&server, b"touch kept 100\r\n", FAILED);
-    ask(&server, b"touch missing 100\r\n", b"NOT_FOUND\r\n");
+    expect_reply(&server, b"set later 0 0 1\r\nx\r\n", FAILED);
+    expect_reply(&server, b"delete kept\r\n", FAILED);
+    expect_reply(&server, b"incr n 1\r\n", FAILED);
+    expect_reply(&server, b"append kept 0 0 1\r\n!\r\n", FAILED);
+    expect_reply(&server, b"touch kept 100\r\n", FAILED);
+    expect_reply(&server, b"touch missing 100\r\n", b"NOT_FOUND\r\n");
     // A get-and-touch cannot write its touch: the error replaces the reply.
-    ask(&server, b"gat 100 n kept\r\n", FAILED);
-    ask(&server, b"ms later 1\r\nx\r\n", FAILED);
-    ask(&server, b"mg kept v T30\r\n", FAILED);
-    ask(&server, b"mg missing v N30\r\n", FAILED);
-    ask(&server, b"mg missing v\r\n", b"EN\r\n");
+    expect_reply(&server, b"gat 100 n kept\r\n", FAILED);
+    expect_reply(&server, b"ms later 1\r\nx\r\n", FAILED);
+    expect_reply(&server, b"mg kept v T30\r\n", FAILED);
+    expect_reply(&server, b"mg missing v N30\r\n", FAILED);
+    expect_reply(&server, b"mg missing v\r\n", b"EN\r\n");
     let extras = [0u8; 8];
     assert_eq!(
         binary_exchange(&server, opcode::SET, &extras, b"later", b"x").0,
@@ -137,7 +104,7 @@ fn a_poisoned_engine_answers_every_write_with_server_error_and_keeps_serving_rea
     );
 
     // Reads go on, and find what was acknowledged.
-    ask(
+    expect_reply(
         &server,
         b"get kept lost later\r\n",
         b"VALUE kept 5 2\r\nok\r\nEND\r\n",
@@ -199,13 +166,13 @@ fn a_poisoned_engine_refuses_flushes_and_tyrant_and_handlersocket_writes() {
     assert!(closes(&mut stream), "the write in the failed append");
 
     // flush_all, now or later, could not be logged: refused, not "OK".
-    ask(&server, b"flush_all\r\n", FAILED);
-    ask(&server, b"flush_all 10\r\n", FAILED);
+    expect_reply(&server, b"flush_all\r\n", FAILED);
+    expect_reply(&server, b"flush_all 10\r\n", FAILED);
     assert_eq!(
         binary_exchange(&server, opcode::FLUSH, &[], b"", b"").0,
         0x84
     );
-    ask(&server, b"get kept\r\n", b"END\r\n");
+    expect_reply(&server, b"get kept\r\n", b"END\r\n");
 
     // Tokyo Tyrant: every removal refused is status 1, never success.
     let out = TyrantRequest::Out { key: b"a" };
@@ -264,7 +231,7 @@ fn a_connection_without_replies_is_not_closed_for_another_ones_failed_write() {
         ..FailingLog::default()
     });
     let server = TestServer::disk_on(ServerConfig::default(), log.clone());
-    ask(&server, b"set d 0 0 1\r\nd\r\n", b"STORED\r\n");
+    expect_reply(&server, b"set d 0 0 1\r\nd\r\n", b"STORED\r\n");
     let mut quiet = server.connect();
     quiet.write_all(b"set a 0 0 1 noreply\r\na\r\n").unwrap();
     // Once a read shows it, it is appended.

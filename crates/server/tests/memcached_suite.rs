@@ -10,18 +10,7 @@ use std::time::{Duration, Instant};
 
 use kura_server::ServerConfig;
 use kura_store::MemoryConfig;
-use support::{closes, read_at_least, TestServer};
-
-/// Sends `request` on a fresh connection and expects exactly `expected`.
-fn expect(server: &TestServer, request: &[u8], expected: &[u8]) {
-    let reply = server.exchange(request, expected.len());
-    assert_eq!(
-        String::from_utf8_lossy(&reply),
-        String::from_utf8_lossy(expected),
-        "reply to {:?}",
-        String::from_utf8_lossy(request)
-    );
-}
+use support::{closes, expect_reply, read_at_least, TestServer};
 
 fn with_shutdown_allowed() -> TestServer {
     TestServer::with(
@@ -46,7 +35,7 @@ fn wait_until_stopping(server: &TestServer) {
 #[test]
 fn numbers_with_trailing_garbage_are_bad_command_lines() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"verbosity invalid\r\n\
           slabs automove invalid\r\n\
@@ -75,7 +64,7 @@ fn numbers_with_trailing_garbage_are_bad_command_lines() {
 #[test]
 fn a_data_length_is_narrowed_to_32_bits() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"set a 0 0 4294967296\r\n\r\nget a\r\n",
         b"STORED\r\nVALUE a 0 0\r\n\r\nEND\r\n",
@@ -90,7 +79,7 @@ fn a_too_large_set_removes_the_old_item() {
     let mut request = b"set big 0 0 3\r\nMOO\r\nset big 0 0 1049600\r\n".to_vec();
     request.extend(std::iter::repeat_n(b'B', 1_049_600));
     request.extend_from_slice(b"\r\nget big\r\n");
-    expect(
+    expect_reply(
         &server,
         &request,
         b"STORED\r\nSERVER_ERROR object too large for cache\r\nEND\r\n",
@@ -111,7 +100,7 @@ fn a_too_large_meta_set_removes_the_old_item_but_add_does_not() {
         request.extend_from_slice(b"\r\n");
     }
     request.extend_from_slice(b"get a b\r\n");
-    expect(
+    expect_reply(
         &server,
         &request,
         b"STORED\r\nSTORED\r\n\
@@ -125,7 +114,7 @@ fn a_too_large_meta_set_removes_the_old_item_but_add_does_not() {
 #[test]
 fn an_invalid_delete_with_noreply_deletes_nothing_and_says_nothing() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"delete k\r\n\
           delete k 10\r\n\
@@ -149,7 +138,7 @@ fn an_invalid_delete_with_noreply_deletes_nothing_and_says_nothing() {
 #[test]
 fn argument_errors_of_a_noreply_command_are_silent() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"set a 0 0 x noreply\r\n\
           incr a x noreply\r\n\
@@ -166,7 +155,7 @@ fn argument_errors_of_a_noreply_command_are_silent() {
 #[test]
 fn debugtime_moves_the_clock_forward() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"set foo 0 3 6\r\nfooval\r\n\
           add add 0 2 1\r\na\r\n\
@@ -200,20 +189,20 @@ fn http_requests_are_hung_up_on_without_a_reply() {
         assert!(closes(&mut stream));
     }
     // A memcached verb stays one, whatever its last word.
-    expect(&server, b"get / HTTP/1.0\r\n", b"END\r\n");
+    expect_reply(&server, b"get / HTTP/1.0\r\n", b"END\r\n");
 }
 
 /// shutdown.t: without `-A` every shutdown is refused; with it, an unknown
 /// mode is a client error and the server keeps serving.
 #[test]
 fn shutdown_with_an_unknown_mode_is_refused() {
-    expect(
+    expect_reply(
         &TestServer::start(),
         b"shutdown foo\r\nshutdown graceful\r\n",
         b"ERROR: shutdown not enabled\r\nERROR: shutdown not enabled\r\n",
     );
     let server = with_shutdown_allowed();
-    expect(
+    expect_reply(
         &server,
         b"shutdown foo\r\nshutdown graceful now\r\nversion\r\n",
         b"CLIENT_ERROR invalid shutdown mode\r\n\
@@ -276,7 +265,7 @@ fn without_cas_a_flush_covers_the_rest_of_its_second() {
             ..MemoryConfig::default()
         },
     );
-    expect(
+    expect_reply(
         &server,
         b"flush_all 0\r\n\
           set foo 0 0 3\r\nnew\r\n\
@@ -291,7 +280,7 @@ fn without_cas_a_flush_covers_the_rest_of_its_second() {
 /// With CAS on, a flush is exact: what is stored after it stays.
 #[test]
 fn with_cas_a_flush_spares_what_is_stored_after_it() {
-    expect(
+    expect_reply(
         &TestServer::start(),
         b"set foo 0 0 3\r\nold\r\nflush_all\r\nget foo\r\nset foo 0 0 3\r\nnew\r\nget foo\r\n",
         b"STORED\r\nOK\r\nEND\r\nSTORED\r\nVALUE foo 0 3\r\nnew\r\nEND\r\n",
@@ -303,7 +292,7 @@ fn with_cas_a_flush_spares_what_is_stored_after_it() {
 #[test]
 fn stats_cachedump_lists_the_items_of_a_class() {
     let server = TestServer::start();
-    expect(
+    expect_reply(
         &server,
         b"set foo 0 0 6\r\nfooval\r\n\
           stats cachedump 1 100\r\n\

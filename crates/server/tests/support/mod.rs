@@ -177,3 +177,40 @@ pub fn closes(stream: &mut TcpStream) -> bool {
 }
 
 pub mod tyrant;
+
+/// Sends `request` on a fresh connection and checks that the reply is
+/// `expected`, byte for byte.
+pub fn expect_reply(server: &TestServer, request: &[u8], expected: &[u8]) {
+    let reply = server.exchange(request, expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(request)
+    );
+}
+
+/// Sends one binary request on `stream`; returns (status, value).
+pub fn binary_call(
+    stream: &mut TcpStream,
+    op: u8,
+    key: &[u8],
+    extras: &[u8],
+    value: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut request = Vec::new();
+    kura_proto::binary::compose_request(&mut request, op, 7, 0, extras, key, value);
+    stream.write_all(&request).unwrap();
+    let mut header = [0u8; 24];
+    stream.read_exact(&mut header).unwrap();
+    assert_eq!(header[0], 0x81, "response magic");
+    let body_len = u32::from_be_bytes(header[8..12].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; body_len];
+    stream.read_exact(&mut body).unwrap();
+    let extras_len = usize::from(header[4]);
+    let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+    (
+        u16::from_be_bytes([header[6], header[7]]),
+        body[extras_len + key_len..].to_vec(),
+    )
+}
