@@ -1,9 +1,10 @@
 //! `kura backup` (hot backups of a running server, and their checks) and
 //! `kura restore` (a backup, or a chain of them, to a point in time).
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::net::TcpStream;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -50,7 +51,16 @@ struct TakeArgs {
     /// The backup an incremental one continues.
     #[arg(long, requires = "incremental")]
     since: Option<PathBuf>,
+    /// Seconds to wait for the server to finish the backup (it replies
+    /// once every file is written and synced).
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
 }
+
+/// How long a connection to the server may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest reply line read: a manifest names a few dozen files.
+const MAX_REPLY: u64 = 1 << 20;
 
 pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     if let Some(BackupCommand::Verify { dir }) = args.command {
@@ -84,7 +94,7 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     if let Some(since) = &since {
         command.push_str(&format!(" since {}", since.display()));
     }
-    let reply = ask(&take.server, &command)?;
+    let reply = ask(&take.server, &command, Duration::from_secs(take.timeout))?;
     let manifest = match reply.strip_prefix("OK ") {
         Some(json) => serde_json::from_str::<Manifest>(json)
             .context("reading the server's manifest")
@@ -99,21 +109,43 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Sends one command line and reads one reply line.
-fn ask(server: &str, command: &str) -> Result<String, Failure> {
-    let mut stream = TcpStream::connect(server)
+/// Sends one command line and reads one reply line, within `timeout`.
+fn ask(server: &str, command: &str, timeout: Duration) -> Result<String, Failure> {
+    let connect = || -> std::io::Result<TcpStream> {
+        let mut last = None;
+        for address in server.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("the name has no address")))
+    };
+    let mut stream = connect()
         .with_context(|| format!("connecting to {server}"))
         .map_err(Failure::Runtime)?;
     stream
-        .write_all(format!("{command}\r\n").as_bytes())
+        .set_read_timeout((!timeout.is_zero()).then_some(timeout))
+        .and_then(|()| stream.write_all(format!("{command}\r\n").as_bytes()))
         .with_context(|| format!("sending to {server}"))?;
     let mut reply = String::new();
-    BufReader::new(stream)
+    BufReader::new(stream.take(MAX_REPLY))
         .read_line(&mut reply)
-        .with_context(|| format!("reading the reply of {server}"))?;
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
+                "{server} did not reply within {} s (--timeout)",
+                timeout.as_secs()
+            ),
+            _ => anyhow::anyhow!("reading the reply of {server}: {error}"),
+        })?;
     if reply.is_empty() {
         return Err(Failure::Runtime(anyhow::anyhow!(
             "{server} closed the connection without a reply"
+        )));
+    }
+    if !reply.ends_with('\n') {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "{server} sent no whole reply line in {MAX_REPLY} bytes (not a kura server?)"
         )));
     }
     Ok(reply.trim_end().to_string())
@@ -125,12 +157,14 @@ fn print_manifest(dir: &Path, manifest: &Manifest) {
         BackupKind::Full => "full",
         BackupKind::Incremental => "incremental",
     };
+    let entries = match manifest.first_lsn > manifest.last.lsn {
+        true => "no entries".to_string(),
+        false => format!("entries {} to {}", manifest.first_lsn, manifest.last.lsn),
+    };
     println!(
-        "{kind} backup of server {} in {}: entries {} to {} (last at {}), {} files, {bytes} bytes",
+        "{kind} backup of server {} in {}: {entries} (last at {}), {} files, {bytes} bytes",
         manifest.server_id,
         dir.display(),
-        manifest.first_lsn,
-        manifest.last.lsn,
         format_micros(manifest.last.micros),
         manifest.files.len()
     );

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 
 use kura_store::disk::format_micros;
-use kura_store::disk::history::backup::{DATA_FILE, MANIFEST};
+use kura_store::disk::history::backup::{self, DATA_FILE, MANIFEST};
 use kura_store::disk::history::{self, Change, Entry, LogPoint, Values};
 
 use crate::Failure;
@@ -119,7 +119,6 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
 }
 
 fn dump(args: DumpArgs) -> Result<(), Failure> {
-    check_log_dir(&args.dir)?;
     let from = args
         .from
         .as_deref()
@@ -130,15 +129,40 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
         .as_deref()
         .map(|text| parse_point(text, "--until"))
         .transpose()?;
+    if let (Some(LogPoint::Lsn(first)), Some(LogPoint::Lsn(last))) = (from, until) {
+        if first > last {
+            return Err(Failure::Usage(format!(
+                "--from {first} is after --until {last}"
+            )));
+        }
+    }
+    check_log_dir(&args.dir)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut broken = None;
+    // Entries missing between those read (a damaged segment ends early),
+    // within the range asked for.
+    let mut missing = Vec::new();
+    let mut previous = None;
+    let mut stopped = false;
     let read = history::read(&args.dir, Values::Read, |entry| {
+        let before = previous.replace(entry.lsn);
         if from.is_some_and(|point| !point.starts_by(entry.lsn, entry.micros)) {
             return ControlFlow::Continue(());
         }
         if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
+            stopped = true;
             return ControlFlow::Break(());
+        }
+        let first_asked = match from {
+            Some(LogPoint::Lsn(first)) => first,
+            _ => 0,
+        };
+        if let Some(before) = before.filter(|&before| entry.lsn > before + 1) {
+            let start = (before + 1).max(first_asked);
+            if start < entry.lsn {
+                missing.push((start, entry.lsn - 1));
+            }
         }
         let line = match args.json {
             true => json_line(entry),
@@ -155,9 +179,28 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
     read.with_context(|| format!("reading the log in {}", args.dir.display()))?;
     match broken.map_or_else(|| out.flush(), Err) {
         // `kura log dump | head` is fine.
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other.context("writing the dump")?),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other.context("writing the dump")?,
     }
+    if !stopped {
+        let tail = missing_tail(&args.dir, previous)?;
+        let last_asked = match until {
+            Some(LogPoint::Lsn(last)) => last,
+            _ => u64::MAX,
+        };
+        missing.extend(
+            tail.map(|(first, last)| (first, last.min(last_asked)))
+                .filter(|(first, last)| first <= last),
+        );
+    }
+    if !missing.is_empty() {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "{} lacks entries {} (a segment is damaged or was removed)",
+            args.dir.display(),
+            history::describe_ranges(&missing)
+        )));
+    }
+    Ok(())
 }
 
 fn text_line(entry: &Entry) -> String {
@@ -289,10 +332,26 @@ fn json_line(entry: &Entry) -> String {
     serde_json::Value::Object(object).to_string()
 }
 
+/// In a backup, the entries its manifest says it holds after `last_read`
+/// (the segment that held them is damaged); `None` in a data directory.
+fn missing_tail(dir: &Path, last_read: Option<u64>) -> Result<Option<(u64, u64)>, Failure> {
+    if !dir.join(MANIFEST).exists() {
+        return Ok(None);
+    }
+    let manifest = backup::load(dir).map_err(|error| Failure::Runtime(error.into()))?;
+    let after = last_read
+        .map_or(manifest.first_lsn, |lsn| lsn + 1)
+        .max(manifest.first_lsn);
+    Ok((after <= manifest.last.lsn).then_some((after, manifest.last.lsn)))
+}
+
 fn stats(args: StatsArgs) -> Result<(), Failure> {
     check_log_dir(&args.dir)?;
-    let summary = history::read(&args.dir, Values::Skip, |_| ControlFlow::Continue(()))
+    let mut summary = history::read(&args.dir, Values::Skip, |_| ControlFlow::Continue(()))
         .with_context(|| format!("reading the log in {}", args.dir.display()))?;
+    summary
+        .gaps
+        .extend(missing_tail(&args.dir, summary.last.map(|(lsn, _)| lsn))?);
     let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));
     if args.json {
         let json = serde_json::json!({

@@ -87,23 +87,50 @@ fn usage_error(error: clap::Error) -> ExitCode {
         let _ = error.print();
         return ExitCode::SUCCESS;
     }
+    let rendered = error.to_string();
     if matches!(
         error.kind(),
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
-        eprintln!(
-            "kura: no command given; `kura serve` runs the server, `kura --help` lists the others"
-        );
+        match command_path(&rendered).filter(|path| path != "kura") {
+            Some(path) => eprintln!("kura: `{path}` needs a subcommand; `{path} --help` lists them"),
+            None => eprintln!(
+                "kura: no command given; `kura serve` runs the server, `kura --help` lists the others"
+            ),
+        }
         return ExitCode::from(EXIT_USAGE);
     }
-    let rendered = error.to_string();
-    let first = rendered
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid command line")
-        .trim_start_matches("error: ");
-    eprintln!("kura: {first}");
+    eprintln!("kura: {}", first_statement(&rendered));
     ExitCode::from(EXIT_USAGE)
+}
+
+/// The command a help text's `Usage:` line is for (`kura log`).
+fn command_path(help: &str) -> Option<String> {
+    let usage = help
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Usage: "))?;
+    let words: Vec<&str> = usage
+        .split_whitespace()
+        .take_while(|word| !word.starts_with(['<', '[', '-']))
+        .collect();
+    (!words.is_empty()).then(|| words.join(" "))
+}
+
+/// A clap error's first line, with the indented lines that complete it
+/// ("the following required arguments were not provided: --to <TO>").
+fn first_statement(rendered: &str) -> String {
+    let mut lines = rendered.lines().skip_while(|line| line.trim().is_empty());
+    let Some(first) = lines.next() else {
+        return "invalid command line".to_string();
+    };
+    let mut statement = first.trim_start_matches("error: ").to_string();
+    for line in
+        lines.take_while(|line| line.starts_with(char::is_whitespace) && !line.trim().is_empty())
+    {
+        statement.push(' ');
+        statement.push_str(line.trim());
+    }
+    statement
 }
 
 /// Why a command failed: the user's command line, or the world.

@@ -15,6 +15,10 @@ mod sweep;
 pub mod warm;
 
 pub use classes::SizeClasses;
+
+/// The largest value any engine takes (memcached's bound on `-I`): a log
+/// record that claims more is damage, not a write.
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
 pub use clock::{Clock, ExpiryTime};
 pub use disk::{DiskConfig, DiskStore, LogRetention, MultiPrimary, SyncPolicy};
 pub use kura_table::{IndexCommand, IndexKind, Lookup, Probes, Record, StoredRecord};

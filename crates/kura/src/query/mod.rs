@@ -12,9 +12,12 @@
 mod client;
 
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+
+use kura_store::disk::history::backup::{DATA_FILE, MANIFEST};
 
 use crate::Failure;
 use client::Tyrant;
@@ -112,9 +115,16 @@ pub fn run_table(args: TableArgs) -> Result<(), Failure> {
     let TableCommand::Check { server, dir, table } = args.command;
     let problems = match (server, dir, table) {
         (_, Some(dir), Some(table)) => {
+            check_data_dir(&dir)?;
             let engine = kura_store::DiskStore::open(kura_store::DiskConfig::new(&dir))
                 .map_err(|error| anyhow::anyhow!("{}: {error}", dir.display()))?;
             let tables = kura_store::Store::tables(&engine).expect("the disk engine keeps tables");
+            if tables.indexes(table.as_bytes()).is_empty() {
+                return Err(Failure::Runtime(anyhow::anyhow!(
+                    "{} holds no index of table {table:?}: nothing to check",
+                    dir.display()
+                )));
+            }
             tables
                 .check_indexes(table.as_bytes())
                 .map_err(|()| anyhow::anyhow!("cannot read {}", dir.display()))?
@@ -142,6 +152,25 @@ pub fn run_table(args: TableArgs) -> Result<(), Failure> {
 
 /// Prints what disagrees between a table's indexes and its rows; an error
 /// when anything does.
+/// A stopped server's data directory, which a check may open (and so
+/// replay its log into, as a restart would); never a backup, whose files
+/// its manifest's checksums cover.
+fn check_data_dir(dir: &Path) -> Result<(), Failure> {
+    let refuse = |why: &str| {
+        Err(Failure::Runtime(anyhow::anyhow!(
+            "{}: {why}",
+            dir.display()
+        )))
+    };
+    if dir.join(MANIFEST).exists() {
+        return refuse("a backup, which a check would change; restore it (`kura restore --from DIR --to NEW`) and check NEW");
+    }
+    if !dir.join(DATA_FILE).is_file() {
+        return refuse(&format!("not a kura data directory (no {DATA_FILE})"));
+    }
+    Ok(())
+}
+
 fn report_check(out: &mut impl Write, problems: &[Vec<u8>]) -> Result<(), Failure> {
     for problem in problems {
         writeln!(out, "{}", String::from_utf8_lossy(problem)).map_err(anyhow::Error::from)?;

@@ -23,7 +23,7 @@ mod extended;
 const MIB: usize = 1024 * 1024;
 /// memcached's bounds on `-I`.
 const MIN_ITEM_SIZE: usize = 1024;
-const MAX_ITEM_SIZE: usize = 1024 * MIB;
+const MAX_ITEM_SIZE: usize = kura_store::MAX_VALUE_BYTES;
 
 /// The flags as typed; `resolve` checks them and fills in defaults.
 #[derive(Args, Debug)]

@@ -39,9 +39,10 @@ use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
 
-/// The longest record a pointer may claim (a corrupt one must not make a
-/// read allocate gigabytes): the largest item memcached allows, and more.
-const MAX_FRAME: usize = 1 << 31;
+/// The longest record an append writes: the largest value, with its key
+/// and header. A frame or pointer that claims more is damage, and no read
+/// allocates for it.
+const MAX_FRAME: usize = FRAME + crate::MAX_VALUE_BYTES + (1 << 20);
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
 /// Space reserved ahead of a segment's appends, a step at a time (at most a
@@ -117,8 +118,9 @@ pub fn replay<E: From<io::Error>>(
             Err(error) => return Err(read_failed(error).into()),
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
-        // A torn length may claim more than the file holds.
-        if at.offset + FRAME as u64 + len > size {
+        // A torn length may claim more than the file holds, or than any
+        // write (a sparse file holds much at no cost).
+        if FRAME + len as usize > MAX_FRAME || at.offset + FRAME as u64 + len > size {
             break;
         }
         frame.resize(FRAME + len as usize, 0);

@@ -387,7 +387,7 @@ fn write_manifest(to: &Path, manifest: &Manifest) -> Result<(), BackupError> {
 /// Reads the manifest of the backup in `dir`.
 pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
     let path = dir.join(MANIFEST);
-    let text = fs::read_to_string(&path).map_err(|error| {
+    let text = read_manifest_file(&path).map_err(|error| {
         BackupError::Refused(format!(
             "{} is not a complete backup: cannot read {}: {error}",
             dir.display(),
@@ -403,6 +403,20 @@ pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
             manifest.format
         )));
     }
+    // LSNs are added to and subtracted from further on.
+    let last = manifest.last.lsn;
+    let beyond_last = |position: Option<LogPosition>| position.is_some_and(|at| at.lsn > last);
+    if last == u64::MAX
+        || manifest.first_lsn == 0
+        || beyond_last(manifest.snapshot)
+        || beyond_last(manifest.consistent_from)
+    {
+        return Err(BackupError::Refused(format!(
+            "{}: its LSNs do not fit together (first {}, last {last})",
+            path.display(),
+            manifest.first_lsn
+        )));
+    }
     // A restore copies these names out of `dir` and into its target.
     if let Some(file) = manifest
         .files
@@ -416,6 +430,24 @@ pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
         )));
     }
     Ok(manifest)
+}
+
+/// A manifest's text: a regular file of a size a manifest can have.
+fn read_manifest_file(path: &Path) -> io::Result<String> {
+    const MAX_MANIFEST: u64 = 1 << 20;
+    // Looked at before it is opened: opening a FIFO would wait for a writer.
+    let meta = fs::metadata(path)?;
+    if !meta.is_file() || meta.len() > MAX_MANIFEST {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a regular file of at most {MAX_MANIFEST} bytes"),
+        ));
+    }
+    let mut text = String::new();
+    File::open(path)?
+        .take(MAX_MANIFEST)
+        .read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// A backup and the ones it continues, full backup first.

@@ -1,0 +1,329 @@
+//! The operator's commands on bad input: a server that does not answer a
+//! backup, a damaged log, a backup handed to a command that would change
+//! it, manifests that are not what they claim, a command line missing an
+//! argument. Each gets a clear one-line error and a non-zero exit, never a
+//! hang, a crash or silent wrong output.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{free_port, kura_bin, serve_disk, Running};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(kura_bin()).args(args).output().unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let output = run(args);
+    assert!(
+        output.status.success(),
+        "kura {args:?}: {}",
+        stderr(&output)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Fails with exit 1 and a message containing `expected`.
+fn fails(args: &[&str], expected: &str) -> Output {
+    let output = run(args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "kura {args:?}: {message}");
+    assert!(message.contains(expected), "kura {args:?}: {message}");
+    output
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A server on the disk engine in `dir`, and its address.
+fn start(dir: &Path) -> (Running, String) {
+    let port = free_port();
+    let server = Running(serve_disk(dir, port, &[]));
+    (server, format!("127.0.0.1:{port}"))
+}
+
+/// Sets `key-N` to a 100-byte value for every N in `numbers`.
+fn set_keys(address: &str, numbers: std::ops::Range<u32>) {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    for n in numbers {
+        let value = format!("{n:0100}");
+        write!(stream, "set key-{n} 0 0 100\r\n{value}\r\n").unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n");
+    }
+}
+
+/// Flips one byte in the middle of `file`.
+fn damage_middle(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(file, bytes).unwrap();
+}
+
+fn segments_with_entries(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 0)
+        .collect();
+    found.sort();
+    found
+}
+
+/// Every file of `dir` with its bytes.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(entry.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_backup_from_a_server_that_never_replies_gives_up_after_its_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    // Accepts and reads, never answers.
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+    });
+    let work = tempfile::tempdir().unwrap();
+    let to = work.path().join("backup");
+    let started = Instant::now();
+    fails(
+        &[
+            "backup",
+            "--server",
+            &address,
+            "--to",
+            path(&to),
+            "--timeout",
+            "1",
+        ],
+        "did not reply within 1 s",
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_backup_from_a_server_that_sends_an_endless_line_stops_at_a_bound() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let chunk = [b'x'; 64 * 1024];
+        // Until the client hangs up: far more than any manifest.
+        while stream.write_all(&chunk).is_ok() {}
+    });
+    let work = tempfile::tempdir().unwrap();
+    let to = work.path().join("backup");
+    fails(
+        &["backup", "--server", &address, "--to", path(&to)],
+        "sent no whole reply line",
+    );
+}
+
+#[test]
+fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let backup = work.path().join("backup");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..10);
+    ok(&["backup", "--server", &address, "--to", path(&backup)]);
+    server.kill();
+
+    let before = contents(&backup);
+    fails(
+        &["table", "check", "--dir", path(&backup), "--table", "t"],
+        "a backup, which a check would change",
+    );
+    assert!(contents(&backup) == before, "the check changed the backup");
+    ok(&["backup", "verify", path(&backup)]);
+
+    let missing = work.path().join("missing");
+    fails(
+        &["table", "check", "--dir", path(&missing), "--table", "t"],
+        "not a kura data directory",
+    );
+    assert!(!missing.exists(), "the check created {}", missing.display());
+
+    // A data directory, but no such table: nothing was checked, and the
+    // exit says so rather than "every index agrees".
+    fails(
+        &["table", "check", "--dir", path(&data), "--table", "t"],
+        "holds no index of table \"t\"",
+    );
+}
+
+#[test]
+fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..40);
+    server.kill();
+    // A restart appends to a new segment: entries 41 to 50 follow the
+    // damaged one.
+    let (mut server, address) = start(&data);
+    set_keys(&address, 40..50);
+    server.kill();
+    let segments = segments_with_entries(&data);
+    assert!(segments.len() >= 2, "{segments:?}");
+    damage_middle(&segments[0]);
+
+    let dump = fails(&["log", "dump", "--dir", path(&data)], "lacks entries");
+    let printed: Vec<u64> = String::from_utf8(dump.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|line| line.split('\t').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(printed.first(), Some(&1));
+    assert_eq!(printed.last(), Some(&50));
+    let gap_start = printed.windows(2).find(|w| w[1] != w[0] + 1).unwrap()[0] + 1;
+    let message = stderr(&dump);
+    assert!(
+        message.contains(&format!("lacks entries {gap_start}-")),
+        "{message}"
+    );
+    // The entries after the gap alone: nothing is missing there.
+    ok(&["log", "dump", "--dir", path(&data), "--from", "45"]);
+    let stats = ok(&["log", "stats", "--dir", path(&data)]);
+    assert!(stats.contains(&format!("gaps\t{gap_start}-")), "{stats}");
+}
+
+#[test]
+fn a_damaged_backup_log_shows_the_entries_its_manifest_promises_and_lacks() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let full = work.path().join("full");
+    let incremental = work.path().join("incremental");
+    let (_server, address) = start(&data);
+    set_keys(&address, 0..5);
+    ok(&["backup", "--server", &address, "--to", path(&full)]);
+    set_keys(&address, 5..45);
+    ok(&[
+        "backup",
+        "--server",
+        &address,
+        "--to",
+        path(&incremental),
+        "--incremental",
+        "--since",
+        path(&full),
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(incremental.join("manifest.json")).unwrap()).unwrap();
+    let last = manifest["last"]["lsn"].as_u64().unwrap();
+    let segments = segments_with_entries(&incremental);
+    damage_middle(segments.last().unwrap());
+
+    fails(
+        &["log", "dump", "--dir", path(&incremental)],
+        &format!("-{last} (a segment is damaged"),
+    );
+    let stats = ok(&["log", "stats", "--dir", path(&incremental)]);
+    assert!(stats.contains(&format!("-{last}")), "{stats}");
+    fails(&["backup", "verify", path(&incremental)], "checksum");
+}
+
+#[test]
+fn a_manifest_that_is_no_regular_file_or_whose_lsns_cannot_be_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let backup = work.path().join("backup");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..3);
+    ok(&["backup", "--server", &address, "--to", path(&backup)]);
+    server.kill();
+    let manifest_path = backup.join("manifest.json");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap();
+
+    let mut impossible: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    impossible["last"]["lsn"] = u64::MAX.into();
+    std::fs::write(&manifest_path, impossible.to_string()).unwrap();
+    fails(&["backup", "verify", path(&backup)], "do not fit together");
+
+    // A FIFO would block the read for ever; a device would never end.
+    std::fs::remove_file(&manifest_path).unwrap();
+    let made = Command::new("mkfifo").arg(&manifest_path).status().unwrap();
+    assert!(made.success());
+    let started = Instant::now();
+    fails(&["backup", "verify", path(&backup)], "not a regular file");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    std::fs::remove_file(&manifest_path).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &manifest_path).unwrap();
+    fails(&["backup", "verify", path(&backup)], "not a regular file");
+}
+
+#[test]
+fn a_log_record_claiming_gigabytes_ends_the_segment_without_allocating_them() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    std::fs::write(dir.join("data.mdb"), b"").unwrap();
+    // A sparse segment of 5 GiB whose first frame claims 4 GiB - 16.
+    let segment = std::fs::File::create(dir.join("journal-0000000000000001.log")).unwrap();
+    let mut frame = (u32::MAX - 15).to_le_bytes().to_vec();
+    frame.extend_from_slice(&[0; 4]);
+    std::os::unix::fs::FileExt::write_all_at(&segment, &frame, 0).unwrap();
+    segment.set_len(5 << 30).unwrap();
+    // Under 1.5 GB of address space: a read that allocated what the frame
+    // claims would abort.
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 1500000 && exec {} log stats --dir {}",
+            kura_bin(),
+            path(dir)
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stats = String::from_utf8(output.stdout).unwrap();
+    assert!(stats.contains("entries\t0"), "{stats}");
+}
+
+#[test]
+fn a_command_line_missing_an_argument_names_it() {
+    for (args, expected) in [
+        (&["restore", "--from", "x"][..], "--to"),
+        (&["backup", "verify"], "<DIR>"),
+        (&["table", "check", "--dir", "x"], "--table"),
+        (&["log"], "`kura log --help`"),
+        (
+            &["log", "dump", "--dir", ".", "--from", "9", "--until", "8"],
+            "after --until",
+        ),
+    ] {
+        let output = run(args);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(64), "kura {args:?}: {message}");
+        assert_eq!(message.lines().count(), 1, "kura {args:?}: {message}");
+        assert!(message.contains(expected), "kura {args:?}: {message}");
+    }
+}
