@@ -17,6 +17,8 @@ const METHODS: [&[u8]; 6] = [
 
 /// The most header lines a request may have.
 const MAX_HEADERS: usize = 64;
+/// The longest request head (request line and headers) waited for.
+pub const MAX_HEAD: usize = 64 * 1024;
 
 /// Whether `buf` starts an HTTP request (or may, once more bytes come).
 pub fn starts_request(buf: &[u8]) -> bool {
@@ -69,6 +71,7 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
     let mut head = httparse::Request::new(&mut headers);
     let head_len = match head.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Parse::Bad(431),
         Ok(httparse::Status::Partial) => return Parse::Incomplete,
         Err(_) => return Parse::Bad(400),
     };
@@ -158,6 +161,7 @@ pub fn reply(out: &mut Vec<u8>, status: u16, body: &[u8], send_body: bool, keep_
         409 => "Conflict",
         411 => "Length Required",
         413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         _ => "Not Implemented",
     };
@@ -208,6 +212,18 @@ mod tests {
             Parse::Bad(400)
         );
         assert_eq!(percent_decode(b"%4"), b"%4");
+    }
+
+    #[test]
+    fn a_head_is_waited_for_up_to_its_cap() {
+        let mut head = b"GET /".to_vec();
+        head.resize(MAX_HEAD, b'k');
+        assert_eq!(parse(&head, 1024), Parse::Incomplete);
+        head.push(b'k');
+        assert_eq!(parse(&head, 1024), Parse::Bad(431));
+        let mut long_header = b"GET /k HTTP/1.1\r\nX-Long: ".to_vec();
+        long_header.resize(MAX_HEAD + 1, b'v');
+        assert_eq!(parse(&long_header, 1024), Parse::Bad(431));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod config;
 mod cyrus;
 pub mod exec;
+mod line_wait;
 mod listener;
 pub mod replication;
 mod reply_budget;

@@ -108,6 +108,19 @@ impl Session {
         self.closed_on_error
     }
 
+    /// Whether the request at the front of `input` is complete only once a
+    /// line end has come (text and meta commands, HandlerSocket, an HTTP
+    /// head), rather than when its header's length has (binary protocols).
+    pub fn awaits_line(&self, input: &[u8]) -> bool {
+        let Some(&first) = input.first() else {
+            return false;
+        };
+        match self.tyrant_port {
+            true => first != tyrant::MAGIC,
+            false => self.protocol.unwrap_or_else(|| detect_protocol(first)) != Protocol::Binary,
+        }
+    }
+
     /// Serves the complete requests at the front of `input`. Returns how many
     /// bytes were used and why it stopped.
     pub fn serve(

@@ -22,6 +22,7 @@ use kura_proto::Protocol;
 use kura_store::{AckFence, AckSpan, AckState};
 
 use crate::exec::Context;
+use crate::line_wait::LineWait;
 use crate::session::{Session, Speaks, Stop};
 use crate::tls::TlsStream;
 use crate::watch::{CloseReason, Watcher};
@@ -144,6 +145,9 @@ struct Connection {
     input: Vec<u8>,
     /// `input` holds complete requests that wait only for their turn.
     unserved: bool,
+    /// Whether `input` waits for a line end, and how much of it is known
+    /// to hold none.
+    line_wait: LineWait,
     /// Reply bytes the socket did not take yet, or may not take yet.
     output: Vec<u8>,
     /// Replies wait for the appends of these writes (empty: none). Held
@@ -339,6 +343,7 @@ impl Worker {
                 },
                 input: Vec::new(),
                 unserved: false,
+                line_wait: LineWait::default(),
                 output: Vec::new(),
                 fence: AckSpan::default(),
                 closing: false,
@@ -618,6 +623,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                     .session
                     .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
             connection.input.drain(..used);
+            connection.line_wait.forget();
             (stop, false)
         } else if !connection.may_read {
             return Next::Wait;
@@ -641,6 +647,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection
                 .input
                 .extend_from_slice(&scratch.input[used..read]);
+            connection.line_wait.forget();
             let short = read < scratch.input.len() && connection.stream.short_read_drains();
             (stop, short && !connection.peer_closed)
         } else {
@@ -666,13 +673,24 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             };
             connection.input.truncate(start + read);
             ctx.counters.bytes_read.add(read as u64);
-            let (used, stop) =
-                connection
-                    .session
-                    .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
-            connection.input.drain(..used);
             let short = read < room && connection.stream.short_read_drains();
-            (stop, short && !connection.peer_closed)
+            if connection.line_wait.still_waiting(&connection.input, start) {
+                (Stop::NeedInput, short && !connection.peer_closed)
+            } else {
+                let (used, stop) = connection.session.serve(
+                    &connection.input,
+                    &mut scratch.output,
+                    ctx,
+                    &mut budget,
+                );
+                connection.input.drain(..used);
+                let input = &connection.input;
+                let awaits_line = used == 0
+                    && matches!(stop, Stop::NeedInput)
+                    && connection.session.awaits_line(input);
+                connection.line_wait.served(input, awaits_line);
+                (stop, short && !connection.peer_closed)
+            }
         };
         if drained {
             connection.may_read = false;
@@ -689,7 +707,8 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             scratch.wrote = true;
         }
         connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
-        let reading_value = awaits_value(&connection.input);
+        let reading_value = !connection.line_wait.holds_no_line(&connection.input)
+            && awaits_value(&connection.input);
         if connection.info.reading_value.load(Ordering::Relaxed) != reading_value {
             connection
                 .info

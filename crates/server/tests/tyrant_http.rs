@@ -142,3 +142,37 @@ fn a_table_record_over_http_is_its_columns() {
     assert_eq!(http(&mut s, "DELETE /k1 HTTP/1.1\r\n\r\n"), (200, vec![]));
     assert_eq!(http(&mut s, "GET /k1 HTTP/1.1\r\n\r\n"), (404, vec![]));
 }
+
+/// A request head sent a few bytes at a time is read whole; one longer
+/// than the cap on a head is answered 431 and the connection closed.
+#[test]
+fn a_trickled_head_is_read_whole_and_an_endless_one_refused() {
+    let server = TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut s = connect(&server);
+    // The longest key, and a head of 5 KB.
+    let key = "k".repeat(250);
+    let padding = "v".repeat(5000);
+    let request =
+        format!("PUT /{key} HTTP/1.1\r\nX-Padding: {padding}\r\nContent-Length: 2\r\n\r\nok");
+    for chunk in request.as_bytes().chunks(7) {
+        s.write_all(chunk).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    assert_eq!(read_reply(&mut s, false), (201, vec![]));
+    assert_eq!(
+        http(&mut s, &format!("GET /{key} HTTP/1.1\r\n\r\n")),
+        (200, b"ok".to_vec())
+    );
+    let mut endless = connect(&server);
+    let mut head = b"GET /".to_vec();
+    head.resize(kura_proto::tyrant_http::MAX_HEAD + 1, b'k');
+    // The server may answer and close before it has read it all.
+    let _ = endless.write_all(&head);
+    assert_eq!(read_reply(&mut endless, false).0, 431);
+}

@@ -758,3 +758,44 @@ fn a_unix_socket_serves_like_tcp() {
     handle.wait();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Lines sent a few bytes at a time (the server waits for their line end
+/// without searching them again from the start) are read exactly as if
+/// they had come whole, whatever follows them in the same read.
+#[test]
+fn lines_trickled_a_few_bytes_at_a_time_are_read_whole() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let mut request = b"set trickled 3 0 5\r\nhello\r\nget trickled\r\nget".to_vec();
+    // A multi-get line of 3,000 bytes, past memcached's line limit.
+    for i in 0..300 {
+        request.extend_from_slice(format!(" miss:{i:04}").as_bytes());
+    }
+    request.extend_from_slice(b" trickled\r\nversion\r\n");
+    for chunk in request.chunks(7) {
+        stream.write_all(chunk).unwrap();
+        thread::sleep(Duration::from_micros(200));
+    }
+    let value = b"VALUE trickled 3 5\r\nhello\r\nEND\r\n";
+    let mut expected = b"STORED\r\n".to_vec();
+    expected.extend_from_slice(value);
+    expected.extend_from_slice(value);
+    expected.extend_from_slice(b"VERSION ");
+    let reply = read_at_least(&mut stream, expected.len() + 3);
+    assert!(
+        reply.starts_with(&expected),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    // A line that is not a multi-get, past the limit, still closes.
+    let mut junk = server.connect();
+    for _ in 0..40 {
+        // The server may close before the last pieces (a broken pipe).
+        if junk.write_all(&[b'x'; 100]).is_err() {
+            break;
+        }
+        thread::sleep(Duration::from_micros(200));
+    }
+    assert!(closes(&mut junk));
+    still_serves(&server);
+}
