@@ -820,3 +820,169 @@ fn ttservers_flags_find_out_that_the_master_is_a_ttserver() {
     let stats = Client::connect(port).stats("replication");
     assert_eq!(stats["repl_master_state"], "streaming", "{stats:?}");
 }
+
+/// A pipe from a port of its own to the master's that closes both ends
+/// once `budget` bytes have come from the master, then refuses every
+/// connection; the receiver hears when it cut.
+fn cutting_proxy(master: u16, budget: usize) -> (u16, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (cut, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut replica, _) = listener.accept().unwrap();
+        drop(listener);
+        let mut to_master = TcpStream::connect(addr(master)).unwrap();
+        let mut from_replica = replica.try_clone().unwrap();
+        let mut master_out = to_master.try_clone().unwrap();
+        std::thread::spawn(move || std::io::copy(&mut from_replica, &mut master_out));
+        let mut passed = 0;
+        let mut buf = vec![0; 64 * 1024];
+        while passed < budget {
+            let n = match to_master.read(&mut buf[..(budget - passed).min(64 * 1024)]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if replica.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            passed += n;
+        }
+        let _ = replica.shutdown(std::net::Shutdown::Both);
+        let _ = to_master.shutdown(std::net::Shutdown::Both);
+        let _ = cut.send(());
+    });
+    (port, heard)
+}
+
+/// A replica whose snapshot was cut off holds part of the master's items:
+/// `replicaof no one` refuses to make it a master, `replicaof no one
+/// force` does, and its own replicas then get snapshots of what it holds,
+/// not its log (which lacks the snapshot's items).
+#[test]
+fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, replica_port, second_port) = (free_port(), free_port(), free_port());
+    // A log that keeps nothing applied: a new replica needs a snapshot.
+    let retention = ["--log-retention".to_string(), "0".to_string()];
+    let _master = serve(&dir.path().join("master"), master_port, &retention);
+    let mut load = Client::connect(master_port);
+    let value = "v".repeat(1000);
+    let mut sets = String::new();
+    for n in 0..20_000 {
+        sets.push_str(&format!("set item:{n:05} 0 0 1000 noreply\r\n{value}\r\n"));
+    }
+    sets.push_str("version\r\n");
+    assert!(load.call(sets.as_bytes()).starts_with("VERSION"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        apply_now(&mut load);
+        let mut probe = Client::connect(master_port);
+        if probe.call(b"replicate 99 0 0\r\n").starts_with("SNAPSHOT") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the master's log kept LSN 1");
+    }
+
+    let (proxy, cut) = cutting_proxy(master_port, 5 << 20);
+    let _replica = serve(
+        &dir.path().join("replica"),
+        replica_port,
+        &["--replica-of".to_string(), format!("127.0.0.1:{proxy}")],
+    );
+    cut.recv_timeout(Duration::from_secs(30))
+        .expect("the snapshot passed the proxy");
+    let mut replica = Client::connect(replica_port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.stats("replication")["repl_master_state"] == "snapshot" {
+        assert!(Instant::now() < deadline, "the cut link stayed up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = replica.stats("replication");
+    assert!(!stats.contains_key("repl_lsn"), "{stats:?}");
+    assert_eq!(stats["repl_snapshots_loaded"], "0", "{stats:?}");
+
+    // Through `kura admin`, as an operator would.
+    let admin = |force: &[&str]| {
+        std::process::Command::new(support::kura_bin())
+            .args([
+                "admin",
+                "promote",
+                "--server",
+                &format!("127.0.0.1:{replica_port}"),
+            ])
+            .args(force)
+            .output()
+            .unwrap()
+    };
+    let refused = admin(&[]);
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("holds only part of its master's snapshot"),
+        "{message}"
+    );
+    assert!(replica
+        .call(b"set after 0 0 2\r\nok\r\n")
+        .starts_with("SERVER_ERROR read-only replica"));
+    let promoted = admin(&["--force"]);
+    assert!(
+        promoted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&promoted.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&promoted.stdout), "OK\n");
+    assert_eq!(replica.call(b"set after 0 0 2\r\nok\r\n"), "STORED");
+    let held = replica.items().len();
+    assert!(
+        held > 1 && held < 20_000,
+        "{held} items after a cut snapshot"
+    );
+
+    // Its replica holds what it holds, by a snapshot.
+    let _second = serve(
+        &dir.path().join("second"),
+        second_port,
+        &[
+            "--replica-of".to_string(),
+            format!("127.0.0.1:{replica_port}"),
+        ],
+    );
+    assert_same_data(replica_port, second_port, "the promoted replica's replica");
+    let stats = Client::connect(second_port).stats("replication");
+    assert_eq!(stats["repl_snapshots_loaded"], "1", "{stats:?}");
+}
+
+/// A server told to follow itself says why in `replicas` and `stats`, and
+/// takes writes again as it did before.
+#[test]
+fn a_server_told_to_follow_itself_goes_on_taking_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _server = serve(&dir.path().join("disk"), port, &[]);
+    let mut client = Client::connect(port);
+    assert_eq!(
+        client.call(format!("replicaof 127.0.0.1 {port}\r\n").as_bytes()),
+        "OK"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines = client.lines("replicas\r\n");
+        let master = lines.iter().find(|line| line.starts_with("MASTER"));
+        if master.is_some_and(|line| line.contains("state=stopped")) {
+            assert!(
+                master.unwrap().contains("error=the_master_is_this_server"),
+                "{lines:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.call(b"set k 0 0 1\r\nv\r\n"), "STORED");
+    let stats = client.stats("replication");
+    assert_eq!(stats["repl_role"], "master", "{stats:?}");
+    assert!(
+        stats["repl_master_error"].starts_with("the master is this server"),
+        "{stats:?}"
+    );
+}

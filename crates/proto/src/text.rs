@@ -80,9 +80,11 @@ pub enum Request<'a> {
     /// replication frames (`replication.rs`).
     Replicate(crate::replication::ReplicaHello),
     /// `replicaof <host> <port>` follows a master from now on; `replicaof
-    /// no one` stops following and takes writes (promotes), as in Redis.
+    /// no one` stops following and takes writes (promotes), as in Redis;
+    /// `replicaof no one force` even with only part of a snapshot loaded.
     ReplicaOf {
         master: Option<(&'a [u8], u16)>,
+        force: bool,
     },
     /// `replicas`: this server's replication state and attached replicas.
     Replicas,
@@ -497,14 +499,33 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
                 tokens.next().unwrap_or_default(),
             );
             if host.eq_ignore_ascii_case(b"no") && port.eq_ignore_ascii_case(b"one") {
-                Request::ReplicaOf { master: None }
+                Request::ReplicaOf {
+                    master: None,
+                    force: false,
+                }
             } else {
                 match parse_u64(port).and_then(|port| u16::try_from(port).ok()) {
                     Some(port) if port > 0 => Request::ReplicaOf {
                         master: Some((host, port)),
+                        force: false,
                     },
                     _ => return reject(ErrorReply::BadCommandLine, line_len),
                 }
+            }
+        }
+        (b"replicaof", 3) => {
+            let words =
+                [tokens.next(), tokens.next(), tokens.next()].map(Option::unwrap_or_default);
+            match words
+                .iter()
+                .zip([&b"no"[..], b"one", b"force"])
+                .all(|(w, e)| w.eq_ignore_ascii_case(e))
+            {
+                true => Request::ReplicaOf {
+                    master: None,
+                    force: true,
+                },
+                false => return reject(ErrorReply::BadCommandLine, line_len),
             }
         }
         (b"replicate" | b"replicaof", _) => return reject(ErrorReply::BadCommandLine, line_len),
@@ -921,12 +942,23 @@ mod tests {
         assert_eq!(
             parse_ok(b"replicaof 10.0.0.1 11211\r\n").0,
             Request::ReplicaOf {
-                master: Some((b"10.0.0.1", 11211))
+                master: Some((b"10.0.0.1", 11211)),
+                force: false
             }
         );
         assert_eq!(
             parse_ok(b"replicaof NO ONE\r\n").0,
-            Request::ReplicaOf { master: None }
+            Request::ReplicaOf {
+                master: None,
+                force: false
+            }
+        );
+        assert_eq!(
+            parse_ok(b"replicaof no one force\r\n").0,
+            Request::ReplicaOf {
+                master: None,
+                force: true
+            }
         );
         assert_eq!(parse_ok(b"replicas\r\n").0, Request::Replicas);
         for bad in [
@@ -938,6 +970,7 @@ mod tests {
             b"replicaof host\r\n",
             b"replicaof host 0\r\n",
             b"replicaof host 70000\r\n",
+            b"replicaof host 1 force\r\n",
         ] {
             assert_eq!(rejected(bad).0, ErrorReply::BadCommandLine, "{bad:?}");
         }

@@ -335,6 +335,7 @@ pub fn start(
             .follow(
                 &shared,
                 Some((master.clone(), shared.config.replica_protocol)),
+                false,
             )
             .map_err(io::Error::other)?;
     }

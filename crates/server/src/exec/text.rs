@@ -141,7 +141,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         Request::LruCrawler(command) => lru_crawler(command, ctx, out),
         Request::Watch { kinds } => return start_watch(kinds, ctx, out),
         Request::Replicate(hello) => return start_replicate(hello, ctx, out),
-        Request::ReplicaOf { master } => replica_of(master, ctx, out),
+        Request::ReplicaOf { master, force } => replica_of(master, force, ctx, out),
         Request::Replicas => ctx.shared.replication.report(ctx.shared, out),
         Request::Meta(request) => meta::execute(request, ctx, out),
     }
@@ -451,8 +451,8 @@ fn start_replicate(
     Action::Replicate(kura_proto::replication::LinkRequest::Kura(hello))
 }
 
-/// `replicaof <host> <port>` / `replicaof no one`.
-fn replica_of(master: Option<(&[u8], u16)>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+/// `replicaof <host> <port>` / `replicaof no one [force]`.
+fn replica_of(master: Option<(&[u8], u16)>, force: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
     let Some(shared) = ctx.shared.this() else {
         out.extend_from_slice(b"SERVER_ERROR the server is stopping\r\n");
         return;
@@ -465,7 +465,7 @@ fn replica_of(master: Option<(&[u8], u16)>, ctx: &Context<'_>, out: &mut Vec<u8>
         }
     });
     let master = master.map(|master| (master, crate::MasterProtocol::Kura));
-    match ctx.shared.replication.follow(&shared, master) {
+    match ctx.shared.replication.follow(&shared, master, force) {
         Ok(()) => out.extend_from_slice(b"OK\r\n"),
         Err(reason) => {
             out.extend_from_slice(b"SERVER_ERROR ");

@@ -47,7 +47,7 @@ pub(super) fn start(
 fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
     let stopped = || stop.load(Ordering::Acquire) || shared.stopping();
     while !stopped() {
-        link.set_state(LinkState::Connecting);
+        link.connecting();
         let followed = match link.protocol() {
             MasterProtocol::TokyoTyrant => {
                 super::tyrant_follower::follow_once(shared, link, &stopped)
@@ -63,6 +63,12 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
             if error == FOLLOWS_ITSELF || error == SAME_RANK {
                 tracing::error!(master = %link.master, "{error}: not following it");
                 *link.last_error.lock() = error;
+                // Taking writes again if it did before: no master serves it.
+                if !stopped() && link.kind == LinkKind::Master {
+                    if let Some(replication) = shared.store.replication() {
+                        replication.set_read_only(link.read_only_before);
+                    }
+                }
                 break;
             }
             if !stopped() {
@@ -170,7 +176,7 @@ fn follow_once(
         }
         MasterAnswer::Refused(line) => return Err(format!("the master refused: {line}")),
     }
-    link.set_state(LinkState::Streaming);
+    link.streaming();
     if let Some(position) = followed_position(replication, link) {
         link.taken_to(position.lsn, position.micros);
     }

@@ -22,6 +22,10 @@ pub(crate) use link_stream::LinkStream;
 
 use crate::{MasterProtocol, Shared};
 
+/// Why a server whose snapshot from its master was cut off is not
+/// promoted (`replicaof no one`, `setmst` without a master).
+const PARTIAL_SNAPSHOT: &str = "this server holds only part of its master's snapshot (the link broke during it): follow the master until the snapshot ends, or promote it with what it holds: replicaof no one force";
+
 /// A link's state, as `stats` and `kura admin replicas` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -160,7 +164,11 @@ pub struct MasterLink {
     master_micros: AtomicU64,
     /// Snapshots taken since this link was made.
     snapshots: AtomicU64,
+    /// Why the link last failed; empty once it streams again.
     last_error: Mutex<String>,
+    /// Whether the server refused writes before it followed this master:
+    /// what it goes back to if the master turns out to be itself.
+    read_only_before: bool,
 }
 
 impl MasterLink {
@@ -177,7 +185,25 @@ impl MasterLink {
             master_micros: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
+            read_only_before: false,
         }
+    }
+
+    /// A new connection to the master: what was heard from it before
+    /// (perhaps another server at the same address) no longer counts.
+    fn connecting(&self) {
+        self.set_state(LinkState::Connecting);
+        self.master_last.store(0, Ordering::Release);
+        self.master_micros.store(0, Ordering::Release);
+    }
+
+    fn streaming(&self) {
+        self.set_state(LinkState::Streaming);
+        self.last_error.lock().clear();
+    }
+
+    pub fn last_error(&self) -> String {
+        self.last_error.lock().clone()
     }
 
     fn set_state(&self, state: LinkState) {
@@ -299,10 +325,16 @@ impl Replication {
         &self,
         shared: &Arc<Shared>,
         master: Option<(String, MasterProtocol)>,
+        force: bool,
     ) -> Result<(), String> {
         let Some(replication) = shared.store.replication() else {
             return Err("replication needs the disk engine (--engine disk)".to_string());
         };
+        // A snapshot cut off holds part of the master's items: as a master
+        // this server would serve them as if whole.
+        if master.is_none() && !force && replication.position().is_none() {
+            return Err(PARTIAL_SNAPSHOT.to_string());
+        }
         if master.is_some() && !self.peers.lock().is_empty() {
             return Err("a dual master takes its peers' writes, not a master's log".to_string());
         }
@@ -310,6 +342,7 @@ impl Replication {
         if let Some(old) = following.take() {
             old.stop.store(true, Ordering::Release);
         }
+        let read_only_before = replication.read_only();
         match master {
             None => {
                 replication.set_read_only(false);
@@ -320,7 +353,9 @@ impl Replication {
                 // (ttserver's are not, and its messages are redone as
                 // requests). `Either` decides once the master answers.
                 replication.set_read_only(protocol == MasterProtocol::Kura);
-                let link = Arc::new(MasterLink::new(master, LinkKind::Master, protocol));
+                let mut link = MasterLink::new(master, LinkKind::Master, protocol);
+                link.read_only_before = read_only_before;
+                let link = Arc::new(link);
                 let stop = Arc::new(AtomicBool::new(false));
                 follower::start(shared.clone(), link.clone(), stop.clone())
                     .map_err(|error| format!("cannot start the follower: {error}"))?;
@@ -402,6 +437,9 @@ impl Replication {
         let master = self.master();
         let peers = self.peers();
         let role = match (&master, replication.read_only()) {
+            // A link that stopped for good (its master was this server)
+            // left the server as it was.
+            (Some(link), false) if link.state() == LinkState::Stopped => "master",
             (Some(_), _) | (None, true) => "replica",
             (None, false) if !peers.is_empty() => "dual-master",
             (None, false) => "master",
@@ -426,6 +464,10 @@ impl Replication {
                 "repl_snapshots_loaded".to_string(),
                 link.snapshots.load(Ordering::Relaxed).to_string(),
             ));
+            let error = link.last_error();
+            if !error.is_empty() {
+                lines.push(("repl_master_error".to_string(), error));
+            }
         }
         if !peers.is_empty() {
             let tally = replication.peer_tally();
@@ -479,13 +521,21 @@ impl Replication {
         if let Some(link) = self.master() {
             let (taken, _) = link.taken();
             let lag = link.lag();
-            lines.push(format!(
+            let mut line = format!(
                 "MASTER {} state={} lsn={taken} lag_entries={} lag_ms={}",
                 link.master,
                 link.state().name(),
                 lag.entries,
                 lag.millis
-            ));
+            );
+            let error = link.last_error();
+            if !error.is_empty() {
+                line.push_str(&format!(
+                    " error={}",
+                    error.replace(char::is_whitespace, "_")
+                ));
+            }
+            lines.push(line);
         }
         for peer in self.peers() {
             lines.push(format!("PEER {}", peer.describe(' ')));

@@ -19,7 +19,7 @@ use kura_proto::tyrant_repl::{self, Change};
 use kura_store::{AckFence, Record, RowMode};
 
 use super::upstream::{connect, read_full, FOLLOWS_ITSELF};
-use super::{LinkState, MasterLink};
+use super::MasterLink;
 use crate::exec::Context;
 use crate::Shared;
 
@@ -148,7 +148,7 @@ pub(super) fn follow_once(
     if master == own {
         return Err(FOLLOWS_ITSELF.to_string());
     }
-    link.set_state(LinkState::Streaming);
+    link.streaming();
     let counters = shared.counters.last().expect("a counter set");
     let ctx = Context {
         shared,

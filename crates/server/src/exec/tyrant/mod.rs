@@ -228,7 +228,10 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
         }
     });
     let master = master.map(|master| (master, crate::MasterProtocol::Either));
-    ctx.shared.replication.follow(&shared, master).is_ok()
+    ctx.shared
+        .replication
+        .follow(&shared, master, false)
+        .is_ok()
 }
 
 /// `copy`: a hot backup into a directory on the server's machine.

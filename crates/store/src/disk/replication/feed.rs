@@ -99,6 +99,13 @@ impl Feed {
     /// no longer holds them (retention), or `after` is not a point of this
     /// log (another history, or one the replica has and the master not).
     pub(super) fn open(inner: &Arc<Inner>, after: LogPosition) -> Result<Feed, FeedRefused> {
+        // Promoted with a snapshot cut off (`replicaof no one force`): its
+        // items are in LMDB, not in the log, so only a snapshot has them.
+        if inner.base_incomplete.load(Ordering::Acquire) {
+            return Err(FeedRefused::Gone(
+                "this server's own snapshot from its master is incomplete".to_string(),
+            ));
+        }
         Self::holding_the_log(inner, |hold| Self::open_held(inner, after, hold))
     }
 
