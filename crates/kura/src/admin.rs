@@ -1,20 +1,24 @@
 //! `kura admin`: a running server's replication, through its memcached
 //! port (`replicas`, `replicaof`).
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
+use crate::command_client::CommandClient;
 use crate::Failure;
+
+/// The most lines a reply may have: one per attached replica or peer.
+const MAX_LINES: usize = 100_000;
 
 #[derive(Args, Debug)]
 pub struct AdminArgs {
     /// The running server (its memcached port).
     #[arg(long, global = true, default_value = "127.0.0.1:11211")]
     server: String,
+    /// Seconds to wait for the whole reply (0: no limit).
+    #[arg(long, global = true, default_value_t = 30)]
+    timeout: u64,
     #[command(subcommand)]
     command: AdminCommand,
 }
@@ -26,7 +30,13 @@ enum AdminCommand {
     Replicas,
     /// Stop following a master and take writes (a replica becomes a master;
     /// its log goes on where the old master's stopped).
-    Promote,
+    Promote {
+        /// Even if a snapshot from the master was cut off: the server then
+        /// holds part of the master's items, and gives its replicas
+        /// snapshots only.
+        #[arg(long)]
+        force: bool,
+    },
     /// Follow a master from now on (the server becomes a read-only replica).
     ReplicaOf {
         /// The master's memcached port, HOST:PORT.
@@ -37,7 +47,8 @@ enum AdminCommand {
 pub fn run(args: AdminArgs) -> Result<(), Failure> {
     let line = match &args.command {
         AdminCommand::Replicas => "replicas".to_string(),
-        AdminCommand::Promote => "replicaof no one".to_string(),
+        AdminCommand::Promote { force: false } => "replicaof no one".to_string(),
+        AdminCommand::Promote { force: true } => "replicaof no one force".to_string(),
         AdminCommand::ReplicaOf { master } => {
             let Some((host, port)) = master.rsplit_once(':') else {
                 return Err(Failure::Usage(
@@ -48,27 +59,15 @@ pub fn run(args: AdminArgs) -> Result<(), Failure> {
             format!("replicaof {host} {port}")
         }
     };
-    let stream = TcpStream::connect(&args.server)
-        .with_context(|| format!("connecting to {}", args.server))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .context("setting a timeout")?;
-    let mut writer = stream.try_clone().context("cloning the socket")?;
-    writer
-        .write_all(format!("{line}\r\n").as_bytes())
-        .with_context(|| format!("sending `{line}`"))?;
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut reply = String::new();
-        if reader.read_line(&mut reply).context("reading the reply")? == 0 {
-            return Err(anyhow::anyhow!("the server closed the connection").into());
-        }
-        let reply = reply.trim_end();
-        match reply {
-            "END" | "OK" => {
-                if reply == "OK" {
-                    println!("OK");
-                }
+    let timeout = Duration::from_secs(args.timeout);
+    let deadline = Instant::now() + timeout;
+    let mut client = CommandClient::send(&args.server, &line, timeout)?;
+    for _ in 0..MAX_LINES {
+        let reply = client.line()?;
+        match reply.as_str() {
+            "END" => return Ok(()),
+            "OK" => {
+                println!("OK");
                 return Ok(());
             }
             _ if reply.starts_with("SERVER_ERROR")
@@ -77,7 +76,29 @@ pub fn run(args: AdminArgs) -> Result<(), Failure> {
             {
                 return Err(anyhow::anyhow!("{}: {reply}", args.server).into());
             }
-            _ => println!("{reply}"),
+            _ if ["MASTER ", "PEER ", "REPLICA "]
+                .iter()
+                .any(|kind| reply.starts_with(kind)) =>
+            {
+                println!("{reply}")
+            }
+            _ => {
+                return Err(anyhow::anyhow!(
+                    "{} answered {:?} (not a kura server?)",
+                    args.server,
+                    reply.chars().take(80).collect::<String>()
+                )
+                .into())
+            }
+        }
+        if !timeout.is_zero() && Instant::now() > deadline {
+            return Err(anyhow::anyhow!(
+                "{} did not finish its reply within {} s",
+                args.server,
+                timeout.as_secs()
+            )
+            .into());
         }
     }
+    Err(anyhow::anyhow!("{} sent more than {MAX_LINES} lines", args.server).into())
 }

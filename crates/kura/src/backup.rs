@@ -1,8 +1,6 @@
 //! `kura backup` (hot backups of a running server, and their checks) and
 //! `kura restore` (a backup, or a chain of them, to a point in time).
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +12,7 @@ use kura_store::disk::history::backup::{self, BackupKind, Manifest};
 use kura_store::disk::history::restore;
 use kura_store::disk::history::LogPoint;
 
+use crate::command_client::CommandClient;
 use crate::log::{parse_rfc3339, parse_unix_seconds};
 use crate::Failure;
 
@@ -57,11 +56,6 @@ struct TakeArgs {
     timeout: u64,
 }
 
-/// How long a connection to the server may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest reply line read: a manifest names a few dozen files.
-const MAX_REPLY: u64 = 1 << 20;
-
 pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     if let Some(BackupCommand::Verify { dir }) = args.command {
         return verify(&dir);
@@ -94,7 +88,8 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     if let Some(since) = &since {
         command.push_str(&format!(" since {}", since.display()));
     }
-    let reply = ask(&take.server, &command, Duration::from_secs(take.timeout))?;
+    let timeout = Duration::from_secs(take.timeout);
+    let reply = CommandClient::send(&take.server, &command, timeout)?.line()?;
     let manifest = match reply.strip_prefix("OK ") {
         Some(json) => serde_json::from_str::<Manifest>(json)
             .context("reading the server's manifest")
@@ -107,48 +102,6 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     };
     print_manifest(&to, &manifest);
     Ok(())
-}
-
-/// Sends one command line and reads one reply line, within `timeout`.
-fn ask(server: &str, command: &str, timeout: Duration) -> Result<String, Failure> {
-    let connect = || -> std::io::Result<TcpStream> {
-        let mut last = None;
-        for address in server.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
-                Ok(stream) => return Ok(stream),
-                Err(error) => last = Some(error),
-            }
-        }
-        Err(last.unwrap_or_else(|| std::io::Error::other("the name has no address")))
-    };
-    let mut stream = connect()
-        .with_context(|| format!("connecting to {server}"))
-        .map_err(Failure::Runtime)?;
-    stream
-        .set_read_timeout((!timeout.is_zero()).then_some(timeout))
-        .and_then(|()| stream.write_all(format!("{command}\r\n").as_bytes()))
-        .with_context(|| format!("sending to {server}"))?;
-    let mut reply = String::new();
-    BufReader::new(stream.take(MAX_REPLY))
-        .read_line(&mut reply)
-        .map_err(|error| match error.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
-                "{server} did not reply within {} s (--timeout)",
-                timeout.as_secs()
-            ),
-            _ => anyhow::anyhow!("reading the reply of {server}: {error}"),
-        })?;
-    if reply.is_empty() {
-        return Err(Failure::Runtime(anyhow::anyhow!(
-            "{server} closed the connection without a reply"
-        )));
-    }
-    if !reply.ends_with('\n') {
-        return Err(Failure::Runtime(anyhow::anyhow!(
-            "{server} sent no whole reply line in {MAX_REPLY} bytes (not a kura server?)"
-        )));
-    }
-    Ok(reply.trim_end().to_string())
 }
 
 fn print_manifest(dir: &Path, manifest: &Manifest) {

@@ -2,6 +2,7 @@
 
 mod admin;
 mod backup;
+mod command_client;
 mod engine_bench;
 mod log;
 mod query;

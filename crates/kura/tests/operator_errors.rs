@@ -327,3 +327,54 @@ fn a_command_line_missing_an_argument_names_it() {
         assert!(message.contains(expected), "kura {args:?}: {message}");
     }
 }
+
+/// A listener that answers every connection with `reply` (written again
+/// and again when `repeat`), then holds it open.
+fn fake_server(reply: &'static [u8], repeat: bool) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut first = [0; 64];
+                let _ = stream.read(&mut first);
+                while stream.write_all(reply).is_ok() && repeat {}
+                let mut sink = Vec::new();
+                let _ = stream.read_to_end(&mut sink);
+            });
+        }
+    });
+    address
+}
+
+#[test]
+fn the_admin_and_query_clients_stop_at_a_bound_on_what_a_server_sends() {
+    // An endless line, and endless lines that are not kura's.
+    let endless = fake_server(&[b'x'; 64 * 1024], true);
+    fails(
+        &["admin", "replicas", "--server", &endless],
+        "sent no whole reply line",
+    );
+    let chatter = fake_server(b"garbage line\r\n", true);
+    fails(
+        &["admin", "replicas", "--server", &chatter],
+        "not a kura server",
+    );
+    let silent = fake_server(b"", false);
+    fails(
+        &["admin", "replicas", "--server", &silent, "--timeout", "1"],
+        "did not reply within 1 s",
+    );
+    // A Tokyo Tyrant reply claiming one item of 4 GiB, then nothing.
+    let claims = fake_server(b"\x00\x00\x00\x00\x01\xff\xff\xff\xf0", false);
+    let started = Instant::now();
+    let output = run(&["query", "--server", &claims, "--timeout", "2", "get", "k"]);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(stderr(&output).contains("bytes"), "{}", stderr(&output));
+    fails(
+        &["table", "check", "--server", &silent, "--timeout", "1"],
+        "did not reply within 1 s",
+    );
+}

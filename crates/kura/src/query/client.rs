@@ -2,25 +2,41 @@
 //! over one connection.
 
 use std::io::{BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use kura_proto::tyrant::{compose, Request};
+
+/// How long a connection to the server may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most bytes one reply may hold: what a query lists is kept in
+/// memory to be printed.
+const MAX_REPLY_BYTES: u64 = 1 << 30;
 
 pub struct Tyrant {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
+    timeout: Option<Duration>,
 }
 
 impl Tyrant {
     pub fn connect(address: &str, timeout: Option<Duration>) -> anyhow::Result<Tyrant> {
-        let stream = TcpStream::connect(address)?;
-        stream.set_read_timeout(timeout)?;
-        Ok(Tyrant {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-        })
+        let mut last = None;
+        for socket in address.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&socket, CONNECT_TIMEOUT) {
+                Ok(stream) => {
+                    stream.set_read_timeout(timeout)?;
+                    return Ok(Tyrant {
+                        reader: BufReader::new(stream.try_clone()?),
+                        writer: stream,
+                        timeout,
+                    });
+                }
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.map_or_else(|| anyhow::anyhow!("{address} has no address"), Into::into))
     }
 
     /// A `misc` call: whether it succeeded, and its list.
@@ -35,16 +51,44 @@ impl Tyrant {
             },
         );
         self.writer.write_all(&bytes)?;
-        let code = self.byte().context("the server closed the connection")?;
+        let code = self.byte()?;
         let count = self.u32()?;
         let mut items = Vec::new();
+        let mut left = MAX_REPLY_BYTES;
         for _ in 0..count {
-            let len = self.u32()? as usize;
-            let mut item = vec![0; len];
-            self.reader.read_exact(&mut item)?;
+            let len = u64::from(self.u32()?);
+            if len > left {
+                bail!("the reply holds more than {MAX_REPLY_BYTES} bytes (not a kura server?)");
+            }
+            left -= len;
+            // Grown as the bytes come, not to the length claimed.
+            let mut item = Vec::new();
+            (&mut self.reader)
+                .take(len)
+                .read_to_end(&mut item)
+                .map_err(|e| self.failed(e))?;
+            if item.len() as u64 != len {
+                bail!("the server closed the connection in the middle of its reply");
+            }
             items.push(item);
         }
         Ok((code == 0, items))
+    }
+
+    /// A read that failed, in words: a timeout is the server's silence.
+    fn failed(&self, error: std::io::Error) -> anyhow::Error {
+        match (error.kind(), self.timeout) {
+            (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut, Some(timeout)) => {
+                anyhow::anyhow!(
+                    "the server did not reply within {} s (--timeout)",
+                    timeout.as_secs()
+                )
+            }
+            (std::io::ErrorKind::UnexpectedEof, _) => {
+                anyhow::anyhow!("the server closed the connection")
+            }
+            _ => error.into(),
+        }
     }
 
     /// A `misc` call that must succeed.
@@ -58,13 +102,17 @@ impl Tyrant {
 
     fn byte(&mut self) -> anyhow::Result<u8> {
         let mut byte = [0];
-        self.reader.read_exact(&mut byte)?;
+        self.reader
+            .read_exact(&mut byte)
+            .map_err(|e| self.failed(e))?;
         Ok(byte[0])
     }
 
     fn u32(&mut self) -> anyhow::Result<u32> {
         let mut bytes = [0; 4];
-        self.reader.read_exact(&mut bytes)?;
+        self.reader
+            .read_exact(&mut bytes)
+            .map_err(|e| self.failed(e))?;
         Ok(u32::from_be_bytes(bytes))
     }
 }

@@ -108,11 +108,19 @@ enum TableCommand {
         /// The table to check in `--dir`.
         #[arg(long)]
         table: Option<String>,
+        /// Seconds to wait for a running server's answer (0: no limit).
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
     },
 }
 
 pub fn run_table(args: TableArgs) -> Result<(), Failure> {
-    let TableCommand::Check { server, dir, table } = args.command;
+    let TableCommand::Check {
+        server,
+        dir,
+        table,
+        timeout,
+    } = args.command;
     let problems = match (server, dir, table) {
         (_, Some(dir), Some(table)) => {
             check_data_dir(&dir)?;
@@ -134,8 +142,9 @@ pub fn run_table(args: TableArgs) -> Result<(), Failure> {
         }
         (server, None, _) => {
             let address = server.unwrap_or_else(|| "127.0.0.1:1978".to_string());
-            // A check reads every row and index entry: no time limit.
-            let mut server = Tyrant::connect(&address, None)
+            // A check reads every row and index entry: a long time limit.
+            let timeout = (timeout > 0).then(|| std::time::Duration::from_secs(timeout));
+            let mut server = Tyrant::connect(&address, timeout)
                 .with_context(|| format!("connecting to {address}"))?;
             let (ok, problems) = server.misc(b"check", &[])?;
             if !ok {

@@ -1,0 +1,80 @@
+//! One command line to a running kura on its memcached port, and the reply
+//! lines: the connection opened within a time limit, each line bounded,
+//! each read within the command's time limit. `kura backup` and `kura
+//! admin` speak through it.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::time::Duration;
+
+/// How long a connection to the server may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest reply line read: a backup's manifest names a few dozen
+/// files, a `replicas` line one replica.
+pub const MAX_LINE: u64 = 1 << 20;
+
+pub struct CommandClient {
+    server: String,
+    timeout: Duration,
+    reader: BufReader<TcpStream>,
+}
+
+impl CommandClient {
+    /// Connects to `server` and sends `command`; `timeout` (zero: none)
+    /// bounds each wait for the reply.
+    pub fn send(server: &str, command: &str, timeout: Duration) -> anyhow::Result<Self> {
+        let mut stream =
+            connect(server).map_err(|error| anyhow::anyhow!("connecting to {server}: {error}"))?;
+        stream
+            .set_read_timeout((!timeout.is_zero()).then_some(timeout))
+            .and_then(|()| stream.set_write_timeout(Some(CONNECT_TIMEOUT)))
+            .and_then(|()| stream.write_all(format!("{command}\r\n").as_bytes()))
+            .map_err(|error| anyhow::anyhow!("sending to {server}: {error}"))?;
+        Ok(CommandClient {
+            server: server.to_string(),
+            timeout,
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// The next reply line, without its line end.
+    pub fn line(&mut self) -> anyhow::Result<String> {
+        let server = &self.server;
+        let mut line = String::new();
+        (&mut self.reader)
+            .take(MAX_LINE)
+            .read_line(&mut line)
+            .map_err(|error| match error.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
+                    "{server} did not reply within {} s (--timeout)",
+                    self.timeout.as_secs()
+                ),
+                std::io::ErrorKind::InvalidData => {
+                    anyhow::anyhow!(
+                        "{server} replied with bytes that are not text (not a kura server?)"
+                    )
+                }
+                _ => anyhow::anyhow!("reading the reply of {server}: {error}"),
+            })?;
+        if line.is_empty() {
+            anyhow::bail!("{server} closed the connection without a reply");
+        }
+        if !line.ends_with('\n') {
+            anyhow::bail!(
+                "{server} sent no whole reply line in {MAX_LINE} bytes (not a kura server?)"
+            );
+        }
+        Ok(line.trim_end().to_string())
+    }
+}
+
+fn connect(server: &str) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for address in server.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("the name has no address")))
+}
