@@ -503,3 +503,49 @@ fn a_delayed_flush_does_not_fire_once_the_server_is_a_replica() {
     engine.maintain();
     assert_eq!(get(&engine, b"k").map(|found| found.0), Some(b"v".to_vec()));
 }
+
+/// A snapshot sent to a replica that reads slowly holds the log; once
+/// what was appended meanwhile passes `--log-retention-max`, the snapshot
+/// fails (the replica asks again) rather than keep the log for ever.
+#[test]
+fn a_snapshot_read_too_slowly_lets_the_log_go_past_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = DiskStore::open(kura_store::DiskConfig {
+        map_size: 256 << 20,
+        reserve_bytes: 0,
+        log_retention_max: 1 << 20,
+        ..kura_store::DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let value = vec![b'v'; 1000];
+    // Many writes, then one wait for them all.
+    let write = |prefix: &str, count: usize| {
+        for n in 0..count {
+            let key = format!("{prefix}:{n}");
+            let command = kura_store::StoreCommand {
+                mode: StoreMode::Set,
+                key: key.as_bytes(),
+                value: &value,
+                flags: 0,
+                expiry: 0,
+                compare_cas: None,
+                stale_if_older: false,
+            };
+            master.store(&command, &AckFence::default());
+        }
+        master.wait_until_all_applied();
+    };
+    write("before", 3000);
+    let mut parts = 0;
+    let sent = master.snapshot(&mut |part| {
+        if matches!(part, SnapshotPart::Records(_)) {
+            parts += 1;
+            // Clients write while the replica is slow to read.
+            write(&format!("during:{parts}"), 2000);
+        }
+        Ok(())
+    });
+    let error = sent.err().expect("the snapshot fails");
+    assert!(error.to_string().contains("--log-retention-max"), "{error}");
+    assert!(parts >= 1 && parts < 3, "{parts} parts sent");
+}

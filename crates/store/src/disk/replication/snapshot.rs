@@ -29,6 +29,13 @@ impl Inner {
         // Before the transaction: the segments holding what follows the
         // snapshot (and the values it points to) stay until it is sent.
         let _hold = self.journal.hold_history();
+        let (segment, len, _) = self.journal.current_end();
+        // Every part waits for the replica: one that reads too slowly must
+        // not keep the whole log on disk.
+        let send = &mut |part: SnapshotPart<'_>| {
+            self.snapshot_may_go_on((segment, len))?;
+            send(part)
+        };
         let txn = self.env.read_txn().map_err(io::Error::other)?;
         let at = applied_position(&self.meta, &txn).map_err(io::Error::other)?;
         let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(io::Error::other)?;
@@ -82,6 +89,32 @@ impl Inner {
         drop(txn);
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
+    }
+}
+
+impl Inner {
+    /// Whether a snapshot that began where the log ended at `(segment,
+    /// len)` may hold the log on: not once what was appended since passes
+    /// `--log-retention-max` (as for a lagging replica's hold), nor while
+    /// the disk is short of room.
+    fn snapshot_may_go_on(&self, (segment, len): (u64, u64)) -> io::Result<()> {
+        if self.health.is_out_of_space() {
+            return Err(io::Error::other(
+                "the disk is short of room: the snapshot lets the log go",
+            ));
+        }
+        let (current, current_len, _) = self.journal.current_end();
+        let older: u64 = (self.journal.older_segments().iter())
+            .filter(|older| (segment..current).contains(&older.number))
+            .map(|older| older.len)
+            .sum();
+        let held = (older + current_len).saturating_sub(len);
+        if held > self.config.log_retention_max {
+            return Err(io::Error::other(format!(
+                "the log appended while the snapshot was sent ({held} bytes) passed --log-retention-max: the replica reads too slowly"
+            )));
+        }
+        Ok(())
     }
 }
 
