@@ -22,8 +22,10 @@ use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
 use crate::disk::Inner;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
-/// How often a waiting feed looks at the journal again.
-const POLL: Duration = Duration::from_millis(1);
+/// The longest a waiting feed sleeps before it looks at the journal again:
+/// every append wakes it sooner (an append that decides no write, a flush
+/// alone, does not).
+const POLL: Duration = Duration::from_millis(50);
 /// Bytes read from a segment at once.
 const READ_CHUNK: usize = 1 << 20;
 
@@ -383,6 +385,8 @@ impl LogFeed for Feed {
     fn next_group(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
         let deadline = Instant::now() + wait;
         loop {
+            // Read before looking: an append after it ends the wait below.
+            let decided = self.inner.acks.decided();
             let bound = self.inner.journal.last_lsn();
             match self.look()? {
                 Some(framed) => match self.record_at(framed) {
@@ -405,10 +409,11 @@ impl LogFeed for Feed {
                     }
                 }
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Ok(None);
             }
-            std::thread::sleep(POLL);
+            self.inner.acks.wait(decided + 1, POLL.min(deadline - now));
         }
     }
 
