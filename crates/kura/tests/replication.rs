@@ -986,3 +986,44 @@ fn a_server_told_to_follow_itself_goes_on_taking_writes() {
         "{stats:?}"
     );
 }
+
+/// An acknowledgement of more than the replica was sent does not count:
+/// its lag stays what it is.
+#[test]
+fn a_replica_cannot_acknowledge_past_what_it_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _master = serve(&dir.path().join("master"), port, &[]);
+    let mut client = Client::connect(port);
+    for n in 0..5 {
+        assert_eq!(
+            client.call(format!("set k{n} 0 0 1\r\nv\r\n").as_bytes()),
+            "STORED"
+        );
+    }
+    let mut link = Client::connect(port);
+    assert!(link.call(b"replicate 99 none\r\n").starts_with("SNAPSHOT"));
+    link.writer
+        .write_all(&kura_proto::replication::ack(u64::MAX))
+        .unwrap();
+    let last: u64 = client.stats("replication")["repl_lsn"].parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = client.lines("replicas\r\n");
+        let replica = lines.iter().find(|line| line.starts_with("REPLICA id=99"));
+        if let Some(line) = replica {
+            let acked: u64 = line
+                .split(' ')
+                .find_map(|field| field.strip_prefix("lsn="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(acked <= last, "{line}: past the master's {last}");
+            if line.contains("state=streaming") {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "{lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -20,6 +20,10 @@ use crate::Shared;
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 /// The longest a write to a replica may wait for it to read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Groups a replica may leave unacknowledged (the master remembers each,
+/// for its lag): far more than the socket buffers hold of a replica that
+/// takes what it reads.
+const MAX_UNACKED_GROUPS: usize = 1_000_000;
 
 /// Serves a replica on `stream` (a kura replica's `replicate` line, or a
 /// Tokyo Tyrant slave's `repl`, asked for it) until it goes or the server
@@ -144,7 +148,7 @@ fn feed(
                 .replication
                 .snapshots_sent
                 .fetch_add(1, Ordering::Relaxed);
-            link.acknowledge(at.lsn);
+            link.snapshot_sent(at.lsn);
             feed
         }
     };
@@ -179,6 +183,11 @@ fn feed(
                 frame.clear();
                 indexes_sent = Some(indexes);
             }
+        }
+        if link.unacked_groups() >= MAX_UNACKED_GROUPS {
+            return Err(io::Error::other(format!(
+                "the replica acknowledged none of {MAX_UNACKED_GROUPS} groups"
+            )));
         }
         match feed.next_group(HEARTBEAT_EVERY)? {
             Some(group) => {

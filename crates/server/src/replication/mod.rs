@@ -97,7 +97,21 @@ impl ReplicaLink {
             .push_back((last_lsn, micros, bytes as u64));
     }
 
+    /// A snapshot up to `lsn` went out whole: the replica holds it.
+    fn snapshot_sent(&self, lsn: u64) {
+        self.sent.store(lsn, Ordering::Release);
+        self.acknowledge(lsn);
+    }
+
+    /// Groups sent and not acknowledged.
+    fn unacked_groups(&self) -> usize {
+        self.unacked.lock().len()
+    }
+
+    /// The replica holds every entry up to `lsn` (no further than what it
+    /// was sent: an acknowledgement past it would hide its lag).
     fn acknowledge(&self, lsn: u64) {
+        let lsn = lsn.min(self.sent.load(Ordering::Acquire));
         self.acked.fetch_max(lsn, Ordering::AcqRel);
         let mut unacked = self.unacked.lock();
         while unacked.front().is_some_and(|(last, _, _)| *last <= lsn) {
