@@ -32,6 +32,9 @@ pub(super) const SAME_RANK: &str =
 const SPEAKS_TOKYO_TYRANT: &str = "the master speaks Tokyo Tyrant's replication";
 /// The wait before connecting again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Connections in a row that kura's hello leaves unanswered before a master
+/// of unknown protocol is taken for a ttserver.
+const UNANSWERED_FOR_TOKYO_TYRANT: u32 = 3;
 
 pub(super) fn start(
     shared: Arc<Shared>,
@@ -126,13 +129,18 @@ fn follow_once(
     let answer = match read_answer(&mut reader, stopped) {
         Ok(answer) => answer,
         // A ttserver answers a line it does not know with nothing: it
-        // closes, or keeps silent.
-        Err(_) if link.protocol() == MasterProtocol::Either && !stopped() => {
+        // closes, or keeps silent, every time.
+        Err(error) if link.protocol() == MasterProtocol::Either && !stopped() => {
+            let unanswered = link.unanswered.fetch_add(1, Ordering::AcqRel) + 1;
+            if unanswered < UNANSWERED_FOR_TOKYO_TYRANT {
+                return Err(error);
+            }
             link.set_protocol(MasterProtocol::TokyoTyrant);
             return Err(SPEAKS_TOKYO_TYRANT.to_string());
         }
         Err(error) => return Err(error),
     };
+    link.unanswered.store(0, Ordering::Release);
     // A group holds every write of one append: allow more than one item.
     let max_frame = shared.config.max_item_size.saturating_mul(64).max(1 << 30);
     let mut payload = Vec::new();

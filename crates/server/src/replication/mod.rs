@@ -168,6 +168,9 @@ pub struct MasterLink {
     pub kind: LinkKind,
     /// How it is followed; `Either` until the master has answered.
     protocol: Mutex<MasterProtocol>,
+    /// Under `Either`: connections in a row that got no answer to kura's
+    /// hello (a ttserver's way) — one alone may be the network's.
+    unanswered: AtomicU32,
     state: AtomicU8,
     master_id: AtomicU32,
     /// The newest entry taken here (appended), and its time.
@@ -191,6 +194,7 @@ impl MasterLink {
             master,
             kind,
             protocol: Mutex::new(protocol),
+            unanswered: AtomicU32::new(0),
             state: AtomicU8::new(LinkState::Connecting as u8),
             master_id: AtomicU32::new(0),
             taken: AtomicU64::new(0),
