@@ -123,6 +123,7 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "--sync", "interval=soon"],
         &["serve", "--map-size", "1k"],
         &["serve", "--disk-reserve", "plenty"],
+        &["serve", "--map-size", "100m", "--disk-reserve", "200m"],
         &["serve", "--log-values-from", "large"],
         &["serve", "--engine", "disk", "-m", "8"],
         &[
@@ -136,6 +137,7 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-o", "no_such_option"],
         &["serve", "-l", "not-an-address"],
         &["serve", "-p", "99999"],
+        &["serve", "-p", "0"],
         &["serve", "--engine", "disk", "-e", "/tmp/kura-memory-file"],
     ] {
         let output = run_kura(args);
@@ -1215,4 +1217,46 @@ fn shutdown_graceful_keeps_the_items_for_a_warm_restart() {
         request_line(&mut stream, b"mg kept f v\r\n").unwrap(),
         "VA 2 f3\r\n"
     );
+}
+
+/// `-p -1` takes a port from the system, and the start line names the one
+/// bound, which answers.
+#[test]
+fn the_start_line_names_the_ports_bound() {
+    let work = tempfile::tempdir().unwrap();
+    let mut child = Command::new(KURA)
+        .args([
+            "serve",
+            "--engine",
+            "memory",
+            "-p",
+            "-1",
+            "--tyrant-port",
+            "-1",
+        ])
+        .current_dir(work.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let places = line
+        .strip_prefix("kura: serving on ")
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("{line}"));
+    let (memcached, tyrant) = places.split_once(", tyrant ").expect(&line);
+    for addr in [memcached, tyrant] {
+        let addr: SocketAddr = addr.parse().expect(&line);
+        assert_ne!(addr.port(), 0, "{line}");
+    }
+    assert_ne!(memcached, tyrant, "{line}");
+    let mut stream = TcpStream::connect(memcached).unwrap();
+    stream.write_all(b"version\r\n").unwrap();
+    let mut reply = [0; 8];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"VERSION ");
+    let _ = child.kill();
+    let _ = child.wait();
 }

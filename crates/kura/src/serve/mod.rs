@@ -420,6 +420,12 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     let tyrant_port = port_flag(args.tyrant_port, "--tyrant-port")?;
     let hs_read_port = port_flag(args.hs_read_port, "--hs-read-port")?;
     let hs_write_port = port_flag(args.hs_write_port, "--hs-write-port")?;
+    let other_ports = [udp_port, tyrant_port, hs_read_port, hs_write_port];
+    if tcp_port.is_none() && args.unix_socket.is_none() && other_ports.iter().all(Option::is_none) {
+        return Err(usage(
+            "nothing to listen on: -p 0 with no -s, -U, --tyrant-port or --hs-*-port",
+        ));
+    }
     let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
@@ -469,6 +475,14 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
                 return Err(usage("--map-size must be at least 16m"));
             }
             let reserve = parse_size(&args.disk_reserve, MIB, "--disk-reserve")?;
+            // The reserve is kept in LMDB's map too: one as large as the
+            // map would refuse every write.
+            if reserve >= map_size {
+                return Err(usage(format!(
+                    "--disk-reserve ({}) must be smaller than --map-size ({})",
+                    args.disk_reserve, args.map_size
+                )));
+            }
             let log_values_from = parse_size(&args.log_values_from, 1, "--log-values-from")?;
             if memory_limit < 16 * MIB {
                 return Err(usage("-m: the disk engine needs at least 16m"));
@@ -749,7 +763,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         Some((path, memory)) => warm_start(path, memory)?,
         None => None,
     };
-    let serving = serving_line(&resolved, restored);
+    let serving = ServingLine::before_start(&resolved, restored);
     // Caught from before the port opens: a client (or test) that signals
     // as soon as it can connect must get a clean stop, not the default
     // action's death.
@@ -764,7 +778,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if let Some(user) = &args.user {
         drop_privileges(user)?;
     }
-    eprintln!("kura: {serving}");
+    eprintln!("kura: {}", serving.after_start(&handle));
     if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
         write_port_file(Path::new(&path), &handle).context("writing MEMCACHED_PORT_FILENAME")?;
     }
@@ -838,54 +852,86 @@ fn write_port_file(path: &Path, handle: &kura_server::ServerHandle) -> std::io::
     std::fs::rename(&temporary, path)
 }
 
-/// The one line a start prints: where, which engine, where the data is,
-/// what a warm restart brought back, and the memory limit.
-fn serving_line(resolved: &Resolved, restored: Option<Loaded>) -> String {
-    let server = &resolved.server;
-    let mut places: Vec<String> = server
-        .listen
-        .iter()
-        .map(|l| {
-            let addr = std::net::SocketAddr::new(l.ip, l.port.unwrap_or(server.port));
-            let tls = if server.tls.is_some() && !l.no_tls {
-                " (TLS)"
-            } else {
-                ""
-            };
-            format!("{addr}{tls}")
-        })
-        .collect();
-    if let Some(path) = &server.unix_socket {
-        places.push(path.display().to_string());
-    }
-    if let Some(port) = server.udp_port {
-        places.push(format!("udp {port}"));
-    }
-    let storage = match &resolved.disk {
-        Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
-        None => match (&server.memory_file, restored) {
-            (Some(file), None) => format!(
-                "memory engine, kept in {} on graceful restart",
-                file.display()
+/// The one line a start prints: where (the addresses bound, so `-p -1`
+/// shows its port), which engine, where the data is, what a warm restart
+/// brought back, and the memory limit.
+struct ServingLine {
+    /// Whether each `-l` listener speaks TLS, in order.
+    tls: Vec<bool>,
+    unix_socket: Option<PathBuf>,
+    /// Engine, data and memory limit.
+    storage: String,
+}
+
+impl ServingLine {
+    fn before_start(resolved: &Resolved, restored: Option<Loaded>) -> ServingLine {
+        let server = &resolved.server;
+        let tls = (server.listen.iter())
+            .map(|l| server.tls.is_some() && !l.no_tls)
+            .collect();
+        let storage = match &resolved.disk {
+            Some(disk) => format!("disk engine, data in {}", disk.dir.display()),
+            None => match (&server.memory_file, restored) {
+                (Some(file), None) => format!(
+                    "memory engine, kept in {} on graceful restart",
+                    file.display()
+                ),
+                (Some(file), Some(loaded)) => format!(
+                    "memory engine, kept in {} on graceful restart ({} items restored, {} expired while stopped{})",
+                    file.display(),
+                    loaded.restored,
+                    loaded.expired,
+                    match loaded.dropped {
+                        0 => String::new(),
+                        n => format!(", {n} over the memory limit"),
+                    }
+                ),
+                (None, _) => "memory engine".to_string(),
+            },
+        };
+        ServingLine {
+            tls,
+            unix_socket: server.unix_socket.clone(),
+            storage: format!(
+                "{storage}; memory limit {} MiB",
+                resolved.memory.limit_bytes / MIB
             ),
-            (Some(file), Some(loaded)) => format!(
-                "memory engine, kept in {} on graceful restart ({} items restored, {} expired while stopped{})",
-                file.display(),
-                loaded.restored,
-                loaded.expired,
-                match loaded.dropped {
-                    0 => String::new(),
-                    n => format!(", {n} over the memory limit"),
-                }
-            ),
-            (None, _) => "memory engine".to_string(),
-        },
-    };
-    format!(
-        "serving on {}; {storage}; memory limit {} MiB",
-        places.join(", "),
-        resolved.memory.limit_bytes / MIB
-    )
+        }
+    }
+
+    fn after_start(&self, handle: &kura_server::ServerHandle) -> String {
+        let others: Vec<_> = (handle.tyrant_addr().into_iter())
+            .chain(
+                [false, true]
+                    .map(|write| handle.handlersocket_addr(write))
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        let tcp: Vec<_> = (handle.tcp_addrs().iter())
+            .filter(|addr| !others.contains(addr))
+            .collect();
+        // One bound address per `-l` listener; TLS as the listener says.
+        let tls = |n: usize| tcp.len() == self.tls.len() && self.tls[n];
+        let mut places: Vec<String> = (tcp.iter().enumerate())
+            .map(|(n, addr)| format!("{addr}{}", if tls(n) { " (TLS)" } else { "" }))
+            .collect();
+        places.extend(
+            self.unix_socket
+                .iter()
+                .map(|path| path.display().to_string()),
+        );
+        places.extend(handle.udp_addrs().iter().map(|addr| format!("udp {addr}")));
+        places.extend(handle.tyrant_addr().map(|addr| format!("tyrant {addr}")));
+        for (write, name) in [(false, "handlersocket read"), (true, "handlersocket write")] {
+            places.extend(
+                handle
+                    .handlersocket_addr(write)
+                    .map(|addr| format!("{name} {addr}")),
+            );
+        }
+        format!("serving on {}; {}", places.join(", "), self.storage)
+    }
 }
 
 fn init_logging(verbosity: u8) {
