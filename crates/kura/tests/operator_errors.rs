@@ -378,3 +378,29 @@ fn the_admin_and_query_clients_stop_at_a_bound_on_what_a_server_sends() {
         "did not reply within 1 s",
     );
 }
+
+#[test]
+fn a_bench_against_a_port_where_nothing_listens_fails() {
+    // A port taken and let go: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = fails(
+        &[
+            "bench",
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "1s",
+            "--quiet",
+        ],
+        "answered no request",
+    );
+    assert!(
+        stderr(&output).contains("connrefused"),
+        "{}",
+        stderr(&output)
+    );
+}

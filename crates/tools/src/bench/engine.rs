@@ -507,8 +507,10 @@ impl<'w> Generator<'w> {
                     }
                     self.mark_connected(key);
                 }
-                Ok(_) => return,
-                Err(e) => {
+                // Not connected yet.
+                Ok(None) => return,
+                // The connect failed (refused, unreachable).
+                Ok(Some(e)) | Err(e) => {
                     let client = conn.client;
                     self.fail_client(client, error_kind(&e));
                     return;

@@ -496,6 +496,19 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let name = load.name.clone().unwrap_or_else(|| load.server.clone());
     let (run, measured) = measure(&name, &workload, load.quiet)?;
     print!("{}", summary::mcperf_summary(&workload, &measured));
+    if measured.responses == 0 {
+        let errors: Vec<String> = (measured.errors.iter())
+            .map(|(kind, count)| format!("{count} {kind}"))
+            .collect();
+        return Err(BenchError::Io(std::io::Error::other(format!(
+            "{} answered no request ({})",
+            load.server,
+            match errors.is_empty() {
+                true => "no error seen".to_string(),
+                false => errors.join(", "),
+            }
+        ))));
+    }
     let report = Report {
         title: format!("kura bench against {}", load.server),
         command,
