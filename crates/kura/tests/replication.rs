@@ -1027,3 +1027,74 @@ fn a_replica_cannot_acknowledge_past_what_it_was_sent() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A Tokyo Tyrant master that sends, from any time, two `putcat`
+/// messages at once (a run redone in one append): `a` small, `b` of
+/// `large` bytes; then no-operations.
+fn fake_tyrant_master_of_a_run(large: usize) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut request = [0; 14];
+                if stream.read_exact(&mut request).is_err() || request[..2] != [0xC8, 0xA0] {
+                    return;
+                }
+                let _ = stream.write_all(&7u32.to_be_bytes());
+                let mut messages = Vec::new();
+                for (micros, key, value) in
+                    [(1000, b"a", vec![b'x']), (1001, b"b", vec![b'y'; large])]
+                {
+                    let mut body = vec![0xC8, 0x12];
+                    body.extend_from_slice(&1u32.to_be_bytes());
+                    body.extend_from_slice(&(value.len() as u32).to_be_bytes());
+                    body.extend_from_slice(key);
+                    body.extend_from_slice(&value);
+                    body.push(0);
+                    kura_proto::tyrant_repl::message(micros, 7, &body, &mut messages);
+                }
+                let _ = stream.write_all(&messages);
+                while stream.write_all(&[kura_proto::tyrant_repl::NOP]).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A run of messages is redone whole or not at all: one this server
+/// cannot redo (a value past its `-I`) stops the link before any of the
+/// run is taken, and the position stays before it.
+#[test]
+fn a_tokyo_tyrant_run_with_a_message_that_cannot_be_redone_is_not_taken_in_part() {
+    let master = fake_tyrant_master_of_a_run(2 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _replica = serve(
+        &dir.path().join("replica"),
+        port,
+        &[
+            "-I".to_string(),
+            "1m".to_string(),
+            "--replica-of".to_string(),
+            format!("tyrant:127.0.0.1:{master}"),
+        ],
+    );
+    let mut replica = Client::connect(port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = replica.stats("replication");
+        if stats
+            .get("repl_master_error")
+            .is_some_and(|error| error.contains("cannot be redone here"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(replica.gets("a"), None, "part of the run was taken");
+}

@@ -91,32 +91,45 @@ impl Message {
     }
 }
 
+/// The request a message was, as bytes `tyrant::parse` reads; `None` if
+/// it is not one.
+fn request_bytes(body: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let request = body.get(..body.len().checked_sub(1)?)?;
+    // A logged `misc` lacks the request's options field.
+    Some(match tyrant_repl::parse(body) {
+        Some(Change::Misc { name, args }) => {
+            let mut out = Vec::new();
+            tyrant::compose(
+                &mut out,
+                &Request::Misc {
+                    name,
+                    opts: 0,
+                    args,
+                },
+            );
+            std::borrow::Cow::Owned(out)
+        }
+        _ => std::borrow::Cow::Borrowed(request),
+    })
+}
+
+/// Whether a message is a request this server can redo (a value larger
+/// than `-I` is not).
+fn redoable(ctx: &Context<'_>, body: &[u8]) -> bool {
+    request_bytes(body).is_some_and(|request| {
+        matches!(
+            tyrant::parse(&request, ctx.shared.config.max_item_size),
+            tyrant::Parse::Done { .. }
+        )
+    })
+}
+
 /// Redoes a message as the request it was; false if it is not one.
 fn redo(ctx: &Context<'_>, body: &[u8], scratch: &mut Vec<u8>) -> bool {
-    let Some(request) = body.get(..body.len().saturating_sub(1)) else {
+    let Some(request) = request_bytes(body) else {
         return false;
     };
-    // A logged `misc` lacks the request's options field.
-    let rebuilt;
-    let request = match tyrant_repl::parse(body) {
-        Some(Change::Misc { name, args }) => {
-            rebuilt = {
-                let mut out = Vec::new();
-                tyrant::compose(
-                    &mut out,
-                    &Request::Misc {
-                        name,
-                        opts: 0,
-                        args,
-                    },
-                );
-                out
-            };
-            &rebuilt[..]
-        }
-        _ => request,
-    };
-    match tyrant::parse(request, ctx.shared.config.max_item_size) {
+    match tyrant::parse(&request, ctx.shared.config.max_item_size) {
         tyrant::Parse::Done { request, .. } => {
             scratch.clear();
             crate::exec::tyrant::execute(&request, ctx, scratch);
@@ -209,7 +222,7 @@ fn take(
             // catch up.
             let message = &group[start];
             if !redo(ctx, &message.body, scratch) {
-                return Err("a message the master sent is not a request".to_string());
+                return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
             }
             let micros = message.micros;
             if !replication.one_append(&mut || keep_position(shared, micros)) {
@@ -222,16 +235,20 @@ fn take(
             .iter()
             .position(|message| !message.groups())
             .map_or(group.len(), |at| start + at);
-        let mut failed = false;
+        // All or none of the run: a position kept past a message not redone
+        // would skip it for good.
+        if !group[start..end]
+            .iter()
+            .all(|message| redoable(ctx, &message.body))
+        {
+            return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
+        }
         let appended = replication.one_append(&mut || {
             for message in &group[start..end] {
-                failed |= !redo(ctx, &message.body, scratch);
+                redo(ctx, &message.body, scratch);
             }
             keep_position(shared, group[end - 1].micros);
         });
-        if failed {
-            return Err("a message the master sent is not a request".to_string());
-        }
         if !appended {
             return Err("cannot append to the update log".to_string());
         }
