@@ -176,3 +176,35 @@ fn a_trickled_head_is_read_whole_and_an_endless_one_refused() {
     let _ = endless.write_all(&head);
     assert_eq!(read_reply(&mut endless, false).0, 431);
 }
+
+/// A concatenation that would grow the value past the item size limit is
+/// 413, as a put of that size is, not a server error.
+#[test]
+fn a_concatenation_past_the_item_size_limit_is_413() {
+    let server = TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            max_item_size: 1024,
+            ..ServerConfig::default()
+        },
+        MemoryConfig {
+            max_value_bytes: 1024,
+            ..MemoryConfig::default()
+        },
+    );
+    let mut s = connect(&server);
+    let put = |s: &mut TcpStream, mode: &str, body: &str| {
+        http(
+            s,
+            &format!(
+                "PUT /k HTTP/1.1\r\n{mode}Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+        .0
+    };
+    assert_eq!(put(&mut s, "", &"a".repeat(1000)), 201);
+    assert_eq!(put(&mut s, "X-TT-PDMODE: 2\r\n", &"b".repeat(24)), 201);
+    assert_eq!(put(&mut s, "X-TT-PDMODE: 2\r\n", "c"), 413);
+    assert_eq!(http(&mut s, "GET /k HTTP/1.1\r\n\r\n").1.len(), 1024);
+}

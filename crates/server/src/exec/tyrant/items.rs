@@ -101,7 +101,13 @@ impl KeyValues for Items<'_> {
                         }
                     }
                 }
-                RowOutcome::Failed
+                // The append was refused because the value would grow past
+                // `-I`, not lost in a race.
+                let max = self.ctx.shared.config.max_item_size;
+                match self.get(key) {
+                    Some(old) if old.len() + value.len() > max => RowOutcome::TooLarge,
+                    _ => RowOutcome::Failed,
+                }
             }
         }
     }
