@@ -68,7 +68,9 @@ impl CommandClient {
     }
 }
 
-fn connect(server: &str) -> std::io::Result<TcpStream> {
+/// A connection to `server` (`host:port`), each of its addresses tried
+/// within [`CONNECT_TIMEOUT`].
+pub fn connect(server: &str) -> std::io::Result<TcpStream> {
     let mut last = None;
     for address in server.to_socket_addrs()? {
         match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {

@@ -1,26 +1,25 @@
-//! A connection's wait for a line end. A long line sent a few bytes at a
-//! time is searched once rather than again from its start at every read;
-//! the session still sees it each time it has doubled, so that the limits
-//! on a line's length (memcached's 2,048 bytes for all but a multi-get, an
-//! HTTP head's cap, the request size) are kept, at most twice as late.
+//! A connection's wait for a line end. A text line longer than memcached's
+//! limit (2,048 bytes) that the session still waits for is a multi-get, and
+//! nothing but its line end can change that: it is searched once rather
+//! than again from its start at every read. Shorter lines, and anything
+//! else, are served at every read as they come (an HTTP head, whose parser
+//! may refuse a byte or a length before any line end, is never skipped).
+
+use kura_proto::MAX_LINE_LEN;
 
 #[derive(Debug, Default)]
 pub struct LineWait {
-    /// The input holds no line end up to here (0: not known).
+    /// The input holds no line end up to here, and the session waits for
+    /// one past memcached's line limit (0: not so).
     scanned: usize,
-    /// The input's length when the session last waited for a line end.
-    served_at: usize,
 }
 
 impl LineWait {
     /// Whether `input`, grown from `start` bytes by a read, can go on
-    /// waiting without being served: no line end came, and it has not
-    /// doubled since the session last saw it.
+    /// waiting without being served: the session waited on all of it
+    /// before, and the read brought no line end.
     pub fn still_waiting(&mut self, input: &[u8], start: usize) -> bool {
-        let waiting = start > 0
-            && self.scanned == start
-            && input.len() < 2 * self.served_at
-            && !input[start..].contains(&b'\n');
+        let waiting = start > 0 && self.scanned == start && !input[start..].contains(&b'\n');
         if waiting {
             self.scanned = input.len();
         }
@@ -28,19 +27,14 @@ impl LineWait {
     }
 
     /// The session served `input` and left it; `awaits_line`: it used none
-    /// of it and waits for a line end.
+    /// of it and waits for a line end whatever else comes.
     pub fn served(&mut self, input: &[u8], awaits_line: bool) {
-        *self = match awaits_line && !input.contains(&b'\n') {
-            true => LineWait {
-                scanned: input.len(),
-                served_at: input.len(),
-            },
-            false => LineWait::default(),
-        };
+        let waits = awaits_line && input.len() > MAX_LINE_LEN && !input.contains(&b'\n');
+        self.scanned = if waits { input.len() } else { 0 };
     }
 
     pub fn forget(&mut self) {
-        *self = LineWait::default();
+        self.scanned = 0;
     }
 
     /// Whether all of `input` is known to hold no line end.
@@ -54,22 +48,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_line_is_searched_once_until_it_doubles() {
+    fn a_multi_get_past_the_line_limit_is_searched_once() {
         let mut wait = LineWait::default();
         let mut input = b"get ".to_vec();
-        input.extend_from_slice(&[b'k'; 96]);
+        input.resize(MAX_LINE_LEN, b'k');
+        // Within the limit: served at every read (the session may yet
+        // refuse a line that is no multi-get).
         wait.served(&input, true);
-        assert!(wait.holds_no_line(&input));
-        // Grown by reads without a line end: no serve until 200 bytes.
-        for _ in 0..99 {
-            let start = input.len();
-            input.push(b'k');
-            assert!(wait.still_waiting(&input, start));
-        }
+        assert!(!wait.holds_no_line(&input));
         let start = input.len();
         input.push(b'k');
-        assert!(!wait.still_waiting(&input, start), "doubled: served again");
+        assert!(!wait.still_waiting(&input, start));
+        // Past it, still waited for: a multi-get, until its line end.
         wait.served(&input, true);
+        assert!(wait.holds_no_line(&input));
+        for _ in 0..1000 {
+            let start = input.len();
+            input.extend_from_slice(b" key");
+            assert!(wait.still_waiting(&input, start));
+        }
         let start = input.len();
         input.extend_from_slice(b"\r\n");
         assert!(!wait.still_waiting(&input, start), "a line end: served");
@@ -78,11 +75,14 @@ mod tests {
     #[test]
     fn nothing_is_skipped_unless_the_session_waited_for_a_line() {
         let mut wait = LineWait::default();
-        // A binary request, or a line already whole (a value to come).
-        wait.served(b"\x80\x01", false);
-        assert!(!wait.still_waiting(b"\x80\x01\x00", 2));
-        wait.served(b"set k 0 0 5\r\nab", true);
-        assert!(!wait.still_waiting(b"set k 0 0 5\r\nabc", 15));
+        let long = vec![b'x'; MAX_LINE_LEN + 1];
+        // A binary request, an HTTP head, or a line already whole.
+        wait.served(&long, false);
+        assert!(!wait.still_waiting(&[&long[..], b"x"].concat(), long.len()));
+        let mut set = b"set k 0 0 5000\r\n".to_vec();
+        set.resize(MAX_LINE_LEN + 10, b'v');
+        wait.served(&set, true);
+        assert!(!wait.still_waiting(&[&set[..], b"v"].concat(), set.len()));
         wait.forget();
         assert!(!wait.holds_no_line(b"x"));
     }

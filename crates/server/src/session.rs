@@ -108,15 +108,16 @@ impl Session {
         self.closed_on_error
     }
 
-    /// Whether the request at the front of `input` is complete only once a
-    /// line end has come (text and meta commands, HandlerSocket, an HTTP
-    /// head), rather than when its header's length has (binary protocols).
+    /// Whether the request at the front of `input` is decided only by a line
+    /// end once it is past memcached's line limit (text and meta commands,
+    /// HandlerSocket): not a binary request, whose header gives its length,
+    /// nor an HTTP head, which may be refused before its line end.
     pub fn awaits_line(&self, input: &[u8]) -> bool {
         let Some(&first) = input.first() else {
             return false;
         };
         match self.tyrant_port {
-            true => first != tyrant::MAGIC,
+            true => first != tyrant::MAGIC && !tyrant_http::starts_request(input),
             false => self.protocol.unwrap_or_else(|| detect_protocol(first)) != Protocol::Binary,
         }
     }

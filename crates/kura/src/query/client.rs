@@ -2,14 +2,12 @@
 //! over one connection.
 
 use std::io::{BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::bail;
 use kura_proto::tyrant::{compose, Request};
 
-/// How long a connection to the server may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes one reply may hold: what a query lists is kept in
 /// memory to be printed.
 const MAX_REPLY_BYTES: u64 = 1 << 30;
@@ -22,21 +20,13 @@ pub struct Tyrant {
 
 impl Tyrant {
     pub fn connect(address: &str, timeout: Option<Duration>) -> anyhow::Result<Tyrant> {
-        let mut last = None;
-        for socket in address.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&socket, CONNECT_TIMEOUT) {
-                Ok(stream) => {
-                    stream.set_read_timeout(timeout)?;
-                    return Ok(Tyrant {
-                        reader: BufReader::new(stream.try_clone()?),
-                        writer: stream,
-                        timeout,
-                    });
-                }
-                Err(error) => last = Some(error),
-            }
-        }
-        Err(last.map_or_else(|| anyhow::anyhow!("{address} has no address"), Into::into))
+        let stream = crate::command_client::connect(address)?;
+        stream.set_read_timeout(timeout)?;
+        Ok(Tyrant {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+            timeout,
+        })
     }
 
     /// A `misc` call: whether it succeeded, and its list.

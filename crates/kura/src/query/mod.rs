@@ -159,8 +159,6 @@ pub fn run_table(args: TableArgs) -> Result<(), Failure> {
     report_check(&mut std::io::stdout().lock(), &problems)
 }
 
-/// Prints what disagrees between a table's indexes and its rows; an error
-/// when anything does.
 /// A stopped server's data directory, which a check may open (and so
 /// replay its log into, as a restart would); never a backup, whose files
 /// its manifest's checksums cover.
@@ -180,6 +178,8 @@ fn check_data_dir(dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Prints what disagrees between a table's indexes and its rows; an error
+/// when anything does.
 fn report_check(out: &mut impl Write, problems: &[Vec<u8>]) -> Result<(), Failure> {
     for problem in problems {
         writeln!(out, "{}", String::from_utf8_lossy(problem)).map_err(anyhow::Error::from)?;

@@ -184,15 +184,15 @@ fn feed(
                 indexes_sent = Some(indexes);
             }
         }
-        if link.unacked_groups() >= MAX_UNACKED_GROUPS {
-            return Err(io::Error::other(format!(
-                "the replica acknowledged none of {MAX_UNACKED_GROUPS} groups"
-            )));
-        }
         match feed.next_group(HEARTBEAT_EVERY)? {
             Some(group) => {
                 wire::encode(Frame::Group(&group.bytes), &mut frame);
-                link.sent_group(group.last_lsn, group.micros, frame.len());
+                let unacked = link.sent_group(group.last_lsn, group.micros, frame.len());
+                if unacked > MAX_UNACKED_GROUPS {
+                    return Err(io::Error::other(format!(
+                        "the replica acknowledged none of {MAX_UNACKED_GROUPS} groups"
+                    )));
+                }
             }
             None => {
                 let last = feed.last_position();

@@ -30,6 +30,8 @@ pub(super) const SAME_RANK: &str =
     "the peer's server id and this one's are equal modulo 4096 (their stamps' rank): give one another --server-id";
 /// Why a link to a master of unknown protocol ends: it is a ttserver.
 const SPEAKS_TOKYO_TYRANT: &str = "the master speaks Tokyo Tyrant's replication";
+/// Groups taken between two acknowledgements at most.
+const ACK_EVERY_GROUPS: usize = 1000;
 /// The wait before connecting again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Connections in a row that kura's hello leaves unanswered before a master
@@ -67,11 +69,15 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
                 tracing::error!(master = %link.master, "{error}: not following it");
                 *link.last_error.lock() = error;
                 // Taking writes again if it did before: no master serves it.
+                // Under the lock `follow` changes the role under, so that a
+                // newer master's read-only state is not undone.
+                let following = shared.replication.following.lock();
                 if !stopped() && link.kind == LinkKind::Master {
                     if let Some(replication) = shared.store.replication() {
                         replication.set_read_only(link.read_only_before);
                     }
                 }
+                drop(following);
                 break;
             }
             if !stopped() {
@@ -151,6 +157,7 @@ fn follow_once(
     }
     let answer = wire::parse_answer(&answer);
     if let MasterAnswer::Stream { master } | MasterAnswer::Snapshot { master, .. } = answer {
+        link.answered();
         link.master_id.store(master, Ordering::Relaxed);
         if master == replication.server_id() {
             // Its own feed would answer; a snapshot of itself would clear it.
@@ -189,6 +196,7 @@ fn follow_once(
         link.taken_to(position.lsn, position.micros);
     }
     let mut unacknowledged = None;
+    let mut unacknowledged_groups = 0;
     let mut position_kept = Instant::now();
     loop {
         let kind = read_frame(&mut reader, &mut payload, max_frame, stopped)?;
@@ -211,6 +219,7 @@ fn follow_once(
                     .fetch_add(1, Ordering::Relaxed);
                 link.taken_to(at.lsn, at.micros);
                 unacknowledged = Some(at.lsn);
+                unacknowledged_groups += 1;
             }
             Frame::Heartbeat { lsn, micros } => link.heard(lsn, micros),
             // A peer's tables are its own.
@@ -227,10 +236,12 @@ fn follow_once(
             other => return Err(format!("an unexpected frame from the master: {other:?}")),
         }
         // Once everything received is taken (appended here): one acknowledgement for a
-        // burst of groups.
-        if reader.buffer().is_empty() {
+        // burst of groups; and every so many groups of a long one, since the buffer
+        // may never be empty at a frame's end while a backlog streams in.
+        if reader.buffer().is_empty() || unacknowledged_groups >= ACK_EVERY_GROUPS {
             if let Some(lsn) = unacknowledged.take() {
                 writer.write_all(&wire::ack(lsn)).map_err(io_error)?;
+                unacknowledged_groups = 0;
             }
         }
     }

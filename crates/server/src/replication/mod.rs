@@ -90,22 +90,18 @@ impl ReplicaLink {
         self.acked.load(Ordering::Acquire)
     }
 
-    fn sent_group(&self, last_lsn: u64, micros: u64, bytes: usize) {
+    /// Returns the groups now sent and not acknowledged.
+    fn sent_group(&self, last_lsn: u64, micros: u64, bytes: usize) -> usize {
         self.sent.store(last_lsn, Ordering::Release);
-        self.unacked
-            .lock()
-            .push_back((last_lsn, micros, bytes as u64));
+        let mut unacked = self.unacked.lock();
+        unacked.push_back((last_lsn, micros, bytes as u64));
+        unacked.len()
     }
 
     /// A snapshot up to `lsn` went out whole: the replica holds it.
     fn snapshot_sent(&self, lsn: u64) {
         self.sent.store(lsn, Ordering::Release);
         self.acknowledge(lsn);
-    }
-
-    /// Groups sent and not acknowledged.
-    fn unacked_groups(&self) -> usize {
-        self.unacked.lock().len()
     }
 
     /// The replica holds every entry up to `lsn` (no further than what it
@@ -207,10 +203,14 @@ impl MasterLink {
         }
     }
 
-    /// A new connection to the master: what was heard from it before
-    /// (perhaps another server at the same address) no longer counts.
     fn connecting(&self) {
         self.set_state(LinkState::Connecting);
+    }
+
+    /// The master answered a new connection: what was heard from the one
+    /// before (perhaps another server at the same address) no longer
+    /// counts. Until then the lag stays what it was.
+    fn answered(&self) {
         self.master_last.store(0, Ordering::Release);
         self.master_micros.store(0, Ordering::Release);
     }

@@ -66,6 +66,16 @@ impl Items<'_> {
             });
         found
     }
+
+    /// The length of the key's value, if it has one.
+    fn value_len(&self, key: &[u8]) -> Option<usize> {
+        let mut len = None;
+        let store = &self.ctx.shared.store;
+        store.get(key, &GetOptions::default(), &self.ctx.fence, &mut |item| {
+            len = Some(item.value.len())
+        });
+        len
+    }
 }
 
 impl KeyValues for Items<'_> {
@@ -104,8 +114,8 @@ impl KeyValues for Items<'_> {
                 // The append was refused because the value would grow past
                 // `-I`, not lost in a race.
                 let max = self.ctx.shared.config.max_item_size;
-                match self.get(key) {
-                    Some(old) if old.len() + value.len() > max => RowOutcome::TooLarge,
+                match self.value_len(key) {
+                    Some(len) if len + value.len() > max => RowOutcome::TooLarge,
                     _ => RowOutcome::Failed,
                 }
             }
