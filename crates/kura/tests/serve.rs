@@ -137,7 +137,6 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-o", "no_such_option"],
         &["serve", "-l", "not-an-address"],
         &["serve", "-p", "99999"],
-        &["serve", "-p", "0"],
         &["serve", "--engine", "disk", "-e", "/tmp/kura-memory-file"],
     ] {
         let output = run_kura(args);

@@ -420,12 +420,6 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     let tyrant_port = port_flag(args.tyrant_port, "--tyrant-port")?;
     let hs_read_port = port_flag(args.hs_read_port, "--hs-read-port")?;
     let hs_write_port = port_flag(args.hs_write_port, "--hs-write-port")?;
-    let other_ports = [udp_port, tyrant_port, hs_read_port, hs_write_port];
-    if tcp_port.is_none() && args.unix_socket.is_none() && other_ports.iter().all(Option::is_none) {
-        return Err(usage(
-            "nothing to listen on: -p 0 with no -s, -U, --tyrant-port or --hs-*-port",
-        ));
-    }
     let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
@@ -930,7 +924,12 @@ impl ServingLine {
                     .map(|addr| format!("{name} {addr}")),
             );
         }
-        format!("serving on {}; {}", places.join(", "), self.storage)
+        // memcached runs with every port off (`-p 0`) too.
+        let places = match places.is_empty() {
+            true => "no port".to_string(),
+            false => places.join(", "),
+        };
+        format!("serving on {places}; {}", self.storage)
     }
 }
 
