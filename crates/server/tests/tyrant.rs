@@ -7,23 +7,12 @@ use std::io::{Read, Write};
 
 use kura_proto::tyrant::{compose, pack_double, PutMode, Request};
 use kura_server::ServerConfig;
-use kura_store::MemoryConfig;
-use support::tyrant::{call, connect, iterate, put, stat};
+use support::tyrant::{call, connect, iterate, memory_server, put, stat};
 use support::TestServer;
-
-fn server() -> TestServer {
-    TestServer::with(
-        ServerConfig {
-            tyrant_port: Some(0),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    )
-}
 
 #[test]
 fn records_are_put_read_and_removed_as_ttserver_answers() {
-    let server = server();
+    let server = memory_server();
     let mut s = connect(&server);
     assert_eq!(call(&mut s, &put(PutMode::Put, b"foo", b"hop"), 1), [0]);
     assert_eq!(
@@ -66,7 +55,7 @@ fn records_are_put_read_and_removed_as_ttserver_answers() {
 
 #[test]
 fn putshl_keeps_the_tail_and_counters_are_native_numbers() {
-    let server = server();
+    let server = memory_server();
     let mut s = connect(&server);
     let shl = |value: &'static [u8], width| Request::PutShl {
         key: b"log",
@@ -127,7 +116,7 @@ fn putshl_keeps_the_tail_and_counters_are_native_numbers() {
 
 #[test]
 fn prefixes_and_the_iterator_list_keys_in_byte_order() {
-    let server = server();
+    let server = memory_server();
     let mut s = connect(&server);
     for key in [&b"user:2"[..], b"user:10", b"item:1", b"user:1"] {
         assert_eq!(call(&mut s, &put(PutMode::Put, key, b"v"), 1), [0]);
@@ -151,7 +140,7 @@ fn prefixes_and_the_iterator_list_keys_in_byte_order() {
 
 #[test]
 fn misc_lists_stat_and_vanish() {
-    let server = server();
+    let server = memory_server();
     let mut s = connect(&server);
     let misc = |name: &'static [u8], args: Vec<&'static [u8]>| Request::Misc {
         name,
@@ -186,7 +175,7 @@ fn misc_lists_stat_and_vanish() {
 
 #[test]
 fn the_tyrant_port_speaks_memcached_text_too_over_the_same_records() {
-    let server = server();
+    let server = memory_server();
     let mut s = connect(&server);
     assert_eq!(
         call(&mut s, &put(PutMode::Put, b"shared", b"value"), 1),
@@ -202,7 +191,7 @@ fn the_tyrant_port_speaks_memcached_text_too_over_the_same_records() {
 
 #[test]
 fn a_malformed_request_closes_the_connection_without_a_reply() {
-    let server = server();
+    let server = memory_server();
     for bytes in [
         &b"\xc8\x99"[..],                                  // no such command
         b"\xc8\x30\x7f\xff\xff\xff",                       // a key larger than an item

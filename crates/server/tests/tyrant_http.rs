@@ -9,7 +9,7 @@ use std::net::TcpStream;
 
 use kura_server::{ServerConfig, TyrantDatabase};
 use kura_store::MemoryConfig;
-use support::tyrant::connect;
+use support::tyrant::{connect, memory_server};
 use support::TestServer;
 
 /// Reads one HTTP reply: its status, and its body (by Content-Length).
@@ -33,17 +33,6 @@ fn read_reply(stream: &mut TcpStream, head_only: bool) -> (u16, Vec<u8>) {
     (status, body)
 }
 
-/// A memory engine serving Tokyo Tyrant's protocols on a port of its own.
-fn tyrant_server() -> TestServer {
-    TestServer::with(
-        ServerConfig {
-            tyrant_port: Some(0),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    )
-}
-
 fn http(stream: &mut TcpStream, request: &str) -> (u16, Vec<u8>) {
     stream.write_all(request.as_bytes()).unwrap();
     read_reply(stream, request.starts_with("HEAD"))
@@ -51,7 +40,7 @@ fn http(stream: &mut TcpStream, request: &str) -> (u16, Vec<u8>) {
 
 #[test]
 fn records_are_read_written_and_removed_over_http() {
-    let server = tyrant_server();
+    let server = memory_server();
     let mut s = connect(&server);
     assert_eq!(http(&mut s, "GET /nope HTTP/1.1\r\n\r\n"), (404, vec![]));
     assert_eq!(
@@ -152,7 +141,7 @@ fn a_table_record_over_http_is_its_columns() {
 /// than the cap on a head is answered 431 and the connection closed.
 #[test]
 fn a_trickled_head_is_read_whole_and_an_endless_one_refused() {
-    let server = tyrant_server();
+    let server = memory_server();
     let mut s = connect(&server);
     // The longest key, and a head of 5 KB.
     let key = "k".repeat(250);

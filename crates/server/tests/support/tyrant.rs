@@ -5,8 +5,23 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use kura_proto::tyrant::{compose, PutMode, Request};
+use kura_server::ServerConfig;
+use kura_store::MemoryConfig;
 
 use super::TestServer;
+
+/// A memory engine that serves Tokyo Tyrant's protocols on a port of its
+/// own.
+#[allow(dead_code)]
+pub fn memory_server() -> TestServer {
+    TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    )
+}
 
 /// A connection to the server's tyrant port.
 pub fn connect(server: &TestServer) -> TcpStream {

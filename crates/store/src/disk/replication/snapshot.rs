@@ -90,9 +90,7 @@ impl Inner {
         let feed = Feed::open_at_group_after(self, at)?;
         Ok((at, feed))
     }
-}
 
-impl Inner {
     /// Whether a snapshot that began where the log ended at `(segment,
     /// len)` may hold the log on: not once what was appended since passes
     /// `--log-retention-max` (as for a lagging replica's hold), nor while
