@@ -9,28 +9,20 @@
 use std::io;
 use std::time::Duration;
 
-pub use crate::disk::LogPosition;
+pub use crate::log_position::LogPosition;
 use kura_table::IndexKind;
 
 /// One group of the master's log, ready to send.
 #[derive(Debug, Clone)]
 pub struct FedGroup {
     /// The head record, then the entries, as the master's segment holds
-    /// them.
+    /// them (`disk::history::group_changes` reads them back).
     pub bytes: Vec<u8>,
     pub last_lsn: u64,
     /// When the master appended it (µs since the Unix epoch).
     pub micros: u64,
     /// The server that took its writes.
     pub origin: u32,
-}
-
-impl FedGroup {
-    /// The group's changes, read back (for a stream in another format:
-    /// Tokyo Tyrant's).
-    pub fn changes(&self) -> std::io::Result<Vec<crate::disk::history::Change>> {
-        crate::disk::history::group_changes(&self.bytes)
-    }
 }
 
 /// Why a master cannot feed a replica from its position: it must take a

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use kura_proto::tyrant_repl;
-use kura_store::disk::history::Change;
+use kura_store::disk::history::{group_changes, Change};
 use kura_store::replication::Replication;
 
 use super::{LinkState, LinkStream, ReplicaLink};
@@ -48,7 +48,7 @@ pub(super) fn feed(
         out.clear();
         if let Some(group) = feed.next_group(NOP_EVERY)? {
             if group.origin != slave {
-                for change in group.changes()? {
+                for change in group_changes(&group.bytes)? {
                     if let Some(body) = body_of(database, &change) {
                         tyrant_repl::message(group.micros, group.origin, &body, &mut out);
                     }

@@ -7,13 +7,14 @@
 use std::sync::atomic::Ordering;
 use std::thread;
 
-use super::log_format::{self, GroupHead, Location, LogPosition, Record};
+use super::log_format::{self, GroupHead, Location, Record};
 use super::pending::{Batch, Pending};
 use super::record::{Header, Space};
 use super::space::is_enospc;
 use super::threads::IDLE_TICK;
 use super::{Inner, SyncPolicy};
 use crate::clock::unix_micros;
+use crate::log_position::LogPosition;
 
 /// What the writer has journalled and the applier has not taken. The writer
 /// holds this lock from its append until the group is in `logged`, and the

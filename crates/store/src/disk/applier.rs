@@ -14,11 +14,11 @@ use heed::RwTxn;
 
 use super::change::{Old, Write};
 use super::compactor::{Compaction, COMPACT_RETRY};
-use super::log_format::LogPosition;
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
 use super::space::is_out_of_space;
 use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
+use crate::log_position::LogPosition;
 
 /// The longest journalled writes wait for LMDB while the engine is busy.
 /// Under sustained random writes a longer round shares LMDB's pages among

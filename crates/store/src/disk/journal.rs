@@ -34,10 +34,11 @@ use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
-use super::log_format::{decode, Location, LogPosition, Record, FRAME};
+use super::log_format::{decode, Location, Record, FRAME};
 use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
+use crate::log_position::LogPosition;
 
 /// The longest record an append writes: the largest value, with its key
 /// and header. A frame or pointer that claims more is damage, and no read

@@ -1,6 +1,6 @@
 //! The update log's records, byte by byte: how a record is framed,
 //! checksummed, encoded and decoded, how a segment's entries are numbered,
-//! and the positions of records and entries ([`Location`], [`LogPosition`]).
+//! and where a record starts ([`Location`]).
 //! [`journal`](super::journal) keeps them in segment files.
 //!
 //! Record: `len u32 LE | crc32 u32 LE | body`, the body being
@@ -14,6 +14,8 @@
 //! numbered from that LSN on. Moves are the compactor's and no entries. A
 //! torn or corrupt record ends a segment's replay: only a power loss
 //! leaves one, and only under a policy that allows losing the last writes.
+
+use crate::log_position::LogPosition;
 
 const PUT: u8 = 1;
 const REMOVE: u8 = 2;
@@ -44,7 +46,7 @@ impl Location {
     }
 }
 
-/// Two u64s little-endian: a [`Location`] or a [`LogPosition`] as stored.
+/// Two u64s little-endian: a [`Location`], or a group head's LSN and time.
 pub(super) fn encode_pair(first: u64, second: u64) -> [u8; 16] {
     let mut out = [0; 16];
     out[..8].copy_from_slice(&first.to_le_bytes());
@@ -253,56 +255,6 @@ pub fn decode_checked(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
         _ => return None,
     };
     Some((record, FRAME + len))
-}
-
-/// An entry's place in the update log's order: its LSN and its group's
-/// time.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub struct LogPosition {
-    pub lsn: u64,
-    /// µs since the Unix epoch.
-    pub micros: u64,
-}
-
-impl LogPosition {
-    pub fn encode(&self) -> [u8; 16] {
-        encode_pair(self.lsn, self.micros)
-    }
-
-    pub fn decode(bytes: &[u8]) -> Option<LogPosition> {
-        let (lsn, micros) = decode_pair(bytes)?;
-        Some(LogPosition { lsn, micros })
-    }
-}
-
-/// As operators read it: `LSN 12 (2026-11-30T03:16:26.500743Z)`.
-impl std::fmt::Display for LogPosition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LSN {} ({})", self.lsn, format_micros(self.micros))
-    }
-}
-
-/// µs since the epoch as RFC 3339 in UTC, to the microsecond.
-pub fn format_micros(micros: u64) -> String {
-    let nanos = i128::from(micros) * 1000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|time| {
-            time.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("@{micros}µs"))
 }
 
 #[cfg(test)]

@@ -78,8 +78,8 @@ use crate::{
     StoreCommand, StoreOutcome, StoreStats,
 };
 
+pub use crate::log_position::{format_micros, LogPosition};
 pub use config::{DiskConfig, MultiPrimary};
-pub use log_format::{format_micros, LogPosition};
 pub use open::OpenError;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;

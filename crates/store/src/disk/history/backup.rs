@@ -27,8 +27,9 @@ use sha2::{Digest, Sha256};
 use crate::disk::history;
 use crate::disk::io::Io;
 use crate::disk::journal;
-use crate::disk::log_format::{LogPosition, Numbering};
+use crate::disk::log_format::Numbering;
 use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
+use crate::log_position::LogPosition;
 
 pub const MANIFEST: &str = "manifest.json";
 pub const DATA_FILE: &str = "data.mdb";

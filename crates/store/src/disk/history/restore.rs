@@ -22,9 +22,9 @@ use super::backup::{self, io_error, BackupError};
 use crate::disk::history::{self, LogPoint, Values};
 use crate::disk::io::OsIo;
 use crate::disk::journal;
-use crate::disk::log_format::LogPosition;
 use crate::disk::record::{self, Header};
 use crate::disk::{in_log, log_live, DiskConfig, DiskStore};
+use crate::log_position::LogPosition;
 
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq, Eq)]

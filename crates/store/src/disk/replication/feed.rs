@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use crate::disk::io::Io;
 use crate::disk::journal;
-use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
+use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::Inner;
+use crate::log_position::LogPosition;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
 
 /// The longest a waiting feed sleeps before it looks at the journal again:

@@ -17,10 +17,11 @@ use std::sync::atomic::Ordering;
 use kura_table::Record as Row;
 
 use super::replica::{group_of, key_fits, records};
-use crate::disk::log_format::{LogPosition, Record};
+use crate::disk::log_format::Record;
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Header, Keyed, Space};
 use crate::disk::{Inner, WriteFailed};
+use crate::log_position::LogPosition;
 use crate::replication::{BaseLoad, PeerTaken, PeerTally, SnapshotPart};
 use crate::stamp;
 use crate::{AckFence, RowEdit, RowOutcome};

@@ -20,11 +20,12 @@ use parking_lot::MutexGuard;
 
 use crate::disk::appender::JournalHeld;
 use crate::disk::change::Write;
-use crate::disk::log_format::{self, GroupHead, LogPosition, Record};
+use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Counts, Keyed, Space};
 use crate::disk::tables::{indexes, rows};
 use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
+use crate::log_position::LogPosition;
 use crate::replication::{BaseLoad, SnapshotPart};
 
 /// `meta` key: present while a snapshot is being loaded.

@@ -12,10 +12,11 @@ use std::io;
 use std::sync::Arc;
 
 use super::feed::Feed;
-use crate::disk::log_format::{self, LogPosition, Record};
+use crate::disk::log_format::{self, Record};
 use crate::disk::record::Header;
 use crate::disk::tables::indexes;
 use crate::disk::{applied_position, in_log, log_read_failed, Inner};
+use crate::log_position::LogPosition;
 use crate::replication::SnapshotPart;
 
 /// Bytes of records sent in one part.
