@@ -1323,6 +1323,55 @@ fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
     recovers(dir.path(), &kept);
 }
 
+/// A record damaged in the middle of the log ends the replay there, as a
+/// torn append does: the open goes on with what came before it and says
+/// how much it dropped (`log_replay_dropped_bytes`), rather than hide it.
+#[test]
+fn a_damaged_record_ends_the_replay_and_the_bytes_dropped_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let written = fill(&store, 40, 1000);
+    assert_eq!(engine_stat(&store, "disk_applied_writes"), "0");
+    io.crash();
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    // The segment the writes went to (the newest may be empty).
+    let segment = (std::fs::read_dir(dir.path()).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| is_segment(path))
+        .max_by_key(|path| std::fs::metadata(path).unwrap().len())
+        .expect("a segment");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // The record that holds the middle byte: flip a bit of its body.
+    let middle = bytes.len() as u64 / 2;
+    let mut start = 0u64;
+    loop {
+        let len = u32::from_le_bytes(bytes[start as usize..][..4].try_into().unwrap()) as u64;
+        if start + 8 + len > middle {
+            break;
+        }
+        start += 8 + len;
+    }
+    bytes[start as usize + 8] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+    let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
+    assert_eq!(
+        engine_stat(&store, "log_replay_dropped_bytes"),
+        (bytes.len() as u64 - start).to_string()
+    );
+    let kept: Vec<_> = (written.iter())
+        .filter(|(key, value)| get(&store, key).as_ref() == Some(*value))
+        .collect();
+    assert!(
+        !kept.is_empty() && kept.len() < written.len(),
+        "{} of {} kept",
+        kept.len(),
+        written.len()
+    );
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
+}
+
 /// An open that cannot commit for want of space names the full disk
 /// (LMDB's own words would be an errno), and opens once there is room.
 #[test]

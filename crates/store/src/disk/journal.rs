@@ -78,9 +78,17 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
+/// What a replay of a segment read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replayed {
+    pub records: usize,
+    /// Bytes after the last whole record: a torn append, or damage.
+    pub unread: u64,
+}
+
 /// Calls `visit` with each intact record of segment `number` (at `path`),
 /// where it starts and its framed length, in order, until it fails; returns
-/// how many there were. Reads one record at a time, through `io`: a segment
+/// how many there were, and what was left unread. Reads one record at a time, through `io`: a segment
 /// can hold a quarter of the memory budget. The segment ends at its end or
 /// at its first record that is not whole (a torn append); a read that fails
 /// is an error, not an end: the records after it were acknowledged.
@@ -89,7 +97,7 @@ pub fn replay<E: From<io::Error>>(
     path: &Path,
     number: u64,
     mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
-) -> Result<usize, E> {
+) -> Result<Replayed, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let segment = SegmentReader {
@@ -138,11 +146,10 @@ pub fn replay<E: From<io::Error>>(
         at.offset += frame.len() as u64;
         count += 1;
     }
-    if at.offset < size {
-        // A torn record.
-        tracing::debug!(path = %path.display(), at = at.offset, len = size, "journal segment replayed up to an invalid record");
-    }
-    Ok(count)
+    Ok(Replayed {
+        records: count,
+        unread: size - at.offset,
+    })
 }
 
 /// A segment read front to back through the seam, up to the size it had
@@ -607,7 +614,7 @@ mod tests {
             Ok::<_, io::Error>(())
         })
         .unwrap();
-        assert_eq!(count, seen.len());
+        assert_eq!(count.records, seen.len());
         seen
     }
 

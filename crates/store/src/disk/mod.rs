@@ -210,6 +210,8 @@ struct Counters {
     resident_trims: AtomicU64,
     /// Apply rounds that read their keys' pages first (LMDB outgrew `-m`).
     prefetched_rounds: AtomicU64,
+    /// Bytes of the log the replay at open dropped: torn or damaged records.
+    replay_dropped_bytes: AtomicU64,
     /// Peers' writes taken (newer here), and discarded (older than the
     /// key's write here: conflicts resolved).
     peer_taken: AtomicU64,

@@ -307,7 +307,7 @@ impl Inner {
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
             let io = &*self.config.io;
-            let records = journal::replay(io, path, *number, |record, here, framed| {
+            let replayed = journal::replay(io, path, *number, |record, here, framed| {
                 if let Some((lsn, head)) = numbering.number(&record) {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
                         return Ok(());
@@ -357,11 +357,28 @@ impl Inner {
             self.commit_counted(txn, &mut counts, Some((*number, last)))?;
             self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
-            tracing::info!(segment = number, records, "replayed journal segment");
+            tracing::info!(
+                segment = number,
+                records = replayed.records,
+                "replayed journal segment"
+            );
+            self.report_unread(*number, replayed.unread, last);
         }
         self.config.io.sync_data(&self.env)?;
         // `applied` (where LMDB stood), or the last segment replayed.
         self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
         Ok(())
+    }
+
+    /// Says what a segment's replay left unread: bytes after its last whole
+    /// record, a torn append (written, and not all on disk when the power
+    /// went: the last writes, which `--sync batch` and `none` may lose) or
+    /// damage. The entries in them are not replayed; `stats kura` counts
+    /// their bytes.
+    fn report_unread(&self, segment: u64, unread: u64, last: LogPosition) {
+        if unread > 0 {
+            (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
+            tracing::warn!(segment, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
+        }
     }
 }

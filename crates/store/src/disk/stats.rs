@@ -62,6 +62,10 @@ impl Inner {
             stat("disk_resident_bytes", process_resident_bytes().unwrap_or(0)),
             stat("disk_resident_trims", load(&counters.resident_trims)),
             stat("disk_prefetched_rounds", load(&counters.prefetched_rounds)),
+            stat(
+                "log_replay_dropped_bytes",
+                load(&counters.replay_dropped_bytes),
+            ),
         ]
     }
 }
