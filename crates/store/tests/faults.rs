@@ -484,13 +484,9 @@ fn write_until_refused(
     acknowledged.into_inner().unwrap()
 }
 
-/// A directory whose 40 acknowledged writes are only in its log (a power
-/// cut came before any round), opened on a disk with `fault`: the error
-/// the open fails with, and what was acknowledged.
-fn failed_open_after_a_power_cut(
-    dir: &Path,
-    fault: fn(&mut Faults),
-) -> (String, BTreeMap<Vec<u8>, Vec<u8>>) {
+/// Writes 40 keys to `dir`, acknowledged, and cuts the power before any
+/// round: they are only in the log. Returns what was acknowledged.
+fn only_in_the_log_after_a_power_cut(dir: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let io = FaultyIo::new(dir);
     let store = open(dir, SyncPolicy::Always, io.clone());
     let kept = fill(&store, 40, 1000);
@@ -502,6 +498,16 @@ fn failed_open_after_a_power_cut(
     io.crash();
     drop(store);
     io.cut_power(Torn::Nothing);
+    kept
+}
+
+/// [`only_in_the_log_after_a_power_cut`], opened on a disk with `fault`:
+/// the error the open fails with, and what was acknowledged.
+fn failed_open_after_a_power_cut(
+    dir: &Path,
+    fault: fn(&mut Faults),
+) -> (String, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let kept = only_in_the_log_after_a_power_cut(dir);
     let faulty = FaultyIo::new(dir);
     faulty.set(fault);
     let error = DiskStore::open(config(dir, SyncPolicy::Always, faulty))
@@ -1329,13 +1335,7 @@ fn a_failed_read_while_replaying_fails_the_open_instead_of_dropping_writes() {
 #[test]
 fn a_damaged_record_ends_the_replay_and_the_bytes_dropped_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let io = FaultyIo::new(dir.path());
-    let store = open(dir.path(), SyncPolicy::Always, io.clone());
-    let written = fill(&store, 40, 1000);
-    assert_eq!(engine_stat(&store, "disk_applied_writes"), "0");
-    io.crash();
-    drop(store);
-    io.cut_power(Torn::Nothing);
+    let written = only_in_the_log_after_a_power_cut(dir.path());
     // The segment the writes went to (the newest may be empty).
     let segment = (std::fs::read_dir(dir.path()).unwrap())
         .map(|entry| entry.unwrap().path())
