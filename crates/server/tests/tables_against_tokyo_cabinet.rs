@@ -215,6 +215,7 @@ fn expression(rng: &mut SmallRng, operator: Operator) -> String {
             }
             parts.join(" ")
         }
+        Unknown => word(rng).into(),
     }
 }
 
@@ -291,6 +292,9 @@ fn random_case(rng: &mut SmallRng, path: &str) -> Case {
             name = "BOGUS".into();
         } else if rng.random_bool(0.05) {
             name = (operator as i64).to_string();
+        } else if rng.random_bool(0.03) {
+            // A code Tokyo Cabinet does not know, negated or not.
+            name = (19 + rng.random_range(0..2) * 16777216).to_string();
         } else if rng.random_bool(0.2) {
             name = format!("{}{name}", ["~", "!", "!+", "+"].choose(rng).unwrap());
         }

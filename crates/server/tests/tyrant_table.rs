@@ -111,6 +111,31 @@ fn records_are_columns_and_the_binary_commands_answer_as_ttserver_does() {
         call(&mut s, &Request::Get { key: b"n" }, 5 + 6),
         b"\0\0\0\0\x06_num\x007"
     );
+    // Both add as doubles, as Tokyo Cabinet's tctdbaddnumber does: an
+    // addint keeps a fraction, and a sum past int's range is stored whole
+    // (the reply is C's (int) of it: INT_MIN on x86).
+    let add_one = Request::AddInt {
+        key: b"n",
+        delta: 1,
+    };
+    assert_eq!(
+        call(&mut s, &put(PutMode::Put, b"n", b"_num\x002.5"), 1),
+        [0]
+    );
+    assert_eq!(call(&mut s, &add_one, 5), b"\0\0\0\0\x03");
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"n" }, 5 + 8),
+        b"\0\0\0\0\x08_num\x003.5"
+    );
+    assert_eq!(
+        call(&mut s, &put(PutMode::Put, b"n", b"_num\x003000000000"), 1),
+        [0]
+    );
+    assert_eq!(call(&mut s, &add_one, 5), b"\0\x80\0\0\0");
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"n" }, 5 + 15),
+        b"\0\0\0\0\x0f_num\x003000000001"
+    );
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [0]);
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [1]);
     // stat says what the database is.

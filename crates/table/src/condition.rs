@@ -30,6 +30,9 @@ pub enum Operator {
     FtsAnd = 16,
     FtsOr = 17,
     FtsEx = 18,
+    /// A numeric code Tokyo Cabinet does not know: its condition is kept
+    /// and never holds (negated, it always does).
+    Unknown = 19,
 }
 
 /// `TDBQCNEGATE`: the condition holds where the operator does not.
@@ -88,6 +91,7 @@ impl Operator {
             Operator::FtsAnd => "FTSAND",
             Operator::FtsOr => "FTSOR",
             Operator::FtsEx => "FTSEX",
+            Operator::Unknown => "UNKNOWN",
         }
     }
 
@@ -95,7 +99,8 @@ impl Operator {
     /// negates, then `+` turns the index off, then a name (any case, with
     /// Tokyo Cabinet's aliases) or a numeric code (which may carry the
     /// flags itself). Returns the operator and its flags; `None` for an
-    /// unknown one, which Tokyo Cabinet then ignores with its condition.
+    /// unknown name or a negative code, which Tokyo Cabinet then ignores
+    /// with its condition. A code it does not know is [`Operator::Unknown`].
     pub fn parse(text: &str) -> Option<(Operator, i64)> {
         let mut rest = text;
         let mut flags = 0;
@@ -129,9 +134,9 @@ impl Operator {
             "FTSOR" => Operator::FtsOr,
             "FTSEX" => Operator::FtsEx,
             _ => {
-                let code = parse_c_int(rest)?;
+                let code = parse_c_int(rest).filter(|&code| code >= 0)?;
                 flags |= code & (NEGATE | NO_INDEX);
-                Operator::from_code(code & !(NEGATE | NO_INDEX))?
+                Operator::from_code(code & !(NEGATE | NO_INDEX)).unwrap_or(Operator::Unknown)
             }
         };
         Some((operator, flags))
@@ -239,6 +244,7 @@ impl Condition {
             Operator::FtsPh | Operator::FtsAnd | Operator::FtsOr | Operator::FtsEx => {
                 self.full_text_holds(value)
             }
+            Operator::Unknown => false,
         }
     }
 
@@ -404,6 +410,19 @@ mod tests {
             Some((Operator::StrBw, NEGATE))
         );
         assert_eq!(Operator::parse("BOGUS"), None);
+        assert_eq!(Operator::parse("-5"), None);
+    }
+
+    #[test]
+    fn a_code_tokyo_cabinet_does_not_know_never_holds_and_negated_always_does() {
+        assert_eq!(Operator::parse("19"), Some((Operator::Unknown, 0)));
+        assert_eq!(
+            Operator::parse(&(1 << 26).to_string()),
+            Some((Operator::Unknown, 0))
+        );
+        assert!(!check("19", "x", "x"));
+        assert!(!check("99", "", "anything"));
+        assert!(check(&(16777216 + 19).to_string(), "x", "x"));
     }
 
     #[test]

@@ -504,8 +504,9 @@ fn compare(op: &[u8], row: Option<&[u8]>, value: Option<&[u8]>) -> bool {
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
+        // As numbers when both are (-0 equals 0; a NaN compares as bytes).
         (Some(row), Some(value)) => match (as_number(row), as_number(value)) {
-            (Some(a), Some(b)) => a.total_cmp(&b),
+            (Some(a), Some(b)) => a.partial_cmp(&b).unwrap_or_else(|| row.cmp(value)),
             _ => row.cmp(value),
         },
     };
@@ -585,6 +586,12 @@ mod tests {
     #[test]
     fn filters_compare_numbers_as_numbers_and_null_lowest() {
         assert!(compare(b">", Some(b"10"), Some(b"9")));
+        assert!(compare(b"=", Some(b"-0"), Some(b"0")));
+        assert!(!compare(b"<", Some(b"-0"), Some(b"0")));
+        assert!(
+            !compare(b"=", Some(b"NaN"), Some(b"nan")),
+            "a NaN compares as bytes"
+        );
         assert!(compare(b"<", Some(b"abc"), Some(b"abd")));
         assert!(compare(b"=", None, None));
         assert!(compare(b">", Some(b""), None));

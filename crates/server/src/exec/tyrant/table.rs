@@ -75,14 +75,11 @@ pub fn execute(
                 None => reply::status(out, false),
             }
         }
-        Request::AddInt { key, delta } => {
-            let sum = db.add_number(key, f64::from(*delta), true);
-            match sum {
-                Some(sum) => reply::int(out, sum as i32),
-                None => reply::status(out, false),
-            }
-        }
-        Request::AddDouble { key, delta } => match db.add_number(key, *delta, false) {
+        Request::AddInt { key, delta } => match db.add_number(key, f64::from(*delta)) {
+            Some(sum) => reply::int(out, c_int(sum)),
+            None => reply::status(out, false),
+        },
+        Request::AddDouble { key, delta } => match db.add_number(key, *delta) {
             Some(sum) => reply::double(out, sum),
             None => reply::status(out, false),
         },
@@ -263,9 +260,10 @@ impl Db<'_> {
     }
 
     /// `addint`/`adddouble` on a table: the column `_num` of the row (made
-    /// if missing) grows by `delta`, atomically; integers are stored as
-    /// `%d`, doubles as `%f` without trailing zeros, as Tokyo Cabinet does.
-    fn add_number(&self, key: &[u8], delta: f64, integer: bool) -> Option<f64> {
+    /// if missing) grows by `delta`, atomically. Both add as doubles and
+    /// store `%f` without trailing zeros, as Tokyo Cabinet's
+    /// `tctdbaddnumber` does (an `addint` to `2.5` makes `3.5`).
+    fn add_number(&self, key: &[u8], delta: f64) -> Option<f64> {
         let mut sum = None;
         let outcome = self.tables.modify_row(
             self.table,
@@ -273,20 +271,11 @@ impl Db<'_> {
             &mut |current| {
                 let mut row = current.unwrap_or_else(|| Record::new(key));
                 let old = row.columns.iter().find(|(n, _)| n == b"_num");
-                let old = old.map_or(0.0, |(_, value)| number::parse(value));
-                let new = if integer {
-                    (old as i32).wrapping_add(delta as i32) as f64
-                } else {
-                    old + delta
-                };
+                let new = old.map_or(0.0, |(_, value)| number::parse(value)) + delta;
                 if new.is_nan() {
                     return RowEdit::Leave;
                 }
-                let text = if integer {
-                    format!("{}", new as i32)
-                } else {
-                    trim_fraction(format!("{new:.6}"))
-                };
+                let text = trim_fraction(format!("{new:.6}"));
                 row.put(b"_num", text.as_bytes());
                 sum = Some(new);
                 RowEdit::Put(row)
@@ -331,6 +320,16 @@ impl Matches<'_> {
         self.query
             .matches_needed()
             .is_none_or(|needed| self.rows.len() < needed)
+    }
+}
+
+/// A sum as `addint` answers it: C's `(int)` of the double, which x86
+/// makes `INT_MIN` when the sum is out of `int`'s range.
+fn c_int(sum: f64) -> i32 {
+    if sum > -2_147_483_649.0 && sum < 2_147_483_648.0 {
+        sum as i32
+    } else {
+        i32::MIN
     }
 }
 
