@@ -379,4 +379,13 @@ fn ranges_over_values_cut_in_a_lexical_index_compare_the_values_whole() {
     assert_eq!(find(&mut hs, b"<", b'c'), b"0\t1\tka\n");
     assert_eq!(find(&mut hs, b"<=", b'd'), b"0\t1\tkc\tka\n");
     assert_eq!(find(&mut hs, b"=", b'c'), b"0\t1\tkc\n");
+    // A search value of exactly 480 bytes is not cut, but the longer values
+    // under its key are greater than it.
+    let whole = vec![b'x'; 480];
+    assert_eq!(hs.call(&[b"0", b"+", b"2", b"kx", &whole]), b"0\t1\t0\n");
+    let find = |hs: &mut Hs, op: &[u8]| hs.call(&[b"1", op, b"1", &whole, b"10"]);
+    assert_eq!(find(&mut hs, b">"), b"0\t1\tka\tkc\tke\n");
+    assert_eq!(find(&mut hs, b"<="), b"0\t1\tkx\n");
+    assert_eq!(find(&mut hs, b"<"), b"0\t1\n");
+    assert_eq!(find(&mut hs, b"="), b"0\t1\tkx\n");
 }

@@ -363,17 +363,17 @@ impl Table<'_> {
         // first row, `<`, `<=` and `=` find nothing.
         let key = value.map(|value| self.key_of(value));
         // A lexical key is its value cut at a NUL or at its 480th byte, and
-        // stands for every value cut to it: from a cut key, `>` and `<`
-        // start at the key itself and rows are told apart by their values.
-        let cut =
-            matches!(self.open.index, Some((_, IndexKind::Lexical))) && key.as_deref() != value;
+        // stands for every value cut to it (the search value's, and longer
+        // ones): `>` and `<` start at the key itself, and the rows under it
+        // are told apart by their values.
+        let lexical = matches!(self.open.index, Some((_, IndexKind::Lexical)));
         let (start, descending) = match (op, &key) {
             (b"<" | b"<=" | b"=", None) => return true,
             (_, None) => (Bound::Unbounded, false),
             (b"=" | b">=", Some(key)) => (Bound::Included(&key[..]), false),
-            (b">", Some(key)) if !cut => (Bound::Excluded(&key[..]), false),
+            (b">", Some(key)) if !lexical => (Bound::Excluded(&key[..]), false),
             (b">", Some(key)) => (Bound::Included(&key[..]), false),
-            (b"<", Some(key)) if !cut => (Bound::Excluded(&key[..]), true),
+            (b"<", Some(key)) if !lexical => (Bound::Excluded(&key[..]), true),
             (_, Some(key)) => (Bound::Included(&key[..]), true),
         };
         let exact = op == b"=";
@@ -412,7 +412,7 @@ impl Table<'_> {
                 if exact && !value.is_some_and(|value| self.equals(&row, value)) {
                     return true;
                 }
-                if cut && key.as_deref() == Some(found) && !self.beyond(&row, op, value) {
+                if lexical && key.as_deref() == Some(found) && !self.beyond(&row, op, value) {
                     return true;
                 }
                 visit(row)
