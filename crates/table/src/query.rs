@@ -250,8 +250,10 @@ impl SetOperation {
     }
 }
 
-/// Several queries combined as `tctdbmetasearch` combines them. The first
-/// query's order, skip and limit shape the result.
+/// Several queries combined as `tctdbmetasearch` combines them.
+/// `matched[i]` holds what query `i` matches, in primary-key order (a row
+/// several queries match is the same record in each). The first query's
+/// order, skip and limit shape the result.
 /// - Union: each query's own results (its order, its limit plus skip), in
 ///   first-seen order, then sorted by the first query's order if it has one
 ///   (not when it orders by the primary key).
@@ -260,22 +262,25 @@ impl SetOperation {
 pub fn metasearch<'r>(
     queries: &[Query],
     operation: SetOperation,
-    records: &'r [Record],
+    matched: &[Vec<&'r Record>],
 ) -> Vec<&'r Record> {
-    let Some((first, rest)) = queries.split_first() else {
+    let Some(first) = queries.first() else {
         return Vec::new();
     };
-    if rest.is_empty() {
-        return first.search(records);
+    let sorted = |i: usize| queries[i].sorted(matched.get(i).cloned().unwrap_or_default());
+    if queries.len() == 1 {
+        return limited(sorted(0), first.skip, first.limit);
     }
+    let identities = |records: &[&Record]| -> std::collections::HashSet<*const Record> {
+        records.iter().map(|r| *r as *const Record).collect()
+    };
     let mut set: Vec<&Record> = Vec::new();
     match operation {
         SetOperation::Union => {
-            let mut seen: std::collections::HashSet<*const Record> =
-                std::collections::HashSet::new();
-            for query in queries {
+            let mut seen = std::collections::HashSet::new();
+            for (i, query) in queries.iter().enumerate() {
                 let fetch = query.limit.map(|limit| limit.saturating_add(query.skip));
-                for record in limited(query.matching_sorted(records), 0, fetch) {
+                for record in limited(sorted(i), 0, fetch) {
                     if seen.insert(record as *const Record) {
                         set.push(record);
                     }
@@ -289,31 +294,25 @@ pub fn metasearch<'r>(
             }
         }
         SetOperation::Intersection => {
-            set = first.matching_sorted(records);
-            for query in rest {
+            set = sorted(0);
+            for i in 1..queries.len() {
                 if set.is_empty() {
                     break;
                 }
-                let keep: std::collections::HashSet<*const Record> =
-                    set.iter().map(|r| *r as *const Record).collect();
-                set = query
-                    .matching_sorted(records)
+                let keep = identities(&set);
+                set = sorted(i)
                     .into_iter()
                     .filter(|r| keep.contains(&(*r as *const Record)))
                     .collect();
             }
         }
         SetOperation::Difference => {
-            set = first.matching_sorted(records);
-            for query in rest {
+            set = sorted(0);
+            for other in matched.iter().skip(1) {
                 if set.is_empty() {
                     break;
                 }
-                let drop: std::collections::HashSet<*const Record> = query
-                    .matching_sorted(records)
-                    .into_iter()
-                    .map(|r| r as *const Record)
-                    .collect();
+                let drop = identities(other);
                 set.retain(|r| !drop.contains(&(*r as *const Record)));
             }
         }
@@ -450,32 +449,32 @@ mod tests {
             conditions: vec![condition("name", "STRBW", "")],
             ..Query::default()
         };
+        // What each query matches, in primary-key order.
+        let matched = |queries: &[Query]| -> Vec<Vec<&Record>> {
+            (queries.iter())
+                .map(|query| records.iter().filter(|r| query.matches(r)).collect())
+                .collect()
+        };
         let both = [by_age.clone(), named.clone()];
-        assert_eq!(
-            keys(&metasearch(&both, SetOperation::Union, &records)),
-            "abdc"
-        );
-        assert_eq!(
-            keys(&metasearch(&both, SetOperation::Intersection, &records)),
-            "a"
-        );
-        assert_eq!(
-            keys(&metasearch(&both, SetOperation::Difference, &records)),
-            "bd"
-        );
+        let combined = |operation| keys(&metasearch(&both, operation, &matched(&both)));
+        assert_eq!(combined(SetOperation::Union), "abdc");
+        assert_eq!(combined(SetOperation::Intersection), "a");
+        assert_eq!(combined(SetOperation::Difference), "bd");
         // Ordered by a column, the union is sorted; by the primary key it
         // keeps first-seen order, as in Tokyo Cabinet.
         let by_name = Query {
             order: ordered("name", OrderKind::StrDesc),
             ..by_age.clone()
         };
-        let union = metasearch(&[by_name, named.clone()], SetOperation::Union, &records);
+        let queries = [by_name, named.clone()];
+        let union = metasearch(&queries, SetOperation::Union, &matched(&queries));
         assert_eq!(keys(&union), "cabd");
         let by_key = Query {
             order: ordered("", OrderKind::StrDesc),
             ..by_age
         };
-        let union = metasearch(&[by_key, named], SetOperation::Union, &records);
+        let queries = [by_key, named];
+        let union = metasearch(&queries, SetOperation::Union, &matched(&queries));
         assert_eq!(keys(&union), "dbac");
     }
 }

@@ -14,7 +14,7 @@ use std::ops::Bound;
 use kura_proto::number::c_atoll;
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, StoredRecord, Tables};
-use kura_table::columns::join_zero_separated;
+use kura_table::columns::{join_zero_separated, Columns};
 use kura_table::{
     metasearch, number, plan, Condition, IndexCommand, Lookup, Operator, Order, OrderKind, Query,
     SetOperation,
@@ -153,21 +153,29 @@ impl Db<'_> {
             .flatten()
     }
 
-    /// The rows any of `queries` matches, in primary-key order: a scan
-    /// keeps in memory only what it will answer with. `None` if the table
-    /// could not be read (writes not yet in LMDB that a full or failing
-    /// disk keeps from it).
-    fn matching(&self, queries: &[Query]) -> Option<Vec<Record>> {
+    /// What a meta-search's scan keeps: the sort key of every row any of
+    /// `queries` matches, in primary-key order, and for each query the
+    /// positions of those it matches. `None` if the table could not be read
+    /// (writes not yet in LMDB that a full or failing disk keeps from it).
+    fn matching(&self, queries: &[Query]) -> Option<(Vec<Record>, Vec<Vec<usize>>)> {
         let mut rows = Vec::new();
+        let mut members = vec![Vec::new(); queries.len()];
         self.tables
             .visit_rows(self.table, &mut |row| {
-                if queries.iter().any(|query| query.matches(&row)) {
-                    rows.push(row.to_record());
+                let mut kept = false;
+                for (query, members) in queries.iter().zip(&mut members) {
+                    if query.matches(&row) {
+                        members.push(rows.len());
+                        kept = true;
+                    }
+                }
+                if kept {
+                    rows.push(sort_key(&row, queries));
                 }
                 true
             })
             .ok()?;
-        Some(rows)
+        Some((rows, members))
     }
 
     /// An iterator over the table's keys within `from`.
@@ -214,19 +222,19 @@ impl Db<'_> {
         (count, size)
     }
 
-    /// The rows `query` matches, in primary-key order, and the lookups
-    /// that found them (none: a scan): only those its answer needs, kept
-    /// as `kept` says.
-    /// `None` if the table could not be read.
-    fn found(&self, query: &Query, kept: Kept) -> Option<(Vec<Record>, Vec<Lookup>)> {
-        if query.matches_needed() == Some(0) {
-            return Some((Vec::new(), Vec::new()));
-        }
+    /// The sort keys of the rows `query` matches, in primary-key order
+    /// (only those its answer needs), the lookups that found them (none: a
+    /// scan), and how many rows matched (for a hint). `None` if the table
+    /// could not be read.
+    fn found(&self, query: &Query) -> Option<Found> {
         let mut matches = Matches {
             query,
-            kept,
             rows: Vec::new(),
+            count: 0,
         };
+        if query.matches_needed() == Some(0) {
+            return Some((Vec::new(), Vec::new(), 0));
+        }
         let lookups = plan(&query.conditions, &self.tables.indexes(self.table));
         if !lookups.is_empty() {
             let lazily = query.matches_needed().is_some();
@@ -234,16 +242,17 @@ impl Db<'_> {
                 .tables
                 .lookup_rows(self.table, &lookups, lazily, &mut |row| matches.offer(row));
             if let Ok(Some(_)) = found {
-                return Some((matches.rows, lookups));
+                return Some((matches.rows, lookups, matches.count));
             }
             // An index dropped meanwhile or unreadable, or so many rows
             // that a scan reads them faster: scan instead.
             matches.rows.clear();
+            matches.count = 0;
         }
         self.tables
             .visit_rows(self.table, &mut |row| matches.offer(row))
             .ok()?;
-        Some((matches.rows, Vec::new()))
+        Some((matches.rows, Vec::new(), matches.count))
     }
 
     fn vanish(&self) -> bool {
@@ -286,41 +295,47 @@ impl Db<'_> {
     }
 }
 
-/// What a search keeps of the rows it reads: those its query matches, as
-/// its answer needs them (the first few, or the best few by its order).
+/// A single query's search: the rows it matched, what it read, how many.
+type Found = (Vec<Record>, Vec<Lookup>, usize);
+
+/// What a search keeps of the rows its query matches: their sort keys,
+/// only as many as its answer needs (the first few, or the best few by its
+/// order), and how many matched.
 struct Matches<'q> {
     query: &'q Query,
-    kept: Kept,
     rows: Vec<Record>,
-}
-
-/// How a search keeps the rows its query matches.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kept {
-    /// Only their keys: the answer is keys in primary-key order.
-    Keys,
-    /// With their columns, only the best by the order when it has a limit.
-    Best,
-    /// Every one with its columns (a hint counts them).
-    All,
+    count: usize,
 }
 
 impl Matches<'_> {
     /// Takes a row if it matches; false once no more are needed.
     fn offer(&mut self, row: StoredRecord<'_>) -> bool {
         if self.query.matches(&row) {
-            self.rows.push(match self.kept {
-                Kept::Keys => Record::new(row.key()),
-                Kept::Best | Kept::All => row.to_record(),
-            });
-            if self.kept == Kept::Best {
-                self.query.trim(&mut self.rows);
-            }
+            self.count += 1;
+            self.rows
+                .push(sort_key(&row, std::slice::from_ref(self.query)));
+            self.query.trim(&mut self.rows);
         }
         self.query
             .matches_needed()
             .is_none_or(|needed| self.rows.len() < needed)
     }
+}
+
+/// What a search keeps of a row it matched, as Tokyo Cabinet keeps it: the
+/// primary key, and the columns the queries order by. The columns an answer
+/// returns are read by key once the answer is known, so a search holds no
+/// more than its answer's rows whole.
+fn sort_key(row: &StoredRecord<'_>, queries: &[Query]) -> Record {
+    let mut kept = Record::new(row.key());
+    for order in queries.iter().filter_map(|query| query.order.as_ref()) {
+        if let Some(value) = row.get(&order.column) {
+            if kept.get(&order.column).is_none() {
+                kept.put(&order.column, value);
+            }
+        }
+    }
+    kept
 }
 
 /// A sum as `addint` answers it: C's `(int)` of the double, which x86
@@ -488,22 +503,21 @@ impl SearchRequest {
 
 fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     let request = SearchRequest::parse(args);
+    // Columns to answer with are read by key once the answer is known: a
+    // row removed meanwhile is left out, as ttserver leaves it out.
+    let projected = |key: &[u8]| {
+        let columns = request.columns.as_ref()?;
+        Some(project(&db.get(key)?, columns))
+    };
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let kept = match query.order.is_none() && request.columns.is_none() {
-            true => Kept::Keys,
-            false => Kept::Best,
-        };
-        let (rows, _) = db.found(query, kept)?;
+        let (rows, _, _) = db.found(query)?;
         let mut items = Vec::new();
         for row in query.arrange(&rows) {
+            let item = projected(&row.key);
             match db.remove(&row.key) {
-                RowOutcome::Done => {
-                    if let Some(columns) = &request.columns {
-                        items.push(project(row, columns));
-                    }
-                }
+                RowOutcome::Done => items.extend(item),
                 RowOutcome::Failed => return None,
                 _ => {}
             }
@@ -512,30 +526,25 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     }
     // One query may use its indexes; a meta-search scans, keeping the rows
     // any of its queries matches.
-    let (rows, lookups) = match &request.queries[..] {
-        // The answer is keys, unless it sorts, projects or explains.
+    let (rows, members, lookups, counts) = match &request.queries[..] {
         [query] => {
-            let kept = if request.hint {
-                Kept::All
-            } else if query.order.is_none() && request.columns.is_none() {
-                Kept::Keys
-            } else {
-                Kept::Best
-            };
-            db.found(query, kept)?
+            let (rows, lookups, count) = db.found(query)?;
+            let members = vec![(0..rows.len()).collect()];
+            (rows, members, lookups, vec![count])
         }
-        queries => (db.matching(queries)?, Vec::new()),
+        queries => {
+            let (rows, members) = db.matching(queries)?;
+            let counts = members.iter().map(Vec::len).collect();
+            (rows, members, Vec::new(), counts)
+        }
     };
-    let found = match &request.queries[..] {
-        [query] => query.arrange(&rows),
-        queries => metasearch(
-            queries,
-            request.operation.unwrap_or(SetOperation::Union),
-            &rows,
-        ),
-    };
+    let matched: Vec<Vec<&Record>> = (members.iter())
+        .map(|positions| positions.iter().map(|&at| &rows[at]).collect())
+        .collect();
+    let operation = request.operation.unwrap_or(SetOperation::Union);
+    let found = metasearch(&request.queries, operation, &matched);
     let mut items: Vec<Vec<u8>> = match &request.columns {
-        Some(columns) => found.iter().map(|row| project(row, columns)).collect(),
+        Some(_) => found.iter().filter_map(|row| projected(&row.key)).collect(),
         None => found.iter().map(|row| row.key.clone()).collect(),
     };
     if request.count {
@@ -543,7 +552,7 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     }
     if request.hint {
         let mut hint = b"\0\0[[HINT]]\n".to_vec();
-        hint.extend_from_slice(explain(&request.queries, &rows, &lookups).as_bytes());
+        hint.extend_from_slice(explain(&request.queries, &counts, &lookups).as_bytes());
         items.push(hint);
     }
     Some(items)
@@ -566,10 +575,9 @@ fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
 
 /// The plan in Tokyo Cabinet's hint format: the indexes a single query
 /// looked up (the first is the main one, the others auxiliary), or a scan
-/// of the whole table; `rows` are those it read that a query may match.
-pub fn explain(queries: &[Query], rows: &[Record], lookups: &[Lookup]) -> String {
-    let one = |query: &Query| {
-        let matches = rows.iter().filter(|row| query.matches(row)).count();
+/// of the whole table; `counts` are how many rows each query matched.
+pub fn explain(queries: &[Query], counts: &[usize], lookups: &[Lookup]) -> String {
+    let one = |query: &Query, matches: usize| {
         let hint = |lookup: &Lookup, main| lookup.hint(&query.conditions[lookup.condition], main);
         let mut lines: Vec<String> = lookups.iter().skip(1).map(|l| hint(l, false)).collect();
         lines.push(match lookups.first() {
@@ -592,16 +600,17 @@ pub fn explain(queries: &[Query], rows: &[Record], lookups: &[Lookup]) -> String
         lines
     };
     let mut text = String::new();
+    let count = |i: usize| counts.get(i).copied().unwrap_or(0);
     match queries {
         [query] => {
-            for line in one(query) {
+            for line in one(query, count(0)) {
                 text.push_str(&line);
                 text.push('\n');
             }
         }
         _ => {
             for (i, query) in queries.iter().enumerate() {
-                for line in one(query) {
+                for line in one(query, count(i)) {
                     text.push_str(&format!("[{i}] {line}\n"));
                 }
             }
@@ -653,16 +662,46 @@ mod tests {
     }
 
     #[test]
+    fn a_search_keeps_of_a_row_its_key_and_the_columns_the_queries_order_by() {
+        let row = Record::from_pairs(
+            b"k",
+            [&b"name"[..], b"Bob", b"bio", b"long text", b"age", b"30"],
+        );
+        let stored = row.encode_columns();
+        let stored = StoredRecord::new(b"k", &stored).unwrap();
+        let ordered = |column: &[u8]| Query {
+            order: Some(Order {
+                column: column.to_vec(),
+                kind: OrderKind::NumAsc,
+            }),
+            ..Query::default()
+        };
+        assert_eq!(
+            sort_key(&stored, &[Query::default()]),
+            Record::new(&b"k"[..])
+        );
+        let both = [
+            ordered(b"age"),
+            ordered(b"name"),
+            ordered(b"age"),
+            ordered(b""),
+        ];
+        assert_eq!(
+            sort_key(&stored, &both),
+            Record::from_pairs(b"k", [&b"age"[..], b"30", b"name", b"Bob"])
+        );
+    }
+
+    #[test]
     fn the_hint_says_the_table_is_scanned_in_tokyo_cabinets_words() {
-        let rows = vec![Record::new(&b"a"[..]), Record::new(&b"b"[..])];
         let mut query = Query::default();
         assert_eq!(
-            explain(std::slice::from_ref(&query), &rows, &[]),
+            explain(std::slice::from_ref(&query), &[2], &[]),
             "scanning the whole table\nresult set size: 2\nleaving the natural order\n"
         );
         query.set_limit(1, 0);
         assert_eq!(
-            explain(&[query.clone(), Query::default()], &rows, &[]),
+            explain(&[query.clone(), Query::default()], &[2, 2], &[]),
             "[0] scanning the whole table\n[0] limited matching: 1\n[0] result set size: 1\n[0] leaving the natural order\n\
              [1] scanning the whole table\n[1] result set size: 2\n[1] leaving the natural order\n"
         );
