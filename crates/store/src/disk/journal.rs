@@ -383,6 +383,8 @@ impl Journal {
                 Err(error) => return Err(error),
             }
         }
+        // Every segment before the current one is durable now.
+        (self.synced_retired).fetch_max(number.saturating_sub(1), Ordering::AcqRel);
         self.sync_segment(number, &file, len)
     }
 

@@ -17,7 +17,10 @@ impl Inner {
             let finishing = self.signals.finishing();
             let groups = self.counters.appends.load(Ordering::Acquire);
             if groups > synced_groups {
-                self.fsync("journal fsync failed", || self.journal.sync());
+                // Every segment, not only the current one: a retired one the
+                // applier has not fsynced yet holds older writes, which must
+                // not be lost while a newer one stays.
+                self.fsync("journal fsync failed", || self.journal.sync_everything());
                 synced_groups = groups;
             }
             if finishing {
