@@ -25,6 +25,11 @@ use super::{
 use crate::classes::SizeClasses;
 use crate::clock::Clock;
 
+/// CAS values skipped when a used directory opens: more than a process
+/// hands out between two commits of the last one (one comes every few
+/// seconds while writes are taken; 2^32 is an hour at a million writes a
+/// second), few enough for 2^32 opens.
+const CAS_SKIPPED_AT_OPEN: u64 = 1 << 32;
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
 /// `meta` key: the format of the data directory (u32 LE).
@@ -364,10 +369,31 @@ impl Inner {
             );
             self.report_unread(*number, replayed.unread, last);
         }
+        // A directory some process used before (it left a segment).
+        if !segments.is_empty() {
+            self.skip_unlogged_cas()?;
+        }
         self.config.io.sync_data(&self.env)?;
         // `applied` (where LMDB stood), or the last segment replayed.
         self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
         Ok(())
+    }
+
+    /// Counts CAS values on from well past the last one LMDB and the log
+    /// know of, and keeps that in `meta` (made durable with the replay):
+    /// values handed out since the last commit that no record kept (a write
+    /// replaced in memory before its group was appended, or appended and
+    /// lost with a power cut under `batch`) were shown to clients, and must
+    /// not come again. A dual master's stamps follow the clock instead.
+    fn skip_unlogged_cas(&self) -> heed::Result<()> {
+        if self.stamps.is_some() {
+            return Ok(());
+        }
+        let cas = (self.last_cas.load(Ordering::Acquire)).saturating_add(CAS_SKIPPED_AT_OPEN);
+        self.last_cas.store(cas, Ordering::Release);
+        let mut txn = self.env.write_txn()?;
+        self.meta.put(&mut txn, b"cas", &cas.to_le_bytes())?;
+        self.config.io.commit(txn)
     }
 
     /// Says what a segment's replay left unread: bytes after its last whole

@@ -5,7 +5,7 @@
 //!          (bit IN_LOG: the value is in the journal, and in its place is
 //!          [segment u64 LE | offset u64 LE | frame_len u32 LE | value_len u32 LE])
 //!  expiry  [expiry u32 BE | key] ─▶ ()      (background reclaim walks this in time order)
-//!  meta    "cas" ─▶ u64 LE                  (the last CAS handed out: unique across restarts)
+//!  meta    "cas" ─▶ u64 LE                  (the last CAS handed out; opens go 2^32 past it)
 //!          "classes" ─▶ [items u64 LE | bytes u64 LE] per size class
 //!          "log" segment u64 BE ─▶ bytes u64 LE  (journal bytes LMDB points to, per segment)
 //! ```
