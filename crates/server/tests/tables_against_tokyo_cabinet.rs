@@ -179,6 +179,22 @@ fn expression(rng: &mut SmallRng, operator: Operator) -> String {
             "^k0+1",
             "(",
             "*WORLD",
+            // glibc's syntax where the regex crate's differs.
+            r"\d",
+            r"[\d]",
+            r"[a\]]",
+            "a{,2}",
+            "(?i)abc",
+            "^*",
+            r"\n",
+            r"\x41",
+            "[[.a.]]",
+            r"\z",
+            "[[:upper:]]",
+            "e**",
+            "(ab)+?c",
+            "r)",
+            r"\<r",
         ]
         .choose(rng)
         .unwrap()

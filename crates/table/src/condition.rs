@@ -295,14 +295,7 @@ fn compile_posix(pattern: &[u8]) -> Option<Regex> {
         Some(rest) => (rest, true),
         None => (pattern, false),
     };
-    let mut source = String::with_capacity(pattern.len());
-    for &byte in pattern {
-        if byte.is_ascii() {
-            source.push(char::from(byte));
-        } else {
-            source.push_str(&format!("\\x{byte:02x}"));
-        }
-    }
+    let source = crate::posix_regex::translate(pattern)?;
     RegexBuilder::new(&source)
         .unicode(false)
         .dot_matches_new_line(true)

@@ -8,6 +8,7 @@ pub mod columns;
 pub mod condition;
 pub mod index;
 pub mod number;
+pub mod posix_regex;
 pub mod query;
 pub mod streams;
 pub mod text;
