@@ -114,27 +114,28 @@ fn records_are_columns_and_the_binary_commands_answer_as_ttserver_does() {
     // Both add as doubles, as Tokyo Cabinet's tctdbaddnumber does: an
     // addint keeps a fraction, and a sum past int's range is stored whole
     // (the reply is C's (int) of it: INT_MIN on x86).
-    let add_one = Request::AddInt {
-        key: b"n",
-        delta: 1,
+    // `_num` set to `start`, then one added: the reply, and the row's value.
+    let add_one_to = |s: &mut TcpStream, start: &[u8]| {
+        let row = [&b"_num\0"[..], start].concat();
+        assert_eq!(call(s, &put(PutMode::Put, b"n", &row), 1), [0]);
+        let add = Request::AddInt {
+            key: b"n",
+            delta: 1,
+        };
+        let reply = call(s, &add, 5);
+        let got = call(s, &Request::Get { key: b"n" }, 5);
+        let len = u32::from_be_bytes(got[1..5].try_into().unwrap()) as usize;
+        (reply, read_n(s, len))
     };
+    let (reply, row) = add_one_to(&mut s, b"2.5");
     assert_eq!(
-        call(&mut s, &put(PutMode::Put, b"n", b"_num\x002.5"), 1),
-        [0]
+        (&reply[..], &row[..]),
+        (&b"\0\0\0\0\x03"[..], &b"_num\x003.5"[..])
     );
-    assert_eq!(call(&mut s, &add_one, 5), b"\0\0\0\0\x03");
+    let (reply, row) = add_one_to(&mut s, b"3000000000");
     assert_eq!(
-        call(&mut s, &Request::Get { key: b"n" }, 5 + 8),
-        b"\0\0\0\0\x08_num\x003.5"
-    );
-    assert_eq!(
-        call(&mut s, &put(PutMode::Put, b"n", b"_num\x003000000000"), 1),
-        [0]
-    );
-    assert_eq!(call(&mut s, &add_one, 5), b"\0\x80\0\0\0");
-    assert_eq!(
-        call(&mut s, &Request::Get { key: b"n" }, 5 + 15),
-        b"\0\0\0\0\x0f_num\x003000000001"
+        (&reply[..], &row[..]),
+        (&b"\0\x80\0\0\0"[..], &b"_num\x003000000001"[..])
     );
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [0]);
     assert_eq!(call(&mut s, &Request::Out { key: b"n" }, 1), [1]);

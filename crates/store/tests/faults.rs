@@ -387,22 +387,64 @@ fn set(store: &DiskStore, key: &[u8], value: &[u8]) -> Option<bool> {
 
 fn set_expiring(store: &DiskStore, key: &[u8], value: &[u8], expiry: u32) -> Option<bool> {
     let fence = AckFence::default();
-    let outcome = store.store(
-        &StoreCommand {
-            mode: StoreMode::Set,
-            key,
-            value,
-            flags: 3,
-            expiry,
-            compare_cas: None,
-            stale_if_older: false,
-        },
-        &fence,
-    );
-    match outcome {
+    match store_set(store, key, value, expiry, &fence) {
         StoreOutcome::Stored { .. } => Some(acknowledged(store, &fence) == AckState::Ready),
         StoreOutcome::Failed => None,
         other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A plain set, its reply not waited for.
+fn store_set(
+    store: &DiskStore,
+    key: &[u8],
+    value: &[u8],
+    expiry: u32,
+    fence: &AckFence,
+) -> StoreOutcome {
+    let command = StoreCommand {
+        mode: StoreMode::Set,
+        key,
+        value,
+        flags: 3,
+        expiry,
+        compare_cas: None,
+        stale_if_older: false,
+    };
+    store.store(&command, fence)
+}
+
+/// What was acknowledged: key → value.
+type Kept = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A store under `batch` with `count` keys of `len` bytes, all durable.
+fn synced_under_batch(
+    count: usize,
+    len: usize,
+) -> (tempfile::TempDir, Arc<FaultyIo>, DiskStore, Kept) {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    let kept = fill(&store, count, len);
+    wait_until_synced(&io);
+    (dir, io, store, kept)
+}
+
+/// Waits until a round has started a slowed fsync of a segment.
+fn wait_for_a_slow_sync(io: &FaultyIo) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !io.faults.lock().slow_sync_started {
+        assert!(Instant::now() < deadline, "no round fsynced a segment");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until the syncer has made everything appended durable.
+fn wait_until_synced(io: &FaultyIo) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !io.all_synced() {
+        assert!(Instant::now() < deadline, "the syncer never caught up");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -1235,11 +1277,7 @@ fn a_sync_covers_a_segment_whose_fsync_after_a_switch_is_still_running() {
     std::thread::scope(|scope| {
         // The round switches segments, then fsyncs the old one: slowly.
         scope.spawn(|| store.wait_until_all_applied());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !io.faults.lock().slow_sync_started {
-            assert!(Instant::now() < deadline, "no round fsynced a segment");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_a_slow_sync(&io);
         assert!(store.sync());
         assert!(
             io.all_synced(),
@@ -1256,20 +1294,11 @@ fn a_cas_shown_before_a_power_cut_is_not_handed_out_again() {
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());
     let store = open(dir.path(), SyncPolicy::Always, io.clone());
-    let set_cas = |store: &DiskStore, key: &[u8], fence: &AckFence| {
-        let command = StoreCommand {
-            mode: StoreMode::Set,
-            key,
-            value: b"v",
-            flags: 0,
-            expiry: 0,
-            compare_cas: None,
-            stale_if_older: false,
-        };
-        match store.store(&command, fence) {
-            StoreOutcome::Stored { cas } => cas,
-            other => panic!("unexpected {other:?}"),
-        }
+    let set_cas = |store: &DiskStore, key: &[u8], fence: &AckFence| match store_set(
+        store, key, b"v", 0, fence,
+    ) {
+        StoreOutcome::Stored { cas } => cas,
+        other => panic!("unexpected {other:?}"),
     };
     fill(&store, 3, 10);
     store.wait_until_all_applied();
@@ -1301,26 +1330,14 @@ fn a_cas_shown_before_a_power_cut_is_not_handed_out_again() {
 #[test]
 fn a_power_cut_under_batch_never_keeps_a_write_after_a_segment_switch_and_loses_one_before() {
     for attempt in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        let io = FaultyIo::new(dir.path());
-        let store = open(dir.path(), SyncPolicy::Batch, io.clone());
-        let kept = fill(&store, 5, 100);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !io.all_synced() {
-            assert!(Instant::now() < deadline, "the syncer never caught up");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (dir, io, store, kept) = synced_under_batch(5, 100);
         // The applier's fsync of the segment it retires is slow: the next
         // write lands in the new segment meanwhile, and the syncer runs.
         io.set(|f| f.slow_applier_syncs = Some(Duration::from_millis(500)));
         assert_eq!(set(&store, b"earlier", b"A"), Some(true));
         std::thread::scope(|scope| {
             scope.spawn(|| store.wait_until_all_applied());
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !io.faults.lock().slow_sync_started {
-                assert!(Instant::now() < deadline, "no round fsynced a segment");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for_a_slow_sync(&io);
             assert_eq!(set(&store, b"later", b"B"), Some(true));
             // Past a few of the syncer's 10 ms ticks.
             std::thread::sleep(Duration::from_millis(100));
@@ -1345,15 +1362,7 @@ fn a_power_cut_under_batch_never_keeps_a_write_after_a_segment_switch_and_loses_
 fn a_power_cut_under_batch_keeps_writes_the_last_fsync_covered_and_no_hole() {
     let mut torn_cuts = 0;
     for attempt in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let io = FaultyIo::new(dir.path());
-        let store = open(dir.path(), SyncPolicy::Batch, io.clone());
-        let kept = fill(&store, 50, 700);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !io.all_synced() {
-            assert!(Instant::now() < deadline, "the syncer never caught up");
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let (dir, io, store, kept) = synced_under_batch(50, 700);
         let recent: Vec<(Vec<u8>, Vec<u8>)> = (0..300)
             .map(|i| (format!("recent{i:03}").into_bytes(), value_of(i, 700)))
             .collect();
