@@ -88,10 +88,11 @@ pub struct Replayed {
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
 /// where it starts and its framed length, in order, until it fails; returns
-/// how many there were, and what was left unread. Reads one record at a time, through `io`: a segment
-/// can hold a quarter of the memory budget. The segment ends at its end or
-/// at its first record that is not whole (a torn append); a read that fails
-/// is an error, not an end: the records after it were acknowledged.
+/// how many there were, and what was left unread. Reads one record at a
+/// time, through `io`: a segment can hold a quarter of the memory budget.
+/// The segment ends at its end or at its first record that is not whole (a
+/// torn append); a read that fails is an error, not an end: the records
+/// after it were acknowledged.
 pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
