@@ -254,9 +254,16 @@ fn parse_debug(mut tokens: Tokens<'_>, line_len: usize) -> Parse<Parsed<'_>> {
     }
 }
 
+/// Base64 as memcached decodes a key: padded, and the bits past the last
+/// byte ignored (`n8==` is `\x9f`, as `nw==`).
+const KEY_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 fn decode_key(wire: &[u8], base64: bool) -> Option<MetaKey<'_>> {
     let bytes = if base64 {
-        let decoded = base64::engine::general_purpose::STANDARD
+        let decoded = KEY_BASE64
             .decode(wire)
             .ok()
             .filter(|k| !k.is_empty() && k.len() <= crate::MAX_KEY_LEN)?;
@@ -417,6 +424,12 @@ mod tests {
         assert_eq!(cmd.key.bytes.as_ref(), b"mkey");
         assert_eq!(cmd.key.wire, b"bWtleQ==");
         assert_eq!(rejected(b"mg !!! b v\r\n").0, ErrorReply::MetaKeyDecode);
+        // Bits past the last byte are ignored, as memcached's decoder does.
+        let MetaRequest::Get(cmd) = meta(b"mg n8== b v\r\n") else {
+            panic!("not mg")
+        };
+        assert_eq!(cmd.key.bytes.as_ref(), b"\x9f");
+        assert_eq!(rejected(b"mg n8 b v\r\n").0, ErrorReply::MetaKeyDecode);
     }
 
     #[test]

@@ -16,8 +16,9 @@ pub fn parse(value: &[u8]) -> Option<u64> {
         .iter()
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(unsigned.len());
-    // The item's `\r\n` follows the value: the end of it is white space.
-    if end == 0 || unsigned.get(end).is_some_and(|&b| !is_space(b)) {
+    // The item's `\r\n` follows the value: the end of it is white space. A
+    // NUL ends the C string there: what follows is not read.
+    if end == 0 || unsigned.get(end).is_some_and(|&b| !is_space(b) && b != 0) {
         return None;
     }
     let number = unsigned[..end].iter().try_fold(0u64, |acc, &b| {
@@ -53,6 +54,8 @@ mod tests {
         assert_eq!(parse(b" 12"), Some(12));
         assert_eq!(parse(b"99 "), Some(99));
         assert_eq!(parse(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse(b"12\0ab"), Some(12), "strtoull stops at the NUL");
+        assert_eq!(parse(b"12ab"), None);
     }
 
     #[test]

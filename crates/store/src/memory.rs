@@ -1037,13 +1037,13 @@ impl Store for MemoryStore {
             slot.expiry = expiry;
             self.sweep_pace.note(expiry);
             slot.last_access = now;
-            slot.bits |= FETCHED;
             shard.bump(i);
         } else {
+            // A new item, as memcached makes one: not read yet.
             let (flags, bits) = (old.flags, old.bits);
             let mut slot = self.new_slot(hash, key, &[&digits], flags, expiry, now);
             slot.cas = cas;
-            slot.bits |= FETCHED | (bits & (STALE | WIN_SENT));
+            slot.bits |= bits & (STALE | WIN_SENT);
             let grown = slot.charge() - shard.slots[i as usize].charge();
             if !self.admit(&mut shard, slot.charge(), grown) {
                 return ArithOutcome::OutOfMemory;
@@ -1071,7 +1071,8 @@ impl Store for MemoryStore {
         slot.expiry = expiry;
         self.sweep_pace.note(expiry);
         slot.last_access = now;
-        slot.bits |= ACCESSED;
+        // memcached's touch reads the item (`do_item_get` with an update).
+        slot.bits |= ACCESSED | FETCHED;
         GetOutcome::Hit
     }
 

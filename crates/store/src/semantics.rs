@@ -66,7 +66,11 @@ pub fn plan_store<'a>(
         return StorePlan::Refuse(StoreOutcome::NotStored);
     }
     let mut stale = false;
-    if let (Some(item), Some(cas)) = (&current, command.compare_cas) {
+    // A CAS of 0 is none (memcached's CAS_NONE): an append or prepend with
+    // it compares nothing; the other modes find it differs.
+    let appends = matches!(command.mode, StoreMode::Append | StoreMode::Prepend);
+    let compare_cas = command.compare_cas.filter(|&cas| cas != 0 || !appends);
+    if let (Some(item), Some(cas)) = (&current, compare_cas) {
         if cas != item.cas {
             // Meta `I` with `C` on a set or replace: an older CAS (not 0,
             // which is none) still stores, but the item stays stale
@@ -157,8 +161,9 @@ pub enum ArithPlan {
         digits: Vec<u8>,
         expiry: ExpiryTime,
     },
-    /// The item's value becomes `digits`; flags, stale and token bits stay,
-    /// and the item counts as read.
+    /// The item's value becomes `digits`; flags, stale and token bits stay.
+    /// The fetched bit stays when the number keeps its length (memcached
+    /// rewrites the item in place) and goes when it grows (a new item).
     Update {
         value: u64,
         digits: Vec<u8>,

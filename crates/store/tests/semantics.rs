@@ -242,6 +242,20 @@ fn append_with_a_stale_cas_is_refused() {
             StoreOutcome::Stored { .. }
         ));
         assert_eq!(value(store, b"k").as_deref(), Some(&b"ab"[..]));
+        // A CAS of 0 is none: an append compares nothing, a set finds it differs.
+        assert!(matches!(
+            store.store(&append(0), &AckFence::default()),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(value(store, b"k").as_deref(), Some(&b"abb"[..]));
+        let set_with_zero = StoreCommand {
+            compare_cas: Some(0),
+            ..command(StoreMode::Set, b"k", b"c")
+        };
+        assert_eq!(
+            store.store(&set_with_zero, &AckFence::default()),
+            StoreOutcome::Exists
+        );
     });
 }
 
@@ -465,6 +479,8 @@ fn an_add_over_an_item_is_not_stored_whatever_its_cas_and_only_a_set_with_an_old
 ) {
     on_each_engine(|store| {
         let fence = AckFence::default();
+        // Twice: its CAS is past 1, so an older one is not 0 (which is none).
+        set(store, b"k", b"v");
         let StoreOutcome::Stored { cas } = set(store, b"k", b"v") else {
             panic!("stored")
         };
@@ -699,6 +715,38 @@ fn first_reads_are_told_apart_and_no_bump_leaves_them_alone() {
         assert!(fetched(&GetOptions::default()));
         set(store, b"k", b"w");
         assert!(!fetched(&GetOptions::default()), "a new value is unread");
+    });
+}
+
+/// As memcached's: `touch` reads the item; an incr rewrites a counter of
+/// the same length in place (read or unread as it was) and makes a new,
+/// unread item of a longer one.
+#[test]
+fn touch_counts_as_a_read_and_an_incr_keeps_the_read_only_in_place() {
+    on_each_engine(|store| {
+        let fence = AckFence::default();
+        let no_bump = GetOptions {
+            no_bump: true,
+            ..GetOptions::default()
+        };
+        let fetched = |key: &[u8]| {
+            let mut seen = None;
+            store.get(key, &no_bump, &fence, &mut |item| {
+                seen = Some(item.fetched_before)
+            });
+            seen.unwrap()
+        };
+        set(store, b"t", b"v");
+        assert_eq!(store.touch(b"t", 0, &fence), GetOutcome::Hit);
+        assert!(fetched(b"t"), "touched");
+        set(store, b"n", b"1");
+        store.arith(b"n", &arith(false, 1), &fence);
+        assert!(!fetched(b"n"), "an incr is no read");
+        value(store, b"n");
+        store.arith(b"n", &arith(false, 1), &fence);
+        assert!(fetched(b"n"), "3 rewrote 2 in place, read");
+        store.arith(b"n", &arith(false, 7), &fence);
+        assert!(!fetched(b"n"), "10 is a new item");
     });
 }
 

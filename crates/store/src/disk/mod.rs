@@ -457,9 +457,9 @@ impl Store for DiskStore {
     }
 
     fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> GetOutcome {
+        // memcached's touch reads the item: it is fetched from then on.
         let options = GetOptions {
             touch: Some(expiry),
-            no_bump: true,
             ..GetOptions::default()
         };
         self.get(key, &options, fence, &mut |_| {})

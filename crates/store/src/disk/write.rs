@@ -236,10 +236,16 @@ impl Inner {
                     digits,
                     expiry,
                 } => {
-                    let old = existing.expect("an update has an item").0;
+                    let (old, old_value) = existing.expect("an update has an item");
+                    // In place (the same length) it stays read or unread; a
+                    // longer number is a new item, unread (as memcached's).
+                    let bits = match digits.len() == old_value.len() {
+                        true => old.bits,
+                        false => old.bits & (STALE | WIN_SENT),
+                    };
                     let header = Header {
                         cas: self.next_cas(),
-                        bits: old.bits | FETCHED,
+                        bits,
                         expiry_unix: self.expiry_of(expiry, old.expiry_unix),
                         ..old
                     };
