@@ -697,8 +697,26 @@ impl MemoryStore {
         cas
     }
 
-    /// Checks the budget before a write that adds `extra` bytes.
-    fn admit(&self, shard: &mut Shard, class_size: usize, extra: usize) -> bool {
+    /// Checks the budget before a write that adds `extra` bytes. Under `-M`
+    /// (no eviction) a write that does not fit first removes dead items, as
+    /// memcached reclaims expired items when it allocates, so that a cache
+    /// full of expired or flushed items takes writes again: a batch of its
+    /// own shard's slots (`keep`: the slot the write replaces), then a few
+    /// of each other shard not locked at the moment (never waiting for one
+    /// while holding this one).
+    fn admit(&self, shard: &mut Shard, class_size: usize, extra: usize, keep: Option<u32>) -> bool {
+        if !self.evict && !self.fits_without_eviction(extra) {
+            self.sweep_step(shard, keep, MAINTAIN_BATCH);
+            let each = (MAINTAIN_BATCH / self.shards.len()).max(16);
+            for other in self.shards.iter() {
+                if self.fits_without_eviction(extra) {
+                    break;
+                }
+                if let Some(mut other) = other.0.try_lock() {
+                    self.sweep_step(&mut other, None, each);
+                }
+            }
+        }
         if extra > self.limit.load(Ordering::Relaxed)
             || (!self.evict && !self.fits_without_eviction(extra))
         {
@@ -707,6 +725,37 @@ impl MemoryStore {
             return false;
         }
         true
+    }
+
+    /// Inspects the next `batch` slots of `shard` and removes the dead
+    /// (expired or flushed) items among them, except `keep`; returns the
+    /// items inspected and removed.
+    fn sweep_step(&self, shard: &mut Shard, keep: Option<u32>, batch: usize) -> (usize, usize) {
+        let now = self.clock.now();
+        let flushed = self.flushed_through(now);
+        let len = shard.slots.len();
+        if len == 0 {
+            return (0, 0);
+        }
+        let (mut checked, mut removed) = (0, 0);
+        let start = shard.scan_cursor % len;
+        let end = (start + batch).min(len);
+        for i in start..end {
+            if shard.slots[i].data.is_empty() || keep == Some(i as u32) {
+                continue;
+            }
+            shard.counters.crawler_items_checked += 1;
+            checked += 1;
+            if shard.is_dead(i as u32, now, flushed) {
+                let charge = shard.remove(i as u32, Removal::Swept);
+                self.used.fetch_sub(charge, Ordering::Relaxed);
+                removed += 1;
+            } else {
+                self.sweep_pace.note(shard.slots[i].expiry);
+            }
+        }
+        shard.scan_cursor = if end >= len { 0 } else { end };
+        (checked, removed)
     }
 
     /// Evicts least recently used items until the budget holds, each from
@@ -893,7 +942,7 @@ impl Store for MemoryStore {
                 return GetOutcome::Miss;
             };
             let slot = self.slot_for(hash, key, &semantics::vivified(expiry), None, now);
-            if !self.admit(&mut shard, slot.charge(), slot.charge()) {
+            if !self.admit(&mut shard, slot.charge(), slot.charge(), None) {
                 return GetOutcome::Miss;
             }
             visit(&self.view(&slot, now, true));
@@ -947,6 +996,7 @@ impl Store for MemoryStore {
             &mut shard,
             slot.charge(),
             slot.charge().saturating_sub(freed),
+            existing,
         ) {
             return StoreOutcome::OutOfMemory;
         }
@@ -1002,7 +1052,7 @@ impl Store for MemoryStore {
                 expiry,
             } => {
                 let slot = self.new_slot(hash, key, &[&digits], 0, expiry, now);
-                if !self.admit(&mut shard, slot.charge(), slot.charge()) {
+                if !self.admit(&mut shard, slot.charge(), slot.charge(), None) {
                     return ArithOutcome::OutOfMemory;
                 }
                 let cas = self.put(&mut shard, None, slot);
@@ -1045,7 +1095,7 @@ impl Store for MemoryStore {
             slot.cas = cas;
             slot.bits |= bits & (STALE | WIN_SENT);
             let grown = slot.charge() - shard.slots[i as usize].charge();
-            if !self.admit(&mut shard, slot.charge(), grown) {
+            if !self.admit(&mut shard, slot.charge(), grown, Some(i)) {
                 return ArithOutcome::OutOfMemory;
             }
             let cas = self.put(&mut shard, Some(i), slot);
@@ -1124,32 +1174,12 @@ impl Store for MemoryStore {
         for _ in 0..self.shards.len() {
             let index = self.maintain_cursor.fetch_add(1, Ordering::Relaxed) % self.shards.len();
             let mut shard = self.shards[index].0.lock();
-            let now = self.clock.now();
-            let flushed = self.flushed_through(now);
-            let len = shard.slots.len();
-            if len == 0 {
-                continue;
-            }
-            let start = shard.scan_cursor % len;
-            let end = (start + MAINTAIN_BATCH).min(len);
-            for i in start..end {
-                if shard.slots[i].data.is_empty() {
-                    continue;
-                }
-                shard.counters.crawler_items_checked += 1;
-                checked += 1;
-                if shard.is_dead(i as u32, now, flushed) {
-                    let charge = shard.remove(i as u32, Removal::Swept);
-                    self.used.fetch_sub(charge, Ordering::Relaxed);
-                    removed += 1;
-                } else {
-                    self.sweep_pace.note(shard.slots[i].expiry);
-                }
-            }
-            shard.scan_cursor = if end >= len { 0 } else { end };
+            let (seen, gone) = self.sweep_step(&mut shard, None, MAINTAIN_BATCH);
+            checked += seen;
+            removed += gone;
             shard.compact_table();
         }
-        self.sweep_pace.record(checked);
+        self.sweep_pace.record(checked as u64);
         removed
     }
 
@@ -1378,6 +1408,7 @@ impl MemoryStore {
             &mut shard,
             slot.charge(),
             slot.charge().saturating_sub(freed),
+            existing,
         ) {
             return false;
         }

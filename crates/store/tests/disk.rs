@@ -274,27 +274,23 @@ fn an_item_flushed_and_written_over_counts_once_as_reclaimed() {
     assert_eq!((stats.reclaimed, stats.curr_items), (3, 1));
 }
 
-/// A store whose item "c" is in LMDB and whose incr of it is pending: a
-/// record that carries the fetched bit.
-fn an_incr_pending(dir: &std::path::Path) -> DiskStore {
+/// A store whose item "c" is in LMDB and whose touch is pending: a record
+/// that carries the fetched bit (a touch reads the item).
+fn a_touch_pending(dir: &std::path::Path) -> DiskStore {
     let store = open(dir, SyncPolicy::Batch);
     set(&store, b"c", b"1", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
-    let incr = kura_store::ArithCommand {
-        delta: 1,
-        ..Default::default()
-    };
-    store.arith(b"c", &incr, &AckFence::default());
+    store.touch(b"c", 0, &AckFence::default());
     store
 }
 
-/// A pending record that carries the fetched bit (an incr's) and is read
+/// A pending record that carries the fetched bit (a touch's) and is read
 /// before its round goes into the read cache when the round retires it,
 /// as a record whose first read the access table holds does.
 #[test]
 fn a_pending_record_with_the_fetched_bit_read_before_its_round_is_cached() {
     let dir = tempfile::tempdir().unwrap();
-    let store = an_incr_pending(dir.path());
+    let store = a_touch_pending(dir.path());
     assert_eq!(fetched_before(&store, b"c"), Some(true));
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(engine_stat(&store, "disk_read_cache_items"), 1);
@@ -305,7 +301,7 @@ fn a_pending_record_with_the_fetched_bit_read_before_its_round_is_cached() {
 #[test]
 fn a_pending_record_a_flush_covers_is_not_cached_when_its_round_retires_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = an_incr_pending(dir.path());
+    let store = a_touch_pending(dir.path());
     store.flush_all(0, &AckFence::default());
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     assert_eq!(engine_stat(&store, "disk_read_cache_items"), 0);

@@ -267,6 +267,56 @@ fn no_eviction_mode_answers_out_of_memory() {
     );
 }
 
+/// Under -M a write that does not fit takes the room of dead items (as
+/// memcached reclaims expired ones when it allocates), so a cache full of
+/// expired or flushed items takes writes again without the background
+/// sweep.
+#[test]
+fn no_eviction_mode_reclaims_expired_and_flushed_items_for_a_write() {
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: 64 * 1024,
+        evict: false,
+        background_sweep: false,
+        ..MemoryConfig::default()
+    });
+    let value = [b'v'; 1000];
+    let expiry = store.clock().expiry(2);
+    let mut stored = 0;
+    for i in 0..200u32 {
+        let outcome = store.store(
+            &StoreCommand {
+                mode: StoreMode::Set,
+                key: format!("e{i}").as_bytes(),
+                value: &value,
+                flags: 0,
+                expiry,
+                compare_cas: None,
+                stale_if_older: false,
+            },
+            &AckFence::default(),
+        );
+        stored += usize::from(matches!(outcome, StoreOutcome::Stored { .. }));
+    }
+    assert!(stored > 0 && stored < 200, "full after {stored}");
+    assert_eq!(set(&store, b"new", &value), StoreOutcome::OutOfMemory);
+    store.clock().advance(3);
+    assert!(matches!(
+        set(&store, b"new", &value),
+        StoreOutcome::Stored { .. }
+    ));
+    // Full of live items again, then flushed.
+    let refused = (0..200u32)
+        .map(|i| set(&store, format!("l{i}").as_bytes(), &value))
+        .any(|outcome| outcome == StoreOutcome::OutOfMemory);
+    assert!(refused, "filled again");
+    store.flush_all(0, &AckFence::default());
+    assert!(matches!(
+        set(&store, b"after", &value),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(store.stats().evictions, 0);
+}
+
 #[test]
 fn items_expire_and_are_reclaimed_in_the_background() {
     let store = store_with_limit(1 << 20);
