@@ -7,6 +7,7 @@ pub mod clock;
 pub mod counter;
 mod delayed_flush;
 pub mod disk;
+mod heap;
 pub mod log_position;
 pub mod memory;
 pub mod replication;

@@ -47,6 +47,10 @@ pub const ITEM_OVERHEAD: usize = std::mem::size_of::<Slot>() + 8 + 16;
 /// Slot index meaning "none" in the LRU links.
 const NIL: u32 = u32::MAX;
 
+/// What a kura process holds besides its items (code, thread stacks,
+/// buffers, tables), below `docs/DESIGN.md`'s 24 MiB: past `-m` and this,
+/// maintenance gives free heap back.
+const RESIDENT_ALLOWANCE: usize = 16 << 20;
 /// How many slots maintenance inspects under one lock hold.
 const MAINTAIN_BATCH: usize = 1024;
 
@@ -1163,6 +1167,10 @@ impl Store for MemoryStore {
     }
 
     fn maintain(&self) -> usize {
+        // Items freed by another worker than the one that stored them stay
+        // in that worker's arena (`heap.rs`): give them back past -m and
+        // what any kura process holds besides its items.
+        crate::heap::trim_if_over((self.limit.load(Ordering::Relaxed) + RESIDENT_ALLOWANCE) as u64);
         let items = self.item_count();
         self.grow_hash_power(items);
         let now = self.clock.now();

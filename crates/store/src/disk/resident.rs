@@ -10,20 +10,6 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes resident in the process, from `/proc/self/statm`.
-pub fn process_resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * page_size())
-}
-
-fn page_size() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |size| size as u64)
-}
-
 /// The start and length of the address range where `file` is mapped, from
 /// `/proc/self/maps`.
 fn mapping_of(file: &Path) -> Option<(usize, usize)> {
@@ -43,16 +29,11 @@ fn mapping_of(file: &Path) -> Option<(usize, usize)> {
 /// process is over `budget`, and gives freed heap memory back; counts
 /// each trim in `trims`.
 pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) {
-    if process_resident_bytes().is_none_or(|resident| resident <= budget) {
-        return;
-    }
     // Workers allocate pending writes and the applier frees them a round
-    // later; glibc keeps what its per-thread arenas freed (random overwrites
-    // under `-m 128` left 115 MB of free heap resident).
-    // SAFETY: malloc_trim only returns free memory of the allocator to the OS.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::malloc_trim(0);
+    // later (random overwrites under `-m 128` left 115 MB of free heap
+    // resident).
+    if !crate::heap::trim_if_over(budget) {
+        return;
     }
     let Some((start, len)) = mapping_of(data_file) else {
         return;

@@ -2,8 +2,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::resident::process_resident_bytes;
 use super::Inner;
+use crate::heap::process_resident_bytes;
 
 /// One figure as `stats kura` shows it.
 fn stat(name: &'static str, value: impl ToString) -> (&'static str, String) {
