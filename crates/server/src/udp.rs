@@ -97,6 +97,7 @@ pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
         counters,
         conn_id: 0,
         fence: AckFence::default(),
+        datagram: true,
     };
     let mut datagram = vec![0u8; MAX_REQUEST];
     let mut reply = Vec::new();

@@ -385,6 +385,7 @@ impl Worker {
             counters: &self.shared.counters[self.id],
             conn_id: connection.info.id,
             fence: AckFence::default(),
+            datagram: false,
         };
         connection
             .info

@@ -73,4 +73,13 @@ fn get_and_set_through_udp_frames() {
         server.exchange(b"get k\r\n", 22),
         b"VALUE k 5 3\r\nabc\r\nEND\r\n"
     );
+    // A metadump is not sent back over UDP (memcached's goes to the
+    // socket, which has no peer): one small datagram asks for nothing big.
+    let mut datagram = vec![0, 5, 0, 0, 0, 1, 0, 0];
+    datagram.extend_from_slice(b"lru_crawler metadump all\r\n");
+    socket.send(&datagram).unwrap();
+    assert_eq!(
+        request(&socket, 6, b"get k\r\n"),
+        b"VALUE k 5 3\r\nabc\r\nEND\r\n"
+    );
 }

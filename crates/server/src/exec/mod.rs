@@ -49,6 +49,9 @@ pub struct Context<'a> {
     /// Raised by the engine to the newest write whose reply must wait for
     /// its append; the worker takes it once the batch is served.
     pub fence: AckFence,
+    /// The request came in a UDP datagram: nothing is streamed back (as
+    /// memcached's crawler, which writes to the connection's socket).
+    pub datagram: bool,
 }
 
 impl Context<'_> {

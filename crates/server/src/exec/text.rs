@@ -512,6 +512,10 @@ fn lru_crawler(command: LruCrawler<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         LruCrawler::Metadump(_) if !out.is_empty() => {
             b"ERROR cannot pipeline other commands before metadump\r\n"
         }
+        // memcached's crawler writes the dump to the connection's socket,
+        // which for UDP has no peer: nothing goes back (and a datagram of
+        // 34 bytes cannot ask for megabytes).
+        LruCrawler::Metadump(_) if ctx.datagram => return,
         LruCrawler::Metadump(classes) => {
             let which = match classes {
                 b"hash" => Some(CrawlClasses::All),

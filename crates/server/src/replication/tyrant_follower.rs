@@ -168,6 +168,7 @@ pub(super) fn follow_once(
         counters,
         conn_id: 0,
         fence: AckFence::default(),
+        datagram: false,
     };
     let mut scratch = Vec::new();
     let mut group: Vec<Message> = Vec::new();
