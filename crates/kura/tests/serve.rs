@@ -118,6 +118,8 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-I", "2g"],
         &["serve", "-I", "lots"],
         &["serve", "-I", "2m", "--max-reply", "1m"],
+        &["serve", "--max-reply", "64m", "--max-buffered", "32m"],
+        &["serve", "--max-buffered", "lots"],
         &["serve", "--engine", "memory", "-m", "1", "-I", "2m"],
         &["serve", "--sync", "sometimes"],
         &["serve", "--sync", "interval=soon"],
@@ -316,6 +318,60 @@ fn memory_limit_holds_when_each_worker_fills_the_cache_in_turn() {
         resident <= allowed,
         "resident {resident} KiB, allowed {allowed} KiB"
     );
+}
+
+/// Clients that ask for large replies and never read them: past
+/// --max-buffered the server closes them instead of holding every reply,
+/// and a client that reads is served as before.
+#[test]
+fn connections_holding_unread_replies_past_the_buffer_limit_are_closed() {
+    // Replies larger than what the kernel's socket buffers absorb.
+    let args = ["-m", "64", "--max-reply", "32m", "--max-buffered", "32m"];
+    let server = Server::start(&args);
+    let mut stream = server.connect();
+    let value = vec![b'v'; 900_000];
+    let mut set = b"set big 0 0 900000\r\n".to_vec();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    assert_eq!(request_line(&mut stream, &set).unwrap(), "STORED\r\n");
+    // Four clients each ask for 27 MB (within --max-reply) and read nothing.
+    let get = format!("get{}\r\n", " big".repeat(30));
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut stalled = server.connect();
+            stalled.write_all(get.as_bytes()).unwrap();
+            stalled
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.engine_stat("conn_buffer_kicks") < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(server.engine_stat("conn_buffer_kicks") >= 2);
+    assert!(server.engine_stat("conn_held_bytes") <= 32 << 20);
+    // The ones closed were cut off: what they can still read ends before
+    // their reply does.
+    let mut cut = 0;
+    for mut stalled in stalled {
+        stalled
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut reply = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match stalled.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => reply.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+            if reply.ends_with(b"END\r\n") {
+                break;
+            }
+        }
+        cut += usize::from(!reply.ends_with(b"END\r\n"));
+    }
+    assert!(cut >= 2, "{cut} of 4 cut off");
+    assert_eq!(read_value(&mut stream, "big"), Some(value));
 }
 
 /// The open-file limit this process may use.

@@ -102,6 +102,11 @@ pub struct ServerConfig {
     /// of memory writing get response`, as memcached does when it cannot
     /// allocate one, instead of copying every value asked for into memory.
     pub max_reply_bytes: usize,
+    /// The most bytes all connections together may hold past their first
+    /// 64 KiB each, in requests not yet whole and replies not yet read
+    /// (`--max-buffered`; 0: no limit): past it, the connections holding
+    /// such bytes are closed (`held_buffers.rs`).
+    pub max_buffered_bytes: usize,
     /// Report and check CAS values (`-C` turns this off).
     pub cas_enabled: bool,
     /// memcached's `-B`.
@@ -280,6 +285,7 @@ impl Default for ServerConfig {
             max_connections: 16384,
             max_item_size: 1024 * 1024,
             max_reply_bytes: 64 << 20,
+            max_buffered_bytes: 256 << 20,
             cas_enabled: true,
             protocol: ProtocolChoice::Auto,
             requests_per_event: 20,

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod config;
 mod cyrus;
 pub mod exec;
+mod held_buffers;
 mod line_wait;
 mod listener;
 pub mod replication;
@@ -74,6 +75,8 @@ pub struct Shared {
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
+    /// What connections hold beyond their sockets, under `--max-buffered`.
+    pub held_buffers: held_buffers::HeldBuffers,
     stopping: AtomicBool,
     /// The stop was asked for gracefully (SIGUSR1, `shutdown graceful`):
     /// the memory engine is kept for the next start (`-e`).
@@ -87,6 +90,12 @@ impl Shared {
     /// Asks every thread to stop; returns at once.
     pub fn request_shutdown(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.wake_workers();
+    }
+
+    /// Wakes every worker (and the acceptor): something needs them to
+    /// look at their connections.
+    pub fn wake_workers(&self) {
         for waker in self.wakers.get().into_iter().flatten() {
             let _ = waker.wake();
         }
@@ -277,6 +286,7 @@ pub fn start(
     let watchers = Arc::new(watch::Hub::new(config.watcher_buffer_bytes));
     store.watch_evictions(watchers.clone());
     let lru_crawler = AtomicBool::new(config.lru_crawler);
+    let held_buffers = held_buffers::HeldBuffers::new(config.max_buffered_bytes);
     let shared = Arc::new_cyclic(|me| Shared {
         me: me.clone(),
         config,
@@ -292,6 +302,7 @@ pub fn start(
         sasl,
         watchers,
         lru_crawler,
+        held_buffers,
         replication: replication::Replication::default(),
         tyrant_iterator: Mutex::new(None),
         tyrant_uid: Mutex::new(Default::default()),

@@ -101,6 +101,7 @@ counters! {
     bytes_written: "Bytes written to clients",
     conn_yields: "Times a busy connection yielded to others (-R)",
     idle_kicks: "Connections closed for idling past the idle timeout",
+    buffer_kicks: "Connections closed while holding bytes past --max-buffered",
     auth_cmds: "Authentication attempts (text login or SASL)",
     auth_errors: "Failed authentication attempts",
     response_obj_oom: "Requests refused, or connections closed, for lack of reply memory (-o read_buf_mem_limit)",

@@ -111,6 +111,8 @@ pub enum CloseReason {
     Normal,
     IdleTimeout,
     Shutdown,
+    /// It held bytes past `--max-buffered` (`held_buffers.rs`).
+    BufferLimit,
 }
 
 impl CloseReason {
@@ -120,6 +122,7 @@ impl CloseReason {
             CloseReason::Normal => "normal",
             CloseReason::IdleTimeout => "idle_timeout",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::BufferLimit => "buffer_limit",
         }
     }
 }

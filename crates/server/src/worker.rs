@@ -173,6 +173,8 @@ struct Connection {
     /// Set once the connection ran `watch`: it serves no more requests and
     /// is sent its watcher's queued log lines instead.
     watcher: Option<Arc<Watcher>>,
+    /// What `input` and `output` count against `--max-buffered`.
+    buffered: usize,
 }
 
 /// What a connection waits for after being served.
@@ -310,6 +312,9 @@ impl Worker {
                 self.shared.store.request_append();
             }
             self.arm_held();
+            if self.shared.held_buffers.over_limit() {
+                self.close_buffer_holders();
+            }
             if self.shared.stopping() {
                 self.close_all();
                 return;
@@ -350,6 +355,7 @@ impl Worker {
                 peer_closed: false,
                 held: false,
                 may_read: true,
+                buffered: 0,
                 interest: Interest::READABLE,
                 info: info.clone(),
                 watcher: None,
@@ -396,6 +402,16 @@ impl Worker {
         } else {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
+        let holds = connection.input.len() + connection.output.len();
+        let held_buffers = &self.shared.held_buffers;
+        if held_buffers.update(&mut connection.buffered, holds) && !matches!(next, Next::Close) {
+            // Past --max-buffered: this one goes, and the other workers
+            // close theirs that hold bytes past their free share.
+            self.shared.counters[self.id].buffer_kicks.incr();
+            self.close(key, CloseReason::BufferLimit);
+            self.shared.wake_workers();
+            return;
+        }
         match next {
             Next::Wait if !connection.fence.is_empty() && !connection.output.is_empty() => {
                 // Nothing to do until the append: no reads, no writes.
@@ -562,6 +578,7 @@ impl Worker {
     fn take_out(&mut self, key: usize) -> Option<Connection> {
         let mut connection = self.connections.try_remove(key)?;
         let _ = connection.stream.deregister(self.poll.registry());
+        (self.shared.held_buffers).release(&mut connection.buffered);
         self.shared
             .connections_registry
             .lock()
@@ -577,6 +594,19 @@ impl Worker {
         let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
         for key in keys {
             self.close(key, CloseReason::Shutdown);
+        }
+    }
+
+    /// Past `--max-buffered`: closes this worker's connections that hold
+    /// bytes past their free share (`held_buffers.rs`).
+    fn close_buffer_holders(&mut self) {
+        let holders: Vec<usize> = (self.connections.iter())
+            .filter(|(_, c)| c.buffered > 0)
+            .map(|(key, _)| key)
+            .collect();
+        for key in holders {
+            self.shared.counters[self.id].buffer_kicks.incr();
+            self.close(key, CloseReason::BufferLimit);
         }
     }
 

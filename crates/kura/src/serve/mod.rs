@@ -54,6 +54,12 @@ pub struct ServeArgs {
     /// least -I; default 64m, or twice -I if more).
     #[arg(long = "max-reply")]
     max_reply: Option<String>,
+    /// The most bytes all connections together may hold past their first
+    /// 64 KiB each, in requests not yet whole and replies not yet read;
+    /// past it, those connections are closed (k/m/g suffix allowed; 0: no
+    /// limit; default 256m, or four times --max-reply if more).
+    #[arg(long = "max-buffered")]
+    max_buffered: Option<String>,
     /// Answer "out of memory" instead of evicting.
     #[arg(short = 'M', long = "disable-evictions")]
     disable_evictions: bool,
@@ -377,6 +383,15 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
             "--max-reply: a reply must hold the largest item (-I) at least",
         ));
     }
+    let max_buffered_bytes = match &args.max_buffered {
+        Some(text) => parse_size(text, 1, "--max-buffered")?,
+        None => (256 * MIB).max(max_reply_bytes.saturating_mul(4)),
+    };
+    if max_buffered_bytes != 0 && max_buffered_bytes < max_reply_bytes {
+        return Err(usage(
+            "--max-buffered: the connections must be able to hold one reply (--max-reply) at least",
+        ));
+    }
     // memcached's rule: one item may take at most half the cache.
     if args.engine == EngineArg::Memory && max_item_size > memory_limit / 2 {
         return Err(usage(
@@ -438,6 +453,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         max_connections: args.conn_limit,
         max_item_size,
         max_reply_bytes,
+        max_buffered_bytes,
         cas_enabled: !args.disable_cas,
         protocol: match args.protocol {
             ProtocolArg::Auto => ProtocolChoice::Auto,

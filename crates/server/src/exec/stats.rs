@@ -359,11 +359,19 @@ fn general(ctx: &Context<'_>) -> Lines {
 }
 
 /// `stats kura`: what kura adds to memcached's figures: its own version,
-/// the engine and the engine's figures (the disk engine's `disk_*`).
+/// the engine, what connections hold, and the engine's figures (the disk
+/// engine's `disk_*`).
 fn kura(ctx: &Context<'_>) -> Lines {
     let mut lines = Vec::new();
     line(&mut lines, "kura_version", env!("CARGO_PKG_VERSION"));
     line(&mut lines, "engine", &ctx.shared.config.engine);
+    // What connections hold past their free share, under --max-buffered.
+    line(
+        &mut lines,
+        "conn_held_bytes",
+        ctx.shared.held_buffers.held(),
+    );
+    line(&mut lines, "conn_buffer_kicks", totals(ctx).buffer_kicks);
     for (name, value) in ctx.shared.store.engine_stats() {
         line(&mut lines, name, value);
     }
