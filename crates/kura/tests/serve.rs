@@ -66,6 +66,19 @@ impl Server {
             .unwrap()
     }
 
+    /// The resident size, once it is within `allowed` KiB or 30 s passed:
+    /// maintenance trims every 100 ms, and a loaded machine may run it
+    /// late, not never.
+    fn rss_kib_once_within(&self, allowed: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut resident = self.rss_kib();
+        while resident > allowed && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            resident = self.rss_kib();
+        }
+        resident
+    }
+
     fn stat(&self, name: &str) -> u64 {
         self.figure("stats", name)
     }
@@ -306,14 +319,8 @@ fn memory_limit_holds_when_each_worker_fills_the_cache_in_turn() {
         fill(&mut stream, &format!("w{worker}"), 12_000, |_| 4000);
     }
     assert!(server.stat("evictions") > 0, "192 MB must overflow 32 MB");
-    // Maintenance runs every 100 ms; a loaded machine may run it late.
     let allowed = 32 * 1024 + FIXED_OVERHEAD_KIB;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut resident = server.rss_kib();
-    while resident > allowed && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-        resident = server.rss_kib();
-    }
+    let resident = server.rss_kib_once_within(allowed);
     assert!(
         resident <= allowed,
         "resident {resident} KiB, allowed {allowed} KiB"
@@ -988,14 +995,7 @@ fn resident_memory_stays_within_the_budget(log_values_from: &str) {
                 "round {round} r{i}"
             );
         }
-        // The maintenance thread trims every 100 ms; a loaded machine may
-        // run it late, not never.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut resident = server.rss_kib();
-        while resident > allowed && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            resident = server.rss_kib();
-        }
+        let resident = server.rss_kib_once_within(allowed);
         assert!(
             resident <= allowed,
             "resident {resident} KiB, allowed {allowed} KiB (--log-values-from {log_values_from})"
