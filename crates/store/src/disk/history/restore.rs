@@ -96,6 +96,7 @@ fn restore_into(
         }
     }
     let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;
+    reaches(target, chain.earliest())?;
     // Up to the LSN asked for, not only to where the replay would stop.
     let through = match until {
         Some(LogPoint::Lsn(lsn)) => lsn.max(target.lsn),
@@ -140,6 +141,20 @@ pub fn map_size_for(chain: &backup::Chain) -> usize {
     DiskConfig::new(Path::new(""))
         .map_size
         .max(wanted.unwrap_or(usize::MAX))
+}
+
+/// Refuses a target before the entry the full backup's copy of LMDB is
+/// consistent from: LMDB holds that much already. A time past the earliest
+/// one can still stop there when the clock stepped back within the round
+/// the copy caught (group times are the wall clock's).
+fn reaches(target: LogPosition, earliest: LogPosition) -> Result<(), BackupError> {
+    if target.lsn < earliest.lsn {
+        return Err(BackupError::Refused(format!(
+            "the log's times go back before {earliest}, which the full backup holds already; \
+             restore to an LSN (--lsn) instead"
+        )));
+    }
+    Ok(())
 }
 
 /// The newest entry at or before `until` (from the snapshot on, the
@@ -210,4 +225,18 @@ fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
         fs::remove_file(&path).map_err(io_error(format!("removing {}", path.display())))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_before_what_the_copy_of_lmdb_holds_is_refused() {
+        let at = |lsn| LogPosition { lsn, micros: 0 };
+        assert!(reaches(at(150), at(150)).is_ok());
+        assert!(reaches(at(151), at(150)).is_ok());
+        let refused = reaches(at(119), at(150)).unwrap_err().to_string();
+        assert!(refused.contains("restore to an LSN"), "{refused}");
+    }
 }
