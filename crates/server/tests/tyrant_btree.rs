@@ -136,6 +136,46 @@ fn values_are_bytes_that_append_shift_and_count() {
     assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
 }
 
+/// A range holds at most --max-reply bytes, as getlist: past it, it fails
+/// (its first record always goes). fwmkeys stops at its max.
+#[test]
+fn a_range_past_the_reply_limit_fails_as_getlist_does() {
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Btree("ordered".into()),
+        max_item_size: 64 << 10,
+        max_reply_bytes: 64 << 10,
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    let value = vec![b'v'; 30_000];
+    for key in [&b"k1"[..], b"k2", b"k3"] {
+        assert_eq!(call(&mut s, &put(PutMode::Put, key, &value), 1), [0]);
+    }
+    let keys: Vec<&[u8]> = vec![b"k1", b"k2", b"k3"];
+    assert_eq!(misc(&mut s, b"getlist", &keys).0, 1, "90 KB past 64 KiB");
+    assert_eq!(misc(&mut s, b"range", &[]).0, 1, "as getlist");
+    let (code, items) = misc(&mut s, b"range", &[b"k1", b"k3"]);
+    assert_eq!((code, items.len()), (0, 4), "60 KB fit");
+    let (code, items) = misc(&mut s, b"range", &[b"", b"", b"1"]);
+    assert_eq!(
+        (code, items.len()),
+        (0, 0),
+        "an empty end ends before the start"
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Fwmkeys {
+                prefix: b"k",
+                max: 2
+            },
+            5 + 2 * 6
+        ),
+        b"\0\0\0\0\x02\0\0\0\x02k1\0\0\0\x02k2"
+    );
+}
+
 #[test]
 fn a_hash_database_has_no_ranges() {
     let server = TestServer::disk_with(ServerConfig {

@@ -158,8 +158,9 @@ impl KeyValues for Items<'_> {
         None
     }
 
-    /// The live items, sorted (the engines keep no order).
-    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>> {
+    /// The live items, sorted (the engines keep no order, so every key
+    /// with the prefix is read first).
+    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
         let complete = self.ctx.shared.store.scan(&mut |item| {
             if item.key.starts_with(prefix) {
@@ -167,6 +168,7 @@ impl KeyValues for Items<'_> {
             }
         });
         keys.sort_unstable();
+        keys.truncate(max.unwrap_or(usize::MAX));
         complete.then_some(keys)
     }
 

@@ -47,22 +47,25 @@ trait KeyValues {
     /// with no other write of the key between; `change` answering `None`
     /// fails it. Returns the value written.
     fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>>;
-    /// The keys starting with `prefix`, in byte order; `None` if they
-    /// could not be read.
-    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>>;
+    /// The keys starting with `prefix`, in byte order, at most `max`;
+    /// `None` if they could not be read.
+    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>>;
     /// Records and bytes.
     fn count_and_size(&self) -> (u64, u64);
     /// A new iterator over every key (`iterinit`).
     fn iterator(&self) -> KeyIterator {
-        KeyIterator::Snapshot(self.keys(b"").unwrap_or_default().into_iter())
+        KeyIterator::Snapshot(self.keys(b"", None).unwrap_or_default().into_iter())
     }
     /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
-    /// to `end` (exclusive), at most `max` records.
+    /// to `end` (exclusive), at most `max` records; `None` (a failure) also
+    /// when they would hold more than `limit` bytes (`--max-reply`; the
+    /// first record always goes), as `getlist`.
     fn range(
         &self,
         _begin: &[u8],
         _end: Option<&[u8]>,
         _max: Option<usize>,
+        _limit: usize,
     ) -> Option<Vec<Vec<u8>>> {
         None
     }
@@ -134,13 +137,8 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             Some(key) => reply::bytes(out, &key),
             None => reply::status(out, false),
         },
-        Request::Fwmkeys { prefix, max } => match db.keys(prefix) {
-            Some(mut keys) => {
-                if let Ok(max) = usize::try_from(*max) {
-                    keys.truncate(max);
-                }
-                reply::list(out, true, keys.iter().map(|key| &key[..]));
-            }
+        Request::Fwmkeys { prefix, max } => match db.keys(prefix, usize::try_from(*max).ok()) {
+            Some(keys) => reply::list(out, true, keys.iter().map(|key| &key[..])),
             None => reply::status(out, false),
         },
         Request::AddInt { key, delta } => {
@@ -285,7 +283,7 @@ fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
 /// Removes every record (`rnum` falls to 0, as ttserver's does); false if
 /// the storage refused.
 fn vanish(db: &dyn KeyValues) -> bool {
-    let Some(keys) = db.keys(b"") else {
+    let Some(keys) = db.keys(b"", None) else {
         return false;
     };
     keys.iter().all(|key| db.out(key) != RowOutcome::Failed)
@@ -361,7 +359,7 @@ fn misc(
                 .get(2)
                 .and_then(|max| std::str::from_utf8(max).ok()?.parse::<i64>().ok())
                 .and_then(|max| usize::try_from(max).ok());
-            db.range(begin, end, max)
+            db.range(begin, end, max, ctx.shared.config.max_reply_bytes)
         }
         b"sync" => ctx.shared.store.sync().then(Vec::new),
         b"optimize" => Some(Vec::new()),

@@ -113,14 +113,19 @@ impl KeyValues for OrderedKeys<'_> {
         }
     }
 
-    fn keys(&self, prefix: &[u8]) -> Option<Vec<Vec<u8>>> {
+    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
+        let max = max.unwrap_or(usize::MAX);
+        if max == 0 {
+            return Some(keys);
+        }
+        // In key order: the walk stops at the last key wanted.
         let read = self.walk(prefix, &mut |row| {
             let more = row.key.starts_with(prefix);
             if more {
                 keys.push(row.key.clone());
             }
-            more
+            more && keys.len() < max
         });
         read.then_some(keys)
     }
@@ -136,17 +141,31 @@ impl KeyValues for OrderedKeys<'_> {
         (count, size)
     }
 
-    fn range(&self, begin: &[u8], end: Option<&[u8]>, max: Option<usize>) -> Option<Vec<Vec<u8>>> {
+    fn range(
+        &self,
+        begin: &[u8],
+        end: Option<&[u8]>,
+        max: Option<usize>,
+        limit: usize,
+    ) -> Option<Vec<Vec<u8>>> {
         let mut found = Vec::new();
         let max = max.unwrap_or(usize::MAX);
+        let (mut bytes, mut too_large) = (0, false);
         let read = self.walk(begin, &mut |row| {
             if found.len() / 2 >= max || end.is_some_and(|end| row.key.as_slice() >= end) {
                 return false;
             }
+            let value = value_of(row);
+            bytes += row.key.len() + value.len();
+            // The first record always goes, as getlist's first value.
+            if bytes > limit && !found.is_empty() {
+                too_large = true;
+                return false;
+            }
             found.push(row.key.clone());
-            found.push(value_of(row));
+            found.push(value);
             true
         });
-        read.then_some(found)
+        (read && !too_large).then_some(found)
     }
 }
