@@ -133,6 +133,8 @@ fn bad_command_lines_exit_64_with_one_line() {
         &["serve", "-I", "2m", "--max-reply", "1m"],
         &["serve", "--max-reply", "64m", "--max-buffered", "32m"],
         &["serve", "--max-buffered", "lots"],
+        &["serve", "-p", "0", "--tyrant-port", "1978"],
+        &["serve", "-s", "/tmp/kura.sock", "--hs-read-port", "9998"],
         &["serve", "--engine", "memory", "-m", "1", "-I", "2m"],
         &["serve", "--sync", "sometimes"],
         &["serve", "--sync", "interval=soon"],

@@ -435,6 +435,14 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     let tyrant_port = port_flag(args.tyrant_port, "--tyrant-port")?;
     let hs_read_port = port_flag(args.hs_read_port, "--hs-read-port")?;
     let hs_write_port = port_flag(args.hs_write_port, "--hs-write-port")?;
+    // The other protocols' ports listen on the `-l` addresses beside -p's;
+    // -p 0 (or -1) and -s turn TCP off: they would open nowhere.
+    let others = [tyrant_port, hs_read_port, hs_write_port];
+    if (tcp_port.is_none() || args.unix_socket.is_some()) && others.iter().any(Option::is_some) {
+        return Err(usage(
+            "--tyrant-port and --hs-*-port listen beside -p's TCP port, which -p 0 and -s turn off",
+        ));
+    }
     let listen = if args.unix_socket.is_some() || tcp_port.is_none() {
         Vec::new()
     } else {
