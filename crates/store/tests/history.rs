@@ -356,6 +356,50 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
     backup(&again, &made, None);
 }
 
+/// The same, but the data directory made again has gone past the backup's
+/// last LSN: LSNs alone would take it for a continuation, and a restore
+/// of the chain would lack the entries between.
+#[test]
+fn an_incremental_backup_of_another_history_that_went_further_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let open_as_seven = |dir: &Path| {
+        DiskStore::open(DiskConfig {
+            map_size: 64 << 20,
+            reserve_bytes: 0,
+            server_id: Some(7),
+            ..DiskConfig::new(dir)
+        })
+        .unwrap()
+    };
+    let first = open_as_seven(&work.path().join("first"));
+    for n in 0..3 {
+        store(&first, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
+    }
+    let full = work.path().join("full");
+    let manifest = backup(&first, &full, None);
+    drop(first);
+    let again = open_as_seven(&work.path().join("again"));
+    for n in 0..manifest.last.lsn + 2 {
+        store(&again, StoreMode::Set, b"b", format!("w{n}").as_bytes(), 0);
+    }
+    again.wait_until_all_applied();
+
+    let absent = work.path().join("absent");
+    let error = again.backup(&absent, Some(&full)).unwrap_err();
+    assert!(
+        error.contains("not a point of this server's log"),
+        "{error}"
+    );
+    assert!(error.contains("another history"), "{error}");
+    assert!(!absent.exists(), "a failed backup leaves no folder");
+
+    // Its own full backup is continued, however many writes came since.
+    let own = work.path().join("own");
+    backup(&again, &own, None);
+    store(&again, StoreMode::Set, b"c", b"1", 0);
+    again.backup(&work.path().join("next"), Some(&own)).unwrap();
+}
+
 #[test]
 fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
     let work = tempfile::tempdir().unwrap();

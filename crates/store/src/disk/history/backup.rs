@@ -24,10 +24,9 @@ use heed::{CompactionOption, Database, EnvOpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::disk::history;
+use crate::disk::history::{self, position, position::Place};
 use crate::disk::io::Io;
 use crate::disk::journal;
-use crate::disk::log_format::Numbering;
 use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
 
@@ -177,21 +176,14 @@ impl Inner {
             .as_ref()
             .and_then(|copied| copied.partial.filter(|partial| *partial > copied.applied));
         let (current, current_len, last) = self.journal.current_end();
-        if first_lsn > last.lsn + 1 {
-            let (dir, manifest) = since.as_ref().expect("a full backup starts after its copy");
-            return Err(BackupError::Refused(format!(
-                "{} ends at {}, past this server's log (LSN {}): it is a backup of another history of server {}",
-                dir.display(),
-                manifest.last,
-                last.lsn,
-                self.server_id
-            )));
-        }
         let segments: Vec<(u64, PathBuf)> = journal::segments(&self.config.dir)
             .map_err(io_error("listing the journal"))?
             .into_iter()
             .filter(|(number, _)| *number <= current)
             .collect();
+        if let Some((dir, manifest)) = &since {
+            self.check_continues(dir, manifest, &segments)?;
+        }
         // A full backup needs the applied segment and those the snapshot
         // points into; an incremental one what holds entries since.
         let chosen = match copied {
@@ -236,6 +228,37 @@ impl Inner {
         write_manifest(to, &manifest)?;
         tracing::info!(to = %to.display(), kind = ?manifest.kind, last_lsn = manifest.last.lsn, "backup written");
         Ok(manifest)
+    }
+
+    /// Refuses to continue the backup in `dir` unless its last entry ends
+    /// a group of this log, with its time: under the same server id, a
+    /// data directory made again (or restored from an older backup) has
+    /// another history, whose LSNs may reach past the backup's.
+    fn check_continues(
+        &self,
+        dir: &Path,
+        manifest: &Manifest,
+        segments: &[(u64, PathBuf)],
+    ) -> Result<(), BackupError> {
+        if manifest.last.lsn == 0 {
+            return Ok(());
+        }
+        let place = position::locate(&*self.config.io, segments, manifest.last)
+            .map_err(io_error("reading the journal"))?;
+        match place {
+            Place::Found { .. } => Ok(()),
+            Place::Gone => Err(BackupError::Refused(format!(
+                "the log no longer holds LSN {}, the last of {} (retention let it go); take a full backup",
+                manifest.last.lsn,
+                dir.display()
+            ))),
+            Place::Diverged => Err(BackupError::Refused(format!(
+                "{} ends at {}, which is not a point of this server's log: it is a backup of another history of server {}",
+                dir.display(),
+                manifest.last,
+                self.server_id
+            ))),
+        }
     }
 
     /// Copies LMDB into `to` (compacting); returns what the copy's meta
@@ -298,7 +321,7 @@ fn segments_after(
 ) -> Result<Vec<(u64, PathBuf)>, BackupError> {
     let firsts = segments
         .iter()
-        .map(|(number, path)| first_lsn(io, path, *number))
+        .map(|(number, path)| position::first_lsn(io, path, *number))
         .collect::<io::Result<Vec<_>>>()
         .map_err(io_error("reading the journal"))?;
     let start = firsts
@@ -319,32 +342,6 @@ fn segments_after(
         ))),
         // No entry since: only segments without entries, if any.
         (None, None) => Ok(segments.to_vec()),
-    }
-}
-
-/// The LSN of the first entry in segment `number`, if it has any. Stops
-/// reading at that entry: a segment can be gigabytes long.
-fn first_lsn(io: &dyn Io, path: &Path, number: u64) -> io::Result<Option<u64>> {
-    enum Scan {
-        Found(u64),
-        Failed(io::Error),
-    }
-    impl From<io::Error> for Scan {
-        fn from(error: io::Error) -> Scan {
-            Scan::Failed(error)
-        }
-    }
-    let mut numbering = Numbering::default();
-    let scanned = journal::replay(io, path, number, |record, _, _| {
-        match numbering.number(&record) {
-            Some((lsn, _)) => Err(Scan::Found(lsn)),
-            None => Ok(()),
-        }
-    });
-    match scanned {
-        Ok(_) => Ok(None),
-        Err(Scan::Found(lsn)) => Ok(Some(lsn)),
-        Err(Scan::Failed(error)) => Err(error),
     }
 }
 

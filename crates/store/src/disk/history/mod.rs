@@ -5,6 +5,7 @@
 //! being appended ends at its last whole record).
 
 pub mod backup;
+pub(in crate::disk) mod position;
 pub mod restore;
 
 use std::io;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::disk::io::Io;
+use crate::disk::history::position::{groups_of, locate, Place};
 use crate::disk::journal;
 use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::Inner;
@@ -136,23 +136,22 @@ impl Feed {
             return Self::at(inner, (current, current_len), next_lsn, hold).map_err(io_refused);
         }
         let segments = journal::segments(&inner.config.dir).map_err(io_refused)?;
-        // The newest segment whose first entry is at or before `after`
-        // (for a replica with no entries: the one holding LSN 1).
-        let mut chosen = None;
-        for (number, path) in segments.iter().rev() {
-            let groups = groups_of(&*inner.config.io, path, *number).map_err(io_refused)?;
-            let first = groups.first().map(|group| group.head.first_lsn);
-            if first.is_some_and(|first| first <= after.lsn || (after.lsn == 0 && first == 1)) {
-                chosen = Some((*number, groups));
-                break;
-            }
-        }
-        let Some((number, groups)) = chosen else {
-            return Err(FeedRefused::Gone(format!(
-                "this server's log no longer holds LSN {}",
-                after.lsn + 1
-            )));
-        };
+        let (number, next) =
+            match locate(&*inner.config.io, &segments, after).map_err(io_refused)? {
+                Place::Found { segment, next } => (segment, next),
+                Place::Gone => {
+                    return Err(FeedRefused::Gone(format!(
+                        "this server's log no longer holds LSN {}",
+                        after.lsn + 1
+                    )))
+                }
+                Place::Diverged => {
+                    return Err(FeedRefused::Diverged(format!(
+                        "LSN {} at {} µs is not the end of a group of this server's log",
+                        after.lsn, after.micros
+                    )))
+                }
+            };
         // Segments nothing points into go before older ones that hold
         // values: every one from the start on must still be there.
         let present = |n: u64| {
@@ -166,25 +165,7 @@ impl Feed {
                 after.lsn
             )));
         }
-        if after.lsn == 0 {
-            return Self::at(inner, (number, groups[0].offset), next_lsn, hold).map_err(io_refused);
-        }
-        // The group holding `after` must end with it and have its time.
-        let holding = groups.iter().find(|group| {
-            group.head.first_lsn <= after.lsn && after.lsn < group.head.first_lsn + group.entries
-        });
-        match holding {
-            Some(group)
-                if group.head.first_lsn + group.entries - 1 == after.lsn
-                    && group.head.micros == after.micros =>
-            {
-                Self::at(inner, (number, group.end), next_lsn, hold).map_err(io_refused)
-            }
-            _ => Err(FeedRefused::Diverged(format!(
-                "LSN {} at {} µs is not the end of a group of this server's log",
-                after.lsn, after.micros
-            ))),
-        }
+        Self::at(inner, (number, next), next_lsn, hold).map_err(io_refused)
     }
 
     /// A feed from the group after `at`, a position of this server's own
@@ -440,39 +421,6 @@ impl LogFeed for Feed {
 
 fn io_refused(error: io::Error) -> FeedRefused {
     FeedRefused::Gone(format!("reading the log: {error}"))
-}
-
-/// A group of a segment: its head, where it starts, its entries and
-/// where the record after its last entry starts.
-struct GroupSpan {
-    head: GroupHead,
-    offset: u64,
-    entries: u64,
-    end: u64,
-}
-
-fn groups_of(io: &dyn Io, path: &std::path::Path, number: u64) -> io::Result<Vec<GroupSpan>> {
-    let mut groups: Vec<GroupSpan> = Vec::new();
-    journal::replay(io, path, number, |record, at, framed| {
-        let end = at.offset + framed as u64;
-        match record {
-            Record::Group(head) => groups.push(GroupSpan {
-                head,
-                offset: at.offset,
-                entries: 0,
-                end,
-            }),
-            _ if record.is_entry() => {
-                if let Some(group) = groups.last_mut() {
-                    group.entries += 1;
-                    group.end = end;
-                }
-            }
-            _ => {}
-        }
-        Ok::<_, io::Error>(())
-    })?;
-    Ok(groups)
 }
 
 #[cfg(test)]

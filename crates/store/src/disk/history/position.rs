@@ -1,0 +1,127 @@
+//! Where a position of the update log is in a data directory's segments:
+//! the group a [`LogPosition`] ends. A replica's feed starts after it; an
+//! incremental backup checks there that the backup it continues is of
+//! this log's history, not of another under the same server id.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::disk::io::Io;
+use crate::disk::journal;
+use crate::disk::log_format::{GroupHead, Numbering, Record};
+use crate::log_position::LogPosition;
+
+/// A group of a segment: its head, where it starts, its entries and
+/// where the record after its last entry starts.
+pub(in crate::disk) struct GroupSpan {
+    pub head: GroupHead,
+    pub offset: u64,
+    pub entries: u64,
+    pub end: u64,
+}
+
+/// The groups of segment `number`, in order.
+pub(in crate::disk) fn groups_of(
+    io: &dyn Io,
+    path: &Path,
+    number: u64,
+) -> io::Result<Vec<GroupSpan>> {
+    let mut groups: Vec<GroupSpan> = Vec::new();
+    journal::replay(io, path, number, |record, at, framed| {
+        let end = at.offset + framed as u64;
+        match record {
+            Record::Group(head) => groups.push(GroupSpan {
+                head,
+                offset: at.offset,
+                entries: 0,
+                end,
+            }),
+            _ if record.is_entry() => {
+                if let Some(group) = groups.last_mut() {
+                    group.entries += 1;
+                    group.end = end;
+                }
+            }
+            _ => {}
+        }
+        Ok::<_, io::Error>(())
+    })?;
+    Ok(groups)
+}
+
+/// The LSN of the first entry in segment `number`, if it has any. Stops
+/// reading at that entry: a segment can be gigabytes long.
+pub(in crate::disk) fn first_lsn(io: &dyn Io, path: &Path, number: u64) -> io::Result<Option<u64>> {
+    enum Scan {
+        Found(u64),
+        Failed(io::Error),
+    }
+    impl From<io::Error> for Scan {
+        fn from(error: io::Error) -> Scan {
+            Scan::Failed(error)
+        }
+    }
+    let mut numbering = Numbering::default();
+    let scanned = journal::replay(io, path, number, |record, _, _| {
+        match numbering.number(&record) {
+            Some((lsn, _)) => Err(Scan::Found(lsn)),
+            None => Ok(()),
+        }
+    });
+    match scanned {
+        Ok(_) => Ok(None),
+        Err(Scan::Found(lsn)) => Ok(Some(lsn)),
+        Err(Scan::Failed(error)) => Err(error),
+    }
+}
+
+/// Where the log has a position.
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::disk) enum Place {
+    /// It ends a group of `segment` (LSN 0: it comes before the group of
+    /// LSN 1), and the next record starts at `next`.
+    Found { segment: u64, next: u64 },
+    /// No segment holds its LSN any more.
+    Gone,
+    /// Its LSN is not the end of a group with its time: it is a point of
+    /// another history, or past this log's end.
+    Diverged,
+}
+
+/// Where the log in `segments` (number and path, oldest first) has `at`.
+/// Reads the first entry of each segment from the newest back, then the
+/// one segment that holds `at` whole.
+pub(in crate::disk) fn locate(
+    io: &dyn Io,
+    segments: &[(u64, PathBuf)],
+    at: LogPosition,
+) -> io::Result<Place> {
+    let mut holding = None;
+    for (number, path) in segments.iter().rev() {
+        let first = first_lsn(io, path, *number)?;
+        if first.is_some_and(|first| first <= at.lsn || (at.lsn == 0 && first == 1)) {
+            holding = Some((*number, path));
+            break;
+        }
+    }
+    let Some((segment, path)) = holding else {
+        return Ok(Place::Gone);
+    };
+    let groups = groups_of(io, path, segment)?;
+    if at.lsn == 0 {
+        let next = groups.first().map_or(0, |group| group.offset);
+        return Ok(Place::Found { segment, next });
+    }
+    let ends_at = |group: &&GroupSpan| {
+        group.entries > 0
+            && group.head.first_lsn + group.entries - 1 == at.lsn
+            && group.head.micros == at.micros
+    };
+    Ok(match groups.iter().find(ends_at) {
+        Some(group) => Place::Found {
+            segment,
+            next: group.end,
+        },
+        None => Place::Diverged,
+    })
+}
