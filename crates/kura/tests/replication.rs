@@ -559,6 +559,48 @@ fn a_replica_drops_a_master_that_sends_garbage_and_connects_again() {
     }
 }
 
+/// A master that refuses every replica with a line kura does not know: the
+/// replica waits longer after each attempt in a row (1, 2, 4 s), not a
+/// second every time.
+#[test]
+fn a_replica_waits_longer_after_each_failed_attempt() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let master = listener.local_addr().unwrap().port();
+    let connected = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let times = connected.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            times.lock().unwrap().push(Instant::now());
+            let mut hello = String::new();
+            let _ = BufReader::new(stream.try_clone().unwrap()).read_line(&mut hello);
+            let _ = stream.write_all(b"NOT-A-MASTER\r\n");
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _replica = serve(
+        dir.path(),
+        port,
+        &["--replica-of".to_string(), format!("127.0.0.1:{master}")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while connected.lock().unwrap().len() < 4 {
+        assert!(Instant::now() < deadline, "the replica stopped trying");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let times = connected.lock().unwrap().clone();
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    assert!(gaps[0] >= 0.9, "{gaps:?}");
+    assert!(gaps[1] >= 1.8 && gaps[2] >= 3.6, "{gaps:?}");
+    let mut client = Client::connect(port);
+    let error = &client.stats("replication")["repl_master_error"];
+    assert!(error.contains("NOT-A-MASTER"), "{error}");
+}
+
 /// A Tokyo Tyrant slave's link: `repl` from `micros` as server `slave`;
 /// returns the master's id.
 fn tyrant_repl(port: u16, micros: u64, slave: u32) -> (TcpStream, Option<u32>) {

@@ -4,7 +4,8 @@
 //! merges it), then applies each group the master sends as this server's
 //! next group and acknowledges it. Any failure (the master gone, a group
 //! out of step) closes the link; the thread connects again a second later
-//! from wherever the log now ends, until it is told to stop.
+//! (twice as long after each attempt in a row that did not stream, up to
+//! five) from wherever the log now ends, until it is told to stop.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -32,8 +33,10 @@ pub(super) const SAME_RANK: &str =
 const SPEAKS_TOKYO_TYRANT: &str = "the master speaks Tokyo Tyrant's replication";
 /// Groups taken between two acknowledgements at most.
 const ACK_EVERY_GROUPS: usize = 1000;
-/// The wait before connecting again.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The wait before connecting again after a link that streamed; it
+/// doubles with each attempt in a row that did not, up to the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_LONGEST: Duration = Duration::from_secs(5);
 /// Connections in a row that kura's hello leaves unanswered before a master
 /// of unknown protocol is taken for a ttserver.
 const UNANSWERED_FOR_TOKYO_TYRANT: u32 = 3;
@@ -51,6 +54,7 @@ pub(super) fn start(
 
 fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
     let stopped = || stop.load(Ordering::Acquire) || shared.stopping();
+    let mut retry_after = RETRY_FIRST;
     while !stopped() {
         link.connecting();
         let followed = match link.protocol() {
@@ -81,11 +85,20 @@ fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {
                 break;
             }
             if !stopped() {
-                tracing::warn!(master = %link.master, %error, "replication link lost");
-                *link.last_error.lock() = error;
+                let mut last_error = link.last_error.lock();
+                // Once per cause: a master that stays down is not news
+                // every few seconds.
+                if *last_error != error {
+                    tracing::warn!(master = %link.master, %error, "replication link lost");
+                }
+                *last_error = error;
             }
         }
-        let resume = Instant::now() + RETRY_AFTER;
+        if link.state() == LinkState::Streaming {
+            retry_after = RETRY_FIRST;
+        }
+        let resume = Instant::now() + retry_after;
+        retry_after = (retry_after * 2).min(RETRY_LONGEST);
         while !stopped() && Instant::now() < resume {
             std::thread::sleep(READ_TICK);
         }
