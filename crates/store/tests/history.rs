@@ -316,27 +316,34 @@ fn a_damaged_backup_fails_verification() {
     assert!(error.contains("does not match its checksum"), "{error}");
 }
 
+fn open_as_seven(dir: &Path) -> DiskStore {
+    DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        reserve_bytes: 0,
+        server_id: Some(7),
+        ..DiskConfig::new(dir)
+    })
+    .unwrap()
+}
+
+/// A full backup, in `work/full`, of `writes` sets on a data directory of
+/// server 7 (`work/first`), closed since.
+fn backed_up_as_seven(work: &Path, writes: usize) -> (PathBuf, backup::Manifest) {
+    let first = open_as_seven(&work.join("first"));
+    for n in 0..writes {
+        store(&first, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
+    }
+    let full = work.join("full");
+    let manifest = backup(&first, &full, None);
+    (full, manifest)
+}
+
 /// A backup that is not of the server's own history: a data directory made
 /// again under the same `--server-id`, whose log is behind the backup.
 #[test]
 fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
     let work = tempfile::tempdir().unwrap();
-    let open_as_seven = |dir: &Path| {
-        DiskStore::open(DiskConfig {
-            map_size: 64 << 20,
-            reserve_bytes: 0,
-            server_id: Some(7),
-            ..DiskConfig::new(dir)
-        })
-        .unwrap()
-    };
-    let first = open_as_seven(&work.path().join("first"));
-    for n in 0..10 {
-        store(&first, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
-    }
-    let full = work.path().join("full");
-    let manifest = backup(&first, &full, None);
-    drop(first);
+    let (full, manifest) = backed_up_as_seven(work.path(), 10);
     let again = open_as_seven(&work.path().join("again"));
     store(&again, StoreMode::Set, b"b", b"1", 0);
 
@@ -362,22 +369,7 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
 #[test]
 fn an_incremental_backup_of_another_history_that_went_further_is_refused() {
     let work = tempfile::tempdir().unwrap();
-    let open_as_seven = |dir: &Path| {
-        DiskStore::open(DiskConfig {
-            map_size: 64 << 20,
-            reserve_bytes: 0,
-            server_id: Some(7),
-            ..DiskConfig::new(dir)
-        })
-        .unwrap()
-    };
-    let first = open_as_seven(&work.path().join("first"));
-    for n in 0..3 {
-        store(&first, StoreMode::Set, b"a", format!("v{n}").as_bytes(), 0);
-    }
-    let full = work.path().join("full");
-    let manifest = backup(&first, &full, None);
-    drop(first);
+    let (full, manifest) = backed_up_as_seven(work.path(), 3);
     let again = open_as_seven(&work.path().join("again"));
     for n in 0..manifest.last.lsn + 2 {
         store(&again, StoreMode::Set, b"b", format!("w{n}").as_bytes(), 0);
