@@ -23,20 +23,35 @@ pub struct LogPosition {
 }
 
 impl LogPosition {
+    pub fn new(lsn: u64, micros: u64) -> LogPosition {
+        LogPosition { lsn, micros }
+    }
+
     /// `lsn u64 LE | micros u64 LE`.
     pub fn encode(&self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.lsn.to_le_bytes());
-        out[8..].copy_from_slice(&self.micros.to_le_bytes());
-        out
+        encode_pair(self.lsn, self.micros)
     }
 
     pub fn decode(bytes: &[u8]) -> Option<LogPosition> {
-        Some(LogPosition {
-            lsn: u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
-            micros: u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
-        })
+        let (lsn, micros) = decode_pair(bytes)?;
+        Some(LogPosition { lsn, micros })
     }
+}
+
+/// Two u64s little-endian: a [`LogPosition`], and in the disk engine a
+/// journal `Location`, a group head's LSN and time, a class's counts.
+pub(crate) fn encode_pair(first: u64, second: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&first.to_le_bytes());
+    out[8..].copy_from_slice(&second.to_le_bytes());
+    out
+}
+
+pub(crate) fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+        u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
+    ))
 }
 
 /// As operators read it: `LSN 12 (2026-11-30T03:16:26.500743Z)`.

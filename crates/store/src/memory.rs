@@ -240,9 +240,7 @@ struct Slot {
     bits: u8,
 }
 
-const FETCHED: u8 = 1;
-const STALE: u8 = 2;
-const WIN_SENT: u8 = 4;
+use crate::semantics::{FETCHED, STALE, WIN_SENT};
 /// Read since it was last moved to the front of the LRU. A read only sets
 /// this bit; eviction moves such a tail to the front instead of evicting it
 /// (a second chance, as memcached's segmented LRU bumps an active item
@@ -271,13 +269,7 @@ impl Slot {
 
     /// What memcached's decisions read of the item.
     fn current(&self) -> Current<'_> {
-        Current {
-            value: self.value(),
-            flags: self.flags,
-            cas: self.cas,
-            stale: self.has(STALE),
-            win_sent: self.has(WIN_SENT),
-        }
+        Current::new(self.value(), self.flags, self.cas, self.bits)
     }
 }
 
@@ -908,12 +900,7 @@ impl MemoryStore {
             Expiry::Keep => old.map_or(0, |old| old.expiry),
         };
         let mut slot = self.new_slot(hash, key, &write.parts, write.flags, expiry, now);
-        if write.stale {
-            slot.bits |= STALE;
-        }
-        if write.win_sent {
-            slot.bits |= WIN_SENT;
-        }
+        slot.bits |= write.bits();
         slot
     }
 }

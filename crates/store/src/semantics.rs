@@ -8,6 +8,12 @@
 use crate::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, ExpiryTime};
 use crate::{StoreCommand, StoreMode, StoreOutcome};
 
+/// An item's bits, in both engines: read since it was stored, marked stale
+/// by a meta delete with `I`, its recache token handed out.
+pub const FETCHED: u8 = 1;
+pub const STALE: u8 = 2;
+pub const WIN_SENT: u8 = 4;
+
 /// The parts of a live item memcached's decisions read.
 #[derive(Debug, Clone, Copy)]
 pub struct Current<'v> {
@@ -18,6 +24,20 @@ pub struct Current<'v> {
     pub stale: bool,
     /// Its recache token was handed out.
     pub win_sent: bool,
+}
+
+impl<'v> Current<'v> {
+    /// An item of `bits` ([`STALE`], [`WIN_SENT`]).
+    pub fn new(value: &'v [u8], flags: u32, cas: u64, bits: u8) -> Self {
+        let (stale, win_sent) = (bits & STALE != 0, bits & WIN_SENT != 0);
+        Current {
+            value,
+            flags,
+            cas,
+            stale,
+            win_sent,
+        }
+    }
 }
 
 /// When a written item expires.
@@ -43,6 +63,11 @@ pub struct Write<'a> {
 impl Write<'_> {
     pub fn value_len(&self) -> usize {
         self.parts[0].len() + self.parts[1].len()
+    }
+
+    /// The bits the item it writes starts with.
+    pub fn bits(&self) -> u8 {
+        (u8::from(self.stale) * STALE) | (u8::from(self.win_sent) * WIN_SENT)
     }
 }
 

@@ -78,7 +78,10 @@ impl Inner {
     /// `logged` small but grow the segment, which must stay short to
     /// replay).
     pub(super) fn apply_due(&self) -> bool {
-        let threshold = self.config.round_threshold();
+        // A quarter of the pending memory: under random writes to a large
+        // keyspace, a round rewrites about one LMDB page per key until it
+        // holds several times more keys than LMDB has pages.
+        let threshold = self.config.pending_limit / 4;
         let segment_limit = (threshold as u64).max(ROUND_JOURNAL_BYTES);
         self.pending.logged_bytes() >= threshold || self.journal.current_end().1 >= segment_limit
     }
@@ -202,8 +205,8 @@ impl Inner {
             let round = round.get_or_insert_with(ApplyRound::default);
             round.batches.push(batch);
             round.flush = round.flush.max(flush);
-            round.segment = retired.number();
-            round.last = retired.last();
+            round.segment = retired.number;
+            round.last = retired.last;
         }
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.

@@ -53,7 +53,8 @@ impl Inner {
         let len: u64 = segments.iter().map(|s| s.1).sum();
         let live: u64 = segments.iter().map(|s| s.2).sum();
         let garbage = len.saturating_sub(live);
-        if garbage < live.max(self.config.compaction_threshold()) {
+        // At least a quarter of the pending memory.
+        if garbage < live.max(self.config.pending_limit as u64 / 4) {
             return Compaction::NotDue;
         }
         // The emptiest segment that is at most half live (there is one:
@@ -154,10 +155,7 @@ impl Inner {
         for (&(key, from, at), end) in moves.iter().zip(ends) {
             let write = Write::Move {
                 from,
-                to: Location {
-                    segment: start.segment,
-                    offset: start.offset + at as u64,
-                },
+                to: Location::new(start.segment, start.offset + at as u64),
                 frame_len: end - at,
             };
             self.apply(&mut txn, key, write, 0, &mut counts)

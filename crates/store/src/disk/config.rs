@@ -102,28 +102,6 @@ impl DiskConfig {
     pub fn read_cache_bytes(&self) -> usize {
         self.memory_budget / 4
     }
-
-    /// Bytes of the update log kept in the OS page cache once on disk: a
-    /// quarter of the budget (the page cache is not kura's resident set,
-    /// but it is memory the log takes from the machine).
-    pub fn log_cache_bytes(&self) -> u64 {
-        self.memory_budget as u64 / 4
-    }
-
-    /// Journalled writes that make the applier start a round before its
-    /// interval: a quarter of the pending memory. Under random writes to a
-    /// large keyspace, a round rewrites about one LMDB page per key until
-    /// it holds several times more keys than LMDB has pages.
-    pub fn round_threshold(&self) -> usize {
-        self.pending_limit / 4
-    }
-
-    /// The least garbage in the log past retention worth compacting (when
-    /// it is also at least as much as the live bytes there): a quarter of
-    /// the pending memory.
-    pub fn compaction_threshold(&self) -> u64 {
-        self.pending_limit as u64 / 4
-    }
 }
 
 #[cfg(test)]

@@ -109,23 +109,22 @@ pub fn replay<E: From<io::Error>>(
     };
     let mut reader = io::BufReader::with_capacity(1 << 20, segment);
     let mut frame = Vec::new();
-    let mut at = Location {
-        segment: number,
-        offset: 0,
-    };
+    let mut at = Location::new(number, 0);
     let mut count = 0;
-    let read_failed = |error: io::Error| {
-        io::Error::new(
+    // Whether `buf` was filled: a segment that ends (or was cut back since
+    // its size was read: a failed append) in the middle of a record ends there.
+    let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(error) => Err(io::Error::new(
             error.kind(),
             format!("reading journal segment {number}: {error}"),
-        )
+        )),
     };
     loop {
         frame.resize(FRAME, 0);
-        match reader.read_exact(&mut frame) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(error) => return Err(read_failed(error).into()),
+        if !read(&mut frame)? {
+            break;
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
         // A torn length may claim more than the file holds, or than any
@@ -134,11 +133,8 @@ pub fn replay<E: From<io::Error>>(
             break;
         }
         frame.resize(FRAME + len as usize, 0);
-        match reader.read_exact(&mut frame[FRAME..]) {
-            Ok(()) => {}
-            // Cut back since its size was read (a failed append).
-            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(error) => return Err(read_failed(error).into()),
+        if !read(&mut frame[FRAME..])? {
+            break;
         }
         let Some((record, _)) = decode(&frame) else {
             break;
@@ -178,23 +174,7 @@ impl Read for SegmentReader<'_> {
 pub struct NextSegment(Segment);
 
 /// A segment no longer appended to.
-pub struct Retired(Segment);
-
-impl Retired {
-    pub fn number(&self) -> u64 {
-        self.0.number
-    }
-
-    /// The newest entry appended up to the end of this segment.
-    pub fn last(&self) -> LogPosition {
-        self.0.last
-    }
-
-    /// Gives back the reserved space it did not use.
-    pub fn release_unused(&self) {
-        release_reserved(&self.0.file, self.0.number, self.0.len);
-    }
-}
+pub type Retired = Segment;
 
 /// Truncates segment `number` to its own length, `len`: that frees the
 /// blocks reserved past its end, which punching a hole there does not (ext4).
@@ -205,10 +185,10 @@ fn release_reserved(file: &File, number: u64, len: u64) {
 }
 
 /// The segment being appended to.
-struct Segment {
-    number: u64,
+pub struct Segment {
+    pub number: u64,
     /// The newest entry appended up to the end of this segment.
-    last: LogPosition,
+    pub last: LogPosition,
     file: Arc<File>,
     len: u64,
     /// Bytes reserved for it on the file system.
@@ -341,26 +321,26 @@ impl Journal {
             segment.last = last;
             self.last_lsn.store(last.lsn, Ordering::Release);
         }
-        Ok(Location {
-            segment: segment.number,
-            offset: at,
-        })
+        Ok(Location::new(segment.number, at))
     }
 
     /// fsyncs the segment being appended to.
     pub fn sync(&self) -> io::Result<()> {
-        let current = self.current.lock();
-        let (number, file, len) = (current.number, current.file.clone(), current.len);
-        drop(current);
+        let (number, file, len) = self.current_file();
         self.sync_segment(number, &file, len)
+    }
+
+    /// The segment being appended to, its file and length.
+    fn current_file(&self) -> (u64, Arc<File>, u64) {
+        let current = self.current.lock();
+        (current.number, current.file.clone(), current.len)
     }
 
     /// fsyncs a retired segment: it may hold acknowledged writes the syncer
     /// has not reached.
     pub fn sync_retired(&self, retired: &Retired) -> io::Result<()> {
-        self.sync_segment(retired.0.number, &retired.0.file, retired.0.len)?;
-        self.synced_retired
-            .fetch_max(retired.0.number, Ordering::AcqRel);
+        self.sync_segment(retired.number, &retired.file, retired.len)?;
+        (self.synced_retired).fetch_max(retired.number, Ordering::AcqRel);
         Ok(())
     }
 
@@ -368,9 +348,7 @@ impl Journal {
     /// has not completed (the applier fsyncs a segment after it switched
     /// away from it): everything appended so far is then durable.
     pub fn sync_everything(&self) -> io::Result<()> {
-        let current = self.current.lock();
-        let (number, file, len) = (current.number, current.file.clone(), current.len);
-        drop(current);
+        let (number, file, len) = self.current_file();
         let synced = self.synced_retired.load(Ordering::Acquire);
         let retired: Vec<SegmentAge> = (self.older.lock().values())
             .filter(|age| age.number > synced && age.number < number)
@@ -416,7 +394,7 @@ impl Journal {
         // Still under `current`'s lock: `bytes` sees the segment in one place.
         self.older.lock().insert(old.number, age);
         drop(current);
-        Retired(old)
+        old
     }
 
     /// The segments before the current one, oldest first, with their sizes.
@@ -538,6 +516,11 @@ fn reserve(file: &File, dir: &Path, from: u64, needed: u64) -> u64 {
 }
 
 impl Segment {
+    /// Gives back the reserved space it did not use (once retired).
+    pub fn release_unused(&self) {
+        release_reserved(&self.file, self.number, self.len);
+    }
+
     fn create(dir: &Path, number: u64) -> io::Result<Segment> {
         let file = OpenOptions::new()
             .create(true)
@@ -630,7 +613,7 @@ mod tests {
         journal.append(&group, Some(lsn(1))).unwrap();
         let retired = journal.switch(journal.prepare().unwrap());
         journal.sync_retired(&retired).unwrap();
-        assert_eq!((retired.number(), retired.last()), (7, lsn(1)));
+        assert_eq!((retired.number, retired.last), (7, lsn(1)));
         let mut second = Vec::new();
         encode(&mut second, Record::Flush(5));
         journal.append(&second, Some(lsn(2))).unwrap();
@@ -671,7 +654,7 @@ mod tests {
         assert!(journal.older_segments().is_empty());
 
         let retired = journal.switch(journal.prepare().unwrap());
-        assert_eq!(retired.number(), 8);
+        assert_eq!(retired.number, 8);
         let mut fourth = Vec::new();
         encode(&mut fourth, Record::Flush(9));
         let at = journal.append(&fourth, Some(lsn(3))).unwrap();
@@ -734,7 +717,7 @@ mod tests {
         // After a switch the old segment is read from its file, and a move
         // in the new one reads as its record.
         let retired = journal.switch(journal.prepare().unwrap());
-        assert_eq!(retired.number(), 1);
+        assert_eq!(retired.number, 1);
         retired.release_unused();
         let mut moves = Vec::new();
         encode(

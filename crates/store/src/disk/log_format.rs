@@ -15,7 +15,7 @@
 //! torn or corrupt record ends a segment's replay: only a power loss
 //! leaves one, and only under a policy that allows losing the last writes.
 
-use crate::log_position::LogPosition;
+use crate::log_position::{decode_pair, encode_pair, LogPosition};
 
 const PUT: u8 = 1;
 const REMOVE: u8 = 2;
@@ -36,6 +36,10 @@ pub struct Location {
 }
 
 impl Location {
+    pub fn new(segment: u64, offset: u64) -> Location {
+        Location { segment, offset }
+    }
+
     pub(super) fn encode(&self) -> [u8; 16] {
         encode_pair(self.segment, self.offset)
     }
@@ -44,21 +48,6 @@ impl Location {
         let (segment, offset) = decode_pair(bytes)?;
         Some(Location { segment, offset })
     }
-}
-
-/// Two u64s little-endian: a [`Location`], or a group head's LSN and time.
-pub(super) fn encode_pair(first: u64, second: u64) -> [u8; 16] {
-    let mut out = [0; 16];
-    out[..8].copy_from_slice(&first.to_le_bytes());
-    out[8..].copy_from_slice(&second.to_le_bytes());
-    out
-}
-
-pub(super) fn decode_pair(bytes: &[u8]) -> Option<(u64, u64)> {
-    Some((
-        u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
-        u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?),
-    ))
 }
 
 /// One journalled change.
@@ -126,10 +115,7 @@ impl GroupHead {
     /// (one at least).
     pub fn last(&self, entries: usize) -> LogPosition {
         debug_assert!(entries > 0 && self.first_lsn > 0);
-        LogPosition {
-            lsn: self.first_lsn + entries as u64 - 1,
-            micros: self.micros,
-        }
+        LogPosition::new(self.first_lsn + entries as u64 - 1, self.micros)
     }
 }
 

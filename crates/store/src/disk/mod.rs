@@ -64,13 +64,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use heed::types::Bytes;
-use heed::{Database, Env};
+use heed::{Database, Env, RoTxn};
 use parking_lot::Mutex;
 
-use crate::clock::{Clock, ExpiryTime};
+use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::semantics::Current;
 use crate::{
     AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
@@ -83,11 +83,14 @@ pub use config::{DiskConfig, MultiPrimary};
 pub use open::OpenError;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;
-use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG, STALE, WIN_SENT};
+use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG};
 pub use retention::LogRetention;
 
 /// The longest `stats` or a scan waits for the applier to catch up.
 const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
+/// Every LMDB table: byte keys to byte values.
+type Db = Database<Bytes, Bytes>;
+
 /// `meta` key: the newest journal segment whose writes LMDB holds.
 const JOURNAL_APPLIED: &[u8] = b"journal";
 /// `meta` key: the newest update-log entry LMDB holds ([`LogPosition`]).
@@ -105,14 +108,14 @@ pub struct DiskStore {
 /// What the workers, the writer, the applier and the syncer share.
 struct Inner {
     env: Env,
-    items: Database<Bytes, Bytes>,
+    items: Db,
     /// Table rows by `rows::row_key`, their columns as `Record::encode_columns`.
-    rows: Database<Bytes, Bytes>,
+    rows: Db,
     /// Index entries (`indexes.rs`): [index id u32 BE | key] ─▶ primary keys.
-    indexes: Database<Bytes, Bytes>,
+    indexes: Db,
     index_defs: tables::indexes::IndexDefs,
-    expiry: Database<Bytes, Bytes>,
-    meta: Database<Bytes, Bytes>,
+    expiry: Db,
+    meta: Db,
     config: DiskConfig,
     /// The origin id of this server's log entries.
     server_id: u32,
@@ -260,8 +263,7 @@ impl Inner {
         if expiry == 0 {
             return 0;
         }
-        let offset = i64::from(expiry) - i64::from(self.clock.now());
-        let unix = (i64::from(self.now_unix()) + offset).clamp(1, i64::from(u32::MAX)) as u32;
+        let unix = self.clock.to_unix(expiry).clamp(1, u64::from(u32::MAX)) as u32;
         if self.stamps.is_some() {
             // A dual master keeps what dies from now on for the tombstone
             // lifetime, however far in the past it was set to expire.
@@ -272,19 +274,12 @@ impl Inner {
     }
 
     fn ttl(&self, expiry_unix: u32) -> i64 {
-        if expiry_unix == 0 {
-            -1
-        } else {
-            i64::from(expiry_unix)
-                .saturating_sub(i64::from(self.now_unix()))
-                .max(0)
-        }
+        crate::clock::ttl_at(expiry_unix, self.now_unix())
     }
 
     /// Whether a stored item still counts: not expired, not flushed.
     fn alive(&self, header: &Header) -> bool {
-        let expired = header.expiry_unix != 0 && header.expiry_unix <= self.now_unix();
-        !expired && !self.flushes.covers(header.cas)
+        !is_expired(header.expiry_unix, self.now_unix()) && !self.flushes.covers(header.cas)
     }
 
     fn next_cas(&self) -> u64 {
@@ -308,24 +303,15 @@ impl Inner {
         self.config.classes.class_of(item_size(key, value_len))
     }
 
-    /// Brings LMDB up to every write made so far, for the figures and scans
-    /// that read it directly: exact when the writes pause, at most
-    /// [`CATCH_UP_WAIT`] late under load (a monitor polling `stats` must not
-    /// stall a worker for a whole round).
-    fn apply_everything(&self) -> AckState {
-        let deadline = std::time::Instant::now() + CATCH_UP_WAIT;
-        self.wait_applied(self.pending.last_seq(), Some(deadline))
-    }
-
     /// Wakes the writer and the applier until write `seq` is in LMDB or
     /// failed (or the engine stops), giving up at `deadline` if there is one.
-    fn wait_applied(&self, seq: u64, deadline: Option<std::time::Instant>) -> AckState {
+    fn wait_applied(&self, seq: u64, deadline: Option<Instant>) -> AckState {
         while self.applied.decided() < seq {
             self.signals.wake_writer();
             if self.acks.decided() >= seq {
                 self.signals.wake_applier();
             }
-            let in_time = deadline.is_none_or(|at| std::time::Instant::now() < at);
+            let in_time = deadline.is_none_or(|at| Instant::now() < at);
             let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
             // A poisoned engine applies nothing more.
             let poisoned = self.health.is_poisoned();
@@ -362,16 +348,13 @@ impl Inner {
 }
 
 /// The newest entry LMDB holds (`meta`'s applied position).
-fn applied_position(
-    meta: &Database<Bytes, Bytes>,
-    txn: &heed::RoTxn<'_>,
-) -> heed::Result<LogPosition> {
+fn applied_position(meta: &Db, txn: &RoTxn<'_>) -> heed::Result<LogPosition> {
     let bytes = meta.get(txn, APPLIED_LSN)?;
     Ok(bytes.and_then(LogPosition::decode).unwrap_or_default())
 }
 
 /// A `meta` value of eight bytes (u64 LE); 0 when it is missing.
-fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) -> heed::Result<u64> {
+fn meta_u64(meta: &Db, txn: &RoTxn<'_>, key: &[u8]) -> heed::Result<u64> {
     let bytes = meta.get(txn, key)?;
     Ok(bytes
         .and_then(|b| b.try_into().ok())
@@ -379,7 +362,7 @@ fn meta_u64(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>, key: &[u8]) ->
 }
 
 /// The journal bytes LMDB points to, per segment, as `meta` keeps them.
-fn log_live(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>) -> heed::Result<Vec<(u64, u64)>> {
+fn log_live(meta: &Db, txn: &RoTxn<'_>) -> heed::Result<Vec<(u64, u64)>> {
     let mut live = Vec::new();
     for entry in meta.prefix_iter(txn, b"log")? {
         let (key, bytes) = entry?;
@@ -392,13 +375,7 @@ fn log_live(meta: &Database<Bytes, Bytes>, txn: &heed::RoTxn<'_>) -> heed::Resul
 
 /// What memcached's decisions read of a record.
 fn current<'v>(header: &Header, value: &'v [u8]) -> Current<'v> {
-    Current {
-        value,
-        flags: header.flags,
-        cas: header.cas,
-        stale: header.has(STALE),
-        win_sent: header.has(WIN_SENT),
-    }
+    Current::new(value, header.flags, header.cas, header.bits)
 }
 
 /// The header (as if the value were in place) and the pointer of a record
@@ -430,30 +407,15 @@ impl Store for DiskStore {
     }
 
     fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
-        if !self.inner.writable() {
-            return StoreOutcome::Failed;
-        }
-        self.inner
-            .store(command, fence)
-            .unwrap_or(StoreOutcome::Failed)
+        self.inner.store(command, fence)
     }
 
     fn delete(&self, key: &[u8], command: &DeleteCommand, fence: &AckFence) -> DeleteOutcome {
-        if !self.inner.deletable() {
-            return DeleteOutcome::Failed;
-        }
-        self.inner
-            .delete(key, command, fence)
-            .unwrap_or(DeleteOutcome::Failed)
+        self.inner.delete(key, command, fence)
     }
 
     fn arith(&self, key: &[u8], command: &ArithCommand, fence: &AckFence) -> ArithOutcome {
-        if !self.inner.writable() {
-            return ArithOutcome::Failed;
-        }
-        self.inner
-            .arith(key, command, fence)
-            .unwrap_or(ArithOutcome::Failed)
+        self.inner.arith(key, command, fence)
     }
 
     fn touch(&self, key: &[u8], expiry: ExpiryTime, fence: &AckFence) -> GetOutcome {
@@ -528,8 +490,12 @@ impl Store for DiskStore {
     }
 
     fn stats(&self) -> StoreStats {
-        self.inner.apply_everything();
         let inner = &self.inner;
+        // LMDB up to every write made so far: exact when the writes pause, at
+        // most [`CATCH_UP_WAIT`] late under load (a monitor polling `stats`
+        // must not stall a worker for a whole round).
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        inner.wait_applied(inner.pending.last_seq(), Some(deadline));
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.
         let counts = inner.applied_counts.lock().classes.clone();

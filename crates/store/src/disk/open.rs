@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use heed::types::Bytes;
-use heed::{Database, EnvFlags, EnvOpenOptions, RwTxn};
+use heed::{EnvFlags, EnvOpenOptions, RwTxn};
 use parking_lot::Mutex;
 
 use super::change::{Old, Write};
@@ -19,7 +18,7 @@ use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
 use super::replication::replica;
 use super::tables::indexes;
 use super::{
-    accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters,
+    accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters, Db,
     DiskConfig, DiskStore, Inner, LogPosition, JOURNAL_APPLIED,
 };
 use crate::classes::SizeClasses;
@@ -86,31 +85,24 @@ impl OpenError {
     /// ENOSPC, or LMDB's EIO for a short write with less than [`NO_ROOM`]
     /// free).
     fn on_full_disk(self, dir: &Path) -> OpenError {
-        let eio = nix::errno::Errno::EIO as i32;
-        let free = journal::free_space(dir);
-        let short = free.is_some_and(|free| free < NO_ROOM);
-        let no_room = match &self {
+        use nix::errno::Errno::{EIO, ENOSPC};
+        let (dir, free) = (dir.to_path_buf(), journal::free_space(dir));
+        let code = match &self {
             OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::MapFull)) => {
-                return OpenError::MapFull {
-                    dir: dir.to_path_buf(),
-                };
+                return OpenError::MapFull { dir };
             }
-            OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::Other(code))) => {
-                *code == nix::errno::Errno::ENOSPC as i32 || (*code == eio && short)
-            }
+            OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::Other(code))) => Some(*code),
             OpenError::Lmdb(heed::Error::Io(error)) | OpenError::Journal(error) => {
-                super::space::is_enospc(error) || (error.raw_os_error() == Some(eio) && short)
+                error.raw_os_error()
             }
-            _ => false,
+            _ => None,
         };
-        match no_room {
-            true => OpenError::NoRoom {
-                dir: dir.to_path_buf(),
-                free: free.unwrap_or(0),
-                error: Box::new(self),
-            },
-            false => self,
+        let short = free.is_some_and(|free| free < NO_ROOM);
+        if code == Some(ENOSPC as i32) || (code == Some(EIO as i32) && short) {
+            let (free, error) = (free.unwrap_or(0), Box::new(self));
+            return OpenError::NoRoom { dir, free, error };
         }
+        self
     }
 }
 
@@ -122,8 +114,8 @@ const CLASS_SIZES: &[u8] = b"class_sizes";
 /// again from the items if the classes (`-n`, `-f`, `-I`) changed since,
 /// or the tallies cannot be read.
 fn class_tallies(
-    meta: &Database<Bytes, Bytes>,
-    items: &Database<Bytes, Bytes>,
+    meta: &Db,
+    items: &Db,
     txn: &mut RwTxn<'_>,
     classes: &SizeClasses,
 ) -> heed::Result<ClassCounts> {
@@ -173,11 +165,11 @@ impl DiskStore {
         #[allow(unsafe_code)]
         let env = unsafe { options.flags(flags).open(&config.dir)? };
         let mut txn = env.write_txn()?;
-        let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
+        let items: Db = env.create_database(&mut txn, Some("items"))?;
         let expiry = env.create_database(&mut txn, Some("expiry"))?;
-        let rows: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("rows"))?;
+        let rows: Db = env.create_database(&mut txn, Some("rows"))?;
         let indexes = indexes::create_database(&env, &mut txn)?;
-        let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
+        let meta: Db = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir)?;
         check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
         let last_cas = meta_u64(&meta, &txn, b"cas")?;
@@ -209,7 +201,10 @@ impl DiskStore {
             &config.dir,
             newest.max(applied_segment) + 1,
             config.io.clone(),
-            config.log_cache_bytes(),
+            // Bytes of the log kept in the OS page cache once on disk: a
+            // quarter of the budget (not kura's resident set, but memory the
+            // log takes from the machine).
+            config.memory_budget as u64 / 4,
         )?;
         let clock = Clock::new();
         let started = clock.now();
@@ -277,8 +272,8 @@ impl Drop for DiskStore {
 fn check_format(
     dir: &Path,
     txn: &mut heed::RwTxn<'_>,
-    meta: &Database<Bytes, Bytes>,
-    items: &Database<Bytes, Bytes>,
+    meta: &Db,
+    items: &Db,
     has_journal: bool,
 ) -> Result<(), OpenError> {
     let found = meta
@@ -317,10 +312,7 @@ impl Inner {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
                         return Ok(());
                     }
-                    last = LogPosition {
-                        lsn,
-                        micros: head.micros,
-                    };
+                    last = LogPosition::new(lsn, head.micros);
                 }
                 let pointed;
                 let (key, write) = match record {
@@ -367,7 +359,15 @@ impl Inner {
                 records = replayed.records,
                 "replayed journal segment"
             );
-            self.report_unread(*number, replayed.unread, last);
+            // What it left unread: bytes after its last whole record, a torn
+            // append (written, and not all on disk when the power went: the
+            // last writes, which `--sync batch` and `none` may lose) or
+            // damage. Their entries are not replayed; `stats kura` counts them.
+            let unread = replayed.unread;
+            if unread > 0 {
+                (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
+                tracing::warn!(segment = number, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
+            }
         }
         // A directory some process used before (it left a segment).
         if !segments.is_empty() {
@@ -394,17 +394,5 @@ impl Inner {
         let mut txn = self.env.write_txn()?;
         self.meta.put(&mut txn, b"cas", &cas.to_le_bytes())?;
         self.config.io.commit(txn)
-    }
-
-    /// Says what a segment's replay left unread: bytes after its last whole
-    /// record, a torn append (written, and not all on disk when the power
-    /// went: the last writes, which `--sync batch` and `none` may lose) or
-    /// damage. The entries in them are not replayed; `stats kura` counts
-    /// their bytes.
-    fn report_unread(&self, segment: u64, unread: u64, last: LogPosition) {
-        if unread > 0 {
-            (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
-            tracing::warn!(segment, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
-        }
     }
 }

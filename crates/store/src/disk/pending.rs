@@ -453,10 +453,7 @@ impl PendingWrites {
                 let (Space::Item, Change::Put(keyed)) = (entry.space, &mut entry.held) else {
                     continue;
                 };
-                let at = Location {
-                    segment: start.segment,
-                    offset: start.offset + offset,
-                };
+                let at = Location::new(start.segment, start.offset + offset);
                 let pointed =
                     record::pointer_for_put(keyed.key(), keyed.record(), at, &keeps_in_log);
                 if let Some(pointed) = pointed {

@@ -11,14 +11,6 @@ use super::pending::{Change, Pending, Shard};
 use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
-/// What a read found, when it may not have to write.
-enum Lookup {
-    Miss,
-    Hit,
-    /// The read changes the item (touch, recache win): redo it as a write.
-    NeedsWrite,
-}
-
 impl Inner {
     /// Runs `f` on the key's current stored record: its pending write if it
     /// has one, else its cached record, else what LMDB holds (then cached).
@@ -163,12 +155,13 @@ impl Inner {
         visit: &mut dyn FnMut(&ItemView<'_>),
     ) -> GetOutcome {
         self.start_due_flush(fence);
-        // The common case reads without writing.
+        // The common case reads without writing: `None` when the read changes
+        // the item (touch, recache win) and is redone as a write.
         let mut shard = self.pending.lock(key);
         let key_hash = shard.hash();
         let looked = self.with_record(&mut shard, key, fence, |found| {
             let Some((header, value)) = found else {
-                return Lookup::Miss;
+                return Some(GetOutcome::Miss);
             };
             if !self.alive(&header) {
                 let counter = if self.flushes.covers(header.cas) {
@@ -177,22 +170,22 @@ impl Inner {
                     &self.counters.get_expired
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                return Lookup::Miss;
+                return Some(GetOutcome::Miss);
             }
             let ttl = self.ttl(header.expiry_unix);
             if options.touch.is_some()
                 || semantics::wins_recache(&current(&header, value), ttl, options.recache_below)
             {
-                return Lookup::NeedsWrite;
+                return None;
             }
             visit(&self.view(key, key_hash, &header, value, false, !options.no_bump));
-            Lookup::Hit
+            Some(GetOutcome::Hit)
         });
         drop(shard);
         match looked {
-            Ok(Lookup::Hit) => return GetOutcome::Hit,
-            Ok(Lookup::Miss) if options.vivify.is_none() => return GetOutcome::Miss,
-            Ok(Lookup::Miss | Lookup::NeedsWrite) => {}
+            Ok(Some(GetOutcome::Miss)) if options.vivify.is_some() => {}
+            Ok(Some(outcome)) => return outcome,
+            Ok(None) => {}
             // A value the log could not give (logged there): a miss for
             // this read.
             Err(WriteFailed) => return GetOutcome::Miss,

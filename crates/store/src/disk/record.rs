@@ -10,16 +10,12 @@
 //!          "log" segment u64 BE ─▶ bytes u64 LE  (journal bytes LMDB points to, per segment)
 //! ```
 
-use super::log_format::{decode_pair, encode_pair, Location};
+use super::log_format::Location;
+use crate::log_position::{decode_pair, encode_pair};
 
 pub const HEADER_LEN: usize = 17;
 
-/// The item has been read since it was stored.
-pub const FETCHED: u8 = 1;
-/// Marked stale by a meta delete with `I`.
-pub const STALE: u8 = 2;
-/// A reader has already won the right to recache it.
-pub const WIN_SENT: u8 = 4;
+pub use crate::semantics::{FETCHED, STALE, WIN_SENT};
 /// The value is in the journal: the record holds a [`LogPointer`].
 pub const IN_LOG: u8 = 8;
 

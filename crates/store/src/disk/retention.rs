@@ -66,8 +66,10 @@ impl std::str::FromStr for LogRetention {
         };
         for part in text.split(',').map(str::trim) {
             let twice = match parse_limit(part) {
-                Some(Limit::Size(bytes)) => retention.max_bytes.replace(bytes).map(|_| "sizes"),
-                Some(Limit::Age(age)) => retention.max_age.replace(age).map(|_| "durations"),
+                Some((bytes, false)) => retention.max_bytes.replace(bytes).map(|_| "sizes"),
+                Some((secs, true)) => (retention.max_age)
+                    .replace(Duration::from_secs(secs))
+                    .map(|_| "durations"),
                 None => return Err(format!(
                     "log retention {part:?} is neither a duration (24h, 90m, 3600s, 2d) nor a size (512MiB, 4GiB)"
                 )),
@@ -80,14 +82,9 @@ impl std::str::FromStr for LogRetention {
     }
 }
 
-/// One part of a retention.
-enum Limit {
-    Age(Duration),
-    Size(u64),
-}
-
-/// `24h`, `90m`, `3600s`, `2d` (an age); `512MiB`, `4GiB`, `1000000B` (a size).
-fn parse_limit(text: &str) -> Option<Limit> {
+/// `24h`, `90m`, `3600s`, `2d` (an age, in seconds: true); `512MiB`,
+/// `4GiB`, `1000000B` (a size, in bytes: false).
+fn parse_limit(text: &str) -> Option<(u64, bool)> {
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
     let number: u64 = number.parse().ok()?;
     let (scale, is_age): (u64, bool) = match unit {
@@ -102,12 +99,7 @@ fn parse_limit(text: &str) -> Option<Limit> {
         "TiB" | "T" | "TB" => (1 << 40, false),
         _ => return None,
     };
-    let amount = number.checked_mul(scale)?;
-    Some(if is_age {
-        Limit::Age(Duration::from_secs(amount))
-    } else {
-        Limit::Size(amount)
-    })
+    Some((number.checked_mul(scale)?, is_age))
 }
 
 /// A segment the applier is done with, as retention sees it.

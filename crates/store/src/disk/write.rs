@@ -102,13 +102,12 @@ impl Inner {
         }
     }
 
-    pub(super) fn store(
-        &self,
-        command: &StoreCommand<'_>,
-        fence: &AckFence,
-    ) -> Result<StoreOutcome, WriteFailed> {
+    pub(super) fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
+        if !self.writable() {
+            return StoreOutcome::Failed;
+        }
         if command.mode == StoreMode::Set && command.compare_cas.is_none() {
-            return Ok(self.set_blind(command, fence));
+            return self.set_blind(command, fence);
         }
         self.modify(command.key, fence, |existing, expired| {
             let current = existing.map(|(old, value)| current(&old, value));
@@ -129,6 +128,7 @@ impl Inner {
             let change = Change::Put(Keyed::encode(command.key, &header, &write.parts));
             (Some(change), StoreOutcome::Stored { cas: header.cas })
         })
+        .unwrap_or(StoreOutcome::Failed)
     }
 
     /// A plan's expiry as a record's (Unix seconds), `old_unix` the current
@@ -145,12 +145,7 @@ impl Inner {
     pub(super) fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
         let expiry_unix = self.expiry_of(write.expiry, old.map_or(0, |old| old.expiry_unix));
         let mut header = self.new_header(write.flags, expiry_unix);
-        if write.stale {
-            header.bits |= STALE;
-        }
-        if write.win_sent {
-            header.bits |= WIN_SENT;
-        }
+        header.bits = write.bits();
         header
     }
 
@@ -184,7 +179,10 @@ impl Inner {
         key: &[u8],
         command: &DeleteCommand,
         fence: &AckFence,
-    ) -> Result<DeleteOutcome, WriteFailed> {
+    ) -> DeleteOutcome {
+        if !self.deletable() {
+            return DeleteOutcome::Failed;
+        }
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let change = match semantics::plan_delete(command, current) {
@@ -210,6 +208,7 @@ impl Inner {
             };
             (Some(change), DeleteOutcome::Deleted)
         })
+        .unwrap_or(DeleteOutcome::Failed)
     }
 
     pub(super) fn arith(
@@ -217,7 +216,10 @@ impl Inner {
         key: &[u8],
         command: &ArithCommand,
         fence: &AckFence,
-    ) -> Result<ArithOutcome, WriteFailed> {
+    ) -> ArithOutcome {
+        if !self.writable() {
+            return ArithOutcome::Failed;
+        }
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let (header, digits, value, created) = match semantics::plan_arith(command, current) {
@@ -261,5 +263,6 @@ impl Inner {
             let change = Change::Put(Keyed::encode(key, &header, &[&digits]));
             (Some(change), outcome)
         })
+        .unwrap_or(ArithOutcome::Failed)
     }
 }

@@ -303,11 +303,11 @@ impl BaseLoad for BaseLoader<'_> {
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
-        (inner.commit_counted(txn, &mut counts, Some((retired.number(), at)))).map_err(failed)?;
+        (inner.commit_counted(txn, &mut counts, Some((retired.number, at)))).map_err(failed)?;
         sync_data()?;
         inner
             .applied_segment
-            .fetch_max(retired.number(), Ordering::AcqRel);
+            .fetch_max(retired.number, Ordering::AcqRel);
         for segment in inner.journal.older_segments() {
             if let Err(error) = inner.journal.remove(segment.number) {
                 tracing::warn!(%error, segment = segment.number, "cannot remove a journal segment older than a snapshot");
