@@ -19,3 +19,9 @@ send: mg a zz\r\nmg a v v\r\nmg\r\nmg a Nabc\r\nmg a Rabc\r\nmg a Tabc\r\nmg a T
 recv: CLIENT_ERROR invalid flag\r\nCLIENT_ERROR duplicate flag\r\nERROR\r\nCLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR invalid flag\r\nMN\r\n
 send: mg a Oaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa v\r\nmn\r\n
 recv: CLIENT_ERROR opaque token too long\r\nMN\r\n
+# Only a meta get wins a stale item's recache token: get, gets, gat, gats and touch leave it.
+send: ms st 1\r\nx\r\nmd st I\r\nget st\r\ngets st\r\ngat 100 st\r\ngats 100 st\r\ntouch st 100\r\nmg st\r\nmg st\r\n
+recv: HD\r\nHD\r\nVALUE st 0 1\r\nx\r\nEND\r\nVALUE st 0 1 {n}\r\nx\r\nEND\r\nVALUE st 0 1\r\nx\r\nEND\r\nVALUE st 0 1 {n}\r\nx\r\nEND\r\nTOUCHED\r\nHD X W\r\nHD Z X\r\n
+# R is an exptime: over 30 days a Unix time (far in the future: wins; past: never); negative or 0: never.
+send: ms ra 1 T100000\r\nx\r\nmg ra R1000000000\r\nmg ra R-1\r\nmg ra R0\r\nmg ra R2000000000\r\nmg ra R2000000000\r\n
+recv: HD\r\nHD\r\nHD\r\nHD\r\nHD W\r\nHD Z\r\n

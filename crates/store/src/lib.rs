@@ -350,8 +350,20 @@ pub struct GetOptions {
     /// On a miss, create an empty item with this expiry and let the caller win
     /// the right to fill it (meta `N`).
     pub vivify: Option<ExpiryTime>,
-    /// Win the recache if fewer than this many seconds are left (meta `R`).
-    pub recache_below: Option<i64>,
+    /// Whether the read may win the right to recache the item.
+    pub recache: Recache,
+}
+
+/// Whether a read may win the right to recache an item (meta get's `W`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Recache {
+    /// Classic reads (and touches): never; a stale item keeps its token
+    /// for a meta get.
+    #[default]
+    Never,
+    /// A meta get: it wins a stale item's token, or (`R`) one with fewer
+    /// than `below` seconds left.
+    Meta { below: Option<i64> },
 }
 
 /// An item as a read sees it.

@@ -948,7 +948,7 @@ impl Store for MemoryStore {
             self.sweep_pace.note(expiry);
         }
         let ttl = crate::clock::ttl_at(slot.expiry, now);
-        let won = semantics::wins_recache(&slot.current(), ttl, options.recache_below);
+        let won = semantics::wins_recache(&slot.current(), ttl, options.recache);
         if won {
             slot.bits |= WIN_SENT;
         }

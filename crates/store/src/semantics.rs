@@ -6,7 +6,7 @@
 //! `tests/semantics.rs` runs one suite against both engines.
 
 use crate::{ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, ExpiryTime};
-use crate::{StoreCommand, StoreMode, StoreOutcome};
+use crate::{Recache, StoreCommand, StoreMode, StoreOutcome};
 
 /// An item's bits, in both engines: read since it was stored, marked stale
 /// by a meta delete with `I`, its recache token handed out.
@@ -242,11 +242,14 @@ fn digits_of(number: u64) -> Vec<u8> {
     digits
 }
 
-/// Whether a read wins the right to recache the item (meta `R`, or an item
-/// made stale): only while nobody holds the token. `ttl` is after any touch
-/// the read makes, -1 for never.
-pub fn wins_recache(item: &Current<'_>, ttl: i64, recache_below: Option<i64>) -> bool {
-    !item.win_sent && (item.stale || recache_below.is_some_and(|below| ttl != -1 && ttl < below))
+/// Whether a read wins the right to recache the item (a meta get, of an
+/// item made stale or, with `R`, about to expire): only while nobody holds
+/// the token. `ttl` is after any touch the read makes, -1 for never.
+pub fn wins_recache(item: &Current<'_>, ttl: i64, recache: Recache) -> bool {
+    let Recache::Meta { below } = recache else {
+        return false;
+    };
+    !item.win_sent && (item.stale || below.is_some_and(|below| ttl != -1 && ttl < below))
 }
 
 /// The empty item a read with vivify (meta `N`) creates on a miss; its
@@ -391,18 +394,20 @@ mod tests {
     #[test]
     fn the_recache_token_is_won_once() {
         let fresh = item(b"v");
-        assert!(!wins_recache(&fresh, -1, Some(30)), "never expires");
-        assert!(!wins_recache(&fresh, 40, Some(30)));
-        assert!(wins_recache(&fresh, 20, Some(30)));
+        let below_30 = Recache::Meta { below: Some(30) };
+        assert!(!wins_recache(&fresh, -1, below_30), "never expires");
+        assert!(!wins_recache(&fresh, 40, below_30));
+        assert!(wins_recache(&fresh, 20, below_30));
         let stale = Current {
             stale: true,
             ..fresh
         };
-        assert!(wins_recache(&stale, -1, None));
+        assert!(wins_recache(&stale, -1, Recache::Meta { below: None }));
+        assert!(!wins_recache(&stale, -1, Recache::Never), "a classic read");
         let taken = Current {
             win_sent: true,
             ..stale
         };
-        assert!(!wins_recache(&taken, 20, Some(30)));
+        assert!(!wins_recache(&taken, 20, below_30));
     }
 }

@@ -5,7 +5,7 @@
 
 use kura_store::{
     AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, DiskConfig, DiskStore,
-    GetOptions, GetOutcome, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode,
+    GetOptions, GetOutcome, MemoryConfig, MemoryStore, Recache, Store, StoreCommand, StoreMode,
     StoreOutcome, SyncPolicy,
 };
 
@@ -562,6 +562,14 @@ fn vivify_on_miss_and_recache_wins_once() {
             });
         }
         assert_eq!(seen, [(true, false, 0, 30), (false, true, 0, 30)]);
+        // The item a read creates was accessed then, not when the server
+        // started.
+        store.clock().advance(5);
+        let mut idle = None;
+        store.get(b"new", &vivify, &AckFence::default(), &mut |item| {
+            idle = Some(item.idle_seconds)
+        });
+        assert_eq!(idle, Some(0));
 
         store.store(
             &StoreCommand {
@@ -571,7 +579,7 @@ fn vivify_on_miss_and_recache_wins_once() {
             &AckFence::default(),
         );
         let recache = GetOptions {
-            recache_below: Some(30),
+            recache: Recache::Meta { below: Some(30) },
             ..GetOptions::default()
         };
         let mut wins = Vec::new();
@@ -604,16 +612,28 @@ fn invalidated_items_are_stale_until_replaced() {
             store.delete(b"k", &invalidate, &AckFence::default()),
             DeleteOutcome::Deleted
         );
+        // memcached hands the recache token (`W`) to meta gets only: a
+        // classic read or a touch leaves it for the next meta get.
+        let touch = GetOptions {
+            touch: Some(store.clock().expiry(100)),
+            ..GetOptions::default()
+        };
+        let meta = GetOptions {
+            recache: Recache::Meta { below: None },
+            ..GetOptions::default()
+        };
         let mut seen = Vec::new();
-        for _ in 0..2 {
-            store.get(
-                b"k",
-                &GetOptions::default(),
-                &AckFence::default(),
-                &mut |item| seen.push((item.stale, item.won, item.win_taken, item.cas > before)),
-            );
+        for options in [GetOptions::default(), touch, meta, meta] {
+            store.get(b"k", &options, &AckFence::default(), &mut |item| {
+                seen.push((item.stale, item.won, item.win_taken, item.cas > before))
+            });
         }
-        assert_eq!(seen, [(true, true, false, true), (true, false, true, true)]);
+        let (unwon, won, taken) = (
+            (true, false, false, true),
+            (true, true, false, true),
+            (true, false, true, true),
+        );
+        assert_eq!(seen, [unwon, unwon, won, taken]);
         set(store, b"k", b"fresh");
         assert!(store
             .get(
@@ -643,14 +663,15 @@ fn an_older_cas_with_stale_if_older_stores_but_stays_stale() {
             ..DeleteCommand::default()
         };
         store.delete(b"k", &invalidate, &AckFence::default());
-        // The first reader wins the recache and hands the token out.
+        // The first meta get wins the recache and hands the token out.
+        let meta = GetOptions {
+            recache: Recache::Meta { below: None },
+            ..GetOptions::default()
+        };
         assert!(store
-            .get(
-                b"k",
-                &GetOptions::default(),
-                &AckFence::default(),
-                &mut |item| assert!(item.won),
-            )
+            .get(b"k", &meta, &AckFence::default(), &mut |item| assert!(
+                item.won
+            ),)
             .is_hit());
         // A write with the CAS it read before the invalidation: stored, but
         // still stale, its expiry kept and the token still taken.

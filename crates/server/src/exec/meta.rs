@@ -9,7 +9,7 @@ use kura_proto::reply::{push_i64, push_u64};
 use kura_proto::ErrorReply;
 use kura_store::{
     ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, GetOptions, GetOutcome, ItemView,
-    StoreCommand, StoreMode, StoreOutcome,
+    Recache, StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::Context;
@@ -33,7 +33,13 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         touch: flags.ttl.map(|t| clock.expiry(t)),
         no_bump: flags.no_bump,
         vivify: flags.vivify.map(|t| clock.expiry(t)),
-        recache_below: flags.recache,
+        // An exptime as any other (over 30 days: a Unix time), as seconds
+        // left; 0 asks nothing.
+        recache: Recache::Meta {
+            below: (flags.recache)
+                .filter(|&r| r != 0)
+                .map(|r| clock.ttl(clock.expiry(r))),
+        },
     };
     ctx.counters.cmd_get.incr();
     let outcome = ctx

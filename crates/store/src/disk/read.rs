@@ -174,7 +174,7 @@ impl Inner {
             }
             let ttl = self.ttl(header.expiry_unix);
             if options.touch.is_some()
-                || semantics::wins_recache(&current(&header, value), ttl, options.recache_below)
+                || semantics::wins_recache(&current(&header, value), ttl, options.recache)
             {
                 return None;
             }
@@ -200,6 +200,8 @@ impl Inner {
                 };
                 let header = self.header_for(&semantics::vivified(expiry), None);
                 self.counters.total_items.fetch_add(1, Ordering::Relaxed);
+                // Created now: its reader sees it accessed now.
+                self.accesses.stored(key_hash, self.clock.now());
                 visit(&self.view(key, key_hash, &header, &[], true, false));
                 let change = Change::Put(Keyed::encode(key, &header, &[]));
                 return (Some(change), GetOutcome::Hit);
@@ -213,7 +215,7 @@ impl Inner {
                 }
             }
             let ttl = self.ttl(header.expiry_unix);
-            let won = semantics::wins_recache(&current(&old, value), ttl, options.recache_below);
+            let won = semantics::wins_recache(&current(&old, value), ttl, options.recache);
             if won {
                 header.bits |= WIN_SENT;
             }
