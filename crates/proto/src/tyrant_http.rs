@@ -113,7 +113,17 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
         Some("2") => PutMode::Cat,
         _ => PutMode::Overwrite,
     };
-    let path = head.path.unwrap_or("/");
+    let mut path = head.path.unwrap_or("/");
+    // An absolute URI's path, as ttserver takes it (one without a path
+    // stays whole).
+    if path
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+    {
+        if let Some(slash) = path[7..].find('/') {
+            path = &path[7 + slash..];
+        }
+    }
     let key = percent_decode(path.strip_prefix('/').unwrap_or(path).as_bytes());
     Parse::Done {
         request: Request {
@@ -152,7 +162,29 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
 
 /// A reply: status line, the headers ttserver sends, the body (none for
 /// `HEAD`, whose `Content-Length` still tells the value's size).
+/// The methods kura serves, for `OPTIONS` (ttserver lists `POST` too, for
+/// its Lua extensions, which kura does not run).
+pub const ALLOWED: &str = "OPTIONS, GET, HEAD, PUT, DELETE";
+
+/// The reply to `OPTIONS`: the methods in `Allow`, as ttserver's.
+pub fn reply_options(out: &mut Vec<u8>, keep_alive: bool) {
+    let allow = format!("Allow: {ALLOWED}\r\n");
+    write_reply(out, 200, b"", false, keep_alive, &allow);
+}
+
 pub fn reply(out: &mut Vec<u8>, status: u16, body: &[u8], send_body: bool, keep_alive: bool) {
+    write_reply(out, status, body, send_body, keep_alive, "");
+}
+
+/// A reply whose head holds `headers` (whole lines) besides its own.
+fn write_reply(
+    out: &mut Vec<u8>,
+    status: u16,
+    body: &[u8],
+    send_body: bool,
+    keep_alive: bool,
+    headers: &str,
+) {
     let reason = match status {
         200 => "OK",
         201 => "Created",
@@ -167,7 +199,7 @@ pub fn reply(out: &mut Vec<u8>, status: u16, body: &[u8], send_body: bool, keep_
     };
     out.extend_from_slice(
         format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: {}\r\n{headers}\r\n",
             body.len(),
             if keep_alive { "keep-alive" } else { "close" }
         )
@@ -224,6 +256,29 @@ mod tests {
         let mut long_header = b"GET /k HTTP/1.1\r\nX-Long: ".to_vec();
         long_header.resize(MAX_HEAD + 1, b'v');
         assert_eq!(parse(&long_header, 1024), Parse::Bad(431));
+    }
+
+    #[test]
+    fn an_absolute_uri_names_the_key_by_its_path() {
+        let key = |raw: &[u8]| match parse(raw, 10) {
+            Parse::Done { request, .. } => request.key,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(key(b"GET http://host:1978/k%21 HTTP/1.1\r\n\r\n"), b"k!");
+        assert_eq!(key(b"GET HTTP://host/a/b HTTP/1.1\r\n\r\n"), b"a/b");
+        // No path: ttserver keeps the URI whole.
+        assert_eq!(key(b"GET http://host HTTP/1.1\r\n\r\n"), b"http://host");
+        assert_eq!(key(b"GET /http://x/y HTTP/1.1\r\n\r\n"), b"http://x/y");
+    }
+
+    #[test]
+    fn options_lists_the_methods_served() {
+        let mut out = Vec::new();
+        reply_options(&mut out, false);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 0\r\nConnection: close\r\nAllow: OPTIONS, GET, HEAD, PUT, DELETE\r\n\r\n"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Tokyo Tyrant's HTTP interface on the tyrant port, over real sockets:
-//! GET, HEAD, PUT (with X-TT-PDMODE), DELETE, keep-alive and close, on the
+//! GET, HEAD, PUT (with X-TT-PDMODE), DELETE, OPTIONS, keep-alive and close, on the
 //! same port as the binary and memcached protocols.
 
 mod support;
@@ -87,6 +87,31 @@ fn records_are_read_written_and_removed_over_http() {
         (404, vec![])
     );
     assert_eq!(http(&mut s, "POST /a HTTP/1.1\r\n\r\n"), (501, vec![]));
+    // OPTIONS names the methods served; an absolute URI names its path.
+    s.write_all(b"OPTIONS / HTTP/1.1\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0];
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("\r\nAllow: OPTIONS, GET, HEAD, PUT, DELETE\r\n"),
+        "{head}"
+    );
+    assert_eq!(
+        http(
+            &mut s,
+            "PUT http://localhost:1978/abs HTTP/1.1\r\nContent-Length: 1\r\n\r\nA"
+        ),
+        (201, vec![])
+    );
+    assert_eq!(
+        http(&mut s, "GET /abs HTTP/1.1\r\n\r\n"),
+        (200, b"A".to_vec())
+    );
     // Pipelined requests are answered in order.
     s.write_all(b"PUT /p HTTP/1.1\r\nContent-Length: 1\r\n\r\n1GET /p HTTP/1.1\r\n\r\n")
         .unwrap();

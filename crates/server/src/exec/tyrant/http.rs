@@ -5,7 +5,7 @@
 //! `POST` (ttserver's Lua extensions) is not supported.
 
 use kura_proto::tyrant::PutMode;
-use kura_proto::tyrant_http::{reply, Method, PutMode as HttpMode, Request};
+use kura_proto::tyrant_http::{reply, reply_options, Method, PutMode as HttpMode, Request};
 use kura_store::{Record, RowMode, RowOutcome};
 
 use super::{items, ordered, KeyValues};
@@ -28,13 +28,16 @@ pub fn serve(request: &Request, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action 
         },
         TyrantDatabase::Table(name) => table(name.as_bytes(), request, ctx),
     };
-    reply(
-        out,
-        status,
-        &body,
-        request.method != Method::Head,
-        request.keep_alive,
-    );
+    match request.method {
+        Method::Options => reply_options(out, request.keep_alive),
+        method => reply(
+            out,
+            status,
+            &body,
+            method != Method::Head,
+            request.keep_alive,
+        ),
+    }
     if request.keep_alive {
         Action::Continue
     } else {
