@@ -64,6 +64,11 @@ fn keys_come_in_byte_order_with_prefixes_and_ranges() {
     assert_eq!(items, [&b"a10"[..], b"a10", b"a2", b"a2", b"b", b"b"]);
     let (_, items) = misc(&mut s, b"range", &[b"a", b"z", b"2"]);
     assert_eq!(items, [&b"a1"[..], b"a1", b"a10", b"a10"]);
+    // The max as tcatoi reads it: its leading digits, or 0; negative is none.
+    let (_, items) = misc(&mut s, b"range", &[b"a", b"z", b" 1x"]);
+    assert_eq!(items, [&b"a1"[..], b"a1"]);
+    assert_eq!(misc(&mut s, b"range", &[b"a", b"z", b"x"]).1.len(), 0);
+    assert_eq!(misc(&mut s, b"range", &[b"a", b"z", b"-1"]).1.len(), 10);
     let (_, items) = misc(&mut s, b"range", &[]);
     assert_eq!(items.len(), 10);
     let text = stat(&mut s);

@@ -355,10 +355,11 @@ fn misc(
         b"range" => {
             let begin = args.first().copied().unwrap_or_default();
             let end = args.get(1).copied();
+            // Read as tcadbmisc does (`tcatoi`: "5x" is 5, "x" is 0); a
+            // negative max is none.
             let max = args
                 .get(2)
-                .and_then(|max| std::str::from_utf8(max).ok()?.parse::<i64>().ok())
-                .and_then(|max| usize::try_from(max).ok());
+                .and_then(|max| usize::try_from(kura_proto::number::c_atoll(max)).ok());
             db.range(begin, end, max, ctx.shared.config.max_reply_bytes)
         }
         b"sync" => ctx.shared.store.sync().then(Vec::new),
