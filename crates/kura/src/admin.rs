@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 
 use crate::command_client::CommandClient;
+use crate::output::outln;
 use crate::Failure;
 
 /// The most lines a reply may have: one per attached replica or peer.
@@ -67,7 +68,7 @@ pub fn run(args: AdminArgs) -> Result<(), Failure> {
         match reply.as_str() {
             "END" => return Ok(()),
             "OK" => {
-                println!("OK");
+                outln!("OK")?;
                 return Ok(());
             }
             _ if reply.starts_with("SERVER_ERROR")
@@ -80,7 +81,7 @@ pub fn run(args: AdminArgs) -> Result<(), Failure> {
                 .iter()
                 .any(|kind| reply.starts_with(kind)) =>
             {
-                println!("{reply}")
+                outln!("{reply}")?
             }
             _ => {
                 return Err(anyhow::anyhow!(

@@ -14,6 +14,7 @@ use kura_store::disk::history::LogPoint;
 
 use crate::command_client::CommandClient;
 use crate::log::{parse_rfc3339, parse_unix_seconds};
+use crate::output::outln;
 use crate::Failure;
 
 #[derive(Args, Debug)]
@@ -89,7 +90,13 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
         command.push_str(&format!(" since {}", since.display()));
     }
     let timeout = Duration::from_secs(take.timeout);
-    let reply = CommandClient::send(&take.server, &command, timeout)?.line()?;
+    // The server writes the backup whether this client waits or not.
+    let reply = (CommandClient::send(&take.server, &command, timeout)?.line()).map_err(|error| {
+        anyhow::anyhow!(
+            "{error:#}; the server may still be writing the backup: `kura backup verify {}` tells when it is whole",
+            to.display()
+        )
+    })?;
     let manifest = match reply.strip_prefix("OK ") {
         Some(json) => serde_json::from_str::<Manifest>(json)
             .context("reading the server's manifest")
@@ -100,11 +107,11 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
             )))
         }
     };
-    print_manifest(&to, &manifest);
+    print_manifest(&to, &manifest)?;
     Ok(())
 }
 
-fn print_manifest(dir: &Path, manifest: &Manifest) {
+fn print_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     let bytes: u64 = manifest.files.iter().map(|f| f.bytes).sum();
     let kind = match manifest.kind {
         BackupKind::Full => "full",
@@ -114,29 +121,30 @@ fn print_manifest(dir: &Path, manifest: &Manifest) {
         true => "no entries".to_string(),
         false => format!("entries {} to {}", manifest.first_lsn, manifest.last.lsn),
     };
-    println!(
+    outln!(
         "{kind} backup of server {} in {}: {entries} (last at {}), {} files, {bytes} bytes",
         manifest.server_id,
         dir.display(),
         format_micros(manifest.last.micros),
         manifest.files.len()
-    );
+    )?;
     if let Some(snapshot) = manifest.snapshot {
-        println!("snapshot at {snapshot}");
+        outln!("snapshot at {snapshot}")?;
     }
     if let Some(since) = &manifest.since {
-        println!("continues {}", since.display());
+        outln!("continues {}", since.display())?;
     }
+    Ok(())
 }
 
 fn verify(dir: &Path) -> Result<(), Failure> {
     let chain = backup::verify(dir).map_err(|e| Failure::Runtime(e.into()))?;
     for (dir, manifest) in &chain.backups {
-        println!("ok\t{}", dir.display());
-        print_manifest(dir, manifest);
+        outln!("ok\t{}", dir.display())?;
+        print_manifest(dir, manifest)?;
     }
     let (snapshot, last) = (chain.snapshot(), chain.last());
-    println!("restorable from {snapshot} to {last}");
+    outln!("restorable from {snapshot} to {last}")?;
     Ok(())
 }
 
@@ -173,14 +181,14 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Failure> {
     };
     let report = restore::restore(&args.from, until, &args.to)
         .map_err(|e| Failure::Runtime(anyhow::anyhow!("restore: {e}")))?;
-    println!(
+    outln!(
         "restored {} to {}; the backups hold LSN {} to {} ({})",
         args.to.display(),
         report.restored,
         report.snapshot.lsn,
         report.available.lsn,
         format_micros(report.available.micros)
-    );
-    println!("serve it with: kura serve --dir {}", args.to.display());
+    )?;
+    outln!("serve it with: kura serve --dir {}", args.to.display())?;
     Ok(())
 }

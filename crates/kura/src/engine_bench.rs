@@ -11,6 +11,7 @@ use kura_store::{
     AckFence, AckState, DiskConfig, DiskStore, GetOptions, Store, StoreCommand, StoreMode,
 };
 
+use crate::output::outln;
 use crate::Failure;
 
 #[derive(Args)]
@@ -86,7 +87,7 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
     // Closing commits and syncs what the policy asks, as tchtest's close does.
     drop(store);
     let elapsed = started.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "{} {} records in {}: time: {elapsed:.3} s ({:.0} records/s), problems: {problems}",
         match args.phase {
             Phase::Write => "wrote",
@@ -95,7 +96,7 @@ pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
         args.records,
         args.dir.display(),
         args.records as f64 / elapsed,
-    );
+    )?;
     if problems > 0 {
         return Err(Failure::Runtime(anyhow::anyhow!(
             "{problems} records wrong"

@@ -5,6 +5,7 @@ mod backup;
 mod command_client;
 mod engine_bench;
 mod log;
+mod output;
 mod query;
 mod serve;
 

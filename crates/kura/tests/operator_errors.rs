@@ -217,6 +217,60 @@ fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
     assert!(stats.contains(&format!("gaps\t{gap_start}-")), "{stats}");
 }
 
+/// Damage in the newest segment: no later entry shows a gap, so the
+/// bytes the read could not take are named instead.
+#[test]
+fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..40);
+    server.kill();
+    let newest = segments_with_entries(&data).pop().unwrap();
+    damage_middle(&newest);
+
+    let dump = run(&["log", "dump", "--dir", path(&data)]);
+    assert!(dump.status.success(), "{}", stderr(&dump));
+    assert!(
+        stderr(&dump).contains("bytes that are no whole record"),
+        "{}",
+        stderr(&dump)
+    );
+    let stats = ok(&["log", "stats", "--dir", path(&data)]);
+    assert!(stats.contains("\nunread\t"), "{stats}");
+}
+
+/// What a command prints goes to a full disk (one line of error, not a
+/// panic) or to a reader that went away (nothing to say).
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_crash() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..5);
+    server.kill();
+    let args = ["log", "stats", "--dir", path(&data)];
+    let full = Command::new(kura_bin())
+        .args(args)
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(full.status.code(), Some(1), "{}", stderr(&full));
+    assert!(
+        stderr(&full).contains("writing to standard output"),
+        "{}",
+        stderr(&full)
+    );
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let gone = Command::new(kura_bin())
+        .args(args)
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(0), "{}", stderr(&gone));
+}
+
 #[test]
 fn a_damaged_backup_log_shows_the_entries_its_manifest_promises_and_lacks() {
     let work = tempfile::tempdir().unwrap();
@@ -250,6 +304,22 @@ fn a_damaged_backup_log_shows_the_entries_its_manifest_promises_and_lacks() {
     let stats = ok(&["log", "stats", "--dir", path(&incremental)]);
     assert!(stats.contains(&format!("-{last}")), "{stats}");
     fails(&["backup", "verify", path(&incremental)], "checksum");
+    // Only what was asked for is missing: from the last entry on, that
+    // one; past it, nothing.
+    let (at_last, past) = (last.to_string(), (last + 1).to_string());
+    fails(
+        &[
+            "log",
+            "dump",
+            "--dir",
+            path(&incremental),
+            "--from",
+            &at_last,
+        ],
+        &format!("lacks entries {last} ("),
+    );
+    let dump = ok(&["log", "dump", "--dir", path(&incremental), "--from", &past]);
+    assert!(dump.is_empty(), "{dump}");
 }
 
 #[test]

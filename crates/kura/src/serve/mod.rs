@@ -16,6 +16,7 @@ use kura_store::{
     Store, SyncPolicy,
 };
 
+use crate::output::outln;
 use crate::Failure;
 
 mod extended;
@@ -668,24 +669,24 @@ fn drop_privileges(user: &str) -> anyhow::Result<()> {
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if args.version {
-        println!("kura {}", env!("CARGO_PKG_VERSION"));
+        outln!("kura {}", env!("CARGO_PKG_VERSION"))?;
         return Ok(());
     }
     if args.license {
-        println!(
+        outln!(
             "kura {}: {} licence",
             env!("CARGO_PKG_VERSION"),
             env!("CARGO_PKG_LICENSE")
-        );
+        )?;
         return Ok(());
     }
     let mut resolved = resolve(&args)?;
     resolved.process.open_files_limit = raise_open_files_limit(resolved.server.max_connections);
     if args.print_config {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&resolved).map_err(|e| Failure::Runtime(e.into()))?
-        );
+        )?;
         return Ok(());
     }
     init_logging(args.verbose);

@@ -99,6 +99,9 @@ pub struct Summary {
     pub last: Option<(u64, u64)>,
     /// LSN ranges between `first` and `last` that no segment holds.
     pub gaps: Vec<(u64, u64)>,
+    /// Segments read whose last bytes are no whole record (a torn append,
+    /// or damage: the entries there, if any, are lost), and how many.
+    pub unread: Vec<(u64, u64)>,
 }
 
 /// Whether a read of the log reads the values of its sets.
@@ -173,11 +176,15 @@ pub fn read_segments(
             stopped = visit(&entry).is_break();
             Ok(())
         });
-        if let Err(error) = replayed {
-            pass_over_removed(error, *number, summary.entries > 0)?;
-            // Removed between its size and its open: listed no more.
-            summary.segments -= 1;
-            summary.bytes -= size;
+        match replayed {
+            Ok(replayed) if replayed.unread > 0 => summary.unread.push((*number, replayed.unread)),
+            Ok(_) => {}
+            Err(error) => {
+                pass_over_removed(error, *number, summary.entries > 0)?;
+                // Removed between its size and its open: listed no more.
+                summary.segments -= 1;
+                summary.bytes -= size;
+            }
         }
     }
     Ok(summary)

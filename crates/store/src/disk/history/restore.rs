@@ -90,9 +90,13 @@ fn restore_into(
     // data file): a segment copied again later has only grown.
     for (dir, manifest) in &chain.backups {
         for file in &manifest.files {
-            let from = dir.join(&file.name);
-            fs::copy(&from, to.join(&file.name))
-                .map_err(io_error(format!("copying {}", from.display())))?;
+            let (from, into) = (dir.join(&file.name), to.join(&file.name));
+            // Either side may have failed: the message names both.
+            fs::copy(&from, &into).map_err(io_error(format!(
+                "copying {} to {}",
+                from.display(),
+                into.display()
+            )))?;
         }
     }
     let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;
