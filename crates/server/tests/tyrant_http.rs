@@ -12,15 +12,20 @@ use kura_store::MemoryConfig;
 use support::tyrant::{connect, memory_server};
 use support::TestServer;
 
-/// Reads one HTTP reply: its status, and its body (by Content-Length).
-fn read_reply(stream: &mut TcpStream, head_only: bool) -> (u16, Vec<u8>) {
+/// Reads one HTTP reply's head, up to its blank line.
+fn read_head(stream: &mut TcpStream) -> String {
     let mut head = Vec::new();
     let mut byte = [0];
     while !head.ends_with(b"\r\n\r\n") {
         stream.read_exact(&mut byte).unwrap();
         head.push(byte[0]);
     }
-    let head = String::from_utf8(head).unwrap();
+    String::from_utf8(head).unwrap()
+}
+
+/// Reads one HTTP reply: its status, and its body (by Content-Length).
+fn read_reply(stream: &mut TcpStream, head_only: bool) -> (u16, Vec<u8>) {
+    let head = read_head(stream);
     let status = head[9..12].parse().unwrap();
     let length: usize = head
         .lines()
@@ -89,13 +94,7 @@ fn records_are_read_written_and_removed_over_http() {
     assert_eq!(http(&mut s, "POST /a HTTP/1.1\r\n\r\n"), (501, vec![]));
     // OPTIONS names the methods served; an absolute URI names its path.
     s.write_all(b"OPTIONS / HTTP/1.1\r\n\r\n").unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0];
-        s.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    let head = read_head(&mut s);
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
     assert!(
         head.contains("\r\nAllow: OPTIONS, GET, HEAD, PUT, DELETE\r\n"),
