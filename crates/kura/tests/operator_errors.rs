@@ -269,6 +269,20 @@ fn output_that_cannot_be_written_is_an_error_not_a_crash() {
         .output()
         .unwrap();
     assert_eq!(gone.status.code(), Some(0), "{}", stderr(&gone));
+    // The load generator's summary alike.
+    let (_server, address) = start(&work.path().join("bench"));
+    let bench = ["bench", "--server", &address, "--duration", "1s", "--quiet"];
+    let full = Command::new(kura_bin())
+        .args(bench)
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(full.status.code(), Some(1), "{}", stderr(&full));
+    assert!(
+        stderr(&full).contains("writing to standard output"),
+        "{}",
+        stderr(&full)
+    );
 }
 
 #[test]

@@ -228,11 +228,11 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
             .map_err(|_| usage("a connection's thread panicked"))??;
         tally.merge(&one);
     }
-    report(&args, &tally, started.elapsed());
+    report(&args, &tally, started.elapsed())?;
     Ok(())
 }
 
-fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) {
+fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) -> std::io::Result<()> {
     let seconds = elapsed.as_secs_f64();
     let micros = |q: f64| tally.latency.value_at_quantile(q) as f64 / 1000.0;
     let rate = tally.requests as f64 / seconds;
@@ -252,9 +252,9 @@ fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) {
             "p99_us": micros(0.99),
             "p999_us": micros(0.999),
         });
-        println!("{figures}");
+        super::print_out(&format!("{figures}\n"))?;
     } else {
-        println!(
+        super::print_out(&format!(
             "{:?}: {} requests in {seconds:.2} s = {rate:.0}/s over {} connections; \
              latency mean {:.1} us, p50 {:.1}, p99 {:.1}, p99.9 {:.1}; \
              {rows:.2} rows per request; {} errors",
@@ -266,8 +266,9 @@ fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) {
             micros(0.99),
             micros(0.999),
             tally.errors
-        );
+        ))?;
     }
+    Ok(())
 }
 
 /// One connection: sends its share of the requests (or random ones until
