@@ -242,6 +242,23 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
 
 /// What a command prints goes to a full disk (one line of error, not a
 /// panic) or to a reader that went away (nothing to say).
+/// Runs kura with `args`, its standard output going to `to`.
+fn run_into(args: &[&str], to: impl Into<std::process::Stdio>) -> Output {
+    Command::new(kura_bin())
+        .args(args)
+        .stdout(to)
+        .output()
+        .unwrap()
+}
+
+/// Fails with exit 1, naming standard output: it went to a full disk.
+fn fails_on_a_full_disk(args: &[&str]) {
+    let full = run_into(args, std::fs::File::create("/dev/full").unwrap());
+    let message = stderr(&full);
+    assert_eq!(full.status.code(), Some(1), "kura {args:?}: {message}");
+    assert!(message.contains("writing to standard output"), "{message}");
+}
+
 #[test]
 fn output_that_cannot_be_written_is_an_error_not_a_crash() {
     let work = tempfile::tempdir().unwrap();
@@ -250,39 +267,14 @@ fn output_that_cannot_be_written_is_an_error_not_a_crash() {
     set_keys(&address, 0..5);
     server.kill();
     let args = ["log", "stats", "--dir", path(&data)];
-    let full = Command::new(kura_bin())
-        .args(args)
-        .stdout(std::fs::File::create("/dev/full").unwrap())
-        .output()
-        .unwrap();
-    assert_eq!(full.status.code(), Some(1), "{}", stderr(&full));
-    assert!(
-        stderr(&full).contains("writing to standard output"),
-        "{}",
-        stderr(&full)
-    );
+    fails_on_a_full_disk(&args);
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let gone = Command::new(kura_bin())
-        .args(args)
-        .stdout(writer)
-        .output()
-        .unwrap();
+    let gone = run_into(&args, writer);
     assert_eq!(gone.status.code(), Some(0), "{}", stderr(&gone));
     // The load generator's summary alike.
     let (_server, address) = start(&work.path().join("bench"));
-    let bench = ["bench", "--server", &address, "--duration", "1s", "--quiet"];
-    let full = Command::new(kura_bin())
-        .args(bench)
-        .stdout(std::fs::File::create("/dev/full").unwrap())
-        .output()
-        .unwrap();
-    assert_eq!(full.status.code(), Some(1), "{}", stderr(&full));
-    assert!(
-        stderr(&full).contains("writing to standard output"),
-        "{}",
-        stderr(&full)
-    );
+    fails_on_a_full_disk(&["bench", "--server", &address, "--duration", "1s", "--quiet"]);
 }
 
 #[test]
