@@ -39,21 +39,6 @@ pub enum BenchError {
     Io(#[from] std::io::Error),
 }
 
-/// Writes `text` to standard output: a reader gone (`| head`) ends it
-/// quietly, any other failure is an error (`print!` would panic).
-pub(crate) fn print_out(text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(error) => Err(std::io::Error::new(
-            error.kind(),
-            format!("writing to standard output: {error}"),
-        )),
-        Ok(()) => Ok(()),
-    }
-}
-
 fn usage(message: impl Into<String>) -> BenchError {
     BenchError::Usage(message.into())
 }
@@ -493,7 +478,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         };
         let runs = scenario.run(&target, load.quiet)?;
         for run in &runs {
-            print_out(&format!("{}\n", summary::scenario_line(run)))?;
+            crate::output::print(&format!("{}\n", summary::scenario_line(run)))?;
         }
         let report = Report {
             title: format!("kura bench: {}", scenario.name),
@@ -510,7 +495,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     let name = load.name.clone().unwrap_or_else(|| load.server.clone());
     let (run, measured) = measure(&name, &workload, load.quiet)?;
-    print_out(&summary::mcperf_summary(&workload, &measured))?;
+    crate::output::print(&summary::mcperf_summary(&workload, &measured))?;
     if measured.responses == 0 {
         let errors: Vec<String> = (measured.errors.iter())
             .map(|(kind, count)| format!("{count} {kind}"))

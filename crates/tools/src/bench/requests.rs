@@ -252,9 +252,9 @@ fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) -> std::io::Res
             "p99_us": micros(0.99),
             "p999_us": micros(0.999),
         });
-        super::print_out(&format!("{figures}\n"))?;
+        crate::output::print(&format!("{figures}\n"))?;
     } else {
-        super::print_out(&format!(
+        crate::output::print(&format!(
             "{:?}: {} requests in {seconds:.2} s = {rate:.0}/s over {} connections; \
              latency mean {:.1} us, p50 {:.1}, p99 {:.1}, p99.9 {:.1}; \
              {rows:.2} rows per request; {} errors",
