@@ -160,8 +160,6 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A reply: status line, the headers ttserver sends, the body (none for
-/// `HEAD`, whose `Content-Length` still tells the value's size).
 /// The methods kura serves, for `OPTIONS` (ttserver lists `POST` too, for
 /// its Lua extensions, which kura does not run).
 pub const ALLOWED: &str = "OPTIONS, GET, HEAD, PUT, DELETE";
@@ -172,6 +170,8 @@ pub fn reply_options(out: &mut Vec<u8>, keep_alive: bool) {
     write_reply(out, 200, b"", false, keep_alive, &allow);
 }
 
+/// A reply: status line, the headers ttserver sends, the body (none for
+/// `HEAD`, whose `Content-Length` still tells the value's size).
 pub fn reply(out: &mut Vec<u8>, status: u16, body: &[u8], send_body: bool, keep_alive: bool) {
     write_reply(out, status, body, send_body, keep_alive, "");
 }

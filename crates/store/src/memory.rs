@@ -32,6 +32,7 @@ use crate::classes::{SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::delayed_flush::DelayedFlush;
 use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
+use crate::semantics::{FETCHED, STALE, WIN_SENT};
 use crate::sweep::SweepPace;
 use crate::{
     AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
@@ -240,7 +241,6 @@ struct Slot {
     bits: u8,
 }
 
-use crate::semantics::{FETCHED, STALE, WIN_SENT};
 /// Read since it was last moved to the front of the LRU. A read only sets
 /// this bit; eviction moves such a tail to the front instead of evicting it
 /// (a second chance, as memcached's segmented LRU bumps an active item
