@@ -61,16 +61,23 @@ impl std::fmt::Display for LogPosition {
     }
 }
 
-/// µs since the epoch as RFC 3339 in UTC, to the microsecond.
+/// µs since the epoch as RFC 3339 in UTC, always with six digits of
+/// fraction, so that times sort as text (`sort`, `grep` ranges).
 pub fn format_micros(micros: u64) -> String {
     let nanos = i128::from(micros) * 1000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|time| {
-            time.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("@{micros}µs"))
+    match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(time) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            time.year(),
+            u8::from(time.month()),
+            time.day(),
+            time.hour(),
+            time.minute(),
+            time.second(),
+            time.microsecond()
+        ),
+        Err(_) => format!("@{micros}µs"),
+    }
 }
 
 #[cfg(test)]
@@ -86,5 +93,19 @@ mod tests {
         assert_eq!(LogPosition::decode(&at.encode()), Some(at));
         assert_eq!(LogPosition::decode(&at.encode()[..15]), None);
         assert_eq!(at.to_string(), "LSN 12 (2023-11-14T22:13:20.000001Z)");
+    }
+
+    #[test]
+    fn times_have_a_fixed_width_so_that_they_sort_as_text() {
+        assert_eq!(
+            format_micros(1_700_000_000_000_000),
+            "2023-11-14T22:13:20.000000Z"
+        );
+        assert_eq!(
+            format_micros(1_700_000_000_500_000),
+            "2023-11-14T22:13:20.500000Z"
+        );
+        assert_eq!(format_micros(0), "1970-01-01T00:00:00.000000Z");
+        assert!(format_micros(1_700_000_000_000_000) < format_micros(1_700_000_000_500_000));
     }
 }
