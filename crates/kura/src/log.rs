@@ -1,7 +1,7 @@
 //! `kura log`: the update log of a data directory or a backup, read from
 //! its files (the server may be running or not).
 
-use std::io::Write as _;
+use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -165,11 +165,11 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
                 missing.push((start, entry.lsn - 1));
             }
         }
-        let line = match args.json {
-            true => json_line(entry),
-            false => text_line(entry),
+        let written = match args.json {
+            true => writeln!(out, "{}", json_line(entry)),
+            false => write_text(&mut out, entry),
         };
-        match writeln!(out, "{line}") {
+        match written {
             Ok(()) => ControlFlow::Continue(()),
             Err(error) => {
                 broken = Some(error);
@@ -217,13 +217,11 @@ fn warn_unread(unread: &[(u64, u64)]) {
     }
 }
 
-fn text_line(entry: &Entry) -> String {
-    let head = format!(
-        "{}\t{}\t{}",
-        entry.lsn,
-        format_micros(entry.micros),
-        entry.origin
-    );
+/// An entry as one tab-separated line, written as it is escaped: a large
+/// value is not copied into a line first.
+fn write_text(out: &mut impl Write, entry: &Entry) -> std::io::Result<()> {
+    let time = format_micros(entry.micros);
+    write!(out, "{}\t{time}\t{}\t", entry.lsn, entry.origin)?;
     match &entry.change {
         Change::Set {
             key,
@@ -231,45 +229,75 @@ fn text_line(entry: &Entry) -> String {
             expiry_unix,
             cas,
             value,
-        } => format!(
-            "{head}\tset\t{}\t{flags}\t{expiry_unix}\t{cas}\t{}",
-            escape(key),
-            value.as_deref().map_or("<not kept>".to_string(), escape)
-        ),
-        Change::Remove { key } => format!("{head}\tdelete\t{}", escape(key)),
-        Change::Flush { through_cas } => format!("{head}\tflush_all\t{through_cas}"),
+        } => {
+            out.write_all(b"set\t")?;
+            write_escaped(out, key)?;
+            write!(out, "\t{flags}\t{expiry_unix}\t{cas}\t")?;
+            match value {
+                Some(value) => write_escaped(out, value)?,
+                None => out.write_all(b"<not kept>")?,
+            }
+        }
+        Change::Remove { key } => {
+            out.write_all(b"delete\t")?;
+            write_escaped(out, key)?;
+        }
+        Change::Flush { through_cas } => write!(out, "flush_all\t{through_cas}")?,
         Change::RowPut {
             table,
             key,
             columns,
         } => {
-            let mut line = format!("{head}\trow_put\t{}\t{}", escape(table), escape(key));
+            out.write_all(b"row_put\t")?;
+            write_escaped(out, table)?;
+            out.write_all(b"\t")?;
+            write_escaped(out, key)?;
             for (name, value) in columns {
-                line.push_str(&format!("\t{}\t{}", escape(name), escape(value)));
+                out.write_all(b"\t")?;
+                write_escaped(out, name)?;
+                out.write_all(b"\t")?;
+                write_escaped(out, value)?;
             }
-            line
         }
         Change::RowRemove { table, key } => {
-            format!("{head}\trow_delete\t{}\t{}", escape(table), escape(key))
+            out.write_all(b"row_delete\t")?;
+            write_escaped(out, table)?;
+            out.write_all(b"\t")?;
+            write_escaped(out, key)?;
         }
     }
+    out.write_all(b"\n")
 }
 
 /// Printable ASCII as it is; `\t`, `\n`, `\r`, `\\` and any other byte
-/// as an escape, so each entry stays on one greppable line.
-fn escape(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &byte in bytes {
+/// as an escape, so each entry stays on one greppable line. Runs of
+/// printable bytes go out in one write.
+fn write_escaped(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let plain = (rest.iter())
+            .position(|&byte| !(0x20..=0x7e).contains(&byte) || byte == b'\\')
+            .unwrap_or(rest.len());
+        out.write_all(&rest[..plain])?;
+        let Some(&byte) = rest.get(plain) else {
+            break;
+        };
         match byte {
-            b'\\' => out.push_str("\\\\"),
-            b'\t' => out.push_str("\\t"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            0x20..=0x7e => out.push(byte as char),
-            _ => out.push_str(&format!("\\x{byte:02x}")),
+            b'\\' => out.write_all(b"\\\\")?,
+            b'\t' => out.write_all(b"\\t")?,
+            b'\n' => out.write_all(b"\\n")?,
+            b'\r' => out.write_all(b"\\r")?,
+            _ => out.write_all(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ])?,
         }
+        rest = &rest[plain + 1..];
     }
-    out
+    Ok(())
 }
 
 fn json_line(entry: &Entry) -> String {
@@ -438,6 +466,8 @@ mod tests {
 
     #[test]
     fn escapes_keep_an_entry_on_one_line() {
-        assert_eq!(escape(b"a\tb\nc\\d\x01"), "a\\tb\\nc\\\\d\\x01");
+        let mut out = Vec::new();
+        write_escaped(&mut out, b"a\tb\nc\\d\x01\xffe").unwrap();
+        assert_eq!(out, b"a\\tb\\nc\\\\d\\x01\\xffe");
     }
 }

@@ -226,8 +226,9 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
     let (mut server, address) = start(&data);
     set_keys(&address, 0..40);
     server.kill();
-    let newest = segments_with_entries(&data).pop().unwrap();
-    damage_middle(&newest);
+    let mut segments = segments_with_entries(&data);
+    assert_eq!(segments.len(), 1, "every entry is in the damaged segment");
+    damage_middle(&segments.pop().unwrap());
 
     let dump = run(&["log", "dump", "--dir", path(&data)]);
     assert!(dump.status.success(), "{}", stderr(&dump));
@@ -236,6 +237,11 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
         "{}",
         stderr(&dump)
     );
+    // A dump that ends before the damage reads no further than its end.
+    let early = run(&["log", "dump", "--dir", path(&data), "--until", "2"]);
+    assert!(early.status.success(), "{}", stderr(&early));
+    assert_eq!(stderr(&early), "");
+    assert_eq!(String::from_utf8_lossy(&early.stdout).lines().count(), 2);
     let stats = ok(&["log", "stats", "--dir", path(&data)]);
     assert!(stats.contains("\nunread\t"), "{stats}");
 }

@@ -113,7 +113,8 @@ pub enum Values {
 }
 
 /// Reads the entries of the segments in `dir`, oldest first, passing each
-/// to `visit` until it breaks.
+/// to `visit` until it breaks: nothing after that entry is read (the
+/// summary's entries end there; its segments and bytes are the log's).
 pub fn read(
     dir: &Path,
     values: Values,
@@ -148,7 +149,7 @@ pub fn read_segments(
         }
         let mut numbering = Numbering::default();
         let replayed = journal::replay(&OsIo, path, *number, |record, _, _| {
-            let Some((lsn, head)) = numbering.number(&record).filter(|_| !stopped) else {
+            let Some((lsn, head)) = numbering.number(&record) else {
                 return Ok(());
             };
             // `number` passed over heads and moves: this is an entry.
@@ -157,9 +158,9 @@ pub fn read_segments(
             };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
-                    return Err(invalid_data(format!(
+                    return Err(Visit::Failed(invalid_data(format!(
                         "entry {lsn} follows entry {last} in segment {number}: the log is damaged"
-                    )));
+                    ))));
                 }
                 Some((last, _)) if lsn > last + 1 => summary.gaps.push((last + 1, lsn - 1)),
                 _ => {}
@@ -174,12 +175,16 @@ pub fn read_segments(
                 change,
             };
             stopped = visit(&entry).is_break();
-            Ok(())
+            match stopped {
+                // The rest of the segment is not read.
+                true => Err(Visit::Stopped),
+                false => Ok(()),
+            }
         });
         match replayed {
             Ok(replayed) if replayed.unread > 0 => summary.unread.push((*number, replayed.unread)),
-            Ok(_) => {}
-            Err(error) => {
+            Ok(_) | Err(Visit::Stopped) => {}
+            Err(Visit::Failed(error)) => {
                 pass_over_removed(error, *number, summary.entries > 0)?;
                 // Removed between its size and its open: listed no more.
                 summary.segments -= 1;
@@ -188,6 +193,19 @@ pub fn read_segments(
         }
     }
     Ok(summary)
+}
+
+/// How a visit of a segment's records ended early.
+enum Visit {
+    Failed(io::Error),
+    /// The caller has seen what it asked for.
+    Stopped,
+}
+
+impl From<io::Error> for Visit {
+    fn from(error: io::Error) -> Visit {
+        Visit::Failed(error)
+    }
 }
 
 /// `Ok` for a segment that was listed and is gone (retention removed it)
