@@ -131,7 +131,7 @@ fn print_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     if let Some(snapshot) = manifest.snapshot {
         outln!("snapshot at {snapshot}")?;
     }
-    if let Some(since) = &manifest.since {
+    if let Some(since) = manifest.continues(dir) {
         outln!("continues {}", since.display())?;
     }
     Ok(())

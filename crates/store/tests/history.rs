@@ -233,6 +233,39 @@ fn restores_reach_exactly_the_entry_asked_and_a_chain_equals_a_full_backup() {
 }
 
 #[test]
+fn a_chain_of_backups_moved_whole_still_verifies_and_restores() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let backups = work.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    backup(&engine, &backups.join("full"), None);
+    store(&engine, StoreMode::Set, b"a", b"2", 0);
+    let manifest = backup(
+        &engine,
+        &backups.join("incremental"),
+        Some(&backups.join("full")),
+    );
+    assert_eq!(manifest.since.as_deref(), Some(Path::new("../full")));
+    drop(engine);
+
+    let moved = work.path().join("moved");
+    std::fs::rename(&backups, &moved).unwrap();
+    let chain = backup::verify(&moved.join("incremental")).unwrap();
+    assert_eq!(chain.backups.len(), 2);
+    assert_eq!(
+        chain.backups[0].0,
+        std::fs::canonicalize(moved.join("full")).unwrap()
+    );
+    let restored = work.path().join("restored");
+    restore::restore(&moved.join("incremental"), None, &restored).unwrap();
+    assert_eq!(
+        get(&open(&restored), b"a").map(|f| f.0),
+        Some(b"2".to_vec())
+    );
+}
+
+#[test]
 fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");

@@ -53,7 +53,10 @@ pub struct Manifest {
     pub created_micros: u64,
     /// Full backups: the newest entry in the copy of LMDB.
     pub snapshot: Option<LogPosition>,
-    /// Incremental backups: the backup this one continues.
+    /// Incremental backups: the backup this one continues, relative to
+    /// this backup's directory (so that a chain moved whole still holds),
+    /// or absolute (written so before, or where no relative path leads).
+    /// Read it with [`Manifest::continues`].
     pub since: Option<PathBuf>,
     /// The first entry this backup adds (entries before it are in the
     /// snapshot or in `since`).
@@ -215,8 +218,7 @@ impl Inner {
             server_id: self.server_id,
             created_micros,
             snapshot,
-            since: since
-                .map(|(dir, _)| fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())),
+            since: since.map(|(dir, _)| path_from(to, dir)),
             first_lsn,
             last: last.max(snapshot.unwrap_or_default()),
             consistent_from,
@@ -473,6 +475,25 @@ impl Chain {
     }
 }
 
+impl Manifest {
+    /// The directory of the backup this one continues, where this
+    /// manifest is in `dir`.
+    pub fn continues(&self, dir: &Path) -> Option<PathBuf> {
+        let since = dir.join(self.since.as_ref()?);
+        Some(fs::canonicalize(&since).unwrap_or(since))
+    }
+}
+
+/// `to` as a path relative to the directory `from`, where both exist;
+/// `to` made absolute otherwise.
+fn path_from(from: &Path, to: &Path) -> PathBuf {
+    let to = fs::canonicalize(to).unwrap_or_else(|_| to.to_path_buf());
+    fs::canonicalize(from)
+        .ok()
+        .and_then(|from| pathdiff::diff_paths(&to, from))
+        .unwrap_or(to)
+}
+
 /// Checks the backup in `dir` and every backup it continues: files and
 /// checksums, one server, the log contiguous from the snapshot on.
 pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
@@ -524,14 +545,14 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                 history::describe_ranges(&missing)
             )));
         }
-        match (&manifest.kind, &manifest.since) {
+        match (&manifest.kind, manifest.continues(&dir)) {
             (BackupKind::Full, _) if !manifest.files.iter().any(|f| f.name == DATA_FILE) => {
                 return Err(BackupError::Refused(format!(
                     "{}: a full backup without {DATA_FILE}",
                     dir.display()
                 )));
             }
-            (BackupKind::Incremental, Some(since)) => next = Some(since.clone()),
+            (BackupKind::Incremental, Some(since)) => next = Some(since),
             (BackupKind::Incremental, None) => {
                 return Err(BackupError::Refused(format!(
                     "{}: an incremental backup that names no earlier one",
