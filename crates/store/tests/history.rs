@@ -381,11 +381,14 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
     store(&again, StoreMode::Set, b"b", b"1", 0);
 
     let absent = work.path().join("absent");
-    let error = again.backup(&absent, Some(&full)).unwrap_err();
+    let error = (again.backup(&absent.join("deeper/backup"), Some(&full))).unwrap_err();
     let wanted = format!("ends at LSN {} (", manifest.last.lsn);
     assert!(error.contains(&wanted), "{error}");
     assert!(error.contains("another history"), "{error}");
-    assert!(!absent.exists(), "a failed backup leaves no folder");
+    assert!(
+        !absent.exists(),
+        "a failed backup leaves no folder, nor the folders it made for it"
+    );
 
     // A folder made empty beforehand stays, empty: the command can be run
     // again as it was.

@@ -94,29 +94,36 @@ pub(super) fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> 
 }
 
 /// Makes `to` an empty directory (refusing one that holds anything);
-/// returns whether it made it.
-pub fn empty_dir(to: &Path) -> Result<bool, BackupError> {
+/// returns the outermost directory it made, if it made any: `to`, or an
+/// ancestor that did not exist either.
+pub fn empty_dir(to: &Path) -> Result<Option<PathBuf>, BackupError> {
     match fs::read_dir(to) {
         Ok(mut entries) => match entries.next() {
-            None => Ok(false),
+            None => Ok(None),
             Some(_) => Err(BackupError::Refused(format!(
                 "{} is not empty",
                 to.display()
             ))),
         },
-        Err(error) if error.kind() == io::ErrorKind::NotFound => fs::create_dir_all(to)
-            .map(|()| true)
-            .map_err(io_error(format!("creating {}", to.display()))),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let outermost = (to.ancestors())
+                .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+                .last()
+                .map(Path::to_path_buf);
+            fs::create_dir_all(to)
+                .map(|()| outermost)
+                .map_err(io_error(format!("creating {}", to.display())))
+        }
         Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
     }
 }
 
-/// Takes away what a failed backup or restore wrote into `to` (`made` by
-/// [`empty_dir`] or not), so nothing half written is left to be taken for
-/// a backup or started on, and the same command can be run again.
-pub fn discard(to: &Path, made: bool) {
-    if made {
-        let _ = fs::remove_dir_all(to);
+/// Takes away what a failed backup or restore wrote into `to`, and the
+/// directories [`empty_dir`] `made`, so nothing half written is left to be
+/// taken for a backup or started on, and the same command can be run again.
+pub fn discard(to: &Path, made: Option<PathBuf>) {
+    if let Some(made) = made {
+        let _ = fs::remove_dir_all(made);
         return;
     }
     for entry in fs::read_dir(to).into_iter().flatten().flatten() {
