@@ -25,9 +25,12 @@ pub struct LogArgs {
 #[derive(Subcommand, Debug)]
 enum LogCommand {
     /// Print entries one per line: LSN, time, origin, operation, key and
-    /// the rest, tab-separated (or JSON objects with --json).
+    /// the rest, tab-separated (or JSON objects with --json). In a backup,
+    /// the entries it adds (those before are in its snapshot, or in the
+    /// backup it continues, though the segments it copied hold them too).
     Dump(DumpArgs),
-    /// The first and last entry (LSN and time), entries, bytes, segments.
+    /// The first and last entry (LSN and time), entries, bytes, segments;
+    /// in a backup, of the entries it adds.
     Stats(StatsArgs),
 }
 
@@ -138,6 +141,8 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
         }
     }
     check_log_dir(&args.dir)?;
+    let manifest = manifest_of(&args.dir)?;
+    let floor = manifest.as_ref().map_or(0, |manifest| manifest.first_lsn);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut broken = None;
@@ -147,12 +152,13 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
     let mut previous = None;
     let mut stopped = false;
     let first_asked = match from {
-        Some(LogPoint::Lsn(first)) => first,
-        _ => 0,
+        Some(LogPoint::Lsn(first)) => first.max(floor),
+        _ => floor,
     };
     let read = history::read(&args.dir, Values::Read, |entry| {
         let before = previous.replace(entry.lsn);
-        if from.is_some_and(|point| !point.starts_by(entry.lsn, entry.micros)) {
+        if entry.lsn < floor || from.is_some_and(|point| !point.starts_by(entry.lsn, entry.micros))
+        {
             return ControlFlow::Continue(());
         }
         if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
@@ -185,7 +191,7 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
         other => other.context("writing the dump")?,
     }
     if !stopped {
-        let tail = missing_tail(&args.dir, previous)?;
+        let tail = missing_tail(manifest.as_ref(), previous);
         let last_asked = match until {
             Some(LogPoint::Lsn(last)) => last,
             _ => u64::MAX,
@@ -374,26 +380,46 @@ fn json_line(entry: &Entry) -> String {
     serde_json::Value::Object(object).to_string()
 }
 
-/// In a backup, the entries its manifest says it holds after `last_read`
-/// (the segment that held them is damaged); `None` in a data directory.
-fn missing_tail(dir: &Path, last_read: Option<u64>) -> Result<Option<(u64, u64)>, Failure> {
+/// The manifest of a backup; `None` in a data directory.
+fn manifest_of(dir: &Path) -> Result<Option<backup::Manifest>, Failure> {
     if !dir.join(MANIFEST).exists() {
         return Ok(None);
     }
     let manifest = backup::load(dir).map_err(|error| Failure::Runtime(error.into()))?;
+    Ok(Some(manifest))
+}
+
+/// In a backup, the entries its manifest says it holds after `last_read`
+/// (the segment that held them is damaged).
+fn missing_tail(manifest: Option<&backup::Manifest>, last_read: Option<u64>) -> Option<(u64, u64)> {
+    let manifest = manifest?;
     let after = last_read
         .map_or(manifest.first_lsn, |lsn| lsn + 1)
         .max(manifest.first_lsn);
-    Ok((after <= manifest.last.lsn).then_some((after, manifest.last.lsn)))
+    (after <= manifest.last.lsn).then_some((after, manifest.last.lsn))
 }
 
 fn stats(args: StatsArgs) -> Result<(), Failure> {
     check_log_dir(&args.dir)?;
-    let mut summary = history::read(&args.dir, Values::Skip, |_| ControlFlow::Continue(()))
-        .with_context(|| format!("reading the log in {}", args.dir.display()))?;
-    summary
-        .gaps
-        .extend(missing_tail(&args.dir, summary.last.map(|(lsn, _)| lsn))?);
+    let manifest = manifest_of(&args.dir)?;
+    let floor = manifest.as_ref().map_or(0, |manifest| manifest.first_lsn);
+    // The entries from `floor` on (first, last, how many).
+    let (mut first, mut last, mut entries) = (None, None, 0);
+    let mut summary = history::read(&args.dir, Values::Skip, |entry| {
+        if entry.lsn >= floor {
+            first.get_or_insert((entry.lsn, entry.micros));
+            last = Some((entry.lsn, entry.micros));
+            entries += 1;
+        }
+        ControlFlow::Continue(())
+    })
+    .with_context(|| format!("reading the log in {}", args.dir.display()))?;
+    (summary.first, summary.last, summary.entries) = (first, last, entries);
+    summary.gaps = (summary.gaps.iter())
+        .map(|&(gap_first, gap_last)| (gap_first.max(floor), gap_last))
+        .filter(|(gap_first, gap_last)| gap_first <= gap_last)
+        .collect();
+    (summary.gaps).extend(missing_tail(manifest.as_ref(), last.map(|(lsn, _)| lsn)));
     let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));
     if args.json {
         let json = serde_json::json!({

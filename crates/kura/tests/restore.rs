@@ -598,4 +598,49 @@ fn log_dump_and_stats_show_each_entry() {
         (Some(1), Some(4))
     );
     assert_eq!(stats["entries"], 4);
+
+    // A backup's log shows the entries it adds: those before are in its
+    // snapshot or in the backup it continues, though its segments hold them.
+    let address = server.addr.to_string();
+    let full = work.path().join("full").display().to_string();
+    let incremental = work.path().join("incremental").display().to_string();
+    kura(&["backup", "--server", &address, "--to", &full]);
+    for request in [&b"set a 0 0 1\r\n1\r\n"[..], b"set b 0 0 1\r\n2\r\n"] {
+        stream.write_all(request).unwrap();
+        read_line(&mut reader);
+    }
+    kura(&[
+        "backup",
+        "--server",
+        &address,
+        "--to",
+        &incremental,
+        "--incremental",
+        "--since",
+        &full,
+    ]);
+    let lsns = |dump: String| -> Vec<u64> {
+        (dump.lines())
+            .map(|line| line.split('\t').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let manifest = std::fs::read(work.path().join("full/manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+    let snapshot = manifest["snapshot"]["lsn"].as_u64().unwrap();
+    assert_eq!(
+        lsns(kura(&["log", "dump", "--dir", &full])),
+        (snapshot + 1..=4).collect::<Vec<_>>()
+    );
+    assert_eq!(lsns(kura(&["log", "dump", "--dir", &incremental])), [5, 6]);
+    assert_eq!(
+        lsns(kura(&["log", "dump", "--dir", &incremental, "--from", "2"])),
+        [5, 6]
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&kura(&["log", "stats", "--dir", &incremental, "--json"])).unwrap();
+    assert_eq!(
+        (&stats["first_lsn"], &stats["last_lsn"], &stats["entries"]),
+        (&5.into(), &6.into(), &2.into())
+    );
+    assert_eq!(stats["gaps"], serde_json::json!([]));
 }
