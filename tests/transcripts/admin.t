@@ -7,8 +7,8 @@ send: shutdown\r\n
 recv: ERROR: shutdown not enabled\r\n
 send: cache_memlimit\r\ncache_memlimit 4\r\ncache_memlimit 100\r\ncache_memlimit abc\r\ncache_memlimit 64 noreply\r\nmn\r\n
 recv: ERROR\r\nMEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\nOK\r\nERROR\r\nMN\r\n
-send: stats nonsense\r\nstats detail\r\n
-recv: ERROR\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\n
+send: stats nonsense\r\nstats detail\r\nstats extstore\r\n
+recv: ERROR\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\nEND\r\n
 send: stats reset\r\n
 recv: RESET\r\n
 send: quit\r\nget never\r\n

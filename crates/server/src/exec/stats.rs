@@ -150,6 +150,8 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
         "conns" => Some(conns(ctx)),
         "kura" => Some(kura(ctx)),
         "replication" => Some(replication(ctx)),
+        // memcached without external storage answers an empty group.
+        "extstore" => Some(Vec::new()),
         "reset" => {
             reset(ctx);
             Some(Vec::new())
