@@ -125,13 +125,22 @@ pub enum Parse<'a> {
         consumed: usize,
         recovery: Recovery,
     },
+    /// A value over the limit: answer "too large" (a set also removes the
+    /// item of `key`, as memcached does), then swallow the `rest` of the
+    /// body, the value, which is not buffered.
+    TooLarge {
+        header: Header,
+        key: &'a [u8],
+        consumed: usize,
+        rest: u64,
+    },
     /// Not a binary request at all: memcached closes the connection.
     BadMagic,
 }
 
-/// Parses one binary request. A body longer than `max_body` is answered
+/// Parses one binary request. A value longer than `max_value` is answered
 /// with "value too large" and swallowed without being buffered.
-pub fn parse(buf: &[u8], max_body: usize) -> Parse<'_> {
+pub fn parse(buf: &[u8], max_value: usize) -> Parse<'_> {
     if buf.is_empty() {
         return Parse::Incomplete;
     }
@@ -172,12 +181,17 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse<'_> {
             recovery: Recovery::Close,
         };
     }
-    if body_len > max_body {
-        return Parse::Reject {
+    if value_len > max_value {
+        // Only the extras and key are read: at most 505 bytes.
+        let key_end = HEADER_LEN + fixed;
+        if buf.len() < key_end {
+            return Parse::Incomplete;
+        }
+        return Parse::TooLarge {
             header,
-            status: Status::ValueTooLarge,
-            consumed: HEADER_LEN,
-            recovery: Recovery::Swallow(u64::from(header.body_len)),
+            key: &buf[HEADER_LEN + extras_len..key_end],
+            consumed: key_end,
+            rest: value_len as u64,
         };
     }
     if buf.len() < HEADER_LEN + body_len {
@@ -403,17 +417,18 @@ mod tests {
     }
 
     #[test]
-    fn oversized_bodies_are_swallowed() {
+    fn oversized_bodies_are_swallowed_after_their_key() {
         let bytes = request(opcode::SET, &[0; 8], b"k", &[0u8; 100]);
         assert!(matches!(
             parse(&bytes, 50),
-            Parse::Reject {
-                status: Status::ValueTooLarge,
-                consumed: HEADER_LEN,
-                recovery: Recovery::Swallow(109),
+            Parse::TooLarge {
+                key: b"k",
+                consumed: 33,
+                rest: 100,
                 ..
             }
         ));
+        assert_eq!(parse(&bytes[..32], 50), Parse::Incomplete);
     }
 
     #[test]

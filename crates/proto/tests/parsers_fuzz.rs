@@ -111,9 +111,9 @@ fn text_claims(buf: &[u8]) -> Option<usize> {
 
 fn binary_claims(buf: &[u8]) -> Option<usize> {
     match binary::parse(buf, 1024) {
-        binary::Parse::Done { consumed, .. } | binary::Parse::Reject { consumed, .. } => {
-            Some(consumed)
-        }
+        binary::Parse::Done { consumed, .. }
+        | binary::Parse::Reject { consumed, .. }
+        | binary::Parse::TooLarge { consumed, .. } => Some(consumed),
         binary::Parse::Incomplete => None,
         binary::Parse::BadMagic => {
             assert_ne!(buf[0], binary::REQUEST_MAGIC);

@@ -398,10 +398,7 @@ impl Session {
         out: &mut Vec<u8>,
         ctx: &Context<'_>,
     ) -> (usize, Step) {
-        match binary::parse(
-            input,
-            ctx.shared.config.max_item_size + binary::HEADER_LEN + kura_proto::MAX_KEY_LEN,
-        ) {
+        match binary::parse(input, ctx.shared.config.max_item_size) {
             binary::Parse::Done { request, consumed } => {
                 let action = match self.sasl(&request, out, ctx) {
                     Some(action) => action,
@@ -414,15 +411,33 @@ impl Session {
                 self.closed_on_error = true;
                 (input.len(), Step::Served(Action::Close))
             }
+            binary::Parse::TooLarge {
+                header,
+                key,
+                consumed,
+                rest,
+            } => {
+                if self.refuses_unauthenticated(header.opcode, ctx) {
+                    // As for any request before authentication: refused,
+                    // then the close; the item is left alone.
+                    binary::compose_error(
+                        out,
+                        header.opcode,
+                        binary::Status::AuthError,
+                        header.opaque,
+                    );
+                    return (consumed, Step::Served(Action::Close));
+                }
+                exec::binary::too_large(&header, key, ctx, out);
+                self.recover(Recovery::Swallow(rest));
+                (consumed, Step::Rejected)
+            }
             binary::Parse::Reject {
                 header,
                 status,
                 consumed,
                 recovery,
             } => {
-                if status == binary::Status::ValueTooLarge {
-                    ctx.counters.store_too_large.incr();
-                }
                 // Under -S memcached refuses an unauthenticated request
                 // before it looks at the request's framing.
                 let status = match status {

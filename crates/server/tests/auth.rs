@@ -112,6 +112,28 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
         (0x20, b"Auth failure".to_vec())
     );
     assert_closed(&mut other);
+    // So is a set too large for the cache, which is answered once its key
+    // is read: the item it names stays.
+    let mut other = server.connect();
+    let mut request = Vec::new();
+    compose_request(
+        &mut request,
+        opcode::SET,
+        7,
+        0,
+        &set_extras,
+        b"k",
+        &[b'B'; 2 << 20],
+    );
+    other.write_all(&request[..24 + 8 + 1]).unwrap();
+    let mut reply = [0u8; 24 + 12];
+    other.read_exact(&mut reply).unwrap();
+    assert_eq!((reply[7], &reply[24..]), (0x20, &b"Auth failure"[..]));
+    assert_closed(&mut other);
+    assert_eq!(
+        binary_call(&mut stream, opcode::GET, b"k", &[], b""),
+        (0, b"v".to_vec())
+    );
     // Authenticated, the same request is invalid arguments, then the close.
     assert_eq!(
         binary_call(&mut stream, opcode::GET, b"k", &[0; 4], b"").0,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kura_server::ServerConfig;
 use kura_store::MemoryConfig;
-use support::{closes, expect_reply, read_at_least, TestServer};
+use support::{binary_call, closes, expect_reply, read_at_least, TestServer};
 
 fn with_shutdown_allowed() -> TestServer {
     TestServer::with(
@@ -84,6 +84,51 @@ fn a_too_large_set_removes_the_old_item() {
         &request,
         b"STORED\r\nSERVER_ERROR object too large for cache\r\nEND\r\n",
     );
+}
+
+/// The same over the binary protocol (memcached's `process_bin_update`),
+/// for a value just over `-I` and one far over it (swallowed unbuffered),
+/// quiet or not; an `add` leaves the old item alone.
+#[test]
+fn a_too_large_binary_set_removes_the_old_item_but_add_does_not() {
+    use kura_proto::binary::opcode;
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    let extras = [0u8; 8];
+    let limit = ServerConfig::default().max_item_size;
+    for (size, op) in [
+        (limit + 1, opcode::SET),
+        (2 * limit, opcode::SET),
+        (2 * limit, opcode::SETQ),
+    ] {
+        let big = vec![b'B'; size];
+        assert_eq!(
+            binary_call(&mut stream, opcode::SET, b"k", &extras, b"old").0,
+            0
+        );
+        let (status, body) = binary_call(&mut stream, op, b"k", &extras, &big);
+        assert_eq!(
+            (status, &body[..]),
+            (0x03, &b"Too large."[..]),
+            "{size} {op:#x}"
+        );
+        assert_eq!(
+            binary_call(&mut stream, opcode::GET, b"k", &[], &[]).0,
+            0x01,
+            "the old value is gone after a {size}-byte {op:#x}"
+        );
+    }
+    assert_eq!(
+        binary_call(&mut stream, opcode::SET, b"k", &extras, b"old").0,
+        0
+    );
+    let big = vec![b'B'; 2 * limit];
+    assert_eq!(
+        binary_call(&mut stream, opcode::ADD, b"k", &extras, &big).0,
+        0x03
+    );
+    let (status, value) = binary_call(&mut stream, opcode::GET, b"k", &[], &[]);
+    assert_eq!((status, &value[..]), (0, &b"old"[..]));
 }
 
 /// The same for `ms`, in any mode; an `add` or `append` that is too large

@@ -2,7 +2,9 @@
 //! success (getq: nothing on a miss); errors are always sent. The parser
 //! has checked each request's lengths against its opcode (`well_framed`).
 
-use kura_proto::binary::{compose, compose_error, compose_header, opcode as op, Request, Status};
+use kura_proto::binary::{
+    compose, compose_error, compose_header, opcode as op, Header, Request, Status,
+};
 use kura_store::{
     ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome,
     StoreCommand, StoreMode, StoreOutcome,
@@ -179,6 +181,17 @@ fn get(
     Err(Status::KeyNotFound)
 }
 
+/// A request whose value is over `-I` (the session swallows the value).
+/// As memcached does, a refused set also removes the key's item: a client
+/// whose write failed must not go on reading the value it meant to replace.
+pub fn too_large(header: &Header, key: &[u8], ctx: &Context<'_>, out: &mut Vec<u8>) {
+    ctx.counters.store_too_large.incr();
+    if matches!(header.opcode, op::SET | op::SETQ) {
+        ctx.remove_stale(key);
+    }
+    compose_error(out, header.opcode, Status::ValueTooLarge, header.opaque);
+}
+
 fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {
     let code = request.header.opcode;
     let (mode, wants_extras) = match code {
@@ -198,17 +211,6 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
     };
     ctx.counters.cmd_set.incr();
     ctx.detail(request.key, |counts| counts.sets += 1);
-    if request.value.len() > ctx.shared.config.max_item_size {
-        // The session lets a body through up to the limit plus the header
-        // and key; the value alone is held to the limit here, as text
-        // commands' values are. As memcached does, a refused set leaves no
-        // stale value behind.
-        ctx.counters.store_too_large.incr();
-        if mode == StoreMode::Set {
-            ctx.remove_stale(request.key);
-        }
-        return Err(Status::ValueTooLarge);
-    }
     let cas = request.header.cas;
     // As memcached does, any store with a CAS is a compare-and-set: an
     // add or replace with one stores only over the item of that CAS.
