@@ -704,3 +704,24 @@ fn the_disk_engines_figures_are_in_stats_kura() {
     assert_eq!(names, MEMCACHED_STATS);
     assert!(!engine.is_empty());
 }
+
+/// memcached's binary `stat` takes `reset` and `settings` by prefix, and a
+/// group it does not know (bytes that are no text among them) is "not
+/// found".
+#[test]
+fn binary_stat_groups_are_read_as_memcached_reads_them() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    stream.write_all(&binary_stat(b"resetX")).unwrap();
+    assert_eq!(read_binary_stats(&mut stream), vec![(0, vec![], vec![])]);
+    stream.write_all(&binary_stat(b"settingsX")).unwrap();
+    let settings = read_binary_stats(&mut stream);
+    assert!(
+        (settings.iter()).any(|(status, key, _)| *status == 0 && key == b"maxbytes"),
+        "{settings:?}"
+    );
+    for unknown in [&b"nonsense"[..], b"\xff"] {
+        stream.write_all(&binary_stat(unknown)).unwrap();
+        assert_eq!(read_binary_stats(&mut stream)[0].0, 1, "{unknown:?}");
+    }
+}

@@ -386,7 +386,12 @@ fn stat(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(
         compose(out, code, Status::NoError, opaque, 0, &[], &[], &[]);
         return Ok(());
     }
-    let group = std::str::from_utf8(request.key).map_err(|_| Status::InvalidArguments)?;
+    // memcached's binary stat matches these two by prefix too.
+    let group = match request.key {
+        key if key.starts_with(b"reset") => "reset",
+        key if key.starts_with(b"settings") => "settings",
+        key => std::str::from_utf8(key).map_err(|_| Status::KeyNotFound)?,
+    };
     let Some(lines) = stats::group(group, ctx) else {
         return Err(Status::KeyNotFound);
     };
