@@ -12,6 +12,7 @@
 #      VERBOSE=1 streams each test's output; TEST_TIMEOUT (s, default 300).
 #      KEEP_LOGS=1 keeps the per-test logs (path printed at the end).
 #      KURA_BIN: the kura binary tyrant_table starts (default target/release/kura).
+#      MVN_ARGS: extra mvn arguments for java_clients (e.g. -Dmaven.repo.local=DIR).
 # Prints one "PASS name (Ns)" / "FAIL name (Ns, rc=N)" line per test and
 # ends with exactly one line "N passed, M failed"; exits 1 if any failed.
 set -euo pipefail
@@ -21,7 +22,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 unset KURA_ADDR # every test starts its own server
 
-ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table twemproxy_sessions)
+ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table twemproxy_sessions java_clients go_gomemcache)
 if [[ "${RUN_RESTART:-0}" == 1 ]]; then
     ALL_TESTS+=(php_sessions_restart)
 fi
@@ -46,6 +47,10 @@ test_cmd() {
         memcached_tool) echo "bash $HERE/memcached_tool.sh" ;;
         bench_report) echo "bash $HERE/bench_report.sh" ;;
         tls) echo "bash $HERE/tls.sh" ;;
+        # spymemcached + xmemcached, text and binary (needs java, mvn; fetches jars)
+        java_clients) echo "bash $HERE/java_clients.sh" ;;
+        # gomemcache (needs go; fetches the module)
+        go_gomemcache) echo "bash $HERE/go_gomemcache.sh" ;;
         # kura's own: starts KURA_BIN itself (disk engine, --tyrant-db table:users).
         tyrant_table) echo "env KURA_BIN=${KURA_BIN:-target/release/kura} ${PYTHON:-python3} -m pytest -q -p no:cacheprovider $HERE/tyrant_table_test.py" ;;
         # kura's own: three masters, their replicas and nutcracker (examples/twemproxy).
@@ -84,7 +89,7 @@ for t in "${TESTS[@]}"; do
     dt=$((SECONDS - t0))
     if ((rc == 0)); then
         passed=$((passed + 1))
-        summary=$(grep -E '^(tls: PASS plain|sessions: |memccapable [a-z]+: PASS|stats: curr_items|bench report: |[0-9]+ passed)' "$logf" | tail -n 1 || true)
+        summary=$(grep -a -E '^(tls: PASS plain|sessions: |memccapable [a-z]+: PASS|stats: curr_items|bench report: |(java|gomemcache): [0-9]+ passed|[0-9]+ passed)' "$logf" | tail -n 1 || true)
         echo "PASS $t (${dt}s)${summary:+  -- $summary}"
     else
         failed=$((failed + 1))
