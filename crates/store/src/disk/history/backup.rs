@@ -24,6 +24,7 @@ use heed::{CompactionOption, Database, EnvOpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::disk::history::target::Target;
 use crate::disk::history::{self, position, position::Place};
 use crate::disk::io::Io;
 use crate::disk::journal;
@@ -93,48 +94,6 @@ pub(super) fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> 
     move |source| BackupError::Io { context, source }
 }
 
-/// Makes `to` an empty directory (refusing one that holds anything);
-/// returns the outermost directory it made, if it made any: `to`, or an
-/// ancestor that did not exist either.
-pub fn empty_dir(to: &Path) -> Result<Option<PathBuf>, BackupError> {
-    match fs::read_dir(to) {
-        Ok(mut entries) => match entries.next() {
-            None => Ok(None),
-            Some(_) => Err(BackupError::Refused(format!(
-                "{} is not empty",
-                to.display()
-            ))),
-        },
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            let outermost = (to.ancestors())
-                .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
-                .last()
-                .map(Path::to_path_buf);
-            fs::create_dir_all(to)
-                .map(|()| outermost)
-                .map_err(io_error(format!("creating {}", to.display())))
-        }
-        Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
-    }
-}
-
-/// Takes away what a failed backup or restore wrote into `to`, and the
-/// directories [`empty_dir`] `made`, so nothing half written is left to be
-/// taken for a backup or started on, and the same command can be run again.
-pub fn discard(to: &Path, made: Option<PathBuf>) {
-    if let Some(made) = made {
-        let _ = fs::remove_dir_all(made);
-        return;
-    }
-    for entry in fs::read_dir(to).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let _ = match path.is_dir() {
-            true => fs::remove_dir_all(&path),
-            false => fs::remove_file(&path),
-        };
-    }
-}
-
 impl Inner {
     /// Writes a backup of this engine to `to` (a full one, or the log since
     /// the backup in `since`), while writes go on.
@@ -155,10 +114,10 @@ impl Inner {
                 )));
             }
         }
-        let made = empty_dir(to)?;
+        let target = Target::prepare(to)?;
         let written = self.write_backup(to, since);
         if written.is_err() {
-            discard(to, made);
+            target.discard();
         }
         written
     }

@@ -19,6 +19,7 @@ use heed::types::Bytes;
 use heed::{Database, EnvOpenOptions};
 
 use super::backup::{self, io_error, BackupError};
+use super::target::Target;
 use crate::disk::history::{self, LogPoint, Values};
 use crate::disk::io::OsIo;
 use crate::disk::journal;
@@ -68,10 +69,10 @@ pub fn restore(
             ));
         }
     }
-    let made = backup::empty_dir(to)?;
+    let target = Target::prepare(to)?;
     let result = restore_into(&chain, snapshot, until, to);
     if result.is_err() {
-        backup::discard(to, made);
+        target.discard();
     }
     result.map(|restored| RestoreReport {
         snapshot,

@@ -1,0 +1,143 @@
+//! The directory a backup or a restore writes into. It must be empty or
+//! missing (then it is made, with any missing parent), and a failure takes
+//! away what was written and the directories made for it, nothing else: a
+//! parent made for it that someone else has written into since stays.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::backup::{io_error, BackupError};
+
+pub struct Target {
+    dir: PathBuf,
+    /// The directories made for it, outermost first (`dir` last, if made).
+    made: Vec<PathBuf>,
+}
+
+impl Target {
+    /// Makes `to` an empty directory, refusing one that holds anything.
+    pub fn prepare(to: &Path) -> Result<Target, BackupError> {
+        let mut made = Vec::new();
+        match fs::read_dir(to).map(|mut entries| entries.next().is_some()) {
+            Ok(true) => {
+                return Err(BackupError::Refused(format!(
+                    "{} is not empty",
+                    to.display()
+                )));
+            }
+            Ok(false) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if let Err(error) = make_dirs(to, &mut made) {
+                    remove_empty(&made);
+                    return Err(io_error(format!("creating {}", to.display()))(error));
+                }
+            }
+            Err(error) => return Err(io_error(format!("reading {}", to.display()))(error)),
+        }
+        Ok(Target {
+            dir: to.to_path_buf(),
+            made,
+        })
+    }
+
+    /// Takes away what a failed backup or restore wrote, so nothing half
+    /// written is left to be taken for a backup or started on, and the
+    /// same command can be run again.
+    pub fn discard(self) {
+        let Some((_dir, parents)) = self.made.split_last() else {
+            // It was there, empty: it stays, emptied.
+            for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let _ = match path.is_dir() {
+                    true => fs::remove_dir_all(&path),
+                    false => fs::remove_file(&path),
+                };
+            }
+            return;
+        };
+        let _ = fs::remove_dir_all(&self.dir);
+        remove_empty(parents);
+    }
+}
+
+/// Makes `dir` and its missing parents, as `fs::create_dir_all` does,
+/// noting each directory made (outermost first). A `..` after a missing
+/// parent is made through it, as the kernel resolves it.
+fn make_dirs(dir: &Path, made: &mut Vec<PathBuf>) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Ok(()) => {
+            made.push(dir.to_path_buf());
+            return Ok(());
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty());
+            make_dirs(parent.ok_or(error)?, made)?;
+        }
+        Err(_) if dir.is_dir() => return Ok(()),
+        Err(error) => return Err(error),
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {
+            made.push(dir.to_path_buf());
+            Ok(())
+        }
+        Err(_) if dir.is_dir() => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes `dirs` innermost first while they are empty.
+fn remove_empty(dirs: &[PathBuf]) {
+    for dir in dirs.iter().rev() {
+        if fs::remove_dir(dir).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_discarded_target_takes_only_what_was_made_for_it() {
+        let work = tempfile::tempdir().unwrap();
+        let outer = work.path().join("a");
+        let target = Target::prepare(&outer.join("b/c")).unwrap();
+        fs::write(outer.join("b/c/data"), b"half").unwrap();
+        // Another writer's file in a parent made for the target.
+        fs::write(outer.join("other"), b"theirs").unwrap();
+        target.discard();
+        assert!(!outer.join("b").exists());
+        assert_eq!(fs::read(outer.join("other")).unwrap(), b"theirs");
+
+        // A `..` after a missing parent: the directory it names goes, and
+        // the missing parent made on the way.
+        let through = work.path().join("p/new/../t");
+        let target = Target::prepare(&through).unwrap();
+        fs::write(through.join("data"), b"half").unwrap();
+        target.discard();
+        assert!(!work.path().join("p").exists());
+
+        // An empty folder that was there stays, emptied.
+        let there = work.path().join("there");
+        fs::create_dir(&there).unwrap();
+        let target = Target::prepare(&there).unwrap();
+        fs::write(there.join("data"), b"half").unwrap();
+        target.discard();
+        assert_eq!(fs::read_dir(&there).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_target_that_cannot_be_made_leaves_no_parent_behind() {
+        let work = tempfile::tempdir().unwrap();
+        let long = "x".repeat(300);
+        let error = Target::prepare(&work.path().join("m1/m2").join(long)).err();
+        assert!(matches!(error, Some(BackupError::Io { .. })), "{error:?}");
+        assert!(!work.path().join("m1").exists());
+        fs::write(work.path().join("full"), b"x").unwrap();
+        let error = Target::prepare(&work.path().join("full")).err();
+        assert!(matches!(error, Some(BackupError::Io { .. })), "{error:?}");
+    }
+}
