@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kura_server::config::{ListenAddr, TlsSettings};
 use kura_server::ServerConfig;
 use kura_store::MemoryConfig;
-use support::{read_at_least, TestServer};
+use support::{binary_call, read_at_least, TestServer};
 
 /// Reads text replies until one ends with `END\r\n` (or an error line).
 fn read_reply(stream: &mut TcpStream) -> String {
@@ -720,8 +720,34 @@ fn binary_stat_groups_are_read_as_memcached_reads_them() {
         (settings.iter()).any(|(status, key, _)| *status == 0 && key == b"maxbytes"),
         "{settings:?}"
     );
-    for unknown in [&b"nonsense"[..], b"\xff"] {
+    // memcached without external storage: the text protocol's group is
+    // empty (the transcripts check it), the binary one is not found.
+    for unknown in [&b"nonsense"[..], b"\xff", b"extstore"] {
         stream.write_all(&binary_stat(unknown)).unwrap();
         assert_eq!(read_binary_stats(&mut stream)[0].0, 1, "{unknown:?}");
     }
+}
+
+/// memcached counts a prefix's set before it tries the item, so a binary
+/// store refused as too large counts too (as it does over text).
+#[test]
+fn binary_stores_too_large_count_as_sets_of_their_prefix() {
+    use kura_proto::binary::opcode;
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    stream.write_all(&binary_stat(b"detail on")).unwrap();
+    read_binary_stats(&mut stream);
+    let big = vec![b'B'; 2 * ServerConfig::default().max_item_size];
+    for (op, extras) in [(opcode::SET, &[0u8; 8][..]), (opcode::APPEND, &[])] {
+        assert_eq!(binary_call(&mut stream, op, b"zz:a", extras, &big).0, 0x03);
+    }
+    assert_eq!(
+        binary_call(&mut stream, opcode::SET, b"zz:a", &[0; 8], b"v").0,
+        0
+    );
+    stream.write_all(&binary_stat(b"detail dump")).unwrap();
+    assert_eq!(
+        read_binary_stats(&mut stream)[0].2,
+        b"PREFIX zz get 0 hit 0 set 3 del 0\r\nEND\r\n"
+    );
 }

@@ -23,10 +23,7 @@ pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> A
         op::GAT | op::GATQ | op::GATK | op::GATKQ | op::TOUCH => {
             get(request, Some(be_u32(request.extras).unwrap_or(0)), ctx, out)
         }
-        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
-            store(request, ctx, out)
-        }
-        op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => store(request, ctx, out),
+        code if is_store(code) => store(request, ctx, out),
         op::DELETE | op::DELETEQ => delete(request, ctx, out),
         op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => arith(request, ctx, out),
         op::QUIT => {
@@ -186,10 +183,31 @@ fn get(
 /// whose write failed must not go on reading the value it meant to replace.
 pub fn too_large(header: &Header, key: &[u8], ctx: &Context<'_>, out: &mut Vec<u8>) {
     ctx.counters.store_too_large.incr();
+    if is_store(header.opcode) {
+        // memcached counts the prefix's set before it tries the item.
+        ctx.detail(key, |counts| counts.sets += 1);
+    }
     if matches!(header.opcode, op::SET | op::SETQ) {
         ctx.remove_stale(key);
     }
     compose_error(out, header.opcode, Status::ValueTooLarge, header.opaque);
+}
+
+/// Set, add, replace, append and prepend, quiet or not.
+fn is_store(code: u8) -> bool {
+    matches!(
+        code,
+        op::SET
+            | op::SETQ
+            | op::ADD
+            | op::ADDQ
+            | op::REPLACE
+            | op::REPLACEQ
+            | op::APPEND
+            | op::APPENDQ
+            | op::PREPEND
+            | op::PREPENDQ
+    )
 }
 
 fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<(), Status> {

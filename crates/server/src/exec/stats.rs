@@ -37,6 +37,12 @@ pub fn text(args: Keys<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             }
             return;
         }
+        // memcached without external storage answers an empty group here
+        // (and "not found" to the binary protocol's `stat extstore`).
+        b"extstore" => {
+            out.extend_from_slice(b"END\r\n");
+            return;
+        }
         b"cachedump" => {
             match (words.next(), words.next()) {
                 (Some(class), Some(limit)) => {
@@ -150,8 +156,6 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
         "conns" => Some(conns(ctx)),
         "kura" => Some(kura(ctx)),
         "replication" => Some(replication(ctx)),
-        // memcached without external storage answers an empty group.
-        "extstore" => Some(Vec::new()),
         "reset" => {
             reset(ctx);
             Some(Vec::new())
