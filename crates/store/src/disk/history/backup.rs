@@ -24,7 +24,7 @@ use heed::{CompactionOption, Database, EnvOpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::disk::history::target::Target;
+use crate::disk::history::target;
 use crate::disk::history::{self, position, position::Place};
 use crate::disk::io::Io;
 use crate::disk::journal;
@@ -114,12 +114,7 @@ impl Inner {
                 )));
             }
         }
-        let target = Target::prepare(to)?;
-        let written = self.write_backup(to, since);
-        if written.is_err() {
-            target.discard();
-        }
-        written
+        target::write_into(to, || self.write_backup(to, since))
     }
 
     fn write_backup(

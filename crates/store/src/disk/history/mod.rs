@@ -7,7 +7,7 @@
 pub mod backup;
 pub(in crate::disk) mod position;
 pub mod restore;
-pub mod target;
+mod target;
 
 use std::io;
 use std::ops::ControlFlow;

@@ -19,7 +19,7 @@ use heed::types::Bytes;
 use heed::{Database, EnvOpenOptions};
 
 use super::backup::{self, io_error, BackupError};
-use super::target::Target;
+use super::target;
 use crate::disk::history::{self, LogPoint, Values};
 use crate::disk::io::OsIo;
 use crate::disk::journal;
@@ -69,12 +69,8 @@ pub fn restore(
             ));
         }
     }
-    let target = Target::prepare(to)?;
-    let result = restore_into(&chain, snapshot, until, to);
-    if result.is_err() {
-        target.discard();
-    }
-    result.map(|restored| RestoreReport {
+    let restored = target::write_into(to, || restore_into(&chain, snapshot, until, to))?;
+    Ok(RestoreReport {
         snapshot,
         restored,
         available,

@@ -9,7 +9,21 @@ use std::path::{Path, PathBuf};
 
 use super::backup::{io_error, BackupError};
 
-pub struct Target {
+/// Makes `to` an empty directory (refusing one that holds anything) and
+/// runs `write` into it; if that fails, takes away what it wrote.
+pub fn write_into<T>(
+    to: &Path,
+    write: impl FnOnce() -> Result<T, BackupError>,
+) -> Result<T, BackupError> {
+    let target = Target::prepare(to)?;
+    let written = write();
+    if written.is_err() {
+        target.discard();
+    }
+    written
+}
+
+struct Target {
     dir: PathBuf,
     /// The directories made for it, outermost first (`dir` last, if made).
     made: Vec<PathBuf>,
@@ -17,7 +31,7 @@ pub struct Target {
 
 impl Target {
     /// Makes `to` an empty directory, refusing one that holds anything.
-    pub fn prepare(to: &Path) -> Result<Target, BackupError> {
+    fn prepare(to: &Path) -> Result<Target, BackupError> {
         let mut made = Vec::new();
         match fs::read_dir(to).map(|mut entries| entries.next().is_some()) {
             Ok(true) => {
@@ -44,7 +58,7 @@ impl Target {
     /// Takes away what a failed backup or restore wrote, so nothing half
     /// written is left to be taken for a backup or started on, and the
     /// same command can be run again.
-    pub fn discard(self) {
+    fn discard(self) {
         let Some((_dir, parents)) = self.made.split_last() else {
             // It was there, empty: it stays, emptied.
             for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
