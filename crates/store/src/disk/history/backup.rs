@@ -24,8 +24,7 @@ use heed::{CompactionOption, Database, EnvOpenOptions};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::disk::history::target;
-use crate::disk::history::{self, position, position::Place};
+use crate::disk::history::{self, position, position::Place, target};
 use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
