@@ -306,10 +306,16 @@ impl Inner {
     /// Wakes the writer and the applier until write `seq` is in LMDB or
     /// failed (or the engine stops), giving up at `deadline` if there is one.
     fn wait_applied(&self, seq: u64, deadline: Option<Instant>) -> AckState {
+        let mut asked = false;
         while self.applied.decided() < seq {
             self.signals.wake_writer();
-            if self.acks.decided() >= seq {
+            if !asked && self.acks.decided() >= seq {
+                // Once: the round that starts after the request covers the
+                // write, and asking again while it runs made another round
+                // right after it, which applied a flush made meanwhile
+                // before its time.
                 self.signals.wake_applier();
+                asked = true;
             }
             let in_time = deadline.is_none_or(|at| Instant::now() < at);
             let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
