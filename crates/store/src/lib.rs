@@ -17,6 +17,7 @@ mod sweep;
 pub mod warm;
 
 pub use classes::SizeClasses;
+pub use heap::keep_freed_memory_until_trimmed;
 
 /// The largest value any engine takes (memcached's bound on `-I`): a log
 /// record that claims more is damage, not a write.

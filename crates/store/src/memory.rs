@@ -49,9 +49,22 @@ pub const ITEM_OVERHEAD: usize = std::mem::size_of::<Slot>() + 8 + 16;
 const NIL: u32 = u32::MAX;
 
 /// What a kura process holds besides its items (code, thread stacks,
-/// buffers, tables), below `docs/DESIGN.md`'s 24 MiB: past `-m` and this,
-/// maintenance gives free heap back.
+/// buffers, tables), below `docs/DESIGN.md`'s 24 MiB: past `-m`, malloc's
+/// slack and this, maintenance gives free heap back.
 const RESIDENT_ALLOWANCE: usize = 16 << 20;
+/// malloc's slack grows with the items (chunk rounding, free space between
+/// live chunks that no whole page can be given back for): 1–10 KB sets
+/// under `-m 1024` settle at 1,060 MiB resident. Trimming below that gave
+/// back pages the next sets faulted in again, 50,000 a second, a quarter of
+/// the worker's CPU on a machine where a fault costs 5 µs.
+const MALLOC_SLACK_DIVISOR: usize = 16;
+
+/// The resident size past which maintenance gives free heap back, for an
+/// item limit of `limit` bytes.
+fn resident_budget(limit: usize) -> u64 {
+    (limit + limit / MALLOC_SLACK_DIVISOR + RESIDENT_ALLOWANCE) as u64
+}
+
 /// How many slots maintenance inspects under one lock hold.
 const MAINTAIN_BATCH: usize = 1024;
 
@@ -1157,7 +1170,7 @@ impl Store for MemoryStore {
         // Items freed by another worker than the one that stored them stay
         // in that worker's arena (`heap.rs`): give them back past -m and
         // what any kura process holds besides its items.
-        crate::heap::trim_if_over((self.limit.load(Ordering::Relaxed) + RESIDENT_ALLOWANCE) as u64);
+        crate::heap::trim_if_over(resident_budget(self.limit.load(Ordering::Relaxed)));
         let items = self.item_count();
         self.grow_hash_power(items);
         let now = self.clock.now();

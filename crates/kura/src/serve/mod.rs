@@ -690,6 +690,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         return Ok(());
     }
     init_logging(args.verbose);
+    kura_store::keep_freed_memory_until_trimmed();
     let (before, after) = resolved.process.open_files_limit;
     tracing::info!(before, after, "open file limit");
     // Every connection needs a descriptor; warn rather than fail, as the
