@@ -11,8 +11,8 @@
 //!
 //! Giving memory back happens here only, past the budget: glibc's `free`
 //! would also give back the top of a heap whenever more than 128 KiB is
-//! free there, which a cache under steady sets does hundreds of times a
-//! second, and the next sets fault the same pages in again.
+//! free there, and a cache under steady sets faults those pages in again
+//! at once.
 
 /// Bytes resident in the process, from `/proc/self/statm`.
 pub fn process_resident_bytes() -> Option<u64> {
@@ -54,12 +54,8 @@ const MMAP_THRESHOLD: i32 = 32 << 20;
 /// while 1–10 KB sets fill a memory engine.
 const TOP_PAD: i32 = 64 << 20;
 
-/// Makes glibc grow its heaps in large steps and keep freed memory until
-/// [`trim_if_over`] gives it back. Without it, 1–10 KB sets into a memory
-/// engine made an `mprotect` per page while it filled, and, once full,
-/// faulted in again each second 50,000 pages `free` had just given back: a
-/// quarter of the worker's CPU on a machine where a fault costs 5 µs. Call
-/// once, before serving.
+/// Makes glibc grow its heaps in large steps (`TOP_PAD`) and keep freed
+/// memory until [`trim_if_over`] gives it back. Call once, before serving.
 pub fn keep_freed_memory_until_trimmed() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's thresholds.
