@@ -1,25 +1,36 @@
 //! New primary keys for a table's rows: Tokyo Tyrant's `genuid` and a put
-//! without a key, HandlerSocket's insert without `_key`. Each table keeps
-//! its last id in memory, found once by a scan of its numeric primary
-//! keys; an id that a client has since put as a key is seen when handed
-//! out, and the scan runs again to step past every such key.
+//! without a key, HandlerSocket's insert without `_key`. Each table's last
+//! id is kept as a row of a table of kura's own, written (and so logged,
+//! replicated and backed up) before the id is handed out, so that no id
+//! comes back after a restart or once its row is removed, as Tokyo
+//! Cabinet's counter in its database file does not. In memory the last id
+//! is cached by table; the first use takes the larger of the kept id and
+//! the table's numeric primary keys, and an id that a client has since
+//! put as a key is seen when handed out, and the scan runs again to step
+//! past every such key.
 
 use std::collections::HashMap;
 
-use kura_store::Tables;
+use kura_store::{Record, RowMode, RowOutcome, Tables};
 
 use super::Context;
 
 /// The last id handed out, by table.
 pub type LastIds = HashMap<Vec<u8>, u64>;
 
-/// `None` once the ids run out: the last id, or a numeric key it must
-/// step past, is 2^64 - 1.
+/// The table whose rows hold each table's last id, keyed by its name. It
+/// starts with a NUL byte, which kura's protocols do not put in the tables
+/// clients name.
+pub const LAST_IDS_TABLE: &[u8] = b"\0last-uid";
+const LAST_ID_COLUMN: &[u8] = b"last";
+
+/// `None` once the ids run out (the last id, or a numeric key it must step
+/// past, is 2^64 - 1), or when the new last id cannot be written.
 pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let mut last_ids = ctx.shared.tyrant_uid.lock();
     let last = match last_ids.get(table) {
         Some(last) => *last,
-        None => largest_numeric_key(tables, table),
+        None => kept_last_id(tables, table, ctx).max(largest_numeric_key(tables, table)),
     };
     let mut next = last.checked_add(1)?;
     if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes(), &ctx.fence) {
@@ -27,8 +38,26 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u
             .max(next)
             .checked_add(1)?;
     }
+    let mut kept = Record::new(table);
+    kept.put(LAST_ID_COLUMN, next.to_string().as_bytes());
+    // The reply waits for this write as for any other (the fence).
+    match tables.put_row(LAST_IDS_TABLE, &kept, RowMode::Put, &ctx.fence) {
+        RowOutcome::Done => {}
+        _ => return None,
+    }
     last_ids.insert(table.to_vec(), next);
     Some(next)
+}
+
+/// The last id written for `table`; 0 if none was.
+fn kept_last_id(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> u64 {
+    let Ok(Some(row)) = tables.get_row(LAST_IDS_TABLE, table, &ctx.fence) else {
+        return 0;
+    };
+    (row.columns.iter())
+        .find(|(name, _)| name == LAST_ID_COLUMN)
+        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn largest_numeric_key(tables: &dyn Tables, table: &[u8]) -> u64 {
