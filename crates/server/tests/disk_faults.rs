@@ -266,3 +266,25 @@ fn a_connection_without_replies_is_not_closed_for_another_ones_failed_write() {
         "VALUE a 0 1\r\na\r\nEND\r\n"
     );
 }
+
+/// `genuid` writes the table's last id before answering: when the engine
+/// cannot write, it answers failure and hands out no id.
+#[test]
+fn a_poisoned_engine_refuses_genuid() {
+    let log = Arc::new(FailingLog::default());
+    let config = ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: kura_server::TyrantDatabase::Table("users".into()),
+        ..ServerConfig::default()
+    };
+    let server = TestServer::disk_on(config, log.clone());
+    let mut tt = tyrant::connect(&server);
+    assert_eq!(misc(&mut tt, b"genuid", &[]), (0, vec![b"1".to_vec()]));
+
+    log.failing.store(true, Ordering::Release);
+    let mut stream = server.connect();
+    stream.write_all(b"set lost 0 0 1\r\nx\r\n").unwrap();
+    assert!(closes(&mut stream), "the write in the failed append");
+    assert_eq!(misc(&mut tt, b"genuid", &[]), (1, vec![]));
+    assert_eq!(misc(&mut tt, b"genuid", &[]), (1, vec![]));
+}

@@ -25,12 +25,12 @@ pub const LAST_IDS_TABLE: &[u8] = b"\0last-uid";
 const LAST_ID_COLUMN: &[u8] = b"last";
 
 /// `None` once the ids run out (the last id, or a numeric key it must step
-/// past, is 2^64 - 1), or when the new last id cannot be written.
+/// past, is 2^64 - 1), or when the last id cannot be read or written.
 pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let mut last_ids = ctx.shared.tyrant_uid.lock();
     let last = match last_ids.get(table) {
         Some(last) => *last,
-        None => kept_last_id(tables, table, ctx).max(largest_numeric_key(tables, table)),
+        None => kept_last_id(tables, table, ctx)?.max(largest_numeric_key(tables, table)),
     };
     let mut next = last.checked_add(1)?;
     if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes(), &ctx.fence) {
@@ -49,15 +49,16 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u
     Some(next)
 }
 
-/// The last id written for `table`; 0 if none was.
-fn kept_last_id(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> u64 {
-    let Ok(Some(row)) = tables.get_row(LAST_IDS_TABLE, table, &ctx.fence) else {
-        return 0;
-    };
-    (row.columns.iter())
-        .find(|(name, _)| name == LAST_ID_COLUMN)
-        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse().ok())
-        .unwrap_or(0)
+/// The last id written for `table`, 0 if none was; `None` when it cannot
+/// be read (an id handed out before might come back).
+fn kept_last_id(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
+    let row = tables.get_row(LAST_IDS_TABLE, table, &ctx.fence).ok()?;
+    let kept = row.and_then(|row| {
+        (row.columns.iter())
+            .find(|(name, _)| name == LAST_ID_COLUMN)
+            .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse().ok())
+    });
+    Some(kept.unwrap_or(0))
 }
 
 fn largest_numeric_key(tables: &dyn Tables, table: &[u8]) -> u64 {
