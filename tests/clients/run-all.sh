@@ -22,7 +22,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$ROOT"
 unset KURA_ADDR # every test starts its own server
 
-ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table twemproxy_sessions java_clients go_gomemcache)
+ALL_TESTS=(memccapable_ascii memccapable_binary pymemcache php_sessions php_sessions_ascii memcached_tool bench_report tls tyrant_table twemproxy_sessions java_clients go_gomemcache prometheus_exporter)
 if [[ "${RUN_RESTART:-0}" == 1 ]]; then
     ALL_TESTS+=(php_sessions_restart)
 fi
@@ -51,6 +51,8 @@ test_cmd() {
         java_clients) echo "bash $HERE/java_clients.sh" ;;
         # gomemcache (needs go; fetches the module)
         go_gomemcache) echo "bash $HERE/go_gomemcache.sh" ;;
+        # Prometheus's memcached exporter (needs go; fetches the module)
+        prometheus_exporter) echo "bash $HERE/prometheus_exporter.sh" ;;
         # kura's own: starts KURA_BIN itself (disk engine, --tyrant-db table:users).
         tyrant_table) echo "env KURA_BIN=${KURA_BIN:-target/release/kura} ${PYTHON:-python3} -m pytest -q -p no:cacheprovider $HERE/tyrant_table_test.py" ;;
         # kura's own: three masters, their replicas and nutcracker (examples/twemproxy).

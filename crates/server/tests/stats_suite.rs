@@ -751,3 +751,87 @@ fn binary_stores_too_large_count_as_sets_of_their_prefix() {
         b"PREFIX zz get 0 hit 0 set 3 del 0\r\nEND\r\n"
     );
 }
+
+/// `stats slabs`: each class's command counts as memcached 1.6.18 names
+/// them, counted by the class of the item a command found (a storage
+/// command by the item it carries), and no `mem_requested` (memcached names
+/// it in `stats items` only; Prometheus's exporter refuses it twice).
+fn counts_commands_by_the_class_of_their_item(server: &TestServer) {
+    let mut s = server.connect();
+    let small = "x".repeat(100);
+    let large = "y".repeat(5000);
+    for request in [
+        format!("set a 0 0 100\r\n{small}\r\n"),
+        format!("set b 0 0 5000\r\n{large}\r\n"),
+        "set c 0 0 1\r\n5\r\n".to_string(),
+    ] {
+        assert_eq!(ask(&mut s, &request), "STORED\r\n");
+    }
+    for _ in 0..3 {
+        ask(&mut s, "get a\r\n");
+    }
+    ask(&mut s, "get b missing\r\n");
+    ask(&mut s, "gat 100 a\r\n");
+    assert_eq!(ask(&mut s, "touch b 100\r\n"), "TOUCHED\r\n");
+    assert_eq!(ask(&mut s, "incr c 2\r\n"), "7\r\n");
+    assert_eq!(ask(&mut s, "decr c 1\r\n"), "6\r\n");
+    assert_eq!(ask(&mut s, "incr missing 1\r\n"), "NOT_FOUND\r\n");
+    let gets = ask(&mut s, "gets a\r\n");
+    let unique = gets.split_whitespace().nth(4).unwrap().to_string();
+    let cas = |unique: &str| format!("cas a 0 0 100 {unique}\r\n{small}\r\n");
+    assert_eq!(ask(&mut s, &cas("999999999")), "EXISTS\r\n");
+    assert_eq!(ask(&mut s, &cas(&unique)), "STORED\r\n");
+    assert_eq!(ask(&mut s, "delete b\r\n"), "DELETED\r\n");
+    assert_eq!(ask(&mut s, "delete b\r\n"), "NOT_FOUND\r\n");
+
+    let reply = ask(&mut s, "stats slabs\r\n");
+    let mut totals = std::collections::BTreeMap::new();
+    // The classes where each count is not 0.
+    let mut classes_of = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    for (name, value) in figures(&reply) {
+        let Some((class, field)) = name.split_once(':') else {
+            continue;
+        };
+        assert_ne!(field, "mem_requested", "{reply}");
+        let value: u64 = value.parse().unwrap();
+        if value > 0 {
+            classes_of
+                .entry(field.to_string())
+                .or_default()
+                .insert(class.to_string());
+        }
+        *totals.entry(field.to_string()).or_insert(0) += value;
+    }
+    for (field, expected) in [
+        ("get_hits", 5), // a's three gets and its gets, b's get (a gat is a touch)
+        ("cmd_set", 5),  // the three sets and the two cas
+        ("delete_hits", 1),
+        ("incr_hits", 1),
+        ("decr_hits", 1),
+        ("cas_hits", 1),
+        ("cas_badval", 1),
+        ("touch_hits", 2), // the gat of a and the touch of b
+    ] {
+        assert_eq!(totals.get(field), Some(&expected), "{field} in {reply}");
+    }
+    // a's reads and its cas fall in one class, b's in another, c's in a
+    // third: the counts follow the item's size.
+    let one = |field: &str| classes_of[field].clone();
+    assert_eq!(one("cas_hits"), one("cas_badval"));
+    assert_eq!(one("incr_hits"), one("decr_hits"));
+    assert_eq!(one("delete_hits").len(), 1);
+    assert!(one("cas_hits").is_subset(&one("get_hits")));
+    assert!(one("delete_hits").is_subset(&one("get_hits")));
+    assert_eq!(one("get_hits").len(), 2, "{reply}");
+    assert!(one("incr_hits").is_disjoint(&one("get_hits")));
+}
+
+#[test]
+fn stats_slabs_counts_commands_by_class_on_the_memory_engine() {
+    counts_commands_by_the_class_of_their_item(&TestServer::start());
+}
+
+#[test]
+fn stats_slabs_counts_commands_by_class_on_the_disk_engine() {
+    counts_commands_by_the_class_of_their_item(&TestServer::disk());
+}

@@ -16,7 +16,7 @@ pub mod stamp;
 mod sweep;
 pub mod warm;
 
-pub use classes::SizeClasses;
+pub use classes::{ClassCommand, ClassCommands, SizeClasses};
 pub use heap::keep_freed_memory_until_trimmed;
 
 /// The largest value any engine takes (memcached's bound on `-I`): a log
@@ -546,6 +546,8 @@ pub struct ClassStats {
     pub age: u32,
     /// Items on the temporary list (`-o temporary_ttl`), among `items`.
     pub temp_items: u64,
+    /// Commands that found an item of the class (`stats slabs`).
+    pub commands: classes::ClassCommands,
 }
 
 /// Engine-wide figures, named as memcached names them.

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 
-use crate::classes::{SizeClasses, MAX_CLASSES};
+use crate::classes::{ClassCommand, ClassCommands, SizeClasses, MAX_CLASSES};
 use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::delayed_flush::DelayedFlush;
 use crate::semantics::{self, ArithPlan, Current, DeletePlan, Expiry, StorePlan, Write};
@@ -236,6 +236,7 @@ struct ClassCounters {
     evicted_time: u32,
     /// Items on the temporary list.
     temp_items: u64,
+    commands: ClassCommands,
 }
 
 /// One item. A free slot has an empty `data`.
@@ -645,6 +646,18 @@ impl MemoryStore {
         Lookup::Live(i)
     }
 
+    /// memcached counts a storage command by the class of the item it
+    /// carries (for append, the appended part), if it fits `-I`.
+    fn count_store(&self, shard: &mut Shard, command: &StoreCommand<'_>) {
+        if command.value.len() <= self.max_value_bytes {
+            let size = command.key.len() + command.value.len() + ITEM_OVERHEAD;
+            let class = self.classes.class_of(size);
+            shard.counters.classes[class]
+                .commands
+                .count(ClassCommand::Set);
+        }
+    }
+
     fn new_slot(
         &self,
         hash: u64,
@@ -966,6 +979,12 @@ impl Store for MemoryStore {
             slot.bits |= WIN_SENT;
         }
         visit(&self.view(slot, now, won));
+        let class = usize::from(slot.class);
+        let command = match options.touch {
+            Some(_) => ClassCommand::TouchHit,
+            None => ClassCommand::GetHit,
+        };
+        shard.counters.classes[class].commands.count(command);
         match (options.no_bump, self.strict_lru) {
             (true, _) => {}
             (false, true) => shard.note_read_strictly(i, now),
@@ -981,12 +1000,18 @@ impl Store for MemoryStore {
         let found = self.lookup(&mut shard, hash, command.key, now);
         let reuses_expired = matches!(found, Lookup::Dead(_));
         let existing = found.live();
+        self.count_store(&mut shard, command);
+        let old_class = existing.map(|i| usize::from(shard.slots[i as usize].class));
         let current = existing.map(|i| shard.slots[i as usize].current());
         let slot = match semantics::plan_store(command, current, self.max_value_bytes) {
             StorePlan::Refuse(outcome) => {
                 if let (StoreMode::Add, Some(i)) = (command.mode, existing) {
                     // memcached bumps the item a failed add found.
                     shard.bump(i);
+                }
+                if let (StoreOutcome::Exists, Some(class)) = (outcome, old_class) {
+                    let commands = &mut shard.counters.classes[class].commands;
+                    commands.count(ClassCommand::CasBadval);
                 }
                 return outcome;
             }
@@ -1006,6 +1031,10 @@ impl Store for MemoryStore {
         }
         let class = usize::from(slot.class);
         let cas = self.put(&mut shard, existing, slot);
+        if let (Some(_), Some(old_class)) = (command.compare_cas, old_class) {
+            let commands = &mut shard.counters.classes[old_class].commands;
+            commands.count(ClassCommand::CasHit);
+        }
         if reuses_expired {
             shard.counters.reclaimed += 1;
             shard.counters.classes[class].reclaimed += 1;
@@ -1021,7 +1050,14 @@ impl Store for MemoryStore {
         let mut shard = self.shard(hash).lock();
         let found = self.find_live(&mut shard, hash, key, now);
         let current = found.map(|i| shard.slots[i as usize].current());
-        match (semantics::plan_delete(command, current), found) {
+        let plan = semantics::plan_delete(command, current);
+        if let (DeletePlan::Invalidate(_) | DeletePlan::Remove, Some(i)) = (&plan, found) {
+            let class = usize::from(shard.slots[i as usize].class);
+            shard.counters.classes[class]
+                .commands
+                .count(ClassCommand::DeleteHit);
+        }
+        match (plan, found) {
             (DeletePlan::Refuse(outcome), _) => return outcome,
             (DeletePlan::Invalidate(expiry), Some(i)) => {
                 let cas = self.next_cas(now);
@@ -1076,6 +1112,12 @@ impl Store for MemoryStore {
             } => (value, digits, expiry),
         };
         let i = found.expect("an update has an item");
+        let hit = match command.decrement {
+            true => ClassCommand::DecrHit,
+            false => ClassCommand::IncrHit,
+        };
+        let class = usize::from(shard.slots[i as usize].class);
+        shard.counters.classes[class].commands.count(hit);
         let old = &shard.slots[i as usize];
         let expiry = match expiry {
             Expiry::Keep => old.expiry,
@@ -1121,6 +1163,10 @@ impl Store for MemoryStore {
         let Some(i) = self.find_live(&mut shard, hash, key, now) else {
             return GetOutcome::Miss;
         };
+        let class = usize::from(shard.slots[i as usize].class);
+        shard.counters.classes[class]
+            .commands
+            .count(ClassCommand::TouchHit);
         let slot = &mut shard.slots[i as usize];
         slot.expiry = expiry;
         self.sweep_pace.note(expiry);
@@ -1231,6 +1277,7 @@ impl Store for MemoryStore {
                 sum.outofmemory += class.outofmemory;
                 sum.temp_items += class.temp_items;
                 sum.evicted_time = sum.evicted_time.max(class.evicted_time);
+                sum.commands.add(&class.commands);
             }
             if shard.lru.tail != NIL {
                 oldest_access = oldest_access.min(shard.slots[shard.lru.tail as usize].last_access);
@@ -1246,7 +1293,11 @@ impl Store for MemoryStore {
             .enumerate()
             .skip(1)
             .filter(|(_, c)| {
-                c.items > 0 || c.evicted > 0 || c.outofmemory > 0 || c.crawler_reclaimed > 0
+                c.items > 0
+                    || c.evicted > 0
+                    || c.outofmemory > 0
+                    || c.crawler_reclaimed > 0
+                    || c.commands != ClassCommands::default()
             })
             .map(|(class, c)| ClassStats {
                 class,
@@ -1262,6 +1313,7 @@ impl Store for MemoryStore {
                 outofmemory: c.outofmemory,
                 evicted_time: c.evicted_time,
                 temp_items: c.temp_items,
+                commands: c.commands,
                 age,
             })
             .collect();

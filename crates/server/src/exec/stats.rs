@@ -601,7 +601,11 @@ fn slabs(ctx: &Context<'_>) -> Lines {
         add("used_chunks", class.items);
         add("free_chunks", pages * per_page - class.items);
         add("free_chunks_end", 0);
-        add("mem_requested", class.bytes);
+        // memcached 1.6 names a class's bytes only in `stats items`;
+        // Prometheus's memcached exporter refuses the name twice.
+        for (name, count) in class.commands.named() {
+            add(name, count);
+        }
     }
     line(&mut lines, "active_slabs", store.classes.len());
     line(&mut lines, "total_malloced", total_pages * page_size);

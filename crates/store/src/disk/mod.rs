@@ -73,9 +73,9 @@ use parking_lot::Mutex;
 use crate::clock::{is_expired, Clock, ExpiryTime};
 use crate::semantics::Current;
 use crate::{
-    AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassStats, DebugView,
-    DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store,
-    StoreCommand, StoreOutcome, StoreStats,
+    AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassCommand, ClassStats,
+    DebugView, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome, ItemInfo,
+    ItemView, Store, StoreCommand, StoreOutcome, StoreStats,
 };
 
 pub use crate::log_position::{format_micros, LogPosition};
@@ -190,6 +190,8 @@ struct Counters {
     expired_unfetched: AtomicU64,
     /// Expired items `lru_crawler crawl` removed.
     crawler_reclaimed: ClassTally,
+    /// Commands by the class of the item they found (`stats slabs`).
+    class_commands: crate::classes::ClassCommandCounts,
     /// Reads that found their item expired, or flushed.
     get_expired: AtomicU64,
     get_flushed: AtomicU64,
@@ -301,6 +303,13 @@ impl Inner {
 
     fn class_of(&self, key: &[u8], value_len: usize) -> usize {
         self.config.classes.class_of(item_size(key, value_len))
+    }
+
+    /// Counts `command` by the class of the item (`key`, a value of
+    /// `value_len` bytes) it found or stores.
+    fn count_command(&self, key: &[u8], value_len: usize, command: ClassCommand) {
+        let class = self.class_of(key, value_len);
+        self.counters.class_commands.count(class, command);
     }
 
     /// Wakes the writer and the applier until write `seq` is in LMDB or
@@ -526,11 +535,15 @@ impl Store for DiskStore {
                             bytes,
                             reclaimed: counters.reclaimed.of(class),
                             crawler_reclaimed: counters.crawler_reclaimed.of(class),
+                            commands: counters.class_commands.of(class),
                             ..ClassStats::default()
                         }
                     })
                     .filter(|class| {
-                        class.items > 0 || class.reclaimed > 0 || class.crawler_reclaimed > 0
+                        class.items > 0
+                            || class.reclaimed > 0
+                            || class.crawler_reclaimed > 0
+                            || class.commands != Default::default()
                     })
                     .collect()
             },

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::semantics::{self};
-use crate::{AckFence, GetOptions, GetOutcome, ItemView};
+use crate::{AckFence, ClassCommand, GetOptions, GetOutcome, ItemView};
 
 use super::pending::{Change, Pending, Shard};
 use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
@@ -179,6 +179,7 @@ impl Inner {
                 return None;
             }
             visit(&self.view(key, key_hash, &header, value, false, !options.no_bump));
+            self.count_command(key, value.len(), ClassCommand::GetHit);
             Some(GetOutcome::Hit)
         });
         drop(shard);
@@ -226,6 +227,11 @@ impl Inner {
             };
             // Its record keeps the fetched bit (below), not the slot.
             visit(&self.view(key, key_hash, &seen, value, won, false));
+            let hit = match options.touch {
+                Some(_) => ClassCommand::TouchHit,
+                None => ClassCommand::GetHit,
+            };
+            self.count_command(key, value.len(), hit);
             if !options.no_bump {
                 header.bits |= FETCHED;
             }

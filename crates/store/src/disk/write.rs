@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::semantics::{self, ArithPlan, DeletePlan, Expiry, StorePlan, Write};
 use crate::{
-    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, StoreCommand, StoreMode,
-    StoreOutcome,
+    AckFence, ArithCommand, ArithOutcome, ClassCommand, DeleteCommand, DeleteOutcome, StoreCommand,
+    StoreMode, StoreOutcome,
 };
 
 use super::pending::Change;
@@ -106,15 +106,29 @@ impl Inner {
         if !self.writable() {
             return StoreOutcome::Failed;
         }
+        // memcached counts a storage command by the class of the item it
+        // carries (for append, the appended part), if it fits `-I`.
+        if command.value.len() <= self.config.max_value_bytes {
+            self.count_command(command.key, command.value.len(), ClassCommand::Set);
+        }
         if command.mode == StoreMode::Set && command.compare_cas.is_none() {
             return self.set_blind(command, fence);
         }
         self.modify(command.key, fence, |existing, expired| {
             let current = existing.map(|(old, value)| current(&old, value));
+            let old_len = existing.map(|(_, value)| value.len());
             let write = match semantics::plan_store(command, current, self.config.max_value_bytes) {
-                StorePlan::Refuse(outcome) => return (None, outcome),
+                StorePlan::Refuse(outcome) => {
+                    if let (StoreOutcome::Exists, Some(len)) = (outcome, old_len) {
+                        self.count_command(command.key, len, ClassCommand::CasBadval);
+                    }
+                    return (None, outcome);
+                }
                 StorePlan::Write(write) => write,
             };
+            if let (Some(_), Some(len)) = (command.compare_cas, old_len) {
+                self.count_command(command.key, len, ClassCommand::CasHit);
+            }
             // An item stored already expired (a negative or past exptime)
             // is kept as memcached keeps it: reads find it expired
             // (get_expired) and the sweep removes it.
@@ -185,7 +199,13 @@ impl Inner {
         }
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
-            let change = match semantics::plan_delete(command, current) {
+            let plan = semantics::plan_delete(command, current);
+            if let (DeletePlan::Remove | DeletePlan::Invalidate(_), Some((_, value))) =
+                (&plan, existing)
+            {
+                self.count_command(key, value.len(), ClassCommand::DeleteHit);
+            }
+            let change = match plan {
                 DeletePlan::Refuse(outcome) => return (None, outcome),
                 // A dual master's delete leaves the key, expired now, with a
                 // new stamp, so a peer's older write of it loses
@@ -239,6 +259,11 @@ impl Inner {
                     expiry,
                 } => {
                     let (old, old_value) = existing.expect("an update has an item");
+                    let hit = match command.decrement {
+                        true => ClassCommand::DecrHit,
+                        false => ClassCommand::IncrHit,
+                    };
+                    self.count_command(key, old_value.len(), hit);
                     // In place (the same length) it stays read or unread; a
                     // longer number is a new item, unread (as memcached's).
                     let bits = match digits.len() == old_value.len() {
