@@ -27,9 +27,5 @@ start_server go_gomemcache
 rc=0
 run_wait "$BIN" -addr "127.0.0.1:$PORT" || rc=$?
 
-if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "FAIL server died; log:"
-    tail -n 50 "$SERVER_LOG"
-    rc=1
-fi
+server_alive || rc=1
 exit "$rc"

@@ -43,9 +43,5 @@ rc=0
 run_wait java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$(cat "$CP_FILE")" \
     "$JDIR/src/main/java/ClientsTest.java" 127.0.0.1 "$PORT" "${modes[@]}" || rc=$?
 
-if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "FAIL server died; log:"
-    tail -n 50 "$SERVER_LOG"
-    rc=1
-fi
+server_alive || rc=1
 exit "$rc"

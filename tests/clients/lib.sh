@@ -227,6 +227,15 @@ start_server() {
     _server_failed
 }
 
+# server_alive: true while the server started by start_server runs; once it
+# died, prints FAIL and its log's tail, and is false.
+server_alive() {
+    kill -0 "$SERVER_PID" 2>/dev/null && return 0
+    echo "FAIL server died; log:"
+    tail -n 50 "$SERVER_LOG"
+    return 1
+}
+
 # stop_server [SIGNAL]: stop the server started by start_server (idempotent).
 # SIGNAL defaults to TERM; SIGKILL follows after 5 s.
 stop_server() {

@@ -94,9 +94,5 @@ print("prometheus_exporter: %d checks failed" % failed)
 sys.exit(1 if failed else 0)
 EOF
 
-if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "FAIL server died; log:"
-    tail -n 50 "$SERVER_LOG"
-    rc=1
-fi
+server_alive || rc=1
 exit "$rc"
