@@ -134,8 +134,8 @@ impl ClassCommands {
     }
 }
 
-/// [`ClassCommands`] counted from any thread without a lock, for an engine
-/// whose commands take no lock that a class's counts could live under.
+/// [`ClassCommands`] counted from any thread without a lock (the disk
+/// engine's; the memory engine keeps its counts under its shard locks).
 /// Each class's counters fill one cache line.
 pub struct ClassCommandCounts(Box<[ClassLine]>);
 
