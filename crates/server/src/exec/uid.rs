@@ -2,8 +2,8 @@
 //! without a key, HandlerSocket's insert without `_key`. Each table's last
 //! id is kept as a row of a table of kura's own, written (and so logged,
 //! replicated and backed up) before the id is handed out, so that no id
-//! comes back after a restart or once its row is removed, as Tokyo
-//! Cabinet's counter in its database file does not. In memory the last id
+//! comes back after a restart or once its row is removed (Tokyo Cabinet
+//! keeps its counter in its database file for the same). In memory the last id
 //! is cached by table; the first use takes the larger of the kept id and
 //! the table's numeric primary keys, and an id that a client has since
 //! put as a key is seen when handed out, and the scan runs again to step
@@ -21,7 +21,7 @@ pub type LastIds = HashMap<Vec<u8>, u64>;
 /// The table whose rows hold each table's last id, keyed by its name. It
 /// starts with a NUL byte, which kura's protocols do not put in the tables
 /// clients name.
-pub const LAST_IDS_TABLE: &[u8] = b"\0last-uid";
+const LAST_IDS_TABLE: &[u8] = b"\0last-uid";
 const LAST_ID_COLUMN: &[u8] = b"last";
 
 /// `None` once the ids run out (the last id, or a numeric key it must step
@@ -54,9 +54,10 @@ pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u
 fn kept_last_id(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let row = tables.get_row(LAST_IDS_TABLE, table, &ctx.fence).ok()?;
     let kept = row.and_then(|row| {
-        (row.columns.iter())
-            .find(|(name, _)| name == LAST_ID_COLUMN)
-            .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse().ok())
+        std::str::from_utf8(row.get(LAST_ID_COLUMN)?)
+            .ok()?
+            .parse()
+            .ok()
     });
     Some(kept.unwrap_or(0))
 }
