@@ -239,14 +239,15 @@ impl Journal {
         for (found, path) in segments(dir)? {
             newest = newest.max(found);
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            let len = file.metadata()?.len();
+            // Its age first: giving back the reservation marks it modified.
+            let metadata = file.metadata()?;
             // A segment a crash (or a clean stop) left current may still
             // hold its reservation past its end.
-            release_reserved(&file, found, len);
+            release_reserved(&file, found, metadata.len());
             let age = SegmentAge {
                 number: found,
-                len,
-                modified: file.metadata()?.modified()?,
+                len: metadata.len(),
+                modified: metadata.modified()?,
             };
             older.insert(found, age);
         }
