@@ -644,7 +644,10 @@ fn retention_by_age_counts_from_the_last_append_across_a_restart() {
     set(&store, b"after", b"restart", 0);
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while segment_files(dir.path()).iter().any(|path| old.contains(path)) {
+    while segment_files(dir.path())
+        .iter()
+        .any(|path| old.contains(path))
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "segments last written an hour ago are still kept: {:?}",
@@ -653,7 +656,10 @@ fn retention_by_age_counts_from_the_last_append_across_a_restart() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     for key in 0..100 {
-        assert_eq!(get(&store, format!("k{key}").as_bytes()).unwrap().0, b"small");
+        assert_eq!(
+            get(&store, format!("k{key}").as_bytes()).unwrap().0,
+            b"small"
+        );
     }
     assert_eq!(get(&store, b"after").unwrap().0, b"restart");
 }

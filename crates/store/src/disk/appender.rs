@@ -4,6 +4,7 @@
 //! form the next group, so groups grow with load. A caller that must append
 //! its writes as one group (`one_append`) holds the journal meanwhile.
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::thread;
 
@@ -31,15 +32,10 @@ pub(super) struct Logged {
 }
 
 thread_local! {
-    /// Set while this thread holds the journal's leader lock to write
-    /// ([`Inner::one_append`]) or to load a snapshot (`replica::BaseLoader`).
-    static HOLDS_THE_JOURNAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread holds the journal's leader lock (nothing it waits
-/// for may need an append).
-pub(super) fn holds_the_journal() -> bool {
-    HOLDS_THE_JOURNAL.with(std::cell::Cell::get)
+    /// Whether this thread holds the journal's leader lock (nothing it waits
+    /// for may need an append): to write ([`Inner::one_append`]) or to load a
+    /// snapshot (`replica::BaseLoader`).
+    pub(super) static HOLDS_THE_JOURNAL: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks this thread as holding the journal's leader lock while it lives.
@@ -47,14 +43,14 @@ pub(super) struct JournalHeld;
 
 impl JournalHeld {
     pub(super) fn mark() -> JournalHeld {
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(true));
+        HOLDS_THE_JOURNAL.set(true);
         JournalHeld
     }
 }
 
 impl Drop for JournalHeld {
     fn drop(&mut self) {
-        HOLDS_THE_JOURNAL.with(|holds| holds.set(false));
+        HOLDS_THE_JOURNAL.set(false);
     }
 }
 

@@ -458,8 +458,8 @@ impl Inner {
         }
         let mut applied_counts = self.applied_counts.lock();
         self.config.io.commit(txn)?;
-        self.counters
-            .add_reclaims(std::mem::take(&mut counts.reclaims));
+        let reclaims = std::mem::take(&mut counts.reclaims);
+        self.counters.reclaims.lock().add(reclaims);
         *applied_counts = counts.clone();
         Ok(())
     }

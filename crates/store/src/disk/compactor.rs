@@ -59,12 +59,11 @@ impl Inner {
         }
         // The emptiest segment that is at most half live (there is one:
         // at least half of all is garbage). Dead ones are just deleted.
-        let victim = segments
+        let Some((victim, _, _)) = segments
             .into_iter()
             .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
             .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
-            .map(|(segment, _, _)| segment);
-        let Some(victim) = victim else {
+        else {
             return Compaction::NotDue;
         };
         match self.compact(victim) {
@@ -110,7 +109,7 @@ impl Inner {
         let mut group = Vec::new();
         let mut moves = Vec::new();
         let mut moved = 0;
-        for (key, pointer) in &live {
+        for (n, (key, pointer)) in live.iter().enumerate() {
             let stored = self.journal.read_stored(key, pointer)?;
             moves.push((&key[..], pointer.at, group.len()));
             let record = Record::Move {
@@ -119,14 +118,11 @@ impl Inner {
                 record: stored.record(),
             };
             log_format::encode(&mut group, record);
-            if group.len() >= COMPACT_CHUNK {
+            if group.len() >= COMPACT_CHUNK || n + 1 == live.len() {
                 moved += self.commit_moves(&group, &moves)?;
                 group.clear();
                 moves.clear();
             }
-        }
-        if !moves.is_empty() {
-            moved += self.commit_moves(&group, &moves)?;
         }
         let left = self.applied_counts.lock().log.of(victim);
         if left != 0 {
@@ -200,7 +196,7 @@ impl Inner {
         };
         let mut segments = self.journal.older_segments();
         segments.retain(|segment| segment.number <= applied);
-        let mut past = retention.past(&segments, SystemTime::now());
+        let past = retention.past(&segments, SystemTime::now());
         // What attached replicas have not acknowledged stays too, up to
         // `--log-retention-max`; past it they resynchronize.
         if let Some(needed) = self.replica_holds.oldest() {
@@ -217,11 +213,11 @@ impl Inner {
                 );
                 self.replica_holds.release_all();
             } else {
-                past.retain(|&segment| segment < needed);
+                segments.retain(|segment| segment.number < needed);
             }
         }
         // Both are the oldest of `segments`.
-        segments.truncate(past.len());
+        segments.truncate(past);
         segments
     }
 }

@@ -56,13 +56,12 @@ impl Inner {
             }
             self.items.delete(txn, key)?;
             self.uncount(counts, key, &old);
-            let class = self.class_of(key, old.value_len);
             swept.push(key.to_vec());
             let tally = match classes {
                 None => &mut counts.reclaims.reclaimed,
                 Some(_) => &mut counts.reclaims.crawled,
             };
-            *tally.entry(class).or_default() += 1;
+            *tally.entry(self.class_of(key, old.value_len)).or_default() += 1;
         }
         Ok(())
     }
@@ -90,10 +89,11 @@ impl Inner {
     /// Has the applier crawl the classes marked now; returns how many
     /// expired items it removed.
     pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
-        let before = self.counters.crawler_reclaimed.total();
+        let crawled = || self.counters.reclaims.lock().crawled.values().sum::<u64>();
+        let before = crawled();
         *self.signals.crawl.lock() = Some(classes);
         self.wait_applied(self.pending.next_seq(), Some(Instant::now() + ROUND_WAIT));
-        (self.counters.crawler_reclaimed.total() - before) as usize
+        (crawled() - before) as usize
     }
 
     /// Has the applier reclaim expired items now, if any are due; returns how

@@ -235,9 +235,7 @@ impl Journal {
         cache_bytes: u64,
     ) -> io::Result<Journal> {
         let mut older = BTreeMap::new();
-        let mut newest = 0;
         for (found, path) in segments(dir)? {
-            newest = newest.max(found);
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             // Its age first: giving back the reservation marks it modified.
             let metadata = file.metadata()?;
@@ -251,6 +249,7 @@ impl Journal {
             };
             older.insert(found, age);
         }
+        let newest = older.last_key_value().map_or(0, |(&number, _)| number);
         Ok(Journal {
             dir: dir.to_path_buf(),
             io,

@@ -134,14 +134,7 @@ pub fn decode_all(bytes: &[u8]) -> Option<Vec<Record<'_>>> {
 impl Record<'_> {
     /// Whether it is an entry of the update log (a change a client made).
     pub fn is_entry(&self) -> bool {
-        matches!(
-            self,
-            Record::Put { .. }
-                | Record::Remove { .. }
-                | Record::Flush(_)
-                | Record::RowPut { .. }
-                | Record::RowRemove { .. }
-        )
+        !matches!(self, Record::Move { .. } | Record::Group(_))
     }
 }
 
@@ -177,36 +170,31 @@ pub fn put_len(key: &[u8], record_len: usize) -> usize {
 
 /// Appends `record`, framed and checksummed, to `buf`.
 pub fn encode(buf: &mut Vec<u8>, record: Record<'_>) {
-    let boundary;
-    let origin;
-    let head;
-    let (kind, key, prefix, rest): (u8, &[u8], &[u8], &[u8]) = match record {
-        Record::Group(group) => {
-            head = group.encode();
-            (GROUP, &[], &[], &head[..])
-        }
-        Record::Put { key, record } => (PUT, key, &[], record),
-        Record::Remove { key } => (REMOVE, key, &[], &[]),
-        Record::RowPut { key, record } => (ROW_PUT, key, &[], record),
-        Record::RowRemove { key } => (ROW_REMOVE, key, &[], &[]),
-        Record::Flush(through) => {
-            boundary = through.to_le_bytes();
-            (FLUSH, &[], &[], &boundary[..])
-        }
-        Record::Move { key, from, record } => {
-            origin = from.encode();
-            (MOVE, key, &origin[..], record)
-        }
+    let (kind, key, rest): (u8, &[u8], &[u8]) = match record {
+        Record::Group(_) => (GROUP, &[], &[]),
+        Record::Put { key, record } => (PUT, key, record),
+        Record::Remove { key } => (REMOVE, key, &[]),
+        Record::RowPut { key, record } => (ROW_PUT, key, record),
+        Record::RowRemove { key } => (ROW_REMOVE, key, &[]),
+        Record::Flush(_) => (FLUSH, &[], &[]),
+        Record::Move { key, record, .. } => (MOVE, key, record),
     };
-    let body_len = BODY_HEAD + key.len() + prefix.len() + rest.len();
     let start = buf.len();
-    buf.extend_from_slice(&(body_len as u32).to_le_bytes());
-    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(&[0; FRAME]);
     buf.push(kind);
     buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
     buf.extend_from_slice(key);
-    buf.extend_from_slice(prefix);
+    // What comes between the key and the rest: a flush's boundary, a
+    // move's origin, a group's head.
+    match record {
+        Record::Flush(through) => buf.extend_from_slice(&through.to_le_bytes()),
+        Record::Move { from, .. } => buf.extend_from_slice(&from.encode()),
+        Record::Group(head) => buf.extend_from_slice(&head.encode()),
+        _ => {}
+    }
     buf.extend_from_slice(rest);
+    let body_len = (buf.len() - start - FRAME) as u32;
+    buf[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
     let crc = crc32fast::hash(&buf[start + FRAME..]);
     buf[start + 4..start + FRAME].copy_from_slice(&crc.to_le_bytes());
 }

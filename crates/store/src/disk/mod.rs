@@ -161,35 +161,15 @@ struct Inner {
     _dir_lock: dir_lock::DirLock,
 }
 
-/// A count per size class.
-#[derive(Default)]
-struct ClassTally(Mutex<std::collections::BTreeMap<usize, u64>>);
-
-impl ClassTally {
-    fn add(&self, class: usize, count: u64) {
-        *self.0.lock().entry(class).or_default() += count;
-    }
-
-    fn total(&self) -> u64 {
-        self.0.lock().values().sum()
-    }
-
-    fn of(&self, class: usize) -> u64 {
-        self.0.lock().get(&class).copied().unwrap_or(0)
-    }
-}
-
 #[derive(Default)]
 struct Counters {
     total_items: AtomicU64,
-    /// Expired or flushed items whose space went back: a store over one,
-    /// the background expiry, a flush (memcached's `reclaimed`).
-    reclaimed: ClassTally,
+    /// Expired or flushed items whose space went back, by class: a store
+    /// over one, the background expiry, a flush (memcached's `reclaimed`);
+    /// expired ones `lru_crawler crawl` removed; expired ones never read.
+    reclaims: Mutex<record::Reclaims>,
     /// Items the background expiry removed, for `maintain`'s answer.
     swept: AtomicU64,
-    expired_unfetched: AtomicU64,
-    /// Expired items `lru_crawler crawl` removed.
-    crawler_reclaimed: ClassTally,
     /// Commands by the class of the item they found (`stats slabs`).
     class_commands: crate::classes::ClassCommandCounts,
     /// Reads that found their item expired, or flushed.
@@ -223,19 +203,6 @@ struct Counters {
     peer_discarded: AtomicU64,
 }
 
-impl Counters {
-    /// What a committed transaction reclaimed.
-    fn add_reclaims(&self, reclaims: record::Reclaims) {
-        for (class, count) in reclaims.reclaimed {
-            self.reclaimed.add(class, count);
-        }
-        for (class, count) in reclaims.crawled {
-            self.crawler_reclaimed.add(class, count);
-        }
-        (self.expired_unfetched).fetch_add(reclaims.unfetched, Ordering::Relaxed);
-    }
-}
-
 /// Any failure on the write path: the write is not acknowledged.
 #[derive(Debug)]
 struct WriteFailed;
@@ -262,16 +229,13 @@ impl Inner {
 
     /// Server time → Unix time, for storing (0 stays "never").
     fn to_unix(&self, expiry: ExpiryTime) -> u32 {
-        if expiry == 0 {
-            return 0;
-        }
         let unix = self.clock.to_unix(expiry).clamp(1, u64::from(u32::MAX)) as u32;
-        if self.stamps.is_some() {
+        match expiry {
+            0 => 0,
             // A dual master keeps what dies from now on for the tombstone
             // lifetime, however far in the past it was set to expire.
-            unix.max(self.now_unix())
-        } else {
-            unix
+            _ if self.stamps.is_some() => unix.max(self.now_unix()),
+            _ => unix,
         }
     }
 
@@ -514,39 +478,38 @@ impl Store for DiskStore {
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.
         let counts = inner.applied_counts.lock().classes.clone();
+        let reclaims = counters.reclaims.lock().clone();
         StoreStats {
             curr_items: counts.items(),
             total_items: counters.total_items.load(Ordering::Relaxed),
             bytes: counts.bytes(),
             limit_maxbytes: inner.config.memory_budget as u64,
-            reclaimed: counters.reclaimed.total(),
-            expired_unfetched: counters.expired_unfetched.load(Ordering::Relaxed),
-            crawler_reclaimed: counters.crawler_reclaimed.total(),
+            reclaimed: reclaims.reclaimed.values().sum(),
+            expired_unfetched: reclaims.unfetched,
+            crawler_reclaimed: reclaims.crawled.values().sum(),
             get_expired: counters.get_expired.load(Ordering::Relaxed),
             get_flushed: counters.get_flushed.load(Ordering::Relaxed),
-            classes: {
-                (1..=inner.config.classes.len())
-                    .map(|class| {
-                        let (items, bytes) = counts.0.get(class - 1).copied().unwrap_or_default();
-                        ClassStats {
-                            class,
-                            chunk_size: inner.config.classes.chunk_size(class),
-                            items,
-                            bytes,
-                            reclaimed: counters.reclaimed.of(class),
-                            crawler_reclaimed: counters.crawler_reclaimed.of(class),
-                            commands: counters.class_commands.of(class),
-                            ..ClassStats::default()
-                        }
-                    })
-                    .filter(|class| {
-                        class.items > 0
-                            || class.reclaimed > 0
-                            || class.crawler_reclaimed > 0
-                            || class.commands != Default::default()
-                    })
-                    .collect()
-            },
+            classes: (1..=inner.config.classes.len())
+                .map(|class| {
+                    let (items, bytes) = counts.0.get(class - 1).copied().unwrap_or_default();
+                    ClassStats {
+                        class,
+                        chunk_size: inner.config.classes.chunk_size(class),
+                        items,
+                        bytes,
+                        reclaimed: reclaims.reclaimed.get(&class).copied().unwrap_or(0),
+                        crawler_reclaimed: reclaims.crawled.get(&class).copied().unwrap_or(0),
+                        commands: counters.class_commands.of(class),
+                        ..ClassStats::default()
+                    }
+                })
+                .filter(|class| {
+                    class.items > 0
+                        || class.reclaimed > 0
+                        || class.crawler_reclaimed > 0
+                        || class.commands != Default::default()
+                })
+                .collect(),
             ..StoreStats::default()
         }
     }

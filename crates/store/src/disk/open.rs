@@ -181,12 +181,9 @@ impl DiskStore {
         };
         for (segment, bytes) in super::log_live(&meta, &txn)? {
             counts.log.set(segment, bytes);
-            // `segments` is sorted by number. One deleted before a crash let
-            // the next commit forget it is forgotten now.
-            if segments
-                .binary_search_by_key(&segment, |(found, _)| *found)
-                .is_err()
-            {
+            // One deleted before a crash let the next commit forget it is
+            // forgotten now.
+            if !segments.iter().any(|(found, _)| *found == segment) {
                 counts.log.drop_segment(segment);
             }
         }

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice::POSIX_FADV_DONTNEED};
 use parking_lot::Mutex;
 
 /// Pages leave the cache in runs of at least this many bytes: one call
@@ -63,7 +64,11 @@ impl PageWindow {
         while let Some(mut oldest) = segments.first_entry().filter(|_| over > 0) {
             let cached = oldest.get_mut();
             let run = over.min(cached.synced_to - cached.dropped_to);
-            drop_pages(&cached.file, cached.dropped_to, run);
+            let fd = cached.file.as_raw_fd();
+            let from = cached.dropped_to as i64;
+            if let Err(error) = posix_fadvise(fd, from, run as i64, POSIX_FADV_DONTNEED) {
+                tracing::debug!(%error, "cannot drop journal pages from the page cache");
+            }
             cached.dropped_to += run;
             over -= run;
             // The newest segment keeps its entry: more of it will be synced.
@@ -76,17 +81,6 @@ impl PageWindow {
     /// Segment `number` was deleted: nothing of it is left to drop.
     pub fn forget(&self, number: u64) {
         self.segments.lock().remove(&number);
-    }
-}
-
-fn drop_pages(file: &File, from: u64, len: u64) {
-    if let Err(error) = nix::fcntl::posix_fadvise(
-        file.as_raw_fd(),
-        from as i64,
-        len as i64,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    ) {
-        tracing::debug!(%error, "cannot drop journal pages from the page cache");
     }
 }
 

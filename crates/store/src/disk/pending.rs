@@ -106,11 +106,7 @@ impl Entry {
     /// The full hash first: the table matches 7 bits of it, and the key
     /// compare reads another allocation.
     fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
-        self.hash == hash && self.space == space && self.key() == key
-    }
-
-    fn key(&self) -> &[u8] {
-        self.held.key()
+        self.hash == hash && self.space == space && self.held.key() == key
     }
 
     fn pending(&self) -> Pending<'_> {
@@ -139,7 +135,7 @@ fn find_entry<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Opti
 /// older one was charged (0: none).
 fn replace(map: &mut Entries, entry: Entry) -> usize {
     let (hash, space) = (entry.hash, entry.space);
-    match map.find_mut(hash, |old| old.is(hash, space, entry.key())) {
+    match map.find_mut(hash, |old| old.is(hash, space, entry.held.key())) {
         Some(old) => std::mem::replace(old, entry).charge(),
         None => {
             map.insert_unique(hash, entry, |entry| entry.hash);
@@ -204,7 +200,7 @@ impl Batch {
     pub fn writes(&self) -> impl Iterator<Item = (Space, &[u8], Pending<'_>)> {
         self.maps.iter().flat_map(|(_, map)| {
             map.iter()
-                .map(|entry| (entry.space, entry.key(), entry.pending()))
+                .map(|entry| (entry.space, entry.held.key(), entry.pending()))
         })
     }
 
@@ -283,7 +279,7 @@ impl Shard<'_> {
             held: change,
         };
         let added = entry.charge();
-        self.state.cache.remove(hash, space, entry.key());
+        self.state.cache.remove(hash, space, entry.held.key());
         let removed = replace(&mut self.state.fresh, entry);
         self.state.fresh_bytes = self.state.fresh_bytes + added - removed;
         self.owner.bytes.fetch_add(added, Ordering::Relaxed);

@@ -208,7 +208,9 @@ impl Inner {
                 return (Some(change), GetOutcome::Hit);
             };
             let mut header = old;
+            let mut hit = ClassCommand::GetHit;
             if let Some(expiry) = options.touch {
+                hit = ClassCommand::TouchHit;
                 header.expiry_unix = self.to_unix(expiry);
                 if self.stamps.is_some() {
                     // A dual master's peers take only newer stamps.
@@ -227,10 +229,6 @@ impl Inner {
             };
             // Its record keeps the fetched bit (below), not the slot.
             visit(&self.view(key, key_hash, &seen, value, won, false));
-            let hit = match options.touch {
-                Some(_) => ClassCommand::TouchHit,
-                None => ClassCommand::GetHit,
-            };
             self.count_command(key, value.len(), hit);
             if !options.no_bump {
                 header.bits |= FETCHED;

@@ -34,16 +34,8 @@ struct CachedRecord {
 }
 
 impl CachedRecord {
-    fn key(&self) -> &[u8] {
-        self.keyed.key()
-    }
-
     fn is(&self, hash: u64, space: Space, key: &[u8]) -> bool {
-        self.hash == hash && self.space == space && self.key() == key
-    }
-
-    fn record(&self) -> &[u8] {
-        self.keyed.record()
+        self.hash == hash && self.space == space && self.keyed.key() == key
     }
 }
 
@@ -73,11 +65,11 @@ impl ReadCache {
     pub(super) fn get(&self, hash: u64, space: Space, key: &[u8]) -> Option<&[u8]> {
         self.records
             .find(hash, |cached| cached.is(hash, space, key))
-            .map(CachedRecord::record)
+            .map(|cached| cached.keyed.record())
     }
 
     pub(super) fn remove(&mut self, hash: u64, space: Space, key: &[u8]) {
-        self.remove_where(hash, |cached| cached.space == space && cached.key() == key);
+        self.remove_where(hash, |cached| cached.is(hash, space, key));
     }
 
     fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
@@ -86,7 +78,7 @@ impl ReadCache {
             .find_entry(hash, |cached| cached.hash == hash && also(cached))
         {
             let (cached, _) = found.remove();
-            self.bytes -= entry_charge(cached.key(), cached.record().len());
+            self.bytes -= entry_charge(cached.keyed.key(), cached.keyed.record().len());
         }
     }
 

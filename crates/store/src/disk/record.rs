@@ -110,11 +110,8 @@ pub fn log_live_segment(key: &[u8]) -> Option<u64> {
 }
 
 /// The meta key of a journal segment's live byte count.
-pub fn log_live_key(segment: u64) -> [u8; 11] {
-    let mut out = [0; 11];
-    out[..3].copy_from_slice(b"log");
-    out[3..].copy_from_slice(&segment.to_be_bytes());
-    out
+pub fn log_live_key(segment: u64) -> Vec<u8> {
+    [&b"log"[..], &segment.to_be_bytes()].concat()
 }
 
 /// Which keyspace a record belongs to: memcached's items (the `items`
@@ -256,6 +253,19 @@ pub struct Reclaims {
     pub crawled: std::collections::BTreeMap<usize, u64>,
     /// Expired items never read (`expired_unfetched`).
     pub unfetched: u64,
+}
+
+impl Reclaims {
+    /// Adds what `other` reclaimed.
+    pub fn add(&mut self, other: Reclaims) {
+        for (class, count) in other.reclaimed {
+            *self.reclaimed.entry(class).or_default() += count;
+        }
+        for (class, count) in other.crawled {
+            *self.crawled.entry(class).or_default() += count;
+        }
+        self.unfetched += other.unfetched;
+    }
 }
 
 impl Counts {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The start and length of the address range where `file` is mapped, from
 /// `/proc/self/maps`.
-fn mapping_of(file: &Path) -> Option<(usize, usize)> {
+fn mapping_of(file: &Path) -> Option<(std::ptr::NonNull<std::ffi::c_void>, usize)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let wanted = file.to_str()?;
     maps.lines()
@@ -20,7 +20,8 @@ fn mapping_of(file: &Path) -> Option<(usize, usize)> {
         .filter_map(|line| {
             let (start, end) = line.split_whitespace().next()?.split_once('-')?;
             let start = usize::from_str_radix(start, 16).ok()?;
-            Some((start, usize::from_str_radix(end, 16).ok()? - start))
+            let len = usize::from_str_radix(end, 16).ok()? - start;
+            Some((std::ptr::NonNull::new(start as *mut _)?, len))
         })
         .max_by_key(|&(_, len)| len)
 }
@@ -35,10 +36,7 @@ pub fn trim(data_file: &Path, budget: u64, trims: &AtomicU64) {
     if !crate::heap::trim_if_over(budget) {
         return;
     }
-    let Some((start, len)) = mapping_of(data_file) else {
-        return;
-    };
-    let Some(address) = std::ptr::NonNull::new(start as *mut std::ffi::c_void) else {
+    let Some((address, len)) = mapping_of(data_file) else {
         return;
     };
     // SAFETY: the range is LMDB's read-only shared mapping of the data file,

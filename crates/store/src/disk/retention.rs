@@ -29,25 +29,21 @@ impl LogRetention {
         max_bytes: Some(0),
     };
 
-    /// The segments of `older` (oldest first) that retention lets go: the
-    /// oldest, while the segments after them still hold more than the size
-    /// limit, and those last appended to before the age limit.
-    pub fn past(&self, older: &[SegmentAge], now: SystemTime) -> Vec<u64> {
+    /// How many of the segments of `older` (oldest first) retention lets
+    /// go: the oldest, while the segments after them still hold more than
+    /// the size limit, and those last appended to before the age limit.
+    pub fn past(&self, older: &[SegmentAge], now: SystemTime) -> usize {
         let mut kept: u64 = older.iter().map(|segment| segment.len).sum();
-        let mut past = Vec::new();
-        for segment in older {
+        let past = |segment: &&SegmentAge| {
             let too_big = self.max_bytes.is_some_and(|limit| kept > limit);
             let too_old = self.max_age.is_some_and(|limit| {
                 now.duration_since(segment.modified)
                     .is_ok_and(|age| age > limit)
             });
-            if !too_big && !too_old {
-                break;
-            }
-            past.push(segment.number);
             kept -= segment.len;
-        }
-        past
+            too_big || too_old
+        };
+        older.iter().take_while(past).count()
     }
 }
 
@@ -148,18 +144,18 @@ mod tests {
             max_age: None,
             max_bytes: Some(150),
         };
-        assert_eq!(by_size.past(&older, now), vec![1, 2]);
+        assert_eq!(by_size.past(&older, now), 2);
         let by_age = LogRetention {
             max_age: Some(Duration::from_secs(400)),
             max_bytes: None,
         };
-        assert_eq!(by_age.past(&older, now), vec![1]);
+        assert_eq!(by_age.past(&older, now), 1);
         let forever = LogRetention {
             max_age: None,
             max_bytes: None,
         };
-        assert!(forever.past(&older, now).is_empty());
+        assert_eq!(forever.past(&older, now), 0);
         let keep_nothing: LogRetention = "0".parse().unwrap();
-        assert_eq!(keep_nothing.past(&older, now), vec![1, 2, 3]);
+        assert_eq!(keep_nothing.past(&older, now), 3);
     }
 }

@@ -71,9 +71,7 @@ impl Inner {
             // the round that applies the flush clears it (`flushed.rs`).
             let expired = dead && found.is_some_and(|(header, _)| !self.flushes.covers(header.cas));
             if expired && found.is_some_and(|(header, _)| !header.has(FETCHED)) {
-                self.counters
-                    .expired_unfetched
-                    .fetch_add(1, Ordering::Relaxed);
+                self.counters.reclaims.lock().unfetched += 1;
             }
             decide(found.filter(|_| !dead), expired)
         })?;
@@ -91,7 +89,7 @@ impl Inner {
     pub(super) fn wait_for_pending_room(&self) {
         // This thread holds the journal (`one_append`): the room it would
         // wait for needs an append, which waits for this thread.
-        if super::appender::holds_the_journal() {
+        if super::appender::HOLDS_THE_JOURNAL.get() {
             return;
         }
         while self.pending.bytes() > self.config.pending_limit && self.health.applies() {
@@ -135,9 +133,9 @@ impl Inner {
             let header = self.header_for(&write, existing.map(|(old, _)| old));
             self.counters.total_items.fetch_add(1, Ordering::Relaxed);
             if expired {
-                self.counters
-                    .reclaimed
-                    .add(self.class_of(command.key, write.value_len()), 1);
+                let class = self.class_of(command.key, write.value_len());
+                let mut reclaims = self.counters.reclaims.lock();
+                *reclaims.reclaimed.entry(class).or_default() += 1;
             }
             let change = Change::Put(Keyed::encode(command.key, &header, &write.parts));
             (Some(change), StoreOutcome::Stored { cas: header.cas })
@@ -158,18 +156,16 @@ impl Inner {
     /// CAS.
     pub(super) fn header_for(&self, write: &Write<'_>, old: Option<Header>) -> Header {
         let expiry_unix = self.expiry_of(write.expiry, old.map_or(0, |old| old.expiry_unix));
-        let mut header = self.new_header(write.flags, expiry_unix);
-        header.bits = write.bits();
-        header
+        self.new_header(write.flags, expiry_unix, write.bits())
     }
 
     /// The header of a new item, with a new CAS.
-    fn new_header(&self, flags: u32, expiry_unix: u32) -> Header {
+    fn new_header(&self, flags: u32, expiry_unix: u32, bits: u8) -> Header {
         Header {
             flags,
             expiry_unix,
             cas: self.next_cas(),
-            bits: 0,
+            bits,
         }
     }
 
@@ -178,7 +174,7 @@ impl Inner {
     fn set_blind(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
         self.start_due_flush(fence);
         let mut shard = self.pending.lock(command.key);
-        let header = self.new_header(command.flags, self.to_unix(command.expiry));
+        let header = self.new_header(command.flags, self.to_unix(command.expiry), 0);
         let keyed = Keyed::encode(command.key, &header, &[command.value]);
         self.accesses.stored(shard.hash(), self.clock.now());
         fence.raise(shard.put(Change::Put(keyed)));
@@ -199,19 +195,13 @@ impl Inner {
         }
         self.modify(key, fence, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
-            let plan = semantics::plan_delete(command, current);
-            if let (DeletePlan::Remove | DeletePlan::Invalidate(_), Some((_, value))) =
-                (&plan, existing)
-            {
-                self.count_command(key, value.len(), ClassCommand::DeleteHit);
-            }
-            let change = match plan {
+            let change = match semantics::plan_delete(command, current) {
                 DeletePlan::Refuse(outcome) => return (None, outcome),
                 // A dual master's delete leaves the key, expired now, with a
                 // new stamp, so a peer's older write of it loses
                 // (`MultiPrimary`).
                 DeletePlan::Remove if self.stamps.is_some() => {
-                    let header = self.new_header(0, self.now_unix().max(1));
+                    let header = self.new_header(0, self.now_unix().max(1), 0);
                     Change::Put(Keyed::encode(key, &header, &[]))
                 }
                 DeletePlan::Remove => Change::Remove(key.into()),
@@ -226,6 +216,9 @@ impl Inner {
                     Change::Put(Keyed::encode(key, &header, &[value]))
                 }
             };
+            if let Some((_, value)) = existing {
+                self.count_command(key, value.len(), ClassCommand::DeleteHit);
+            }
             (Some(change), DeleteOutcome::Deleted)
         })
         .unwrap_or(DeleteOutcome::Failed)
@@ -249,7 +242,7 @@ impl Inner {
                     digits,
                     expiry,
                 } => {
-                    let header = self.new_header(0, self.to_unix(expiry));
+                    let header = self.new_header(0, self.to_unix(expiry), 0);
                     self.counters.total_items.fetch_add(1, Ordering::Relaxed);
                     (header, digits, value, true)
                 }

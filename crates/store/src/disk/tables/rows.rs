@@ -226,7 +226,7 @@ impl Inner {
     pub(in crate::disk) fn catch_up(&self) -> Result<(), WriteFailed> {
         // A thread that keeps the journal waits for what is journalled: a
         // number taken since (a reclaim's, say) needs an append it blocks.
-        let seq = match appender::holds_the_journal() {
+        let seq = match appender::HOLDS_THE_JOURNAL.get() {
             true => self.logged.lock().through,
             false => self.pending.last_seq(),
         };
