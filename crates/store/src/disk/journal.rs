@@ -184,6 +184,12 @@ fn release_reserved(file: &File, number: u64, len: u64) {
     }
 }
 
+/// Whether a segment's file holds blocks past those its length needs.
+fn holds_reserved(metadata: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    metadata.blocks() * 512 > metadata.len().next_multiple_of(metadata.blksize().max(1))
+}
+
 /// The segment being appended to.
 pub struct Segment {
     pub number: u64,
@@ -237,15 +243,22 @@ impl Journal {
         let mut older = BTreeMap::new();
         for (found, path) in segments(dir)? {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            // Its age first: giving back the reservation marks it modified.
             let metadata = file.metadata()?;
+            let modified = metadata.modified()?;
             // A segment a crash (or a clean stop) left current may still
-            // hold its reservation past its end.
-            release_reserved(&file, found, metadata.len());
+            // hold its reservation past its end. Giving it back marks the
+            // file modified, and retention counts from the last append:
+            // that time is put back.
+            if holds_reserved(&metadata) {
+                release_reserved(&file, found, metadata.len());
+                if let Err(error) = file.set_modified(modified) {
+                    tracing::warn!(%error, segment = found, "cannot keep a segment's age");
+                }
+            }
             let age = SegmentAge {
                 number: found,
                 len: metadata.len(),
-                modified: metadata.modified()?,
+                modified,
             };
             older.insert(found, age);
         }
