@@ -91,7 +91,10 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     }
     let timeout = Duration::from_secs(take.timeout);
     // The server writes the backup whether this client waits or not.
-    let reply = (CommandClient::send(&take.server, &command, timeout)?.line()).map_err(|error| {
+    // The reply carries the manifest, in one line.
+    let reply_limit = backup::MAX_MANIFEST_BYTES + 64;
+    let mut client = CommandClient::send(&take.server, &command, timeout)?;
+    let reply = client.line_within(reply_limit).map_err(|error| {
         anyhow::anyhow!(
             "{error:#}; the server may still be writing the backup: `kura backup verify {}` tells when it is whole",
             to.display()

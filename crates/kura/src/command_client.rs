@@ -9,8 +9,8 @@ use std::time::Duration;
 
 /// How long a connection to the server may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest reply line read: a backup's manifest names a few dozen
-/// files, a `replicas` line one replica.
+/// The longest reply line read unless the caller says otherwise: a
+/// `replicas` line names one replica (a backup's manifest has its own bound).
 pub const MAX_LINE: u64 = 1 << 20;
 
 pub struct CommandClient {
@@ -39,10 +39,15 @@ impl CommandClient {
 
     /// The next reply line, without its line end.
     pub fn line(&mut self) -> anyhow::Result<String> {
+        self.line_within(MAX_LINE)
+    }
+
+    /// The next reply line, of at most `limit` bytes, without its line end.
+    pub fn line_within(&mut self, limit: u64) -> anyhow::Result<String> {
         let server = &self.server;
         let mut line = String::new();
         (&mut self.reader)
-            .take(MAX_LINE)
+            .take(limit)
             .read_line(&mut line)
             .map_err(|error| match error.kind() {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
@@ -61,7 +66,7 @@ impl CommandClient {
         }
         if !line.ends_with('\n') {
             anyhow::bail!(
-                "{server} sent no whole reply line in {MAX_LINE} bytes (not a kura server?)"
+                "{server} sent no whole reply line in {limit} bytes (not a kura server?)"
             );
         }
         Ok(line.trim_end().to_string())

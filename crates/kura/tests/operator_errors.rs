@@ -148,6 +148,50 @@ fn a_backup_from_a_server_that_sends_an_endless_line_stops_at_a_bound() {
     );
 }
 
+/// A server with steady writes starts a log segment every few seconds, and
+/// an incremental backup of a day lists every one: its manifest, sent back
+/// in the reply line, is far longer than other replies, and is read whole.
+#[test]
+fn a_backup_whose_manifest_lists_ten_thousand_segments_is_read_whole() {
+    use kura_store::disk::history::backup::{self, FileSum};
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let real = work.path().join("real");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..10);
+    ok(&["backup", "--server", &address, "--to", path(&real)]);
+    server.kill();
+    let mut manifest = backup::load(&real).unwrap();
+    let listed = manifest.files.len();
+    manifest.files.extend((0..10_000u64).map(|n| FileSum {
+        name: format!("journal-{:016x}.log", 1_000_000 + n),
+        bytes: 4096,
+        sha256: "0".repeat(64),
+    }));
+    let reply = format!("OK {}\r\n", serde_json::to_string(&manifest).unwrap());
+    assert!(
+        reply.len() > 1 << 20,
+        "longer than the other replies' bound"
+    );
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut command = String::new();
+        BufReader::new(stream.try_clone().unwrap())
+            .read_line(&mut command)
+            .unwrap();
+        stream.write_all(reply.as_bytes()).unwrap();
+    });
+    let to = work.path().join("backup");
+    let printed = ok(&["backup", "--server", &fake, "--to", path(&to)]);
+    assert!(
+        printed.contains(&format!("{} files", listed + 10_000)),
+        "{printed}"
+    );
+}
+
 #[test]
 fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() {
     let work = tempfile::tempdir().unwrap();

@@ -34,6 +34,10 @@ pub const MANIFEST: &str = "manifest.json";
 pub const DATA_FILE: &str = "data.mdb";
 /// The manifest's own format.
 const MANIFEST_FORMAT: u32 = 1;
+/// The largest manifest written or read: some 400,000 files. A server
+/// with steady writes starts a segment every apply round (5 s), 17,280 a
+/// day, and an incremental backup lists each one it copies.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -335,6 +339,12 @@ fn sum_file(path: &Path, name: &str) -> Result<FileSum, BackupError> {
 
 fn write_manifest(to: &Path, manifest: &Manifest) -> Result<(), BackupError> {
     let text = serde_json::to_string_pretty(manifest).expect("a manifest serializes");
+    if text.len() as u64 >= MAX_MANIFEST_BYTES {
+        return Err(BackupError::Refused(format!(
+            "{} files are more than one manifest lists (at most {MAX_MANIFEST_BYTES} bytes)",
+            manifest.files.len()
+        )));
+    }
     let path = to.join(MANIFEST);
     let mut file = File::create(&path).map_err(io_error("writing the manifest"))?;
     file.write_all(text.as_bytes())
@@ -394,18 +404,17 @@ pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
 
 /// A manifest's text: a regular file of a size a manifest can have.
 fn read_manifest_file(path: &Path) -> io::Result<String> {
-    const MAX_MANIFEST: u64 = 1 << 20;
     // Looked at before it is opened: opening a FIFO would wait for a writer.
     let meta = fs::metadata(path)?;
-    if !meta.is_file() || meta.len() > MAX_MANIFEST {
+    if !meta.is_file() || meta.len() > MAX_MANIFEST_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("not a regular file of at most {MAX_MANIFEST} bytes"),
+            format!("not a regular file of at most {MAX_MANIFEST_BYTES} bytes"),
         ));
     }
     let mut text = String::new();
     File::open(path)?
-        .take(MAX_MANIFEST)
+        .take(MAX_MANIFEST_BYTES)
         .read_to_string(&mut text)?;
     Ok(text)
 }
