@@ -192,6 +192,76 @@ fn a_backup_whose_manifest_lists_ten_thousand_segments_is_read_whole() {
     );
 }
 
+/// A restore stopped before it ends leaves a directory that holds the log
+/// past the point asked for: serving it would replay what the restore was
+/// meant to leave out, so the server refuses it.
+#[test]
+fn a_restore_killed_before_it_ends_leaves_a_directory_no_server_takes() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let backup = work.path().join("backup");
+    let (mut server, address) = start(&data);
+    // 64 MiB of values in the log: the restore copies them, then replays.
+    let stream = TcpStream::connect(&address).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    let value = vec![b'v'; 256 * 1024];
+    for n in 0..256 {
+        write!(stream, "set big-{n} 0 0 {}\r\n", value.len()).unwrap();
+        stream.write_all(&value).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n");
+    }
+    ok(&["backup", "--server", &address, "--to", path(&backup)]);
+    server.kill();
+
+    let target = work.path().join("restored");
+    let mut restore = Command::new(kura_bin())
+        .args(["restore", "--from", path(&backup), "--to", path(&target)])
+        .spawn()
+        .unwrap();
+    // Killed once it has begun to copy.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !target.join("data.mdb").exists() {
+        assert!(Instant::now() < deadline, "the restore never began to copy");
+        assert!(
+            restore.try_wait().unwrap().is_none(),
+            "the restore ended first"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    restore.kill().unwrap();
+    restore.wait().unwrap();
+
+    let port = free_port().to_string();
+    let mut serve = Command::new(kura_bin())
+        .args(["serve", "--dir", path(&target), "-p", &port])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            serve.kill().unwrap();
+            panic!("a server started on the directory of an unfinished restore");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = serve.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains("holds a restore that did not finish"),
+        "{message}"
+    );
+    fails(
+        &["restore", "--from", path(&backup), "--to", path(&target)],
+        "is not empty",
+    );
+}
+
 #[test]
 fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() {
     let work = tempfile::tempdir().unwrap();

@@ -81,6 +81,7 @@ use crate::{
 pub use crate::log_position::{format_micros, LogPosition};
 pub use config::{DiskConfig, MultiPrimary};
 pub use open::OpenError;
+use open::RESTORE_UNFINISHED;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;
 use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG};

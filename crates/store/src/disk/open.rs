@@ -31,6 +31,10 @@ use crate::clock::Clock;
 const CAS_SKIPPED_AT_OPEN: u64 = 1 << 32;
 /// Readers LMDB admits at once: one slot per thread that ever reads.
 const MAX_READERS: u32 = 1024;
+/// A file in a data directory while a restore writes it: the directory
+/// holds more of the log than the point asked for until the restore ends,
+/// so nothing else opens it meanwhile.
+pub(crate) const RESTORE_UNFINISHED: &str = "restore-unfinished";
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
@@ -149,6 +153,14 @@ impl DiskStore {
     fn open_in(config: DiskConfig) -> Result<Self, OpenError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
         let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
+        // The restore's own replay stops at its point (`replay_until`).
+        if config.replay_until.is_none() && config.dir.join(RESTORE_UNFINISHED).exists() {
+            return Err(OpenError::Format(format!(
+                "{} holds a restore that did not finish (`kura restore` was stopped); \
+                 restore again into an empty directory",
+                config.dir.display()
+            )));
+        }
         let server_id =
             identity::server_id(&config.dir, config.server_id).map_err(OpenError::Identity)?;
         let mut options = EnvOpenOptions::new();

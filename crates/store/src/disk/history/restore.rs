@@ -24,7 +24,7 @@ use crate::disk::history::{self, LogPoint, Values};
 use crate::disk::io::OsIo;
 use crate::disk::journal;
 use crate::disk::record::{self, Header};
-use crate::disk::{in_log, log_live, DiskConfig, DiskStore};
+use crate::disk::{in_log, log_live, DiskConfig, DiskStore, RESTORE_UNFINISHED};
 use crate::log_position::LogPosition;
 
 /// What a restore did.
@@ -83,6 +83,13 @@ fn restore_into(
     until: Option<LogPoint>,
     to: &Path,
 ) -> Result<LogPosition, BackupError> {
+    // Until the log is let go, the directory holds entries past the point:
+    // a restore stopped before then must not be served as if finished.
+    let unfinished = to.join(RESTORE_UNFINISHED);
+    File::create(&unfinished)
+        .and_then(|file| file.sync_all())
+        .and_then(|()| File::open(to)?.sync_all())
+        .map_err(io_error(format!("writing {}", unfinished.display())))?;
     // Oldest backup first (the full one, whose manifest alone names the
     // data file): a segment copied again later has only grown.
     for (dir, manifest) in &chain.backups {
@@ -121,6 +128,9 @@ fn restore_into(
     .map_err(|error| BackupError::Refused(format!("replaying the log: {error}")))?;
     drop(store);
     forget_log(to, map_size)?;
+    fs::remove_file(&unfinished)
+        .and_then(|()| File::open(to)?.sync_all())
+        .map_err(io_error(format!("removing {}", unfinished.display())))?;
     Ok(target)
 }
 
