@@ -18,6 +18,7 @@ use std::time::Duration;
 use kura_proto::tyrant::{compose, Request};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use support::client::Client;
 use support::{free_port, serve_disk, Running};
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
@@ -27,6 +28,8 @@ const POLICIES: [&str; 2] = ["batch", "always"];
 
 struct Server {
     process: Running,
+    /// memcached's port.
+    port: u16,
     tyrant: SocketAddr,
 }
 
@@ -43,6 +46,7 @@ impl Server {
         );
         Server {
             process: Running(child),
+            port,
             tyrant: SocketAddr::from(([127, 0, 0, 1], tyrant)),
         }
     }
@@ -253,18 +257,53 @@ fn acknowledged_rows_and_their_indexes_survive_sigkill() {
 
 /// `genuid` as Tokyo Cabinet's counter: an id handed out (used or not, its
 /// row removed or not) does not come back after a SIGKILL and a restart.
+fn genuid(stream: &mut BufReader<TcpStream>) -> u64 {
+    let (status, items) = misc(stream, b"genuid", &[]).expect("a reply");
+    assert_eq!(status, 0, "genuid succeeds");
+    String::from_utf8(items[0].clone())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `genuid` across a change of role: a server that handed out ids, then
+/// followed a master that handed out more, hands out ids past the
+/// master's once promoted, not past its own older ones.
+#[test]
+fn genuid_after_following_a_master_steps_past_the_masters_ids() {
+    let work = tempfile::tempdir().unwrap();
+    let a = Server::start(&work.path().join("a"), "batch");
+    let b = Server::start(&work.path().join("b"), "batch");
+    let mut on_a = connect(a.tyrant);
+    for id in 1..=5 {
+        assert_eq!(genuid(&mut on_a), id);
+    }
+    let mut on_b = connect(b.tyrant);
+    for id in 1..=100 {
+        assert_eq!(genuid(&mut on_b), id);
+    }
+    let mut admin = Client::connect(a.port);
+    assert_eq!(
+        admin.call(format!("replicaof 127.0.0.1 {}\r\n", b.port).as_bytes()),
+        "OK"
+    );
+    let master_lsn = Client::connect(b.port).stats("replication")["repl_lsn"].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while admin.stats("replication").get("repl_lsn") != Some(&master_lsn) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a never caught up with b"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admin.call(b"replicaof no one\r\n"), "OK");
+    assert_eq!(genuid(&mut connect(a.tyrant)), 101, "b handed out 1 to 100");
+}
+
 #[test]
 fn genuid_hands_out_no_id_twice_across_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), "batch");
-    let genuid = |stream: &mut BufReader<TcpStream>| -> u64 {
-        let (status, items) = misc(stream, b"genuid", &[]).expect("a reply");
-        assert_eq!(status, 0, "genuid succeeds");
-        String::from_utf8(items[0].clone())
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
     let mut stream = connect(server.tyrant);
     let put = |stream: &mut BufReader<TcpStream>, key: &[u8]| {
         let args = [key.to_vec(), b"name".to_vec(), b"N".to_vec()];

@@ -4,10 +4,10 @@
 //! replicated and backed up) before the id is handed out, so that no id
 //! comes back after a restart or once its row is removed (Tokyo Cabinet
 //! keeps its counter in its database file for the same). In memory the last id
-//! is cached by table; the first use takes the larger of the kept id and
-//! the table's numeric primary keys, and an id that a client has since
-//! put as a key is seen when handed out, and the scan runs again to step
-//! past every such key.
+//! is cached by table, so that the table's numeric primary keys are scanned
+//! only at the first use; each id steps past the larger of the cached and
+//! the kept one, and an id that a client has since put as a key is seen
+//! when handed out, and the scan runs again to step past every such key.
 
 use std::collections::HashMap;
 
@@ -28,9 +28,12 @@ const LAST_ID_COLUMN: &[u8] = b"last";
 /// past, is 2^64 - 1), or when the last id cannot be read or written.
 pub fn new_uid(tables: &dyn Tables, table: &[u8], ctx: &Context<'_>) -> Option<u64> {
     let mut last_ids = ctx.shared.tyrant_uid.lock();
+    // Read each time: a server that followed a master since holds the
+    // master's, which may be past the one cached here.
+    let kept = kept_last_id(tables, table, ctx)?;
     let last = match last_ids.get(table) {
-        Some(last) => *last,
-        None => kept_last_id(tables, table, ctx)?.max(largest_numeric_key(tables, table)),
+        Some(cached) => kept.max(*cached),
+        None => kept.max(largest_numeric_key(tables, table)),
     };
     let mut next = last.checked_add(1)?;
     if let Ok(Some(_)) = tables.get_row(table, next.to_string().as_bytes(), &ctx.fence) {
