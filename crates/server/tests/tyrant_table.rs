@@ -358,3 +358,54 @@ fn a_table_database_needs_the_disk_engine() {
     let error = kura_server::start(config, store, true).err().unwrap();
     assert!(error.to_string().contains("--tyrant-db"), "{error}");
 }
+
+/// A search's answer and `fwmkeys`' keys hold at most --max-reply bytes,
+/// as `getlist`'s do: past it they fail (the first always goes), and a
+/// count or a limited search of what fits answers.
+#[test]
+fn a_search_or_fwmkeys_past_the_reply_limit_fails_as_getlist_does() {
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Table("users".into()),
+        max_item_size: 64 << 10,
+        max_reply_bytes: 64 << 10,
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    let note = vec![b'n'; 30_000];
+    for key in [&b"k1"[..], b"k2", b"k3"] {
+        assert_eq!(misc(&mut s, b"put", &[key, b"note", &note]).0, 0);
+    }
+    assert_eq!(misc(&mut s, b"search", &[b"get"]).0, 1, "90 KB past 64 KiB");
+    let (code, items) = misc(&mut s, b"search", &[b"get", b"setlimit\x002\x000"]);
+    assert_eq!((code, items.len()), (0, 2), "60 KB fit");
+    assert_eq!(strings(&misc(&mut s, b"search", &[]).1), ["k1", "k2", "k3"]);
+    assert_eq!(
+        strings(&misc(&mut s, b"search", &[b"get", b"count"]).1),
+        ["3"]
+    );
+
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        tyrant_db: TyrantDatabase::Table("users".into()),
+        max_reply_bytes: 100,
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    let keys: Vec<Vec<u8>> = (1..=3).map(|n| format!("{n:040}").into_bytes()).collect();
+    for key in &keys {
+        assert_eq!(misc(&mut s, b"put", &[key, b"name", b"x"]).0, 0);
+    }
+    let fwmkeys = |max| Request::Fwmkeys { prefix: b"0", max };
+    assert_eq!(
+        call(&mut s, &fwmkeys(-1), 1),
+        [1],
+        "120 bytes of keys past 100"
+    );
+    let mut two = vec![0, 0, 0, 0, 2];
+    for key in &keys[..2] {
+        two.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        two.extend_from_slice(key);
+    }
+    assert_eq!(call(&mut s, &fwmkeys(2), two.len()), two, "80 fit");
+}

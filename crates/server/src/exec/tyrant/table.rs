@@ -70,7 +70,8 @@ pub fn execute(
             None => reply::status(out, false),
         },
         Request::Fwmkeys { prefix, max } => {
-            match db.keys_with(prefix, usize::try_from(*max).ok()) {
+            let limit = ctx.shared.config.max_reply_bytes;
+            match db.keys_with(prefix, usize::try_from(*max).ok(), limit) {
                 Some(keys) => reply::list(out, true, keys.iter().map(|key| &key[..])),
                 None => reply::status(out, false),
             }
@@ -187,12 +188,14 @@ impl Db<'_> {
     }
 
     /// The primary keys that begin with `prefix`, in order, at most `max`;
-    /// `None` if the table could not be read.
-    fn keys_with(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
+    /// `None` if the table could not be read, or once the keys pass
+    /// `within` bytes (the first always goes).
+    fn keys_with(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
         if max == Some(0) {
             return Some(keys);
         }
+        let (mut bytes, mut too_many) = (0, false);
         self.tables
             .walk_rows(
                 self.table,
@@ -202,13 +205,15 @@ impl Db<'_> {
                 &mut |key, _| {
                     let more = key.starts_with(prefix);
                     if more {
+                        bytes += key.len();
+                        too_many = bytes > within && !keys.is_empty();
                         keys.push(key.to_vec());
                     }
-                    more && max.is_none_or(|max| keys.len() < max)
+                    more && !too_many && max.is_none_or(|max| keys.len() < max)
                 },
             )
             .ok()?;
-        Some(keys)
+        (!too_many).then_some(keys)
     }
 
     /// Rows, and their keys' and columns' bytes (`rnum`, `size`).
@@ -256,7 +261,7 @@ impl Db<'_> {
     }
 
     fn vanish(&self) -> bool {
-        let Some(keys) = self.keys_with(b"", None) else {
+        let Some(keys) = self.keys_with(b"", None, usize::MAX) else {
             return false;
         };
         keys.iter()
@@ -543,12 +548,26 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         .collect();
     let operation = request.operation.unwrap_or(SetOperation::Union);
     let found = metasearch(&request.queries, operation, &matched);
-    let mut items: Vec<Vec<u8>> = match &request.columns {
-        Some(_) => found.iter().filter_map(|row| projected(&row.key)).collect(),
-        None => found.iter().map(|row| row.key.clone()).collect(),
-    };
+    let mut items = Vec::new();
     if request.count {
-        items = vec![found.len().to_string().into_bytes()];
+        items.push(found.len().to_string().into_bytes());
+    } else {
+        // Bounded as `getlist`'s answer is (`--max-reply`): the first
+        // always goes.
+        let limit = db.ctx.shared.config.max_reply_bytes;
+        let mut bytes = 0;
+        for row in &found {
+            let item = match &request.columns {
+                Some(_) => projected(&row.key),
+                None => Some(row.key.clone()),
+            };
+            let Some(item) = item else { continue };
+            bytes += item.len();
+            if bytes > limit && !items.is_empty() {
+                return None;
+            }
+            items.push(item);
+        }
     }
     if request.hint {
         let mut hint = b"\0\0[[HINT]]\n".to_vec();
