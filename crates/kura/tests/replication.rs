@@ -942,6 +942,25 @@ fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
     let stats = replica.stats("replication");
     assert!(!stats.contains_key("repl_lsn"), "{stats:?}");
     assert_eq!(stats["repl_snapshots_loaded"], "0", "{stats:?}");
+    // A backup of it would hold part of the master's data.
+    let backup = dir.path().join("backup");
+    let refused = std::process::Command::new(support::kura_bin())
+        .args([
+            "backup",
+            "--server",
+            &format!("127.0.0.1:{replica_port}"),
+            "--to",
+        ])
+        .arg(&backup)
+        .output()
+        .unwrap();
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("holds only part of its master's snapshot"),
+        "{message}"
+    );
+    assert!(!backup.exists(), "a refused backup leaves nothing");
 
     // Through `kura admin`, as an operator would.
     let admin = |force: &[&str]| {

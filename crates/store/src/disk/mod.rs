@@ -100,6 +100,9 @@ const APPLIED_LSN: &[u8] = b"lsn";
 /// parts, its position only with the last), the round's last entry; a copy
 /// of LMDB (a full backup) is consistent from there, not from `lsn`.
 const PARTIAL_ROUND: &[u8] = b"partial_lsn";
+/// `meta` key: present while a replica's snapshot of its master is being
+/// loaded, or was cut short (`replica.rs`): LMDB holds part of it.
+const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 
 pub struct DiskStore {
     inner: Arc<Inner>,

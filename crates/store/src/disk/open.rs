@@ -15,7 +15,6 @@ use super::flushes::Flushes;
 use super::log_format::{self, Record};
 use super::pending::PendingWrites;
 use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
-use super::replication::replica;
 use super::tables::indexes;
 use super::{
     accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters, Db,
@@ -202,7 +201,7 @@ impl DiskStore {
         let applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         indexes::drop_unfinished(&meta, &indexes, &mut txn)?;
         let index_defs = indexes::IndexDefs::load(&meta, &txn)?;
-        let base_incomplete = meta.get(&txn, replica::BASE_INCOMPLETE)?.is_some();
+        let base_incomplete = meta.get(&txn, super::BASE_INCOMPLETE)?.is_some();
         let applied_lsn = super::applied_position(&meta, &txn)?;
         config.io.commit(txn)?;
         let newest = segments.last().map_or(0, |(number, _)| *number);

@@ -18,6 +18,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use heed::types::Bytes;
 use heed::{CompactionOption, Database, EnvOpenOptions};
@@ -27,7 +28,9 @@ use sha2::{Digest, Sha256};
 use crate::disk::history::{self, position, position::Place, target};
 use crate::disk::io::Io;
 use crate::disk::journal;
-use crate::disk::{applied_position, log_live, meta_u64, Inner, JOURNAL_APPLIED, PARTIAL_ROUND};
+use crate::disk::{
+    applied_position, log_live, meta_u64, Inner, BASE_INCOMPLETE, JOURNAL_APPLIED, PARTIAL_ROUND,
+};
 use crate::log_position::LogPosition;
 
 pub const MANIFEST: &str = "manifest.json";
@@ -116,6 +119,9 @@ impl Inner {
                     self.server_id
                 )));
             }
+        }
+        if self.base_incomplete.load(Ordering::Acquire) {
+            return Err(base_incomplete());
         }
         target::write_into(to, || self.write_backup(to, since))
     }
@@ -228,7 +234,8 @@ impl Inner {
     }
 
     /// Copies LMDB into `to` (compacting); returns what the copy's meta
-    /// table says of the log.
+    /// table says of the log. A copy taken while a replica loads its
+    /// master's snapshot is refused.
     fn copy_lmdb(&self, to: &Path) -> Result<CopiedMeta, BackupError> {
         let path = to.join(DATA_FILE);
         let mut file = File::create(&path).map_err(io_error("creating the copy of LMDB"))?;
@@ -237,8 +244,20 @@ impl Inner {
         file.sync_all()
             .map_err(io_error("syncing the copy of LMDB"))?;
         drop(file);
-        read_meta(to)
+        let copied = read_meta(to)?;
+        if copied.base_incomplete {
+            return Err(base_incomplete());
+        }
+        Ok(copied)
     }
+}
+
+fn base_incomplete() -> BackupError {
+    BackupError::Refused(
+        "this replica holds only part of its master's snapshot (loading, or cut off): back up \
+         the master, or this server once its snapshot is whole"
+            .to_string(),
+    )
 }
 
 /// What a copy of LMDB's meta table says of the log.
@@ -249,6 +268,8 @@ struct CopiedMeta {
     partial: Option<LogPosition>,
     applied_segment: u64,
     pointed: Vec<u64>,
+    /// The copy holds part of a replica's snapshot of its master.
+    base_incomplete: bool,
 }
 
 /// Reads the meta table of the LMDB file in `dir` (a backup's copy),
@@ -266,6 +287,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         found.applied = applied_position(&meta, &txn)?;
         found.partial = meta.get(&txn, PARTIAL_ROUND)?.and_then(LogPosition::decode);
         found.applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
+        found.base_incomplete = meta.get(&txn, BASE_INCOMPLETE)?.is_some();
         let live = log_live(&meta, &txn)?.into_iter();
         found.pointed = live
             .filter(|&(_, bytes)| bytes > 0)

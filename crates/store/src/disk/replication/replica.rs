@@ -24,12 +24,10 @@ use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Counts, Keyed, Space};
 use crate::disk::tables::{indexes, rows};
+use crate::disk::BASE_INCOMPLETE;
 use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
 use crate::replication::{BaseLoad, SnapshotPart};
-
-/// `meta` key: present while a snapshot is being loaded.
-pub(in crate::disk) const BASE_INCOMPLETE: &[u8] = b"base_incomplete";
 
 /// Snapshot bytes applied per LMDB transaction at most.
 const BASE_TXN_BYTES: usize = 64 << 20;
