@@ -146,8 +146,10 @@ fn verify(dir: &Path) -> Result<(), Failure> {
         outln!("ok\t{}", dir.display())?;
         print_manifest(dir, manifest)?;
     }
-    let (snapshot, last) = (chain.snapshot(), chain.last());
-    outln!("restorable from {snapshot} to {last}")?;
+    // A full backup copied while a round was applied in parts restores
+    // from that round's end, not from its snapshot.
+    let (earliest, last) = (chain.earliest(), chain.last());
+    outln!("restorable from {earliest} to {last}")?;
     Ok(())
 }
 
