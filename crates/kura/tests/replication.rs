@@ -676,6 +676,8 @@ fn a_tokyo_tyrant_slave_gets_the_update_log_as_ttserver_sends_it() {
     assert_eq!(seen, ["put k1 v1", "put k2 v2", "out k1"]);
     // Changes made while the link is up follow.
     assert_eq!(client.call(b"set k3 0 0 2\r\nv3\r\n"), "STORED");
+    // Expired as it is stored (ttserver's records never expire): gone.
+    assert_eq!(client.call(b"set k4 0 -1 2\r\nv4\r\n"), "STORED");
     assert_eq!(client.call(b"flush_all\r\n"), "OK");
     let (_, _, body) = tyrant_message(&mut link);
     assert_eq!(
@@ -685,6 +687,8 @@ fn a_tokyo_tyrant_slave_gets_the_update_log_as_ttserver_sends_it() {
             value: b"v3"
         })
     );
+    let (_, _, body) = tyrant_message(&mut link);
+    assert_eq!(parse(&body), Some(Change::Out { key: b"k4" }));
     let (_, _, body) = tyrant_message(&mut link);
     assert_eq!(parse(&body), Some(Change::Vanish));
 }

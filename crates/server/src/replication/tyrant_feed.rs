@@ -74,7 +74,16 @@ pub(super) fn feed(
 /// `database`; `None` for a change of another keyspace.
 fn body_of(database: &TyrantDatabase, change: &Change) -> Option<Vec<u8>> {
     let ours = |table: &[u8], name: &str| table == name.as_bytes();
+    let now_unix = (kura_store::clock::unix_micros() / 1_000_000).min(u64::from(u32::MAX)) as u32;
     Some(match (database, change) {
+        // Gone already (expired as stored, or a dual master's delete):
+        // ttserver's records never expire, so a put would live for ever.
+        (
+            TyrantDatabase::Hash,
+            Change::Set {
+                key, expiry_unix, ..
+            },
+        ) if kura_store::clock::is_expired(*expiry_unix, now_unix) => tyrant_repl::out(key),
         (
             TyrantDatabase::Hash,
             Change::Set {
