@@ -69,6 +69,17 @@ fn set_keys(address: &str, numbers: std::ops::Range<u32>) {
     }
 }
 
+/// A server's directory under `work` with ten keys, backed up in full to
+/// `work/<name>` (the server stopped).
+fn ten_keys_backed_up(work: &Path, name: &str) -> std::path::PathBuf {
+    let (mut server, address) = start(&work.join("data"));
+    set_keys(&address, 0..10);
+    let backup = work.join(name);
+    ok(&["backup", "--server", &address, "--to", path(&backup)]);
+    server.kill();
+    backup
+}
+
 /// Flips one byte in the middle of `file`.
 fn damage_middle(file: &Path) {
     let mut bytes = std::fs::read(file).unwrap();
@@ -155,12 +166,7 @@ fn a_backup_from_a_server_that_sends_an_endless_line_stops_at_a_bound() {
 fn a_backup_whose_manifest_lists_ten_thousand_segments_is_read_whole() {
     use kura_store::disk::history::backup::{self, FileSum};
     let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
-    let real = work.path().join("real");
-    let (mut server, address) = start(&data);
-    set_keys(&address, 0..10);
-    ok(&["backup", "--server", &address, "--to", path(&real)]);
-    server.kill();
+    let real = ten_keys_backed_up(work.path(), "real");
     let mut manifest = backup::load(&real).unwrap();
     let listed = manifest.files.len();
     manifest.files.extend((0..10_000u64).map(|n| FileSum {
@@ -265,12 +271,7 @@ fn a_restore_killed_before_it_ends_leaves_a_directory_no_server_takes() {
 #[test]
 fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() {
     let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
-    let backup = work.path().join("backup");
-    let (mut server, address) = start(&data);
-    set_keys(&address, 0..10);
-    ok(&["backup", "--server", &address, "--to", path(&backup)]);
-    server.kill();
+    let backup = ten_keys_backed_up(work.path(), "backup");
 
     let before = contents(&backup);
     fails(
@@ -290,7 +291,14 @@ fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() 
     // A data directory, but no such table: nothing was checked, and the
     // exit says so rather than "every index agrees".
     fails(
-        &["table", "check", "--dir", path(&data), "--table", "t"],
+        &[
+            "table",
+            "check",
+            "--dir",
+            path(&work.path().join("data")),
+            "--table",
+            "t",
+        ],
         "holds no index of table \"t\"",
     );
 }
