@@ -275,3 +275,40 @@ fn copy_writes_a_backup_only_to_an_absolute_path_and_not_with_dumping_off() {
     assert_eq!(call(&mut s, &Request::Copy { path }, 1), [1]);
     assert!(!elsewhere.exists());
 }
+
+/// `fwmkeys` holds at most --max-reply bytes of keys, as `getlist` does its
+/// values: past it, it fails (its first key always goes), on the hash
+/// database (whose engines keep no order: the smallest `max` are kept
+/// while every key is read) and on a B+ tree.
+#[test]
+fn fwmkeys_past_the_reply_limit_fails_on_a_hash_and_a_btree() {
+    let config = ServerConfig {
+        tyrant_port: Some(0),
+        max_reply_bytes: 100,
+        ..ServerConfig::default()
+    };
+    let hash = TestServer::with(config.clone(), kura_store::MemoryConfig::default());
+    let btree = TestServer::disk_with(ServerConfig {
+        tyrant_db: kura_server::TyrantDatabase::Btree("ordered".into()),
+        ..config
+    });
+    for server in [hash, btree] {
+        let mut s = connect(&server);
+        let keys: Vec<Vec<u8>> = (1..=3).map(|n| format!("{n:040}").into_bytes()).collect();
+        for key in keys.iter().rev() {
+            assert_eq!(call(&mut s, &put(PutMode::Put, key, b"v"), 1), [0]);
+        }
+        let fwmkeys = |max| Request::Fwmkeys { prefix: b"0", max };
+        assert_eq!(call(&mut s, &fwmkeys(-1), 1), [1], "120 bytes past 100");
+        let mut two = vec![0, 0, 0, 0, 2];
+        for key in &keys[..2] {
+            two.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            two.extend_from_slice(key);
+        }
+        assert_eq!(
+            call(&mut s, &fwmkeys(2), two.len()),
+            two,
+            "the two smallest fit"
+        );
+    }
+}

@@ -159,17 +159,23 @@ impl KeyValues for Items<'_> {
     }
 
     /// The live items, sorted (the engines keep no order, so every key
-    /// with the prefix is read first).
-    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
-        let mut keys = Vec::new();
+    /// with the prefix is read first, keeping the `max` smallest).
+    fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
+        let max = max.unwrap_or(usize::MAX);
+        let mut smallest = std::collections::BinaryHeap::new();
+        let (mut bytes, mut too_many) = (0, false);
         let complete = self.ctx.shared.store.scan(&mut |item| {
-            if item.key.starts_with(prefix) {
-                keys.push(item.key.to_vec());
+            if max == 0 || too_many || !item.key.starts_with(prefix) {
+                return;
             }
+            bytes += item.key.len();
+            smallest.push(item.key.to_vec());
+            if smallest.len() > max {
+                bytes -= smallest.pop().map_or(0, |largest| largest.len());
+            }
+            too_many = bytes > within && smallest.len() > 1;
         });
-        keys.sort_unstable();
-        keys.truncate(max.unwrap_or(usize::MAX));
-        complete.then_some(keys)
+        (complete && !too_many).then(|| smallest.into_sorted_vec())
     }
 
     fn count_and_size(&self) -> (u64, u64) {

@@ -48,13 +48,18 @@ trait KeyValues {
     /// fails it. Returns the value written.
     fn modify(&self, key: &[u8], change: &mut ValueChange<'_>) -> Option<Vec<u8>>;
     /// The keys starting with `prefix`, in byte order, at most `max`;
-    /// `None` if they could not be read.
-    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>>;
+    /// `None` if they could not be read, or once they pass `within` bytes
+    /// (the first always goes).
+    fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>>;
     /// Records and bytes.
     fn count_and_size(&self) -> (u64, u64);
     /// A new iterator over every key (`iterinit`).
     fn iterator(&self) -> KeyIterator {
-        KeyIterator::Snapshot(self.keys(b"", None).unwrap_or_default().into_iter())
+        KeyIterator::Snapshot(
+            self.keys(b"", None, usize::MAX)
+                .unwrap_or_default()
+                .into_iter(),
+        )
     }
     /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
     /// to `end` (exclusive), at most `max` records; `None` (a failure) also
@@ -137,7 +142,11 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             Some(key) => reply::bytes(out, &key),
             None => reply::status(out, false),
         },
-        Request::Fwmkeys { prefix, max } => match db.keys(prefix, usize::try_from(*max).ok()) {
+        Request::Fwmkeys { prefix, max } => match db.keys(
+            prefix,
+            usize::try_from(*max).ok(),
+            ctx.shared.config.max_reply_bytes,
+        ) {
             Some(keys) => reply::list(out, true, keys.iter().map(|key| &key[..])),
             None => reply::status(out, false),
         },
@@ -283,7 +292,7 @@ fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
 /// Removes every record (`rnum` falls to 0, as ttserver's does); false if
 /// the storage refused.
 fn vanish(db: &dyn KeyValues) -> bool {
-    let Some(keys) = db.keys(b"", None) else {
+    let Some(keys) = db.keys(b"", None, usize::MAX) else {
         return false;
     };
     keys.iter().all(|key| db.out(key) != RowOutcome::Failed)

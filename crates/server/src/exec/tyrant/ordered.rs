@@ -113,21 +113,24 @@ impl KeyValues for OrderedKeys<'_> {
         }
     }
 
-    fn keys(&self, prefix: &[u8], max: Option<usize>) -> Option<Vec<Vec<u8>>> {
+    fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let mut keys = Vec::new();
         let max = max.unwrap_or(usize::MAX);
         if max == 0 {
             return Some(keys);
         }
+        let (mut bytes, mut too_many) = (0, false);
         // In key order: the walk stops at the last key wanted.
         let read = self.walk(prefix, &mut |row| {
             let more = row.key.starts_with(prefix);
             if more {
+                bytes += row.key.len();
+                too_many = bytes > within && !keys.is_empty();
                 keys.push(row.key.clone());
             }
-            more && keys.len() < max
+            more && !too_many && keys.len() < max
         });
-        read.then_some(keys)
+        (read && !too_many).then_some(keys)
     }
 
     fn count_and_size(&self) -> (u64, u64) {
