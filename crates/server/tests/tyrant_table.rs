@@ -409,3 +409,38 @@ fn a_search_or_fwmkeys_past_the_reply_limit_fails_as_getlist_does() {
     }
     assert_eq!(call(&mut s, &fwmkeys(2), two.len()), two, "80 fit");
 }
+
+/// `genuid` from many connections at once hands out each id once, and the
+/// kept last id is the largest handed out, whichever write came last.
+#[test]
+fn genuid_from_many_connections_hands_out_each_id_once() {
+    let server = server();
+    let ids: Vec<u64> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut s = connect(&server);
+                    (0..50)
+                        .map(|_| {
+                            let (code, items) = misc(&mut s, b"genuid", &[]);
+                            assert_eq!(code, 0);
+                            String::from_utf8(items[0].clone())
+                                .unwrap()
+                                .parse()
+                                .unwrap()
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 200, "no id twice");
+    assert_eq!(distinct.last(), Some(&200));
+    let mut s = connect(&server);
+    assert_eq!(strings(&misc(&mut s, b"genuid", &[]).1), ["201"]);
+}
