@@ -8,7 +8,7 @@ use kura_store::{
     DeleteCommand, DeleteOutcome, GetOptions, RowOutcome, StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::{KeyValues, ValueChange};
+use super::{KeyValues, ReplyBudget, ValueChange};
 use crate::exec::Context;
 
 /// Read-modify-write commands retry this often when another write of the
@@ -163,19 +163,18 @@ impl KeyValues for Items<'_> {
     fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let max = max.unwrap_or(usize::MAX);
         let mut smallest = std::collections::BinaryHeap::new();
-        let (mut bytes, mut too_many) = (0, false);
+        let mut budget = ReplyBudget::new(within);
         let complete = self.ctx.shared.store.scan(&mut |item| {
-            if max == 0 || too_many || !item.key.starts_with(prefix) {
+            if max == 0 || !budget.fits() || !item.key.starts_with(prefix) {
                 return;
             }
-            bytes += item.key.len();
+            budget.take(item.key.len());
             smallest.push(item.key.to_vec());
             if smallest.len() > max {
-                bytes -= smallest.pop().map_or(0, |largest| largest.len());
+                budget.give_back(smallest.pop().map_or(0, |largest| largest.len()));
             }
-            too_many = bytes > within && smallest.len() > 1;
         });
-        (complete && !too_many).then(|| smallest.into_sorted_vec())
+        (complete && budget.fits()).then(|| smallest.into_sorted_vec())
     }
 
     fn count_and_size(&self) -> (u64, u64) {

@@ -6,7 +6,7 @@
 use kura_proto::tyrant::PutMode;
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 
-use super::{KeyIterator, KeyValues, ValueChange};
+use super::{KeyIterator, KeyValues, ReplyBudget, ValueChange};
 use crate::exec::Context;
 
 /// The one column of an ordered keyspace's rows.
@@ -119,18 +119,16 @@ impl KeyValues for OrderedKeys<'_> {
         if max == 0 {
             return Some(keys);
         }
-        let (mut bytes, mut too_many) = (0, false);
+        let mut budget = ReplyBudget::new(within);
         // In key order: the walk stops at the last key wanted.
         let read = self.walk(prefix, &mut |row| {
-            let more = row.key.starts_with(prefix);
+            let more = row.key.starts_with(prefix) && budget.take(row.key.len());
             if more {
-                bytes += row.key.len();
-                too_many = bytes > within && !keys.is_empty();
                 keys.push(row.key.clone());
             }
-            more && !too_many && keys.len() < max
+            more && keys.len() < max
         });
-        (read && !too_many).then_some(keys)
+        (read && budget.fits()).then_some(keys)
     }
 
     fn count_and_size(&self) -> (u64, u64) {
@@ -153,22 +151,19 @@ impl KeyValues for OrderedKeys<'_> {
     ) -> Option<Vec<Vec<u8>>> {
         let mut found = Vec::new();
         let max = max.unwrap_or(usize::MAX);
-        let (mut bytes, mut too_large) = (0, false);
+        let mut budget = ReplyBudget::new(limit);
         let read = self.walk(begin, &mut |row| {
             if found.len() / 2 >= max || end.is_some_and(|end| row.key.as_slice() >= end) {
                 return false;
             }
             let value = value_of(row);
-            bytes += row.key.len() + value.len();
-            // The first record always goes, as getlist's first value.
-            if bytes > limit && !found.is_empty() {
-                too_large = true;
+            if !budget.take(row.key.len() + value.len()) {
                 return false;
             }
             found.push(row.key.clone());
             found.push(value);
             true
         });
-        (read && !too_large).then_some(found)
+        (read && budget.fits()).then_some(found)
     }
 }

@@ -22,7 +22,7 @@ use kura_table::{
 
 use super::{
     found_within, key_value_list, next_key, start_iterator, stat_lines, Action, Context,
-    KeyIterator,
+    KeyIterator, ReplyBudget,
 };
 
 pub fn execute(
@@ -195,7 +195,7 @@ impl Db<'_> {
         if max == Some(0) {
             return Some(keys);
         }
-        let (mut bytes, mut too_many) = (0, false);
+        let mut budget = ReplyBudget::new(within);
         self.tables
             .walk_rows(
                 self.table,
@@ -203,17 +203,15 @@ impl Db<'_> {
                 Bound::Included(prefix),
                 false,
                 &mut |key, _| {
-                    let more = key.starts_with(prefix);
+                    let more = key.starts_with(prefix) && budget.take(key.len());
                     if more {
-                        bytes += key.len();
-                        too_many = bytes > within && !keys.is_empty();
                         keys.push(key.to_vec());
                     }
-                    more && !too_many && max.is_none_or(|max| keys.len() < max)
+                    more && max.is_none_or(|max| keys.len() < max)
                 },
             )
             .ok()?;
-        (!too_many).then_some(keys)
+        budget.fits().then_some(keys)
     }
 
     /// Rows, and their keys' and columns' bytes (`rnum`, `size`).
@@ -552,18 +550,15 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     if request.count {
         items.push(found.len().to_string().into_bytes());
     } else {
-        // Bounded as `getlist`'s answer is (`--max-reply`): the first
-        // always goes.
-        let limit = db.ctx.shared.config.max_reply_bytes;
-        let mut bytes = 0;
+        // Bounded as `getlist`'s answer is (`--max-reply`).
+        let mut budget = ReplyBudget::new(db.ctx.shared.config.max_reply_bytes);
         for row in &found {
             let item = match &request.columns {
                 Some(_) => projected(&row.key),
                 None => Some(row.key.clone()),
             };
             let Some(item) = item else { continue };
-            bytes += item.len();
-            if bytes > limit && !items.is_empty() {
+            if !budget.take(item.len()) {
                 return None;
             }
             items.push(item);
