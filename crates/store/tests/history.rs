@@ -265,6 +265,106 @@ fn a_chain_of_backups_moved_whole_still_verifies_and_restores() {
     );
 }
 
+/// A restored directory's log starts after its point, with no entry
+/// before it: its own backups are continued all the same (before and after
+/// its first write), and the backups of the server it was restored from
+/// are not, being of another history, even under the same server id.
+#[test]
+fn a_restored_server_continues_its_own_backups_and_not_those_it_came_from() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open_as_seven(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    store(&engine, StoreMode::Set, b"b", b"1", 0);
+    let origin = work.path().join("origin");
+    let origin_manifest = backup(&engine, &origin, None);
+    drop(engine);
+    let restored_dir = work.path().join("restored");
+    restore::restore(&origin, None, &restored_dir).unwrap();
+    let restored = open_as_seven(&restored_dir);
+
+    let full = work.path().join("full");
+    let full_manifest = backup(&restored, &full, None);
+    assert_eq!(full_manifest.last, origin_manifest.last);
+    assert_ne!(full_manifest.history, origin_manifest.history);
+    let idle = work.path().join("idle");
+    let idle_manifest = backup(&restored, &idle, Some(&full));
+    assert_eq!(idle_manifest.first_lsn, full_manifest.last.lsn + 1);
+    assert_eq!(idle_manifest.last, full_manifest.last);
+    store(&restored, StoreMode::Set, b"a", b"2", 0);
+    store(&restored, StoreMode::Set, b"c", b"1", 0);
+    let written = work.path().join("written");
+    let written_manifest = backup(&restored, &written, Some(&idle));
+    assert_eq!(
+        (written_manifest.first_lsn, written_manifest.last.lsn),
+        (3, 4)
+    );
+    let error = restored
+        .backup(&work.path().join("refused"), Some(&origin))
+        .unwrap_err();
+    assert!(error.contains("another history"), "{error}");
+    let whole = work.path().join("whole");
+    backup(&restored, &whole, None);
+    drop(restored);
+
+    let (chained, single) = (work.path().join("chained"), work.path().join("single"));
+    restore::restore(&written, None, &chained).unwrap();
+    restore::restore(&whole, None, &single).unwrap();
+    let (chained, single) = (open(&chained), open(&single));
+    for key in [&b"a"[..], b"b", b"c"] {
+        assert!(get(&chained, key).is_some());
+        assert_eq!(get(&chained, key), get(&single, key));
+    }
+}
+
+/// Retention lets the segment of a backup's last entry go while the log
+/// still holds every entry after it: the backup is continued.
+#[test]
+fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        reserve_bytes: 0,
+        log_retention: kura_store::LogRetention::NOTHING,
+        ..DiskConfig::new(&data)
+    })
+    .unwrap();
+    // Entry n + 1 stays in the current segment, unless an apply round
+    // (every 5 s) takes it between its write and the backup: then it is
+    // gone too, the backup is refused for that, and the test starts over.
+    for n in (1..10).step_by(2) {
+        store(&engine, StoreMode::Set, b"a", format!("{n}").as_bytes(), 0);
+        let full = work.path().join(format!("full-{n}"));
+        assert_eq!(backup(&engine, &full, None).last.lsn, n);
+        engine.wait_until_all_applied();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !entries(&data).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "LSN {n} is kept");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let written = format!("{}", n + 1);
+        store(&engine, StoreMode::Set, b"a", written.as_bytes(), 0);
+        let incremental = work.path().join(format!("incremental-{n}"));
+        match engine.backup(&incremental, Some(&full)) {
+            Ok(json) => {
+                let manifest: backup::Manifest = serde_json::from_str(&json).unwrap();
+                assert_eq!((manifest.first_lsn, manifest.last.lsn), (n + 1, n + 1));
+                drop(engine);
+                let restored = work.path().join("restored");
+                restore::restore(&incremental, None, &restored).unwrap();
+                let value = get(&open(&restored), b"a").map(|f| f.0);
+                assert_eq!(value, Some(written.into_bytes()));
+                return;
+            }
+            Err(error) => {
+                let wanted = format!("no longer holds entries {}", n + 1);
+                assert!(error.contains(&wanted), "{error}");
+            }
+        }
+    }
+    panic!("an apply round took every write before its backup");
+}
+
 #[test]
 fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     let work = tempfile::tempdir().unwrap();
@@ -509,6 +609,7 @@ fn a_restore_maps_room_for_twice_the_chain() {
         first_lsn: 1,
         last: Default::default(),
         consistent_from: None,
+        history: None,
         files: vec![backup::FileSum {
             name: backup::DATA_FILE.into(),
             bytes,

@@ -1,11 +1,16 @@
 //! The server's id, which every update-log entry carries as its origin
 //! (`--server-id`): chosen at random the first time a data directory is
 //! used, then kept in `<dir>/server-id`, so entries keep one origin across
-//! restarts and replicas can tell whose write they hold.
+//! restarts and replicas can tell whose write they hold. And the id of the
+//! directory's history: which run of the log it holds.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::Path;
+
+use heed::{RoTxn, RwTxn};
+
+use crate::disk::Db;
 
 const FILE: &str = "server-id";
 
@@ -36,9 +41,36 @@ pub fn server_id(dir: &Path, requested: Option<u32>) -> io::Result<u32> {
 }
 
 fn random_id() -> io::Result<u32> {
-    let mut bytes = [0; 4];
+    Ok((random_u64()? as u32).max(1))
+}
+
+fn random_u64() -> io::Result<u64> {
+    let mut bytes = [0; 8];
     File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(u32::from_le_bytes(bytes).max(1))
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// `meta` key: the id of the log's history (a random u64), made anew
+/// wherever the log goes on from a point that is not its own last entry: a
+/// new directory, a restore, a replica's snapshot of its master. Within one
+/// history the log is one gapless run, so an incremental backup may
+/// continue a backup whose last entry retention let go, but only of the
+/// same history: another one may reach the same LSNs with other changes.
+const HISTORY: &[u8] = b"history";
+
+/// The directory's history, if one was started (directories of earlier
+/// builds have none until they are opened).
+pub(in crate::disk) fn history(meta: &Db, txn: &RoTxn<'_>) -> heed::Result<Option<u64>> {
+    let bytes = meta.get(txn, HISTORY)?;
+    Ok(bytes
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes))
+}
+
+/// Starts a new history in `txn`.
+pub(in crate::disk) fn start_history(meta: &Db, txn: &mut RwTxn<'_>) -> heed::Result<()> {
+    let id = random_u64().map_err(heed::Error::Io)?;
+    meta.put(txn, HISTORY, &id.to_le_bytes())
 }
 
 #[cfg(test)]

@@ -183,6 +183,9 @@ impl DiskStore {
         let meta: Db = env.create_database(&mut txn, Some("meta"))?;
         let segments = journal::segments(&config.dir)?;
         check_format(&config.dir, &mut txn, &meta, &items, !segments.is_empty())?;
+        if identity::history(&meta, &txn)?.is_none() {
+            identity::start_history(&meta, &mut txn)?;
+        }
         let last_cas = meta_u64(&meta, &txn, b"cas")?;
         // Items stamped before the newest flush applied stay dead.
         let flushed = meta_u64(&meta, &txn, flushed::FLUSHED)?;

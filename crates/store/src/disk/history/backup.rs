@@ -29,7 +29,8 @@ use crate::disk::history::{self, position, position::Place, target};
 use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::{
-    applied_position, log_live, meta_u64, Inner, BASE_INCOMPLETE, JOURNAL_APPLIED, PARTIAL_ROUND,
+    applied_position, identity, log_live, meta_u64, Inner, BASE_INCOMPLETE, JOURNAL_APPLIED,
+    PARTIAL_ROUND,
 };
 use crate::log_position::LogPosition;
 
@@ -75,6 +76,10 @@ pub struct Manifest {
     /// round's last entry on, and a restore reaches that at the earliest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistent_from: Option<LogPosition>,
+    /// The history of the server's log it holds (`identity.rs`); absent
+    /// in backups of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<u64>,
     pub files: Vec<FileSum>,
 }
 
@@ -145,6 +150,10 @@ impl Inner {
             Some((_, manifest)) => (BackupKind::Incremental, manifest.last.lsn + 1, None),
         };
         let snapshot = copied.as_ref().map(|copied| copied.applied);
+        let history = match &copied {
+            Some(copied) => copied.history,
+            None => self.history()?,
+        };
         let consistent_from = copied
             .as_ref()
             .and_then(|copied| copied.partial.filter(|partial| *partial > copied.applied));
@@ -155,7 +164,7 @@ impl Inner {
             .filter(|(number, _)| *number <= current)
             .collect();
         if let Some((dir, manifest)) = &since {
-            self.check_continues(dir, manifest, &segments)?;
+            self.check_continues(dir, manifest, &segments, history)?;
         }
         // A full backup needs the applied segment and those the snapshot
         // points into; an incremental one what holds entries since.
@@ -192,6 +201,7 @@ impl Inner {
             first_lsn,
             last: last.max(snapshot.unwrap_or_default()),
             consistent_from,
+            history,
             files: files
                 .iter()
                 .map(|name| sum_file(&to.join(name), name))
@@ -203,14 +213,17 @@ impl Inner {
     }
 
     /// Refuses to continue the backup in `dir` unless its last entry ends
-    /// a group of this log, with its time: under the same server id, a
-    /// data directory made again (or restored from an older backup) has
-    /// another history, whose LSNs may reach past the backup's.
+    /// a group of this log, with its time, or, where the log no longer
+    /// holds it, the backup is of this log's history: under the same
+    /// server id, a data directory made again (or restored from an older
+    /// backup) has another history, whose LSNs may reach past the
+    /// backup's. The entries since are checked for gaps as they are copied.
     fn check_continues(
         &self,
         dir: &Path,
         manifest: &Manifest,
         segments: &[(u64, PathBuf)],
+        history: Option<u64>,
     ) -> Result<(), BackupError> {
         if manifest.last.lsn == 0 {
             return Ok(());
@@ -219,8 +232,9 @@ impl Inner {
             .map_err(io_error("reading the journal"))?;
         match place {
             Place::Found { .. } => Ok(()),
+            Place::Gone if history.is_some() && manifest.history == history => Ok(()),
             Place::Gone => Err(BackupError::Refused(format!(
-                "the log no longer holds LSN {}, the last of {} (retention let it go); take a full backup",
+                "the log no longer holds LSN {}, the last of {}, and the backup is of another history of this server (or of an earlier build); take a full backup",
                 manifest.last.lsn,
                 dir.display()
             ))),
@@ -231,6 +245,12 @@ impl Inner {
                 self.server_id
             ))),
         }
+    }
+
+    /// The history of this server's log.
+    fn history(&self) -> Result<Option<u64>, BackupError> {
+        let txn = self.env.read_txn()?;
+        Ok(identity::history(&self.meta, &txn)?)
     }
 
     /// Copies LMDB into `to` (compacting); returns what the copy's meta
@@ -270,6 +290,7 @@ struct CopiedMeta {
     pointed: Vec<u64>,
     /// The copy holds part of a replica's snapshot of its master.
     base_incomplete: bool,
+    history: Option<u64>,
 }
 
 /// Reads the meta table of the LMDB file in `dir` (a backup's copy),
@@ -288,6 +309,7 @@ fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
         found.partial = meta.get(&txn, PARTIAL_ROUND)?.and_then(LogPosition::decode);
         found.applied_segment = meta_u64(&meta, &txn, JOURNAL_APPLIED)?;
         found.base_incomplete = meta.get(&txn, BASE_INCOMPLETE)?.is_some();
+        found.history = identity::history(&meta, &txn)?;
         let live = log_live(&meta, &txn)?.into_iter();
         found.pointed = live
             .filter(|&(_, bytes)| bytes > 0)

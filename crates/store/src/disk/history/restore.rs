@@ -24,7 +24,7 @@ use crate::disk::history::{self, LogPoint, Values};
 use crate::disk::io::OsIo;
 use crate::disk::journal;
 use crate::disk::record::{self, Header};
-use crate::disk::{in_log, log_live, DiskConfig, DiskStore, RESTORE_UNFINISHED};
+use crate::disk::{identity, in_log, log_live, DiskConfig, DiskStore, RESTORE_UNFINISHED};
 use crate::log_position::LogPosition;
 
 /// What a restore did.
@@ -228,6 +228,7 @@ fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
     for (segment, _) in log_live(&meta, &txn)? {
         meta.delete(&mut txn, &record::log_live_key(segment))?;
     }
+    identity::start_history(&meta, &mut txn)?;
     txn.commit()?;
     env.force_sync()?;
     env.prepare_for_closing().wait();

@@ -24,8 +24,8 @@ use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::pending::Change;
 use crate::disk::record::{self, Counts, Keyed, Space};
 use crate::disk::tables::{indexes, rows};
-use crate::disk::BASE_INCOMPLETE;
 use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
+use crate::disk::{identity, BASE_INCOMPLETE};
 use crate::log_position::LogPosition;
 use crate::replication::{BaseLoad, SnapshotPart};
 
@@ -301,6 +301,8 @@ impl BaseLoad for BaseLoader<'_> {
             .meta
             .delete(&mut txn, BASE_INCOMPLETE)
             .map_err(failed)?;
+        // The log goes on from the master's point, not from its own.
+        identity::start_history(&inner.meta, &mut txn).map_err(failed)?;
         (inner.commit_counted(txn, &mut counts, Some((retired.number, at)))).map_err(failed)?;
         sync_data()?;
         inner
