@@ -173,7 +173,9 @@ impl Inner {
                 continue;
             }
             match self.journal.remove(segment) {
-                Ok(()) => counts.log.drop_segment(segment),
+                Ok(true) => counts.log.drop_segment(segment),
+                // A backup began since the segments were chosen.
+                Ok(false) => return,
                 Err(error) => {
                     tracing::warn!(%error, segment, "cannot remove a journal segment");
                     return;

@@ -297,7 +297,10 @@ impl Journal {
     }
 
     /// Keeps every segment until the hold is dropped (a backup copies them).
+    /// Taken under the lock [`Journal::remove`] deletes under: a removal
+    /// decided before the hold either ends before it or does not happen.
     pub fn hold_history(&self) -> HistoryHold<'_> {
+        let _open = self.open.lock();
         self.holds.fetch_add(1, Ordering::AcqRel);
         HistoryHold(self)
     }
@@ -416,15 +419,19 @@ impl Journal {
     }
 
     /// Deletes segment `number`: nothing in LMDB points into it, on disk.
-    pub fn remove(&self, number: u64) -> io::Result<()> {
+    /// Not while a [`HistoryHold`] lives: then it is kept (`Ok(false)`).
+    pub fn remove(&self, number: u64) -> io::Result<bool> {
         // Under the lock that opens files, so no reader caches it after.
         let mut open = self.open.lock();
+        if self.history_held() {
+            return Ok(false);
+        }
         open.remove(&number);
         self.window.forget(number);
         fs::remove_file(segment_path(&self.dir, number))?;
         drop(open);
         self.older.lock().remove(&number);
-        Ok(())
+        Ok(true)
     }
 
     /// Bytes in the segment files.
@@ -661,7 +668,14 @@ mod tests {
             older.iter().map(|s| (s.number, s.len)).collect::<Vec<_>>(),
             vec![(7, group.len() as u64)]
         );
-        journal.remove(7).unwrap();
+        let hold = journal.hold_history();
+        assert!(
+            !journal.remove(7).unwrap(),
+            "a held history keeps its segments"
+        );
+        assert_eq!(segments(dir.path()).unwrap().len(), 2);
+        drop(hold);
+        assert!(journal.remove(7).unwrap());
         assert_eq!(segments(dir.path()).unwrap().len(), 1);
         assert_eq!(journal.bytes(), (group.len() + second.len()) as u64);
         assert!(journal.older_segments().is_empty());
