@@ -747,6 +747,12 @@ fn kura_follows_a_tokyo_tyrant_master() {
 /// (times 1000, 1001, …), one every `every`, from the time each `repl`
 /// asks for, then no-operations.
 fn fake_tyrant_master(count: u64, every: Duration) -> u16 {
+    fake_tyrant_master_in_runs(count, every, 1)
+}
+
+/// The same, `per_time` messages under each time (a kura master sends a
+/// group's changes under one).
+fn fake_tyrant_master_in_runs(count: u64, every: Duration, per_time: u64) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -759,7 +765,8 @@ fn fake_tyrant_master(count: u64, every: Duration) -> u16 {
                 }
                 let since = u64::from_be_bytes(request[2..10].try_into().unwrap());
                 let _ = stream.write_all(&7u32.to_be_bytes());
-                for micros in (1000..1000 + count).filter(|&micros| micros >= since) {
+                let times = (0..count).map(|n| 1000 + n / per_time);
+                for micros in times.filter(|&micros| micros >= since) {
                     let mut body = vec![0xC8, 0x60];
                     body.extend_from_slice(&7u32.to_be_bytes());
                     body.extend_from_slice(&1u32.to_be_bytes());
@@ -785,8 +792,18 @@ fn fake_tyrant_master(count: u64, every: Duration) -> u16 {
 fn a_tokyo_tyrant_followers_position_is_kept_with_what_it_applied() {
     // ttserver's slave keeps its position in a file written after it
     // applies, so a crash may count an addint twice. Here it may not.
+    follower_killed_three_times_counts_every_addint_once(1);
+}
+
+#[test]
+fn a_tokyo_tyrant_follower_killed_within_a_run_of_one_time_takes_the_rest_of_it() {
+    // Messages read apart: kills fall within runs of four of one time.
+    follower_killed_three_times_counts_every_addint_once(4);
+}
+
+fn follower_killed_three_times_counts_every_addint_once(per_time: u64) {
     const MESSAGES: u64 = 300;
-    let master = fake_tyrant_master(MESSAGES, Duration::from_millis(2));
+    let master = fake_tyrant_master_in_runs(MESSAGES, Duration::from_millis(2), per_time);
     let dir = tempfile::tempdir().unwrap();
     let (port, tyrant) = (free_port(), free_port());
     let flags = [

@@ -7,7 +7,11 @@
 //! (`-rts`) and starts 30 s early, so it may redo a message twice (an
 //! `addint` counts twice). Here the messages a read brings and the new
 //! position are written as one group of the log (`Replication::one_append`):
-//! both are kept, or neither. Messages that read a whole table or wait for
+//! both are kept, or neither. Messages may share a time (a kura master
+//! sends a group's changes under the group's), and a read may end within
+//! such a run, so the position is a time and how many messages of that
+//! time were taken: the next `repl` asks from that time again and passes
+//! over those. Messages that read a whole table or wait for
 //! LMDB (`vanish`, and `misc` calls but `put`, `putkeep`, `putcat`, `out`)
 //! go alone, each followed by its position.
 
@@ -31,8 +35,66 @@ const POSITION_KEY: &[u8] = b"rts";
 const GROUP_MESSAGES: usize = 512;
 const GROUP_BYTES: usize = 1 << 20;
 
-/// The time (µs) of the last message taken here; 0 for none.
-fn position(shared: &Shared) -> u64 {
+/// Where the follower is: the time (µs) of the last message taken (0 for
+/// none) and how many messages of that time were taken (`None`: all of
+/// them, as positions kept before the count was are read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    micros: u64,
+    taken_at_micros: Option<u64>,
+}
+
+impl Position {
+    /// `micros` or `micros count`.
+    fn parse(text: &str) -> Option<Position> {
+        let mut fields = text.split(' ');
+        let micros = fields.next()?.parse().ok()?;
+        let taken_at_micros = fields.next().map(str::parse).transpose().ok()?;
+        fields.next().is_none().then_some(Position {
+            micros,
+            taken_at_micros,
+        })
+    }
+
+    fn text(&self) -> String {
+        match self.taken_at_micros {
+            Some(count) => format!("{} {count}", self.micros),
+            None => self.micros.to_string(),
+        }
+    }
+
+    /// The time `repl` asks from.
+    fn since(&self) -> u64 {
+        match self.taken_at_micros {
+            Some(_) => self.micros,
+            None => self.micros + 1,
+        }
+    }
+
+    /// The position once `taken` (messages in order, times never going
+    /// back) are taken after this one.
+    fn after(self, taken: &[Message]) -> Position {
+        let Some(last) = taken.last() else {
+            return self;
+        };
+        let run = taken
+            .iter()
+            .rev()
+            .take_while(|message| message.micros == last.micros)
+            .count() as u64;
+        let before = match self.taken_at_micros {
+            Some(count) if run == taken.len() as u64 && self.micros == last.micros => count,
+            _ => 0,
+        };
+        Position {
+            micros: last.micros,
+            taken_at_micros: Some(before + run),
+        }
+    }
+}
+
+/// The position kept here; none taken yet if there is none.
+fn position(shared: &Shared) -> Position {
     shared
         .store
         .tables()
@@ -48,15 +110,18 @@ fn position(shared: &Shared) -> u64 {
         })
         .and_then(|row| {
             let (_, value) = row.columns.first()?;
-            std::str::from_utf8(value).ok()?.parse().ok()
+            Position::parse(std::str::from_utf8(value).ok()?)
         })
-        .unwrap_or(0)
+        .unwrap_or(Position {
+            micros: 0,
+            taken_at_micros: None,
+        })
 }
 
-fn keep_position(shared: &Shared, micros: u64) {
+fn keep_position(shared: &Shared, position: Position) {
     if let Some(tables) = shared.store.tables() {
         let mut row = Record::new(POSITION_KEY);
-        row.put(POSITION_KEY, micros.to_string().as_bytes());
+        row.put(POSITION_KEY, position.text().as_bytes());
         tables.put_row(POSITION_TABLE, &row, RowMode::Put, &AckFence::default());
     }
 }
@@ -148,7 +213,10 @@ pub(super) fn follow_once(
     let (replication, stream) = connect(shared, link)?;
     let io_error = |error: io::Error| format!("talking to the master: {error}");
     let own = replication.server_id();
-    let since = position(shared) + 1;
+    let mut kept = position(shared);
+    let since = kept.since();
+    // Messages of the kept time taken before: sent again, passed over.
+    let mut taken_before = kept.taken_at_micros.unwrap_or(0);
     let mut request = vec![tyrant::MAGIC, 0xA0];
     request.extend_from_slice(&since.to_be_bytes());
     request.extend_from_slice(&tyrant_sid(own).to_be_bytes());
@@ -188,7 +256,12 @@ pub(super) fn follow_once(
                 let mut body = vec![0; size];
                 read_full(&mut reader, &mut body, stopped)?;
                 link.heard(0, micros);
-                group.push(Message { micros, body });
+                if micros == kept.micros && taken_before > 0 {
+                    taken_before -= 1;
+                } else {
+                    taken_before = 0;
+                    group.push(Message { micros, body });
+                }
             }
             other => {
                 return Err(format!(
@@ -202,18 +275,26 @@ pub(super) fn follow_once(
         {
             continue;
         }
-        take(shared, replication, &ctx, &mut group, &mut scratch)?;
-        let last = position(shared);
-        link.taken_to(0, last);
+        take(
+            shared,
+            replication,
+            &ctx,
+            &mut group,
+            &mut kept,
+            &mut scratch,
+        )?;
+        link.taken_to(0, kept.micros);
     }
 }
 
-/// Takes `group` (emptied), keeping the position with the messages.
+/// Takes `group` (emptied), keeping the position with the messages;
+/// `kept` follows it.
 fn take(
     shared: &Shared,
     replication: &dyn kura_store::replication::Replication,
     ctx: &Context<'_>,
     group: &mut Vec<Message>,
+    kept: &mut Position,
     scratch: &mut Vec<u8>,
 ) -> Result<(), String> {
     let mut start = 0;
@@ -225,10 +306,11 @@ fn take(
             if !redo(ctx, &message.body, scratch) {
                 return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
             }
-            let micros = message.micros;
-            if !replication.one_append(&mut || keep_position(shared, micros)) {
+            let after = kept.after(std::slice::from_ref(message));
+            if !replication.one_append(&mut || keep_position(shared, after)) {
                 return Err("cannot append to the update log".to_string());
             }
+            *kept = after;
             start += 1;
             continue;
         }
@@ -244,15 +326,17 @@ fn take(
         {
             return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
         }
+        let after = kept.after(&group[start..end]);
         let appended = replication.one_append(&mut || {
             for message in &group[start..end] {
                 redo(ctx, &message.body, scratch);
             }
-            keep_position(shared, group[end - 1].micros);
+            keep_position(shared, after);
         });
         if !appended {
             return Err("cannot append to the update log".to_string());
         }
+        *kept = after;
         start = end;
     }
     group.clear();
@@ -261,7 +345,29 @@ fn take(
 
 #[cfg(test)]
 mod tests {
-    use super::tyrant_sid;
+    use super::{tyrant_sid, Message, Position};
+
+    #[test]
+    fn a_position_counts_the_messages_taken_of_its_time() {
+        let at = |micros| Message {
+            micros,
+            body: Vec::new(),
+        };
+        let none = Position::parse("0").unwrap();
+        assert_eq!(none.since(), 1);
+        let first = none.after(&[at(5), at(7), at(7)]);
+        assert_eq!(first.text(), "7 2");
+        assert_eq!(first.since(), 7, "asked from its time again");
+        assert_eq!(first.after(&[at(7)]).text(), "7 3");
+        assert_eq!(first.after(&[at(7), at(9)]).text(), "9 1");
+        assert_eq!(first.after(&[]), first);
+        assert_eq!(Position::parse("7 2"), Some(first));
+        // Kept before the count was: every message of its time taken.
+        assert_eq!(Position::parse("7").unwrap().since(), 8);
+        for bad in ["", "x", "7 x", "7 2 1", "-1"] {
+            assert_eq!(Position::parse(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_id_a_tokyo_tyrant_master_gets_fits_in_16_bits() {
