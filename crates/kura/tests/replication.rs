@@ -982,6 +982,13 @@ fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
         "{message}"
     );
     assert!(!backup.exists(), "a refused backup leaves nothing");
+    // Nor is that part handed on to a replica of it as a whole snapshot.
+    let hello = b"replicate 98 none\r\n";
+    let answer = Client::connect(replica_port).call(hello);
+    assert!(
+        answer.starts_with("SERVER_ERROR this server is loading its master's snapshot"),
+        "{answer}"
+    );
 
     // Through `kura admin`, as an operator would.
     let admin = |force: &[&str]| {
@@ -1014,6 +1021,9 @@ fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
     );
     assert_eq!(String::from_utf8_lossy(&promoted.stdout), "OK\n");
     assert_eq!(replica.call(b"set after 0 0 2\r\nok\r\n"), "STORED");
+    // Promoted, it serves what it holds.
+    let answer = Client::connect(replica_port).call(hello);
+    assert!(answer.starts_with("SNAPSHOT"), "{answer}");
     let held = replica.items().len();
     assert!(
         held > 1 && held < 20_000,

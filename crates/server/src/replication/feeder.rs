@@ -90,6 +90,9 @@ impl Drop for CountedReplica {
     }
 }
 
+const SNAPSHOT_INCOMPLETE: &[u8] = b"SERVER_ERROR this server is loading its master's snapshot, \
+    or its load was cut off: follow its master until this server's snapshot is whole\r\n";
+
 fn feed(
     shared: &Shared,
     replication: &dyn Replication,
@@ -106,6 +109,12 @@ fn feed(
         Some(Ok(feed)) => {
             stream.write_all(format!("STREAM {master}\r\n").as_bytes())?;
             feed
+        }
+        // A replica holding part of its master's snapshot must not hand
+        // that part on as a whole one (promoted by force, it does).
+        _ if replication.position().is_none() && shared.replication.master().is_some() => {
+            stream.write_all(SNAPSHOT_INCOMPLETE)?;
+            return Ok(());
         }
         refused => {
             let reason = match refused {
