@@ -317,7 +317,8 @@ fn a_restored_server_continues_its_own_backups_and_not_those_it_came_from() {
 }
 
 /// Retention lets the segment of a backup's last entry go while the log
-/// still holds every entry after it: the backup is continued.
+/// still holds every entry after it: the backup is continued, though an
+/// older segment stays for a large value LMDB reads there.
 #[test]
 fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
     let work = tempfile::tempdir().unwrap();
@@ -329,19 +330,24 @@ fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
         ..DiskConfig::new(&data)
     })
     .unwrap();
+    let large = vec![b'L'; 4096];
+    store(&engine, StoreMode::Set, b"large", &large, 0);
+    engine.wait_until_all_applied();
     // Entry n + 1 stays in the current segment, unless an apply round
     // (every 5 s) takes it between its write and the backup: then it is
     // gone too, the backup is refused for that, and the test starts over.
-    for n in (1..10).step_by(2) {
+    for n in (2..12).step_by(2) {
         store(&engine, StoreMode::Set, b"a", format!("{n}").as_bytes(), 0);
         let full = work.path().join(format!("full-{n}"));
         assert_eq!(backup(&engine, &full, None).last.lsn, n);
         engine.wait_until_all_applied();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !entries(&data).is_empty() {
+        while entries(&data).iter().any(|entry| entry.lsn == n) {
             assert!(std::time::Instant::now() < deadline, "LSN {n} is kept");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let kept: Vec<u64> = entries(&data).iter().map(|entry| entry.lsn).collect();
+        assert_eq!(kept, [1], "the large value's segment stays");
         let written = format!("{}", n + 1);
         store(&engine, StoreMode::Set, b"a", written.as_bytes(), 0);
         let incremental = work.path().join(format!("incremental-{n}"));
@@ -352,8 +358,10 @@ fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
                 drop(engine);
                 let restored = work.path().join("restored");
                 restore::restore(&incremental, None, &restored).unwrap();
-                let value = get(&open(&restored), b"a").map(|f| f.0);
+                let restored = open(&restored);
+                let value = get(&restored, b"a").map(|f| f.0);
                 assert_eq!(value, Some(written.into_bytes()));
+                assert_eq!(get(&restored, b"large").map(|f| f.0), Some(large));
                 return;
             }
             Err(error) => {

@@ -97,12 +97,15 @@ pub(in crate::disk) fn locate(
     at: LogPosition,
 ) -> io::Result<Place> {
     let mut holding = None;
+    // Whether a segment after the one that may hold `at` has entries.
+    let mut entries_after = false;
     for (number, path) in segments.iter().rev() {
         let first = first_lsn(io, path, *number)?;
         if first.is_some_and(|first| first <= at.lsn || (at.lsn == 0 && first == 1)) {
             holding = Some((*number, path));
             break;
         }
+        entries_after |= first.is_some();
     }
     let Some((segment, path)) = holding else {
         return Ok(Place::Gone);
@@ -117,11 +120,20 @@ pub(in crate::disk) fn locate(
             && group.head.first_lsn + group.entries - 1 == at.lsn
             && group.head.micros == at.micros
     };
+    let last_lsn = groups
+        .iter()
+        .rev()
+        .find(|group| group.entries > 0)
+        .map_or(0, |group| group.head.first_lsn + group.entries - 1);
     Ok(match groups.iter().find(ends_at) {
         Some(group) => Place::Found {
             segment,
             next: group.end,
         },
+        // Between this segment's entries and a later one's: the segments
+        // that held it are gone, this one kept for the values LMDB reads
+        // in it.
+        None if at.lsn > last_lsn && entries_after => Place::Gone,
         None => Place::Diverged,
     })
 }
