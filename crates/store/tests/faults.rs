@@ -1264,6 +1264,25 @@ fn a_sync_makes_every_write_durable_under_none_and_fails_once_poisoned() {
     assert!(!store.sync(), "poisoned");
 }
 
+/// A backup holds no entry a power cut can take back: under `none` the
+/// log it copies is made durable first, so the server's history cannot
+/// number the backup's LSNs again with other changes.
+#[test]
+fn a_backup_makes_the_log_it_copies_durable_under_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::None, io.clone());
+    let kept = fill(&store, 50, 700);
+    assert!(!io.all_synced(), "`none` fsyncs nothing by itself");
+    let work = tempfile::tempdir().unwrap();
+    store.backup(&work.path().join("full"), None).unwrap();
+    assert!(io.all_synced(), "the backup left entries unsynced");
+    io.crash();
+    drop(store);
+    assert_eq!(io.cut_power(Torn::HalfPage), 0, "nothing was left unsynced");
+    drop(recovers(dir.path(), &kept));
+}
+
 /// A `sync` while the applier is still fsyncing the segment it just
 /// switched away from (a segment never synced before takes long) does not
 /// answer before that segment is durable too.

@@ -158,6 +158,14 @@ impl Inner {
             .as_ref()
             .and_then(|copied| copied.partial.filter(|partial| *partial > copied.applied));
         let (current, current_len, last) = self.journal.current_end();
+        // What the backup copies of the log is durable here first: a power
+        // cut must not take back entries a backup holds, whose LSNs this
+        // history would then number again with other changes.
+        if !self.fsync("journal fsync failed", || self.journal.sync_everything()) {
+            return Err(BackupError::Refused(
+                "the update log could not be fsynced".to_string(),
+            ));
+        }
         let segments: Vec<(u64, PathBuf)> = journal::segments(&self.config.dir)
             .map_err(io_error("listing the journal"))?
             .into_iter()
