@@ -1264,6 +1264,45 @@ fn a_sync_makes_every_write_durable_under_none_and_fails_once_poisoned() {
     assert!(!store.sync(), "poisoned");
 }
 
+/// A snapshot's load clears LMDB, and retention may then let go of the
+/// segments the cleared items' values lived in: the clearing is durable
+/// before that, so a power cut during the load leaves a replica that knows
+/// its load was cut, not one back at its old position with values in
+/// segments that are gone.
+#[test]
+fn a_power_cut_during_a_snapshot_load_after_retention_leaves_no_position() {
+    use kura_store::replication::Replication;
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = DiskStore::open(DiskConfig {
+        log_retention: LogRetention::NOTHING,
+        ..config(dir.path(), SyncPolicy::Batch, io.clone())
+    })
+    .unwrap();
+    assert_eq!(set(&store, b"large", &value_of(1, 4096)), Some(true));
+    store.wait_until_all_applied();
+    let first = dir.path().join("journal-0000000000000001.log");
+    assert!(first.exists(), "the large value lives in the first segment");
+    let base = store.load_base().unwrap();
+    // The applier looks at retention every 10 s (the load holds the
+    // journal: no write, no round, meanwhile).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while first.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "retention kept the cleared segment"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    io.crash();
+    drop(base);
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    let store = open(dir.path(), SyncPolicy::Batch, FaultyIo::new(dir.path()));
+    assert_eq!(store.position(), None, "the cut load is known");
+    assert_eq!(get(&store, b"large"), None);
+}
+
 /// A backup holds no entry a power cut can take back: under `none` the
 /// log it copies is made durable first, so the server's history cannot
 /// number the backup's LSNs again with other changes.

@@ -168,6 +168,11 @@ impl Inner {
         })();
         cleared.map_err(failed)?;
         (self.commit_counted(txn, &mut Counts::default(), None)).map_err(failed)?;
+        // Durable before retention trusts the counts just cleared: LMDB on
+        // disk must no longer point into the segments it may then remove.
+        if !self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
+            return Err("clearing for a snapshot: fsync failed".to_string());
+        }
         self.base_incomplete.store(true, Ordering::Release);
         self.index_defs.clear();
         self.flushes.reset();
