@@ -230,6 +230,42 @@ fn a_snapshot_replaces_everything_and_one_cut_short_leaves_no_position() {
     assert_eq!(replica.position(), master.position());
 }
 
+/// A replica's replica reads its log. When that log starts over from a
+/// snapshot of another history whose position has the same LSN, the groups
+/// after it would pass for the next ones: the feed ends instead.
+#[test]
+fn a_feed_ends_when_its_servers_log_starts_over_from_a_snapshot() {
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let (master, replica, other) = (
+        open(dirs[0].path()),
+        open(dirs[1].path()),
+        open(dirs[2].path()),
+    );
+    for key in [&b"a"[..], b"b", b"c"] {
+        set(&master, key, b"m", 0);
+        set(&other, key, b"o", 0);
+    }
+    let mut feed = master.feed(LogPosition::default()).unwrap();
+    drain(&mut *feed, &replica);
+    let at = replica.position().unwrap();
+    let mut downstream = replica.feed(at).unwrap();
+
+    let (snapshot_at, mut other_feed, parts) = snapshot_records(&other);
+    assert_eq!(snapshot_at.lsn, at.lsn, "the same LSN, another history");
+    let mut base = replica.load_base().unwrap();
+    for part in &parts {
+        base.add(SnapshotPart::Records(part)).unwrap();
+    }
+    base.finish(snapshot_at).unwrap();
+    set(&other, b"d", b"o", 0);
+    assert_eq!(drain(&mut *other_feed, &replica), 1);
+    assert_eq!(replica.position(), other.position());
+
+    let next = downstream.next_group(Duration::from_millis(200));
+    let error = next.err().expect("the feed ends");
+    assert!(error.to_string().contains("started over"), "{error}");
+}
+
 #[test]
 fn flushes_rows_and_index_definitions_reach_the_replica() {
     use kura_store::{IndexCommand, IndexKind, Record, RowMode, Tables};

@@ -213,6 +213,10 @@ pub struct Journal {
     /// The newest entry appended (entries are numbered without gaps): the
     /// writer reads it without the segment's lock.
     last_lsn: AtomicU64,
+    /// Times the numbering started over after another point
+    /// ([`Journal::restart_at`]): a feed reading on would pass from one
+    /// history into another.
+    restarts: AtomicU64,
     /// Readers of the history (backups) at work: no segment goes meanwhile.
     holds: AtomicUsize,
     /// The newest retired segment whose fsync completed (those found at
@@ -270,6 +274,7 @@ impl Journal {
             older: Mutex::new(older),
             open: Mutex::new(HashMap::new()),
             last_lsn: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
             holds: AtomicUsize::new(0),
             synced_retired: AtomicU64::new(newest),
             window: Arc::new(PageWindow::new(cache_bytes)),
@@ -294,6 +299,12 @@ impl Journal {
         let mut current = self.current.lock();
         current.last = at;
         self.last_lsn.store(at.lsn, Ordering::Release);
+        self.restarts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times the numbering started over since the open.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Acquire)
     }
 
     /// Keeps every segment until the hold is dropped (a backup copies them).

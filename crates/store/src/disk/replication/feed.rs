@@ -89,6 +89,9 @@ pub(super) struct Feed {
     /// follows a damaged record, and the feed says so instead of sending
     /// the log with a hole in it.
     next_lsn: Option<u64>,
+    /// The journal's restarts when the feed began: a log started over
+    /// (this server loaded its own master's snapshot) is another history.
+    restarts: u64,
 }
 
 impl Drop for Feed {
@@ -219,6 +222,7 @@ impl Feed {
         hold: u64,
     ) -> io::Result<Feed> {
         inner.replica_holds.set(hold, segment);
+        let restarts = inner.journal.restarts();
         let file = File::open(journal::segment_path(&inner.config.dir, segment))
             .inspect_err(|_| inner.replica_holds.remove(hold))?;
         Ok(Feed {
@@ -232,6 +236,7 @@ impl Feed {
             buffer_at: offset,
             unacknowledged: VecDeque::new(),
             next_lsn,
+            restarts,
         })
     }
 
@@ -325,6 +330,18 @@ impl Feed {
     /// head without any: a kill tore them off (a write cut short), and the
     /// first group after the restart has the same first LSN.
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<Option<FedGroup>> {
+        if let Some(next) = self.next_lsn.filter(|&next| head.first_lsn < next) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the update log numbers LSN {} again after {}, at offset {} of segment {}",
+                    head.first_lsn,
+                    next - 1,
+                    self.offset,
+                    self.segment
+                ),
+            ));
+        }
         if let Some(next) = self.next_lsn.filter(|&next| head.first_lsn > next) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -367,6 +384,11 @@ impl LogFeed for Feed {
     fn next_group(&mut self, wait: Duration) -> io::Result<Option<FedGroup>> {
         let deadline = Instant::now() + wait;
         loop {
+            if self.inner.journal.restarts() != self.restarts {
+                return Err(io::Error::other(
+                    "this server's log started over from its master's snapshot",
+                ));
+            }
             // Read before looking: an append after it ends the wait below.
             let decided = self.inner.acks.decided();
             let bound = self.inner.journal.last_lsn();
