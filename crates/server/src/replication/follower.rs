@@ -45,11 +45,10 @@ pub(super) fn start(
     shared: Arc<Shared>,
     link: Arc<MasterLink>,
     stop: Arc<AtomicBool>,
-) -> io::Result<()> {
+) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("kura-repl-follow".to_string())
-        .spawn(move || run(&shared, &link, &stop))?;
-    Ok(())
+        .spawn(move || run(&shared, &link, &stop))
 }
 
 fn run(shared: &Shared, link: &MasterLink, stop: &AtomicBool) {

@@ -319,11 +319,30 @@ impl MasterLink {
 struct Following {
     link: Arc<MasterLink>,
     stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Following {
+    fn start(shared: &Arc<Shared>, link: Arc<MasterLink>) -> Result<Following, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = follower::start(shared.clone(), link.clone(), stop.clone())
+            .map_err(|error| format!("cannot start the follower of {}: {error}", link.master))?;
+        Ok(Following { link, stop, thread })
+    }
+
+    /// Stops the follower and waits for its thread to end.
+    fn stop(self) -> Arc<MasterLink> {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.thread.join();
+        self.link
+    }
 }
 
 /// The replication state of a server.
 #[derive(Default)]
 pub struct Replication {
+    /// `follow` one at a time.
+    changing_role: Mutex<()>,
     following: Mutex<Option<Following>>,
     /// Dual master: the links to the peers.
     peers: Mutex<Vec<Following>>,
@@ -356,10 +375,19 @@ impl Replication {
         if master.is_some() && !self.peers.lock().is_empty() {
             return Err("a dual master takes its peers' writes, not a master's log".to_string());
         }
-        let mut following = self.following.lock();
-        if let Some(old) = following.take() {
-            old.stop.store(true, Ordering::Release);
+        let _changing = self.changing_role.lock();
+        // The old follower ends before the role changes: on its way out it
+        // may still clear this server for a snapshot, or make it read-only.
+        // Not under `following`, which it may take meanwhile.
+        let old = self.following.lock().take().map(Following::stop);
+        if master.is_none() && !force && replication.position().is_none() {
+            // It began a snapshot since: it goes on with it.
+            if let Some(link) = old {
+                *self.following.lock() = Some(Following::start(shared, link)?);
+            }
+            return Err(PARTIAL_SNAPSHOT.to_string());
         }
+        let mut following = self.following.lock();
         let read_only_before = replication.read_only();
         match master {
             None => {
@@ -373,11 +401,7 @@ impl Replication {
                 replication.set_read_only(protocol == MasterProtocol::Kura);
                 let mut link = MasterLink::new(master, LinkKind::Master, protocol);
                 link.read_only_before = read_only_before;
-                let link = Arc::new(link);
-                let stop = Arc::new(AtomicBool::new(false));
-                follower::start(shared.clone(), link.clone(), stop.clone())
-                    .map_err(|error| format!("cannot start the follower: {error}"))?;
-                *following = Some(Following { link, stop });
+                *following = Some(Following::start(shared, Arc::new(link))?);
                 Ok(())
             }
         }
@@ -395,10 +419,7 @@ impl Replication {
                 LinkKind::Peer,
                 MasterProtocol::Kura,
             ));
-            let stop = Arc::new(AtomicBool::new(false));
-            follower::start(shared.clone(), link.clone(), stop.clone())
-                .map_err(|error| format!("cannot start the follower of {peer}: {error}"))?;
-            following.push(Following { link, stop });
+            following.push(Following::start(shared, link)?);
         }
         Ok(())
     }
