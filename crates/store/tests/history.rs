@@ -373,6 +373,40 @@ fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
     panic!("an apply round took every write before its backup");
 }
 
+/// A restore puts the values the log kept into LMDB in batches (64 MiB
+/// a transaction): more than one batch of them all comes back.
+#[test]
+fn a_restore_of_more_large_values_than_one_batch_holds_them_all() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = DiskStore::open(DiskConfig {
+        map_size: 512 << 20,
+        reserve_bytes: 0,
+        ..DiskConfig::new(work.path().join("data"))
+    })
+    .unwrap();
+    let value = |n: usize| vec![b'a' + (n % 26) as u8; 1 << 20];
+    for n in 0..80 {
+        store(
+            &engine,
+            StoreMode::Set,
+            format!("large:{n:02}").as_bytes(),
+            &value(n),
+            0,
+        );
+    }
+    let full = work.path().join("full");
+    backup(&engine, &full, None);
+    drop(engine);
+    let restored = work.path().join("restored");
+    restore::restore(&full, None, &restored).unwrap();
+    assert!(entries(&restored).is_empty(), "the log is let go");
+    let restored = open(&restored);
+    for n in 0..80 {
+        let found = get(&restored, format!("large:{n:02}").as_bytes()).map(|f| f.0);
+        assert!(found == Some(value(n)), "large:{n:02}");
+    }
+}
+
 #[test]
 fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     let work = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::ops::ControlFlow;
+use std::ops::{Bound, ControlFlow};
 use std::path::Path;
 
 use heed::types::Bytes;
@@ -192,8 +192,14 @@ fn target_of(
     Ok(target)
 }
 
-/// Puts every value LMDB keeps in the log into LMDB itself, then deletes
-/// the log's segments: the restored directory starts a new history.
+/// Values put into LMDB per transaction when a restore lets go of the log:
+/// LMDB keeps a transaction's dirty pages in memory until it commits.
+const FORGET_LOG_BATCH_BYTES: usize = 64 << 20;
+
+/// Puts every value LMDB keeps in the log into LMDB itself, a batch per
+/// transaction, then deletes the log's segments: the restored directory
+/// starts a new history. Killed midway, the restore is run again (the
+/// directory says it did not finish).
 fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
     let reading_value = "reading a value from the restored log";
     let mut options = EnvOpenOptions::new();
@@ -204,26 +210,29 @@ fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
     let mut txn = env.write_txn()?;
     let items: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("items"))?;
     let meta: Database<Bytes, Bytes> = env.create_database(&mut txn, Some("meta"))?;
-    let mut pointed = Vec::new();
-    for entry in items.iter(&txn)? {
-        let (key, stored) = entry?;
-        if let Some((inline, pointer)) = Header::decode(stored).and_then(in_log) {
-            pointed.push((key.to_vec(), inline, pointer));
-        }
-    }
     let mut open: Option<(u64, File)> = None;
-    for (key, inline, pointer) in pointed {
-        let segment = pointer.at.segment;
-        if open.as_ref().is_none_or(|(number, _)| *number != segment) {
-            let file =
-                File::open(journal::segment_path(dir, segment)).map_err(io_error(reading_value))?;
-            open = Some((segment, file));
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let batch = pointed_after(&items, &txn, after.as_deref())?;
+        let Some((last, _, _)) = batch.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        for (key, inline, pointer) in batch {
+            let segment = pointer.at.segment;
+            if open.as_ref().is_none_or(|(number, _)| *number != segment) {
+                let path = journal::segment_path(dir, segment);
+                let file = File::open(path).map_err(io_error(reading_value))?;
+                open = Some((segment, file));
+            }
+            let (_, file) = open.as_ref().expect("opened above");
+            let mut logged = journal::read_stored(&OsIo, file, &key, &pointer)
+                .map_err(io_error(reading_value))?;
+            inline.write_over(logged.record_mut());
+            items.put(&mut txn, &key, logged.record())?;
         }
-        let (_, file) = open.as_ref().expect("opened above");
-        let mut logged =
-            journal::read_stored(&OsIo, file, &key, &pointer).map_err(io_error(reading_value))?;
-        inline.write_over(logged.record_mut());
-        items.put(&mut txn, &key, logged.record())?;
+        txn.commit()?;
+        txn = env.write_txn()?;
     }
     for (segment, _) in log_live(&meta, &txn)? {
         meta.delete(&mut txn, &record::log_live_key(segment))?;
@@ -237,6 +246,29 @@ fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
         fs::remove_file(&path).map_err(io_error(format!("removing {}", path.display())))?;
     }
     Ok(())
+}
+
+/// The items after `after` whose values are in the log, in key order, up
+/// to [`FORGET_LOG_BATCH_BYTES`] of values (one at least).
+fn pointed_after(
+    items: &Database<Bytes, Bytes>,
+    txn: &heed::RoTxn<'_>,
+    after: Option<&[u8]>,
+) -> heed::Result<Vec<(Vec<u8>, Header, record::LogPointer)>> {
+    let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for entry in items.range(txn, &(start, Bound::Unbounded))? {
+        let (key, stored) = entry?;
+        if let Some((inline, pointer)) = Header::decode(stored).and_then(in_log) {
+            bytes += pointer.record_len();
+            batch.push((key.to_vec(), inline, pointer));
+            if bytes >= FORGET_LOG_BATCH_BYTES {
+                break;
+            }
+        }
+    }
+    Ok(batch)
 }
 
 #[cfg(test)]
