@@ -1898,14 +1898,14 @@ fn a_failed_fsync_as_a_replica_finishes_a_snapshot_poisons_it_and_it_loads_again
     assert_eq!(master.wait_until_all_applied(), AckState::Ready);
     let (at, _feed, parts) = common::snapshot_records(&master);
     let load = |replica: &DiskStore| {
-        let mut base = replica.load_base().unwrap();
+        let mut base = replica.load_base()?;
         for part in &parts {
             base.add(SnapshotPart::Records(part)).unwrap();
         }
         base.finish(at)
     };
     // The log's fsync (the segment the snapshot retires), then the data
-    // file's.
+    // file's (that of the clearing that starts the load).
     type Failure = fn(&mut Faults);
     let failures: [Failure; 2] = [
         |f| f.sync_log = Some(Fault::Fails(libc::EIO)),
