@@ -622,6 +622,20 @@ fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
     assert!(error.contains("is not a file name"), "{error}");
     assert!(!target.exists());
 
+    // A file of the data directory's other than LMDB's: a restore would
+    // put it into the new one (another server's id, a lock).
+    for name in ["server-id", "lock.mdb", "restore-unfinished"] {
+        let mut edited = manifest.clone();
+        edited.files[0].name = name.to_string();
+        let text = serde_json::to_string(&edited).unwrap();
+        std::fs::write(full.join(backup::MANIFEST), text).unwrap();
+        let error = backup::verify(&full).unwrap_err().to_string();
+        assert!(
+            error.contains("is not a file a full backup holds"),
+            "{error}"
+        );
+    }
+
     // A segment the manifest does not list: its checksum is nobody's.
     std::fs::write(
         full.join(backup::MANIFEST),

@@ -63,14 +63,19 @@ pub fn free_space(dir: &Path) -> Option<u64> {
     Some(fs.blocks_available() * fs.fragment_size())
 }
 
+/// The number of the segment a file of this name is, if it is one.
+pub fn segment_number(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("journal-")?.strip_suffix(".log")?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The journal's segments in `dir`, oldest first.
 pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|name| name.to_str());
-        let hex = name.and_then(|name| name.strip_prefix("journal-")?.strip_suffix(".log"));
-        if let Some(number) = hex.and_then(|hex| u64::from_str_radix(hex, 16).ok()) {
+        if let Some(number) = name.and_then(segment_number) {
             found.push((number, path));
         }
     }

@@ -451,6 +451,23 @@ pub fn load(dir: &Path) -> Result<Manifest, BackupError> {
             file.name
         )));
     }
+    // Only segments, and a full backup's copy of LMDB.
+    let held = |name: &str| {
+        journal::segment_number(name).is_some()
+            || (manifest.kind == BackupKind::Full && name == DATA_FILE)
+    };
+    if let Some(file) = manifest.files.iter().find(|file| !held(&file.name)) {
+        return Err(BackupError::Refused(format!(
+            "{}: {:?} is not a file a {} backup holds",
+            path.display(),
+            file.name,
+            if manifest.kind == BackupKind::Full {
+                "full"
+            } else {
+                "incremental"
+            }
+        )));
+    }
     Ok(manifest)
 }
 
