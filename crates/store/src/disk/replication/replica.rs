@@ -41,12 +41,18 @@ pub(super) fn records(bytes: &[u8]) -> Result<Vec<Record<'_>>, String> {
 /// log holds no group without one, nor an entry numbered 0).
 pub(super) fn group_of(bytes: &[u8]) -> Result<(GroupHead, Vec<Record<'_>>), String> {
     let mut records = records(bytes)?;
+    // Its last LSN (first + entries - 1) must be a number too.
+    let numbered = |head: &GroupHead| {
+        head.first_lsn > 0 && head.first_lsn.checked_add(records.len() as u64 - 1).is_some()
+    };
     match records.first() {
-        Some(&Record::Group(head)) if head.first_lsn > 0 && records.len() > 1 => {
+        Some(&Record::Group(head)) if numbered(&head) && records.len() > 1 => {
             records.remove(0);
             Ok((head, records))
         }
-        Some(Record::Group(_)) => Err("a group without entries, or numbered from 0".to_string()),
+        Some(Record::Group(_)) => {
+            Err("a group without entries, or numbered from 0 or past 2^64".to_string())
+        }
         _ => Err("a group without its head".to_string()),
     }
 }
@@ -338,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn a_group_needs_its_head_an_entry_and_a_first_lsn_past_0() {
+    fn a_group_needs_its_head_an_entry_and_lsns_from_1_to_2_to_the_64() {
         let head = |first_lsn| {
             Record::Group(GroupHead {
                 first_lsn,
@@ -355,6 +361,8 @@ mod tests {
             framed(&[head(7)]),
             framed(&[head(0), remove]),
             framed(&[remove]),
+            // Its last LSN past 2^64 − 1.
+            framed(&[head(u64::MAX), remove, remove]),
         ] {
             assert!(group_of(&refused).is_err());
         }
