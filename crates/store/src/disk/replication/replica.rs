@@ -43,7 +43,11 @@ pub(super) fn group_of(bytes: &[u8]) -> Result<(GroupHead, Vec<Record<'_>>), Str
     let mut records = records(bytes)?;
     // Its last LSN (first + entries - 1) must be a number too.
     let numbered = |head: &GroupHead| {
-        head.first_lsn > 0 && head.first_lsn.checked_add(records.len() as u64 - 1).is_some()
+        head.first_lsn > 0
+            && head
+                .first_lsn
+                .checked_add(records.len() as u64 - 1)
+                .is_some()
     };
     match records.first() {
         Some(&Record::Group(head)) if numbered(&head) && records.len() > 1 => {
@@ -319,9 +323,20 @@ impl BaseLoad for BaseLoader<'_> {
         inner
             .applied_segment
             .fetch_max(retired.number, Ordering::AcqRel);
+        // Segments of the history left behind go before the log numbers on:
+        // read on, they would pass for this one's. A backup or a snapshot
+        // sent that holds them is waited for (none begins meanwhile: both
+        // are refused while the snapshot is incomplete).
         for segment in inner.journal.older_segments() {
-            if let Err(error) = inner.journal.remove(segment.number) {
-                tracing::warn!(%error, segment = segment.number, "cannot remove a journal segment older than a snapshot");
+            loop {
+                match inner.journal.remove(segment.number) {
+                    Ok(true) => break,
+                    Ok(false) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                    Err(error) => {
+                        tracing::warn!(%error, segment = segment.number, "cannot remove a journal segment older than a snapshot");
+                        break;
+                    }
+                }
             }
         }
         inner.journal.restart_at(at);
