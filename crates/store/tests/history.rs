@@ -553,9 +553,8 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
 
     let absent = work.path().join("absent");
     let error = (again.backup(&absent.join("deeper/backup"), Some(&full))).unwrap_err();
-    let wanted = format!("ends at LSN {} (", manifest.last.lsn);
-    assert!(error.contains(&wanted), "{error}");
-    assert!(error.contains("another history"), "{error}");
+    assert!(error.contains("is a backup of another history"), "{error}");
+    assert!(manifest.history.is_some());
     assert!(
         !absent.exists(),
         "a failed backup leaves no folder, nor the folders it made for it"
@@ -576,7 +575,12 @@ fn an_incremental_backup_of_another_history_is_refused_and_leaves_nothing() {
 #[test]
 fn an_incremental_backup_of_another_history_that_went_further_is_refused() {
     let work = tempfile::tempdir().unwrap();
-    let (full, manifest) = backed_up_as_seven(work.path(), 3);
+    let (full, mut manifest) = backed_up_as_seven(work.path(), 3);
+    // Written by an earlier build, without the history's id: the log's
+    // own positions tell.
+    manifest.history = None;
+    let text = serde_json::to_string(&manifest).unwrap();
+    std::fs::write(full.join(backup::MANIFEST), text).unwrap();
     let again = open_as_seven(&work.path().join("again"));
     for n in 0..manifest.last.lsn + 2 {
         store(&again, StoreMode::Set, b"b", format!("w{n}").as_bytes(), 0);

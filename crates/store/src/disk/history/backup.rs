@@ -236,11 +236,25 @@ impl Inner {
         if manifest.last.lsn == 0 {
             return Ok(());
         }
+        if let (Some(theirs), Some(ours)) = (manifest.history, history) {
+            if theirs != ours {
+                return Err(BackupError::Refused(format!(
+                    "{} is a backup of another history of server {} (this data directory was \
+                     made again, restored, or loaded from its master's snapshot since); take a \
+                     full backup",
+                    dir.display(),
+                    self.server_id
+                )));
+            }
+        }
         let place = position::locate(&*self.config.io, segments, manifest.last)
             .map_err(io_error("reading the journal"))?;
+        let within_the_log = manifest.last.lsn <= self.journal.last_lsn();
         match place {
             Place::Found { .. } => Ok(()),
-            Place::Gone if history.is_some() && manifest.history == history => Ok(()),
+            Place::Gone if history.is_some() && manifest.history == history && within_the_log => {
+                Ok(())
+            }
             Place::Gone => Err(BackupError::Refused(format!(
                 "the log no longer holds LSN {}, the last of {}, and the backup is of another history of this server (or of an earlier build); take a full backup",
                 manifest.last.lsn,
