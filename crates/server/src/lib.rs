@@ -311,6 +311,20 @@ pub fn start(
         wakers: OnceLock::new(),
     });
 
+    // Before the first connection: a kura replica is read-only from then
+    // on (a replica of it must not take a snapshot cut off before this
+    // start for a whole one).
+    if let Some(master) = &shared.config.replica_of {
+        shared
+            .replication
+            .follow(
+                &shared,
+                Some((master.clone(), shared.config.replica_protocol)),
+                false,
+            )
+            .map_err(io::Error::other)?;
+    }
+
     let mut wakers = Vec::new();
     let mut inboxes = Vec::new();
     let mut handles = Vec::new();
@@ -338,17 +352,6 @@ pub fn start(
         handles.push(spawn_loudly("kura-udp".into(), move || {
             udp::run(udp_sockets, &udp, &udp.counters[threads])
         })?);
-    }
-
-    if let Some(master) = &shared.config.replica_of {
-        shared
-            .replication
-            .follow(
-                &shared,
-                Some((master.clone(), shared.config.replica_protocol)),
-                false,
-            )
-            .map_err(io::Error::other)?;
     }
 
     if !shared.config.peers.is_empty() {

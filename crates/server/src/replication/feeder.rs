@@ -111,8 +111,9 @@ fn feed(
             feed
         }
         // A replica holding part of its master's snapshot must not hand
-        // that part on as a whole one (promoted by force, it does).
-        _ if replication.position().is_none() && shared.replication.master().is_some() => {
+        // that part on as a whole one (promoted by force, or run without a
+        // master, it takes writes and does).
+        _ if replication.position().is_none() && replication.read_only() => {
             stream.write_all(SNAPSHOT_INCOMPLETE)?;
             return Ok(());
         }
