@@ -1124,11 +1124,27 @@ fn a_replica_cannot_acknowledge_past_what_it_was_sent() {
 /// messages at once (a run redone in one append): `a` small, `b` of
 /// `large` bytes; then no-operations.
 fn fake_tyrant_master_of_a_run(large: usize) -> u16 {
+    let bodies = [(b"a", vec![b'x']), (b"b", vec![b'y'; large])].map(|(key, value)| {
+        let mut body = vec![0xC8, 0x12];
+        body.extend_from_slice(&1u32.to_be_bytes());
+        body.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        body.extend_from_slice(key);
+        body.extend_from_slice(&value);
+        body.push(0);
+        body
+    });
+    fake_tyrant_master_sending(bodies.to_vec())
+}
+
+/// A Tokyo Tyrant master whose log holds `bodies` (times 1000, 1001, …),
+/// sent at once to each `repl`, then no-operations.
+fn fake_tyrant_master_sending(bodies: Vec<Vec<u8>>) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
+            let bodies = bodies.clone();
             std::thread::spawn(move || {
                 let mut request = [0; 14];
                 if stream.read_exact(&mut request).is_err() || request[..2] != [0xC8, 0xA0] {
@@ -1136,16 +1152,8 @@ fn fake_tyrant_master_of_a_run(large: usize) -> u16 {
                 }
                 let _ = stream.write_all(&7u32.to_be_bytes());
                 let mut messages = Vec::new();
-                for (micros, key, value) in
-                    [(1000, b"a", vec![b'x']), (1001, b"b", vec![b'y'; large])]
-                {
-                    let mut body = vec![0xC8, 0x12];
-                    body.extend_from_slice(&1u32.to_be_bytes());
-                    body.extend_from_slice(&(value.len() as u32).to_be_bytes());
-                    body.extend_from_slice(key);
-                    body.extend_from_slice(&value);
-                    body.push(0);
-                    kura_proto::tyrant_repl::message(micros, 7, &body, &mut messages);
+                for (micros, body) in (1000..).zip(&bodies) {
+                    kura_proto::tyrant_repl::message(micros, 7, body, &mut messages);
                 }
                 let _ = stream.write_all(&messages);
                 while stream.write_all(&[kura_proto::tyrant_repl::NOP]).is_ok() {
@@ -1189,4 +1197,48 @@ fn a_tokyo_tyrant_run_with_a_message_that_cannot_be_redone_is_not_taken_in_part(
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(replica.gets("a"), None, "part of the run was taken");
+}
+
+/// A master's log holds changes: a message that is another request
+/// (`copy`, which writes a file on this server's machine; `setmst`) is not
+/// redone, and the link stops before it.
+#[test]
+fn a_tokyo_tyrant_master_message_that_is_not_a_change_is_not_redone() {
+    let dir = tempfile::tempdir().unwrap();
+    let copied = dir.path().join("copied-by-the-master");
+    let mut copy = vec![0xC8, 0x73];
+    let path = copied.to_str().unwrap().as_bytes();
+    copy.extend_from_slice(&(path.len() as u32).to_be_bytes());
+    copy.extend_from_slice(path);
+    copy.push(0);
+    let mut put = vec![0xC8, 0x10];
+    put.extend_from_slice(&1u32.to_be_bytes());
+    put.extend_from_slice(&1u32.to_be_bytes());
+    put.extend_from_slice(b"ax");
+    put.push(0);
+    let master = fake_tyrant_master_sending(vec![copy, put]);
+    let port = free_port();
+    let _replica = serve(
+        &dir.path().join("replica"),
+        port,
+        &[
+            "--replica-of".to_string(),
+            format!("tyrant:127.0.0.1:{master}"),
+        ],
+    );
+    let mut replica = Client::connect(port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = replica.stats("replication");
+        if stats
+            .get("repl_master_error")
+            .is_some_and(|error| error.contains("cannot be redone here"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!copied.exists(), "the master's copy ran here");
+    assert_eq!(replica.gets("a"), None, "taken past a message not redone");
 }

@@ -330,10 +330,13 @@ impl Following {
         Ok(Following { link, stop, thread })
     }
 
-    /// Stops the follower and waits for its thread to end.
+    /// Stops the follower and waits for its thread to end (unless this is
+    /// that thread: a Tokyo Tyrant master's message redone there).
     fn stop(self) -> Arc<MasterLink> {
         self.stop.store(true, Ordering::Release);
-        let _ = self.thread.join();
+        if self.thread.thread().id() != std::thread::current().id() {
+            let _ = self.thread.join();
+        }
         self.link
     }
 }

@@ -178,13 +178,29 @@ fn request_bytes(body: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
     })
 }
 
-/// Whether a message is a request this server can redo (a value larger
+/// Whether a request is one an update log holds: a change of the
+/// database. Others (`copy`, `restore`, `setmst`, `ext`, reads) are not
+/// redone whatever a master sends.
+fn is_change(request: &Request<'_>) -> bool {
+    matches!(
+        request,
+        Request::Put { .. }
+            | Request::PutShl { .. }
+            | Request::Out { .. }
+            | Request::AddInt { .. }
+            | Request::AddDouble { .. }
+            | Request::Vanish
+            | Request::Misc { .. }
+    )
+}
+
+/// Whether a message is a change this server can redo (a value larger
 /// than `-I` is not).
 fn redoable(ctx: &Context<'_>, body: &[u8]) -> bool {
     request_bytes(body).is_some_and(|request| {
         matches!(
             tyrant::parse(&request, ctx.shared.config.max_item_size),
-            tyrant::Parse::Done { .. }
+            tyrant::Parse::Done { request, .. } if is_change(&request)
         )
     })
 }
@@ -195,7 +211,7 @@ fn redo(ctx: &Context<'_>, body: &[u8], scratch: &mut Vec<u8>) -> bool {
         return false;
     };
     match tyrant::parse(&request, ctx.shared.config.max_item_size) {
-        tyrant::Parse::Done { request, .. } => {
+        tyrant::Parse::Done { request, .. } if is_change(&request) => {
             scratch.clear();
             crate::exec::tyrant::execute(&request, ctx, scratch);
             true
@@ -304,7 +320,7 @@ fn take(
             // catch up.
             let message = &group[start];
             if !redo(ctx, &message.body, scratch) {
-                return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
+                return Err("a message from the master cannot be redone here (not a change of the database, or a value past -I)".to_string());
             }
             let after = kept.after(std::slice::from_ref(message));
             if !replication.one_append(&mut || keep_position(shared, after)) {
@@ -324,7 +340,7 @@ fn take(
             .iter()
             .all(|message| redoable(ctx, &message.body))
         {
-            return Err("a message from the master cannot be redone here (not a request, or a value past -I)".to_string());
+            return Err("a message from the master cannot be redone here (not a change of the database, or a value past -I)".to_string());
         }
         let after = kept.after(&group[start..end]);
         let appended = replication.one_append(&mut || {
