@@ -122,8 +122,14 @@ impl Feed {
         inner: &Arc<Inner>,
         find: impl FnOnce(u64) -> Result<Feed, FeedRefused>,
     ) -> Result<Feed, FeedRefused> {
+        // Read before `find` looks: a restart meanwhile ends the feed.
+        let restarts = inner.journal.restarts();
         let hold = inner.replica_holds.add(0);
-        find(hold).inspect_err(|_| inner.replica_holds.remove(hold))
+        let found = find(hold).inspect_err(|_| inner.replica_holds.remove(hold));
+        found.map(|mut feed| {
+            feed.restarts = restarts;
+            feed
+        })
     }
 
     fn open_held(inner: &Arc<Inner>, after: LogPosition, hold: u64) -> Result<Feed, FeedRefused> {
