@@ -711,9 +711,15 @@ struct SmallDisk {
 
 impl SmallDisk {
     fn mount(size: &str) -> SmallDisk {
+        SmallDisk::mount_with(&format!("size={size}"))
+    }
+
+    /// With tmpfs's `options` (`size=40m`, `nr_inodes=64`).
+    fn mount_with(options: &str) -> SmallDisk {
         let dir = tempfile::tempdir().unwrap();
+        let size = options;
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
             .arg(dir.path())
             .status()
             .expect("mount runs");
@@ -837,6 +843,77 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
         assert_eq!(read_value(&mut stream, &format!("k{i}")), None);
     }
     assert_eq!(read_value(&mut stream, "resumed"), Some(b"ok".to_vec()));
+}
+
+/// A disk with room for data but no file to spare: the log's next segment
+/// cannot be made (ENOSPC). As on a full disk, nothing is poisoned, and
+/// writes are applied once a file can be made again.
+#[test]
+fn a_disk_without_a_free_inode_does_not_poison_and_applies_once_one_is_freed() {
+    let disk = SmallDisk::mount_with("size=512m,nr_inodes=48");
+    let data = disk.dir.path().join("data");
+    let args = [
+        "--engine",
+        "disk",
+        "--dir",
+        data.to_str().unwrap(),
+        "--disk-reserve",
+        "4m",
+        "--map-size",
+        "256m",
+    ];
+    let port = free_port();
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    let set = |stream: &mut TcpStream, key: &str| {
+        request_line(stream, format!("set {key} 0 0 2\r\nok\r\n").as_bytes()).unwrap()
+    };
+    assert_eq!(set(&mut stream, "before"), "STORED\r\n");
+    // Every inode left, taken.
+    let mut fillers = Vec::new();
+    loop {
+        let path = disk.dir.path().join(format!("filler-{}", fillers.len()));
+        match std::fs::File::create(&path) {
+            Ok(_) => fillers.push(path),
+            Err(error) if error.kind() == std::io::ErrorKind::StorageFull => break,
+            Err(error) => panic!("{error}"),
+        }
+    }
+    assert!(std::fs::File::create(disk.dir.path().join("one-more")).is_err());
+    // Appended to the current segment; its round cannot start the next.
+    let reply = set(&mut stream, "while-full");
+    assert!(
+        reply == "STORED\r\n" || reply == "SERVER_ERROR storage write failed\r\n",
+        "{reply}"
+    );
+    let applied = server.engine_stat("disk_applied_writes");
+    // A round every 5 s.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        server.engine_stat("disk_poisoned"),
+        0,
+        "a missing inode poisoned the engine"
+    );
+    for filler in &fillers {
+        std::fs::remove_file(filler).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut stream = server.connect();
+    while set(&mut stream, "after") != "STORED\r\n" {
+        assert!(Instant::now() < deadline, "writes did not resume");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    while server.engine_stat("disk_applied_writes") <= applied {
+        assert!(Instant::now() < deadline, "nothing was applied since");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.engine_stat("disk_poisoned"), 0);
+    drop(server);
+    let server = Server::start_on(port, &args);
+    let mut stream = server.connect();
+    for key in ["before", "after"] {
+        assert_eq!(read_value(&mut stream, key), Some(b"ok".to_vec()), "{key}");
+    }
 }
 
 /// With no reserve, writes are refused once the room left would not hold

@@ -16,7 +16,7 @@ use super::change::{Old, Write};
 use super::compactor::{Compaction, COMPACT_RETRY};
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
-use super::space::is_out_of_space;
+use super::space::{is_enospc, is_out_of_space};
 use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
 
@@ -143,7 +143,12 @@ impl Inner {
                     Compaction::NotDue => {}
                 }
             }
-            if unsynced.is_none() && retention_checked.elapsed() >= RETENTION_CHECK_EVERY {
+            // Not while a round is left to retry: its commits may have
+            // lowered counts that no fsync made durable.
+            if unsynced.is_none()
+                && retry.is_none()
+                && retention_checked.elapsed() >= RETENTION_CHECK_EVERY
+            {
                 retention_checked = Instant::now();
                 self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
             }
@@ -175,9 +180,19 @@ impl Inner {
     fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
-            (self.journal.prepare())
-                .inspect_err(|error| self.poison("cannot start a journal segment", error))
-                .ok()
+            match self.journal.prepare() {
+                Ok(next) => Some(next),
+                // No room for the file: as for an append, writes wait for space.
+                Err(error) if is_enospc(&error) => {
+                    tracing::error!(%error, "disk full: cannot start a journal segment");
+                    self.health.set_out_of_space(true);
+                    None
+                }
+                Err(error) => {
+                    self.poison("cannot start a journal segment", error);
+                    None
+                }
+            }
         } else {
             None
         };
