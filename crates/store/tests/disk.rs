@@ -686,6 +686,74 @@ fn engine_stat(store: &dyn Store, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no engine stat {name}"))
 }
 
+/// A segment with a damaged record cannot be compacted: it is left, and
+/// the others are compacted meanwhile (it was chosen again and again, and
+/// no other segment was ever compacted).
+#[test]
+fn a_segment_that_cannot_be_compacted_does_not_stop_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskConfig {
+        map_size: 64 << 20,
+        sync: SyncPolicy::Batch,
+        reserve_bytes: 0,
+        pending_limit: 1 << 20,
+        log_retention: LogRetention::NOTHING,
+        ..DiskConfig::new(dir.path())
+    })
+    .unwrap();
+    let large = |tag: &str| tag.bytes().cycle().take(4096).collect::<Vec<u8>>();
+    let newest_segment = || {
+        let mut numbers: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().into_string().unwrap())
+            .filter(|name| name.starts_with("journal-"))
+            .collect();
+        numbers.sort();
+        // The current segment is the last; the one just applied before it.
+        dir.path().join(&numbers[numbers.len() - 2])
+    };
+    // Two segments of 100 large values each, most of each then overwritten
+    // with small values (which LMDB holds): mostly garbage. The first is
+    // damaged throughout before (its records fail their checksums), and is
+    // the emptier, so it is the first chosen.
+    let mut segments = Vec::new();
+    for (batch, overwritten) in [("a", 90), ("b", 80)] {
+        for n in 0..100 {
+            set(&store, format!("{batch}{n}").as_bytes(), &large(batch), 0);
+        }
+        store.wait_until_all_applied();
+        let segment = newest_segment();
+        if batch == "a" {
+            let mut bytes = std::fs::read(&segment).unwrap();
+            for at in (100..bytes.len()).step_by(512) {
+                bytes[at] ^= 0xff;
+            }
+            std::fs::write(&segment, &bytes).unwrap();
+        }
+        segments.push(segment);
+        for n in 0..overwritten {
+            set(&store, format!("{batch}{n}").as_bytes(), b"small", 0);
+        }
+        store.wait_until_all_applied();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while segments[1].exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the intact segment was never compacted ({} compactions)",
+            engine_stat(&store, "disk_compactions")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(segments[0].exists(), "the damaged segment is left");
+    for n in 80..100 {
+        let found = get(&store, format!("b{n}").as_bytes()).map(|f| f.0);
+        assert_eq!(found, Some(large("b")), "b{n}");
+    }
+    assert_eq!(engine_stat(&store, "disk_poisoned"), 0);
+}
+
 /// Large values stay in the journal, and LMDB points to them: they read
 /// back before and after their round, and across reopening; overwriting
 /// them makes garbage that compaction moves the live ones out of, so the

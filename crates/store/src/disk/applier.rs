@@ -94,6 +94,8 @@ impl Inner {
         let mut unsynced = None;
         // No compaction before this (one failed).
         let mut compact_after = Instant::now();
+        // Segments whose compaction failed other than for space.
+        let mut unreadable = std::collections::BTreeSet::new();
         // When retention was last applied: the log ages without rounds too.
         let mut retention_checked = Instant::now();
         let mut last_round = Instant::now();
@@ -133,7 +135,7 @@ impl Inner {
             }
             // Between rounds: one segment at a time, so writes wait little.
             if !finishing && retry.is_none() && Instant::now() >= compact_after {
-                match self.compact_some() {
+                match self.compact_some(&mut unreadable) {
                     Compaction::Done => {
                         unsynced = Some(self.applied_segment.load(Ordering::Acquire));
                         self.sync_applied(&mut unsynced);

@@ -2,6 +2,7 @@
 //! that is mostly garbage are appended again, and LMDB points to their new
 //! place, so the segment can go.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -34,8 +35,10 @@ impl Inner {
     /// Compacts the journal segment that is most garbage, if garbage
     /// outweighs what LMDB points to (and is more than a few rounds'
     /// worth): its live values are copied to the current segment and LMDB
-    /// points there, so it can be deleted.
-    pub(super) fn compact_some(&self) -> Compaction {
+    /// points there, so it can be deleted. A segment whose compaction
+    /// failed other than for space (a damaged record) joins `unreadable`
+    /// and is not chosen again: the others are compacted meanwhile.
+    pub(super) fn compact_some(&self, unreadable: &mut BTreeSet<u64>) -> Compaction {
         // Also when short of space: a mostly-garbage segment frees more
         // than its live values take again.
         if self.health.is_poisoned() {
@@ -44,6 +47,7 @@ impl Inner {
         // History the retention keeps is kept whole: only segments past it
         // are worth compacting (their garbage is deleted with them).
         let past = self.past_retention(self.applied_segment.load(Ordering::Acquire));
+        unreadable.retain(|number| past.iter().any(|segment| segment.number == *number));
         let counts = self.applied_counts.lock();
         let segments: Vec<(u64, u64, u64)> = past
             .iter()
@@ -61,7 +65,9 @@ impl Inner {
         // at least half of all is garbage). Dead ones are just deleted.
         let Some((victim, _, _)) = segments
             .into_iter()
-            .filter(|&(_, len, live)| live > 0 && live * 2 <= len)
+            .filter(|&(number, len, live)| {
+                live > 0 && live * 2 <= len && !unreadable.contains(&number)
+            })
             .min_by_key(|&(_, len, live)| live as u128 * 1_000_000 / len.max(1) as u128)
         else {
             return Compaction::NotDue;
@@ -79,7 +85,8 @@ impl Inner {
                 Compaction::Failed
             }
             Err(error) => {
-                tracing::warn!(%error, segment = victim, "journal compaction failed; will try again");
+                tracing::warn!(%error, segment = victim, "journal compaction failed; the other segments are compacted meanwhile");
+                unreadable.insert(victim);
                 Compaction::Failed
             }
         }
