@@ -1165,6 +1165,20 @@ fn fake_tyrant_master_sending(bodies: Vec<Vec<u8>>) -> u16 {
     port
 }
 
+/// Waits until the replica's link to its master failed with `wanted`.
+fn wait_for_master_error(replica: &mut Client, wanted: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = replica.stats("replication");
+        let error = stats.get("repl_master_error");
+        if error.is_some_and(|error| error.contains(wanted)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{stats:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A run of messages is redone whole or not at all: one this server
 /// cannot redo (a value past its `-I`) stops the link before any of the
 /// run is taken, and the position stays before it.
@@ -1184,18 +1198,7 @@ fn a_tokyo_tyrant_run_with_a_message_that_cannot_be_redone_is_not_taken_in_part(
         ],
     );
     let mut replica = Client::connect(port);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let stats = replica.stats("replication");
-        if stats
-            .get("repl_master_error")
-            .is_some_and(|error| error.contains("cannot be redone here"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{stats:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_master_error(&mut replica, "cannot be redone here");
     assert_eq!(replica.gets("a"), None, "part of the run was taken");
 }
 
@@ -1227,18 +1230,7 @@ fn a_tokyo_tyrant_master_message_that_is_not_a_change_is_not_redone() {
         ],
     );
     let mut replica = Client::connect(port);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let stats = replica.stats("replication");
-        if stats
-            .get("repl_master_error")
-            .is_some_and(|error| error.contains("cannot be redone here"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{stats:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_master_error(&mut replica, "cannot be redone here");
     assert!(!copied.exists(), "the master's copy ran here");
     assert_eq!(replica.gets("a"), None, "taken past a message not redone");
 }

@@ -737,19 +737,25 @@ impl Drop for SmallDisk {
     }
 }
 
-/// The server's flags on a small disk: a 4 MiB reserve, a map larger than
-/// the disk.
-fn small_disk_args(data: &str) -> [&str; 8] {
+/// The disk engine's flags: data in `data`, `reserve` and `map` as
+/// `--disk-reserve` and `--map-size` give them.
+fn disk_args<'a>(data: &'a str, reserve: &'a str, map: &'a str) -> [&'a str; 8] {
     [
         "--engine",
         "disk",
         "--dir",
         data,
         "--disk-reserve",
-        "4m",
+        reserve,
         "--map-size",
-        "1g",
+        map,
     ]
+}
+
+/// The server's flags on a small disk: a 4 MiB reserve, a map larger than
+/// the disk.
+fn small_disk_args(data: &str) -> [&str; 8] {
+    disk_args(data, "4m", "1g")
 }
 
 const FILL_VALUE_LEN: usize = 64 * 1024;
@@ -852,16 +858,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
 fn a_disk_without_a_free_inode_does_not_poison_and_applies_once_one_is_freed() {
     let disk = SmallDisk::mount_with("size=512m,nr_inodes=48");
     let data = disk.dir.path().join("data");
-    let args = [
-        "--engine",
-        "disk",
-        "--dir",
-        data.to_str().unwrap(),
-        "--disk-reserve",
-        "4m",
-        "--map-size",
-        "256m",
-    ];
+    let args = disk_args(data.to_str().unwrap(), "4m", "256m");
     let port = free_port();
     let server = Server::start_on(port, &args);
     let mut stream = server.connect();
@@ -924,16 +921,7 @@ fn a_disk_without_a_free_inode_does_not_poison_and_applies_once_one_is_freed() {
 fn with_no_reserve_a_full_disk_keeps_room_to_replay_after_a_kill() {
     let disk = SmallDisk::mount("40m");
     let data = disk.dir.path().join("data");
-    let args = [
-        "--engine",
-        "disk",
-        "--dir",
-        data.to_str().unwrap(),
-        "--disk-reserve",
-        "0",
-        "--map-size",
-        "1g",
-    ];
+    let args = disk_args(data.to_str().unwrap(), "0", "1g");
     let port = free_port();
     let server = Server::start_on(port, &args);
     let mut stream = server.connect();
