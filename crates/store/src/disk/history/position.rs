@@ -4,6 +4,7 @@
 //! this log's history, not of another under the same server id.
 
 use std::io;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::disk::io::Io;
@@ -13,6 +14,7 @@ use crate::log_position::LogPosition;
 
 /// A group of a segment: its head, where it starts, its entries and
 /// where the record after its last entry starts.
+#[derive(Debug, Clone, Copy)]
 pub(in crate::disk) struct GroupSpan {
     pub head: GroupHead,
     pub offset: u64,
@@ -20,33 +22,79 @@ pub(in crate::disk) struct GroupSpan {
     pub end: u64,
 }
 
-/// The groups of segment `number`, in order.
-pub(in crate::disk) fn groups_of(
+/// Hands `visit` the groups of segment `number`, in order, each once its
+/// entries are read, until it breaks. One group at a time: a segment can
+/// hold millions.
+pub(in crate::disk) fn visit_groups(
     io: &dyn Io,
     path: &Path,
     number: u64,
-) -> io::Result<Vec<GroupSpan>> {
-    let mut groups: Vec<GroupSpan> = Vec::new();
-    journal::replay(io, path, number, |record, at, framed| {
+    mut visit: impl FnMut(&GroupSpan) -> ControlFlow<()>,
+) -> io::Result<()> {
+    enum Stop {
+        Visited,
+        Failed(io::Error),
+    }
+    impl From<io::Error> for Stop {
+        fn from(error: io::Error) -> Stop {
+            Stop::Failed(error)
+        }
+    }
+    let mut open: Option<GroupSpan> = None;
+    let replayed = journal::replay(io, path, number, |record, at, framed| {
         let end = at.offset + framed as u64;
         match record {
-            Record::Group(head) => groups.push(GroupSpan {
-                head,
-                offset: at.offset,
-                entries: 0,
-                end,
-            }),
+            Record::Group(head) => {
+                let next = GroupSpan {
+                    head,
+                    offset: at.offset,
+                    entries: 0,
+                    end,
+                };
+                if let Some(done) = open.replace(next) {
+                    if visit(&done).is_break() {
+                        return Err(Stop::Visited);
+                    }
+                }
+            }
             _ if record.is_entry() => {
-                if let Some(group) = groups.last_mut() {
+                if let Some(group) = open.as_mut() {
                     group.entries += 1;
                     group.end = end;
                 }
             }
             _ => {}
         }
-        Ok::<_, io::Error>(())
+        Ok(())
+    });
+    match replayed {
+        Ok(_) => {
+            if let Some(last) = open {
+                let _ = visit(&last);
+            }
+            Ok(())
+        }
+        Err(Stop::Visited) => Ok(()),
+        Err(Stop::Failed(error)) => Err(error),
+    }
+}
+
+/// The first group of segment `number` that `wanted` picks.
+pub(in crate::disk) fn find_group(
+    io: &dyn Io,
+    path: &Path,
+    number: u64,
+    mut wanted: impl FnMut(&GroupSpan) -> bool,
+) -> io::Result<Option<GroupSpan>> {
+    let mut found = None;
+    visit_groups(io, path, number, |group| {
+        if wanted(group) {
+            found = Some(*group);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
     })?;
-    Ok(groups)
+    Ok(found)
 }
 
 /// The LSN of the first entry in segment `number`, if it has any. Stops
@@ -110,26 +158,28 @@ pub(in crate::disk) fn locate(
     let Some((segment, path)) = holding else {
         return Ok(Place::Gone);
     };
-    let groups = groups_of(io, path, segment)?;
     if at.lsn == 0 {
-        let next = groups.first().map_or(0, |group| group.offset);
+        let first = find_group(io, path, segment, |_| true)?;
+        let next = first.map_or(0, |group| group.offset);
         return Ok(Place::Found { segment, next });
     }
-    let ends_at = |group: &&GroupSpan| {
-        group.entries > 0
-            && group.head.first_lsn + group.entries - 1 == at.lsn
-            && group.head.micros == at.micros
-    };
-    let last_lsn = groups
-        .iter()
-        .rev()
-        .find(|group| group.entries > 0)
-        .map_or(0, |group| group.head.first_lsn + group.entries - 1);
-    Ok(match groups.iter().find(ends_at) {
-        Some(group) => Place::Found {
-            segment,
-            next: group.end,
-        },
+    let group_last = |group: &GroupSpan| group.head.first_lsn + group.entries - 1;
+    // The group that ends at `at`, and the segment's last entry.
+    let mut ending = None;
+    let mut last_lsn = 0;
+    visit_groups(io, path, segment, |group| {
+        if group.entries == 0 {
+            return ControlFlow::Continue(());
+        }
+        last_lsn = group_last(group);
+        if last_lsn == at.lsn && group.head.micros == at.micros {
+            ending = Some(group.end);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(match ending {
+        Some(next) => Place::Found { segment, next },
         // Between this segment's entries and a later one's: the segments
         // that held it are gone, this one kept for the values LMDB reads
         // in it.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::disk::history::position::{groups_of, locate, Place};
+use crate::disk::history::position::{find_group, locate, Place};
 use crate::disk::journal;
 use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::Inner;
@@ -190,11 +190,16 @@ impl Feed {
             return feed_at(current, current_len);
         }
         for (number, path) in journal::segments(&inner.config.dir)?.iter().rev() {
-            let groups = groups_of(&*inner.config.io, path, *number)?;
-            if let Some(group) = groups.iter().find(|g| g.head.first_lsn == at.lsn + 1) {
+            // The group after `at`, or the first group, if it is before.
+            let mut first_before = None;
+            let after = find_group(&*inner.config.io, path, *number, |group| {
+                first_before.get_or_insert(group.head.first_lsn <= at.lsn);
+                group.head.first_lsn == at.lsn + 1
+            })?;
+            if let Some(group) = after {
                 return feed_at(*number, group.offset);
             }
-            if groups.first().is_some_and(|g| g.head.first_lsn <= at.lsn) {
+            if first_before == Some(true) {
                 break;
             }
         }
@@ -210,8 +215,9 @@ impl Feed {
         Self::holding_the_log(inner, |hold| {
             let (current, current_len, _) = inner.journal.current_end();
             for (number, path) in journal::segments(&inner.config.dir).map_err(io_refused)? {
-                let groups = groups_of(&*inner.config.io, &path, number).map_err(io_refused)?;
-                if let Some(group) = groups.iter().find(|group| group.head.micros >= micros) {
+                let io = &*inner.config.io;
+                let since = find_group(io, &path, number, |group| group.head.micros >= micros);
+                if let Some(group) = since.map_err(io_refused)? {
                     return Self::at(inner, (number, group.offset), None, hold).map_err(io_refused);
                 }
             }
@@ -583,8 +589,8 @@ mod tests {
             .unwrap()
             .into_iter()
             .find_map(|(number, path)| {
-                let groups = groups_of(&crate::disk::io::OsIo, &path, number).unwrap();
-                let group = groups.into_iter().find(|g| g.head.first_lsn == 2)?;
+                let io = &crate::disk::io::OsIo;
+                let group = find_group(io, &path, number, |g| g.head.first_lsn == 2).unwrap()?;
                 Some((path, group))
             })
             .expect("LSN 2 is in the log");
