@@ -247,9 +247,10 @@ impl Inner {
                 )));
             }
         }
-        let place = position::locate(&*self.config.io, segments, manifest.last)
+        let log_last = self.journal.last_lsn();
+        let place = position::locate(&*self.config.io, segments, manifest.last, log_last)
             .map_err(io_error("reading the journal"))?;
-        let within_the_log = manifest.last.lsn <= self.journal.last_lsn();
+        let within_the_log = manifest.last.lsn <= log_last;
         match place {
             Place::Found { .. } => Ok(()),
             Place::Gone if history.is_some() && manifest.history == history && within_the_log => {

@@ -136,24 +136,22 @@ pub(in crate::disk) enum Place {
     Diverged,
 }
 
-/// Where the log in `segments` (number and path, oldest first) has `at`.
-/// Reads the first entry of each segment from the newest back, then the
-/// one segment that holds `at` whole.
+/// Where the log in `segments` (number and path, oldest first), whose
+/// newest entry is `log_last`, has `at`. Reads the first entry of each
+/// segment from the newest back, then the one segment that may hold `at`.
 pub(in crate::disk) fn locate(
     io: &dyn Io,
     segments: &[(u64, PathBuf)],
     at: LogPosition,
+    log_last: u64,
 ) -> io::Result<Place> {
     let mut holding = None;
-    // Whether a segment after the one that may hold `at` has entries.
-    let mut entries_after = false;
     for (number, path) in segments.iter().rev() {
         let first = first_lsn(io, path, *number)?;
         if first.is_some_and(|first| first <= at.lsn || (at.lsn == 0 && first == 1)) {
             holding = Some((*number, path));
             break;
         }
-        entries_after |= first.is_some();
     }
     let Some((segment, path)) = holding else {
         return Ok(Place::Gone);
@@ -180,10 +178,10 @@ pub(in crate::disk) fn locate(
     })?;
     Ok(match ending {
         Some(next) => Place::Found { segment, next },
-        // Between this segment's entries and a later one's: the segments
+        // Past this segment's entries, not past the log's: the segments
         // that held it are gone, this one kept for the values LMDB reads
         // in it.
-        None if at.lsn > last_lsn && entries_after => Place::Gone,
+        None if at.lsn > last_lsn && at.lsn <= log_last => Place::Gone,
         None => Place::Diverged,
     })
 }

@@ -146,7 +146,7 @@ impl Feed {
         }
         let segments = journal::segments(&inner.config.dir).map_err(io_refused)?;
         let (number, next) =
-            match locate(&*inner.config.io, &segments, after).map_err(io_refused)? {
+            match locate(&*inner.config.io, &segments, after, last.lsn).map_err(io_refused)? {
                 Place::Found { segment, next } => (segment, next),
                 Place::Gone => {
                     return Err(FeedRefused::Gone(format!(
