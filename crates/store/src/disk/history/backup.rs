@@ -257,7 +257,7 @@ impl Inner {
                 Ok(())
             }
             Place::Gone => Err(BackupError::Refused(format!(
-                "the log no longer holds LSN {}, the last of {}, and the backup is of another history of this server (or of an earlier build); take a full backup",
+                "the log no longer holds LSN {}, the last of {}, a backup that names no history (an earlier build's) or is past this log's end; take a full backup",
                 manifest.last.lsn,
                 dir.display()
             ))),
