@@ -11,7 +11,6 @@ use std::thread;
 use super::log_format::{self, GroupHead, Location, Record};
 use super::pending::{Batch, Pending};
 use super::record::{Header, Space};
-use super::space::is_enospc;
 use super::threads::IDLE_TICK;
 use super::{Inner, SyncPolicy};
 use crate::clock::unix_micros;
@@ -218,18 +217,9 @@ impl Inner {
         if self.health.is_poisoned() {
             return None;
         }
-        let start = match self.journal.append(group, Some(last)) {
-            Ok(start) => start,
-            Err(error) if is_enospc(&error) => {
-                tracing::error!(%error, "disk full: refusing writes until space is freed");
-                self.health.set_out_of_space(true);
-                return None;
-            }
-            Err(error) => {
-                self.poison("journal write failed", error);
-                return None;
-            }
-        };
+        let start = (self.journal.append(group, Some(last)))
+            .map_err(|error| self.log_write_failed("journal write failed", error))
+            .ok()?;
         // Whatever the errno: after a failed fsync the kernel may have
         // dropped the group's pages, and a group appended after them would
         // replay past a hole.

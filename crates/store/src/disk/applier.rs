@@ -15,8 +15,8 @@ use heed::RwTxn;
 use super::change::{Old, Write};
 use super::compactor::{Compaction, COMPACT_RETRY};
 use super::pending::{Batch, Pending};
-use super::record::{self, Counts, Header, LogPointer, Space, FETCHED};
-use super::space::{is_enospc, is_out_of_space};
+use super::record::{self, Counts, LogPointer, Space, FETCHED};
+use super::space::is_out_of_space;
 use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
 
@@ -57,8 +57,6 @@ pub(super) struct ApplyRound {
     pub(super) segment: u64,
     /// The newest entry in it.
     pub(super) last: LogPosition,
-    /// A commit of it failed before.
-    pub(super) retried: bool,
 }
 
 /// The first eight bytes of `key`, zero-padded, as a number that sorts as
@@ -182,19 +180,9 @@ impl Inner {
     fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let next = if self.logged.lock().dirty {
-            match self.journal.prepare() {
-                Ok(next) => Some(next),
-                // No room for the file: as for an append, writes wait for space.
-                Err(error) if is_enospc(&error) => {
-                    tracing::error!(%error, "disk full: cannot start a journal segment");
-                    self.health.set_out_of_space(true);
-                    None
-                }
-                Err(error) => {
-                    self.poison("cannot start a journal segment", error);
-                    None
-                }
-            }
+            (self.journal.prepare())
+                .map_err(|error| self.log_write_failed("cannot start a journal segment", error))
+                .ok()
         } else {
             None
         };
@@ -211,6 +199,9 @@ impl Inner {
             (batch, logged.flush.take(), retired)
         });
         drop(logged);
+        // A round left to retry failed to commit (or waits on a poisoned
+        // engine, and never commits again).
+        let retried = retry.is_some();
         let mut round = retry.take();
         if let Some((batch, flush, retired)) = taken {
             // Under every policy: LMDB is about to point into it, and its
@@ -246,18 +237,17 @@ impl Inner {
         // A retried round first commits its flush and its removals alone:
         // they may free the room the writes need (deletes journalled since,
         // too), but LMDB reuses a freed page only two transactions later.
-        let result = (round.as_ref().filter(|round| round.retried))
+        let result = (round.as_ref().filter(|_| retried))
             .map_or(Ok(()), |round| self.commit_removes(round))
             .and_then(|()| self.commit(round.as_ref(), reclaim, crawl.as_deref()));
         let segment = round.as_ref().map_or(0, |round| round.segment);
         if let Err(error) = result {
             self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-            let first = round.as_ref().is_none_or(|round| !round.retried);
             // LMDB reports a short write (a full file system) as EIO.
             let short = is_out_of_space(&error)
                 || self.space_left().is_some_and(|left| self.is_short(left));
             if short {
-                if first {
+                if !retried {
                     tracing::error!(%error, "disk full: refusing writes until space is freed");
                 }
                 self.health.set_out_of_space(true);
@@ -269,10 +259,7 @@ impl Inner {
             // The writes are acknowledged and in the journal: they stay
             // pending (readable) and the next round tries again, with
             // whatever was journalled since (deletes may free space).
-            *retry = round.map(|round| ApplyRound {
-                retried: true,
-                ..round
-            });
+            *retry = round;
             // Tried again after a pause, not at once.
             return None;
         }
@@ -284,8 +271,7 @@ impl Inner {
             // `apply` wrote the record is in the cache and the access table,
             // not in LMDB. Only live ones: the cache holds no dead record.
             self.pending.retire_applied(round.batches, |hash, header| {
-                self.alive(header)
-                    && (header.has(FETCHED) || self.accesses.fetched(hash, header.cas))
+                self.alive(header) && self.fetched(hash, header)
             });
         }
         if let Some(through) = through {
@@ -502,7 +488,12 @@ impl Inner {
     ) -> heed::Result<usize> {
         match write {
             Write::Put(stored) => {
-                let Some((header, value)) = Header::decode(stored) else {
+                let Some(Old {
+                    header,
+                    value_len,
+                    pointer,
+                }) = Old::of(stored)
+                else {
                     return Ok(0);
                 };
                 if header.cas <= flushed_through {
@@ -511,9 +502,7 @@ impl Inner {
                 }
                 // Read while pending: stored with its fetched bit, which
                 // then outlives the access table (`accesses.rs`).
-                let fetched = self.fetched(key, &header);
-                let pointer = LogPointer::of_stored(&header, value);
-                let value_len = record::stored_value_len(&header, value);
+                let fetched = self.fetched(self.pending.item_hash(key), &header);
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
                     if fetched {

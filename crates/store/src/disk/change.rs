@@ -47,7 +47,8 @@ impl<'a> Write<'a> {
     }
 }
 
-/// The record a key had before a write: what it counted for.
+/// A stored record as the counts see it (the one a write replaces, or
+/// the write itself).
 pub(super) struct Old {
     pub(super) header: Header,
     pub(super) value_len: usize,

@@ -28,41 +28,37 @@ pub enum LockError {
 }
 
 /// Held for as long as the engine is open; dropping it releases the lock.
-#[derive(Debug)]
-pub struct DirLock {
-    _file: Flock<File>,
-}
+pub type DirLock = Flock<File>;
 
-impl DirLock {
-    pub fn acquire(dir: &Path) -> Result<DirLock, LockError> {
-        let io = |source| LockError::Io {
-            dir: dir.to_path_buf(),
-            source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(LOCK_FILE))
-            .map_err(io)?;
-        let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => locked,
-            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                return Err(LockError::InUse {
-                    dir: dir.to_path_buf(),
-                    holder: text.trim().parse().ok(),
-                });
-            }
-            Err((_, errno)) => return Err(io(errno.into())),
-        };
-        // Just opened, so written from the start.
-        file.set_len(0).map_err(io)?;
-        writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(DirLock { _file: file })
-    }
+/// Locks `dir` for this process, or names the process that holds it.
+pub fn acquire(dir: &Path) -> Result<DirLock, LockError> {
+    let io = |source| LockError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK_FILE))
+        .map_err(io)?;
+    let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => locked,
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(LockError::InUse {
+                dir: dir.to_path_buf(),
+                holder: text.trim().parse().ok(),
+            });
+        }
+        Err((_, errno)) => return Err(io(errno.into())),
+    };
+    // Just opened, so written from the start.
+    file.set_len(0).map_err(io)?;
+    writeln!(file, "{}", std::process::id()).map_err(io)?;
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -72,8 +68,8 @@ mod tests {
     #[test]
     fn a_second_lock_on_the_same_directory_names_the_holder() {
         let dir = tempfile::tempdir().unwrap();
-        let first = DirLock::acquire(dir.path()).unwrap();
-        let error = DirLock::acquire(dir.path()).unwrap_err();
+        let first = acquire(dir.path()).unwrap();
+        let error = acquire(dir.path()).unwrap_err();
         let message = error.to_string();
         assert!(
             message.contains(&format!("by process {}", std::process::id())),
@@ -81,6 +77,6 @@ mod tests {
         );
         assert!(message.contains(&dir.path().display().to_string()));
         drop(first);
-        DirLock::acquire(dir.path()).expect("free again once the holder is gone");
+        acquire(dir.path()).expect("free again once the holder is gone");
     }
 }

@@ -51,7 +51,7 @@ impl Inner {
             else {
                 continue;
             };
-            if !self.fetched(key, &old.header) {
+            if !self.fetched(self.pending.item_hash(key), &old.header) {
                 counts.reclaims.unfetched += 1;
             }
             self.items.delete(txn, key)?;

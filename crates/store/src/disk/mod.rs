@@ -295,10 +295,9 @@ impl Inner {
                 asked = true;
             }
             let in_time = deadline.is_none_or(|at| Instant::now() < at);
-            let waiting = self.applied.wait(seq, Duration::from_millis(10)) == AckState::Waiting;
+            self.applied.wait(seq, Duration::from_millis(10));
             // A poisoned engine applies nothing more.
-            let poisoned = self.health.is_poisoned();
-            if !waiting || !in_time || poisoned || self.signals.stopping() {
+            if !in_time || self.health.is_poisoned() || self.signals.stopping() {
                 break;
             }
         }
@@ -537,14 +536,13 @@ impl Store for DiskStore {
                 continue;
             }
             let value_len = record::stored_value_len(&header, value);
+            let hash = inner.pending.item_hash(key);
             visit(&ItemInfo {
                 key,
                 ttl: inner.ttl(header.expiry_unix),
-                idle_seconds: inner
-                    .accesses
-                    .idle_seconds(inner.pending.item_hash(key), inner.clock.now()),
+                idle_seconds: inner.accesses.idle_seconds(hash, inner.clock.now()),
                 cas: header.cas,
-                fetched: inner.fetched(key, &header),
+                fetched: inner.fetched(hash, &header),
                 class: inner.class_of(key, value_len),
                 size: item_size(key, value_len),
                 value_len,

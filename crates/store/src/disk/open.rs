@@ -151,7 +151,7 @@ impl DiskStore {
 
     fn open_in(config: DiskConfig) -> Result<Self, OpenError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
-        let dir_lock = dir_lock::DirLock::acquire(&config.dir)?;
+        let dir_lock = dir_lock::acquire(&config.dir)?;
         // The restore's own replay stops at its point (`replay_until`).
         if config.replay_until.is_none() && config.dir.join(RESTORE_UNFINISHED).exists() {
             return Err(OpenError::Format(format!(

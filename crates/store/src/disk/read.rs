@@ -100,19 +100,16 @@ impl Inner {
     /// item was read since it was stored (`accesses.rs`).
     fn with_fetched<'v>(&self, hash: u64, record: Option<&'v [u8]>) -> Option<(Header, &'v [u8])> {
         let (mut header, value) = Header::decode(record?)?;
-        if !header.has(FETCHED) && self.accesses.fetched(hash, header.cas) {
+        if self.fetched(hash, &header) {
             header.bits |= FETCHED;
         }
         Some((header, value))
     }
 
-    /// Whether the item `header` describes under `key` was read: its bit in
+    /// Whether the item `header` describes (of `hash`) was read: its bit in
     /// LMDB, or a read since it was stored.
-    pub(super) fn fetched(&self, key: &[u8], header: &Header) -> bool {
-        header.has(FETCHED)
-            || self
-                .accesses
-                .fetched(self.pending.item_hash(key), header.cas)
+    pub(super) fn fetched(&self, hash: u64, header: &Header) -> bool {
+        header.has(FETCHED) || self.accesses.fetched(hash, header.cas)
     }
 
     /// What a read of the item (of `key_hash`) shows; `idle_seconds` is up

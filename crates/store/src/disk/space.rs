@@ -26,6 +26,18 @@ pub(super) fn is_out_of_space(error: &heed::Error) -> bool {
 }
 
 impl Inner {
+    /// A write to the log failed: for want of room (no block, no inode),
+    /// writes wait until space is freed; for any other reason the engine
+    /// is poisoned.
+    pub(super) fn log_write_failed(&self, what: &str, error: io::Error) {
+        if is_enospc(&error) {
+            tracing::error!(%error, "{what}: disk full, refusing writes until space is freed");
+            self.health.set_out_of_space(true);
+        } else {
+            self.poison(what, error);
+        }
+    }
+
     /// Room left for data: in the map, and on the file system (pages freed
     /// inside the file are reused before it grows), less what the current
     /// journal segment holds for LMDB (at most that much room when applied).

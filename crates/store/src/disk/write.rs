@@ -207,12 +207,9 @@ impl Inner {
                 DeletePlan::Remove => Change::Remove(key.into()),
                 DeletePlan::Invalidate(expiry) => {
                     let (old, value) = existing.expect("a plan for a missing item refuses");
-                    let header = Header {
-                        cas: self.next_cas(),
-                        bits: (old.bits | STALE) & !WIN_SENT,
-                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
-                        ..old
-                    };
+                    let bits = (old.bits | STALE) & !WIN_SENT;
+                    let expiry_unix = self.expiry_of(expiry, old.expiry_unix);
+                    let header = self.new_header(old.flags, expiry_unix, bits);
                     Change::Put(Keyed::encode(key, &header, &[value]))
                 }
             };
@@ -263,12 +260,8 @@ impl Inner {
                         true => old.bits,
                         false => old.bits & (STALE | WIN_SENT),
                     };
-                    let header = Header {
-                        cas: self.next_cas(),
-                        bits,
-                        expiry_unix: self.expiry_of(expiry, old.expiry_unix),
-                        ..old
-                    };
+                    let expiry_unix = self.expiry_of(expiry, old.expiry_unix);
+                    let header = self.new_header(old.flags, expiry_unix, bits);
                     (header, digits, value, false)
                 }
             };

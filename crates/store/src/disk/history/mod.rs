@@ -159,7 +159,7 @@ pub fn read_segments(
             };
             match summary.last {
                 Some((last, _)) if lsn <= last => {
-                    return Err(Visit::Failed(invalid_data(format!(
+                    return Err(Ended::Failed(invalid_data(format!(
                         "entry {lsn} follows entry {last} in segment {number}: the log is damaged"
                     ))));
                 }
@@ -178,14 +178,14 @@ pub fn read_segments(
             stopped = visit(&entry).is_break();
             match stopped {
                 // The rest of the segment is not read.
-                true => Err(Visit::Stopped),
+                true => Err(Ended::Early(())),
                 false => Ok(()),
             }
         });
         match replayed {
             Ok(replayed) if replayed.unread > 0 => summary.unread.push((*number, replayed.unread)),
-            Ok(_) | Err(Visit::Stopped) => {}
-            Err(Visit::Failed(error)) => {
+            Ok(_) | Err(Ended::Early(())) => {}
+            Err(Ended::Failed(error)) => {
                 pass_over_removed(error, *number, summary.entries > 0)?;
                 // Removed between its size and its open: listed no more.
                 summary.segments -= 1;
@@ -196,16 +196,16 @@ pub fn read_segments(
     Ok(summary)
 }
 
-/// How a visit of a segment's records ended early.
-enum Visit {
+/// How a visit of a segment's records (`journal::replay`) ended early.
+enum Ended<B = ()> {
     Failed(io::Error),
-    /// The caller has seen what it asked for.
-    Stopped,
+    /// The caller has what it asked for.
+    Early(B),
 }
 
-impl From<io::Error> for Visit {
-    fn from(error: io::Error) -> Visit {
-        Visit::Failed(error)
+impl<B> From<io::Error> for Ended<B> {
+    fn from(error: io::Error) -> Self {
+        Ended::Failed(error)
     }
 }
 

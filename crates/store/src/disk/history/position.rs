@@ -7,6 +7,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use super::Ended;
 use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::log_format::{GroupHead, Numbering, Record};
@@ -31,15 +32,6 @@ pub(in crate::disk) fn visit_groups(
     number: u64,
     mut visit: impl FnMut(&GroupSpan) -> ControlFlow<()>,
 ) -> io::Result<()> {
-    enum Stop {
-        Visited,
-        Failed(io::Error),
-    }
-    impl From<io::Error> for Stop {
-        fn from(error: io::Error) -> Stop {
-            Stop::Failed(error)
-        }
-    }
     let mut open: Option<GroupSpan> = None;
     let replayed = journal::replay(io, path, number, |record, at, framed| {
         let end = at.offset + framed as u64;
@@ -53,7 +45,7 @@ pub(in crate::disk) fn visit_groups(
                 };
                 if let Some(done) = open.replace(next) {
                     if visit(&done).is_break() {
-                        return Err(Stop::Visited);
+                        return Err(Ended::Early(()));
                     }
                 }
             }
@@ -74,8 +66,8 @@ pub(in crate::disk) fn visit_groups(
             }
             Ok(())
         }
-        Err(Stop::Visited) => Ok(()),
-        Err(Stop::Failed(error)) => Err(error),
+        Err(Ended::Early(())) => Ok(()),
+        Err(Ended::Failed(error)) => Err(error),
     }
 }
 
@@ -100,26 +92,17 @@ pub(in crate::disk) fn find_group(
 /// The LSN of the first entry in segment `number`, if it has any. Stops
 /// reading at that entry: a segment can be gigabytes long.
 pub(in crate::disk) fn first_lsn(io: &dyn Io, path: &Path, number: u64) -> io::Result<Option<u64>> {
-    enum Scan {
-        Found(u64),
-        Failed(io::Error),
-    }
-    impl From<io::Error> for Scan {
-        fn from(error: io::Error) -> Scan {
-            Scan::Failed(error)
-        }
-    }
     let mut numbering = Numbering::default();
     let scanned = journal::replay(io, path, number, |record, _, _| {
         match numbering.number(&record) {
-            Some((lsn, _)) => Err(Scan::Found(lsn)),
+            Some((lsn, _)) => Err(Ended::Early(lsn)),
             None => Ok(()),
         }
     });
     match scanned {
         Ok(_) => Ok(None),
-        Err(Scan::Found(lsn)) => Ok(Some(lsn)),
-        Err(Scan::Failed(error)) => Err(error),
+        Err(Ended::Early(lsn)) => Ok(Some(lsn)),
+        Err(Ended::Failed(error)) => Err(error),
     }
 }
 
