@@ -1116,6 +1116,56 @@ fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
     assert_eq!(set(&store, b"still", b"writable"), Some(true));
 }
 
+/// A delete, an add, a replace or a compare of CAS decides on the item's
+/// header, so a value the log cannot give does not keep its key from them;
+/// an append, which writes to the value, fails.
+#[test]
+fn a_value_the_log_cannot_give_is_still_deleted_added_to_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = DiskStore::open(DiskConfig {
+        // No read cache: reads of large values go to the log.
+        memory_budget: 0,
+        ..config(dir.path(), SyncPolicy::Batch, io.clone())
+    })
+    .unwrap();
+    let kept = fill(&store, 5, 4000);
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    io.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
+    let fence = AckFence::default();
+    let command = |mode, key, compare_cas| StoreCommand {
+        mode,
+        key,
+        value: b"new",
+        flags: 0,
+        expiry: 0,
+        compare_cas,
+        stale_if_older: false,
+    };
+    assert_eq!(
+        store.delete(b"key0", &DeleteCommand::default(), &fence),
+        DeleteOutcome::Deleted
+    );
+    let add = store.store(&command(StoreMode::Add, b"key1", None), &fence);
+    assert_eq!(add, StoreOutcome::NotStored);
+    let replace = store.store(&command(StoreMode::Replace, b"key2", None), &fence);
+    assert!(matches!(replace, StoreOutcome::Stored { .. }), "{replace:?}");
+    let cas = store.store(&command(StoreMode::Set, b"key3", Some(1)), &fence);
+    assert_eq!(cas, StoreOutcome::Exists);
+    let append = store.store(&command(StoreMode::Append, b"key4", None), &fence);
+    assert_eq!(append, StoreOutcome::Failed);
+    assert_eq!(acknowledged(&store, &fence), AckState::Ready);
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
+    io.set(|f| f.read_log = None);
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    assert_eq!(get(&store, b"key0"), None);
+    assert_eq!(get(&store, b"key2").as_deref(), Some(&b"new"[..]));
+    for key in ["key1", "key3", "key4"] {
+        let key = key.as_bytes();
+        assert_eq!(get(&store, key).as_ref(), kept.get(key));
+    }
+}
+
 #[test]
 fn a_failed_commit_to_the_data_file_poisons_and_the_log_restores_it_at_restart() {
     let dir = tempfile::tempdir().unwrap();

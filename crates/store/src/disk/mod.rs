@@ -84,6 +84,7 @@ pub use open::OpenError;
 use open::RESTORE_UNFINISHED;
 use pending::PendingWrites;
 pub use policy::SyncPolicy;
+use read::ValueLost;
 use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG};
 pub use retention::LogRetention;
 
@@ -430,7 +431,7 @@ impl Store for DiskStore {
         let mut shard = inner.pending.lock(key);
         let key_hash = shard.hash();
         inner
-            .with_record(&mut shard, key, fence, |found| {
+            .with_record(&mut shard, key, fence, ValueLost::Fails, |found| {
                 let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
                 Some(DebugView {
                     ttl: inner.ttl(header.expiry_unix),

@@ -11,6 +11,18 @@ use super::pending::{Change, Pending, Shard};
 use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
+/// What `with_record` does when the log cannot give an item's value (a
+/// damaged record, a failed read).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum ValueLost {
+    /// The call fails.
+    Fails,
+    /// The item goes on with an empty value: the caller decides on its
+    /// header alone (a delete, an add, a compare of CAS), so a damaged
+    /// value can still be deleted or written over.
+    HeaderWillDo,
+}
+
 impl Inner {
     /// Runs `f` on the key's current stored record: its pending write if it
     /// has one, else its cached record, else what LMDB holds (then cached).
@@ -24,8 +36,16 @@ impl Inner {
         shard: &mut Shard<'_>,
         key: &[u8],
         fence: &AckFence,
+        lost: ValueLost,
         f: impl FnOnce(Option<(Header, &[u8])>) -> R,
     ) -> Result<R, WriteFailed> {
+        let header_alone = |error: std::io::Error, header: Header, pointer: &LogPointer| {
+            let failed = log_read_failed(&error, pointer);
+            match lost {
+                ValueLost::HeaderWillDo => Ok(header),
+                ValueLost::Fails => Err(failed),
+            }
+        };
         let hash = shard.hash();
         match shard.get_for_reply(key, fence) {
             Some(Pending::Put(record)) => {
@@ -34,9 +54,13 @@ impl Inner {
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
-                let logged = self
-                    .with_logged_value(key, &header, &pointer)
-                    .map_err(|error| log_read_failed(&error, &pointer))?;
+                let logged = match self.with_logged_value(key, &header, &pointer) {
+                    Ok(logged) => logged,
+                    Err(error) => {
+                        return header_alone(error, header, &pointer)
+                            .map(|header| f(Some((header, &[]))))
+                    }
+                };
                 return Ok(f(self.with_fetched(hash, Some(logged.record()))));
             }
             Some(Pending::Remove) => return Ok(f(None)),
@@ -65,7 +89,10 @@ impl Inner {
                     attempts += 1;
                     continue;
                 }
-                Err(error) => return Err(log_read_failed(&error, &pointer)),
+                Err(error) => {
+                    return header_alone(error, header, &pointer)
+                        .map(|header| f(Some((header, &[]))))
+                }
             };
             let result = f(self.with_fetched(hash, Some(logged.record())));
             self.cache_item(shard, key, logged.record());
@@ -156,7 +183,7 @@ impl Inner {
         // the item (touch, recache win) and is redone as a write.
         let mut shard = self.pending.lock(key);
         let key_hash = shard.hash();
-        let looked = self.with_record(&mut shard, key, fence, |found| {
+        let looked = self.with_record(&mut shard, key, fence, ValueLost::Fails, |found| {
             let Some((header, value)) = found else {
                 return Some(GetOutcome::Miss);
             };
@@ -191,7 +218,7 @@ impl Inner {
         if !self.writable() {
             return GetOutcome::Failed;
         }
-        let written = self.modify(key, fence, |found, _| {
+        let written = self.modify(key, fence, ValueLost::Fails, |found, _| {
             let Some((old, value)) = found else {
                 let Some(expiry) = options.vivify else {
                     return (None, GetOutcome::Miss);

@@ -12,6 +12,7 @@ use crate::{
 };
 
 use super::pending::Change;
+use super::read::ValueLost;
 use super::record::{Header, Keyed, FETCHED, STALE, WIN_SENT};
 use super::{current, Inner, WriteFailed};
 
@@ -61,11 +62,12 @@ impl Inner {
         &self,
         key: &[u8],
         fence: &AckFence,
+        lost: ValueLost,
         decide: impl FnOnce(Option<(Header, &[u8])>, bool) -> (Option<Change>, R),
     ) -> Result<R, WriteFailed> {
         self.start_due_flush(fence);
         let mut shard = self.pending.lock(key);
-        let (change, result) = self.with_record(&mut shard, key, fence, |found| {
+        let (change, result) = self.with_record(&mut shard, key, fence, lost, |found| {
             let dead = found.is_some_and(|(header, _)| !self.alive(&header));
             // An expired item written over counts here; a flushed one when
             // the round that applies the flush clears it (`flushed.rs`).
@@ -112,7 +114,12 @@ impl Inner {
         if command.mode == StoreMode::Set && command.compare_cas.is_none() {
             return self.set_blind(command, fence);
         }
-        self.modify(command.key, fence, |existing, expired| {
+        // Only append and prepend need the value written to.
+        let lost = match command.mode {
+            StoreMode::Append | StoreMode::Prepend => ValueLost::Fails,
+            _ => ValueLost::HeaderWillDo,
+        };
+        self.modify(command.key, fence, lost, |existing, expired| {
             let current = existing.map(|(old, value)| current(&old, value));
             let old_len = existing.map(|(_, value)| value.len());
             let write = match semantics::plan_store(command, current, self.config.max_value_bytes) {
@@ -193,7 +200,12 @@ impl Inner {
         if !self.deletable() {
             return DeleteOutcome::Failed;
         }
-        self.modify(key, fence, |existing, _| {
+        // Only an invalidation keeps the value.
+        let lost = match command.invalidate {
+            Some(_) => ValueLost::Fails,
+            None => ValueLost::HeaderWillDo,
+        };
+        self.modify(key, fence, lost, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let change = match semantics::plan_delete(command, current) {
                 DeletePlan::Refuse(outcome) => return (None, outcome),
@@ -230,7 +242,7 @@ impl Inner {
         if !self.writable() {
             return ArithOutcome::Failed;
         }
-        self.modify(key, fence, |existing, _| {
+        self.modify(key, fence, ValueLost::Fails, |existing, _| {
             let current = existing.map(|(old, value)| current(&old, value));
             let (header, digits, value, created) = match semantics::plan_arith(command, current) {
                 ArithPlan::Refuse(outcome) => return (None, outcome),

@@ -19,6 +19,7 @@ use kura_table::Record as Row;
 use super::replica::{group_of, key_fits, records};
 use crate::disk::log_format::Record;
 use crate::disk::pending::Change;
+use crate::disk::read::ValueLost;
 use crate::disk::record::{self, Header, Keyed, Space};
 use crate::disk::{Inner, WriteFailed};
 use crate::log_position::LogPosition;
@@ -169,7 +170,8 @@ impl Inner {
                     return true;
                 }
                 let mut shard = self.pending.lock(key);
-                self.with_record(&mut shard, key, &AckFence::default(), |found| {
+                let lost = ValueLost::HeaderWillDo;
+                self.with_record(&mut shard, key, &AckFence::default(), lost, |found| {
                     found.is_none_or(|(held, _)| held.cas < incoming.cas)
                 })
                 .unwrap_or(true)
@@ -215,13 +217,21 @@ impl Inner {
         // again since): not a conflict.
         let echo = self.made_here(incoming.cas);
         let mut shard = self.pending.lock(key);
+        // The stamps decide: a damaged value here loses to a newer write.
+        let lost = ValueLost::HeaderWillDo;
         let verdict =
-            self.with_record(&mut shard, key, &AckFence::default(), |found| match found {
-                Some((held, _)) if held.cas == incoming.cas => Verdict::Held,
-                Some((held, _)) if held.cas > incoming.cas && echo => Verdict::Held,
-                Some((held, _)) if held.cas > incoming.cas => Verdict::Older,
-                _ => Verdict::Taken,
-            })?;
+            self.with_record(
+                &mut shard,
+                key,
+                &AckFence::default(),
+                lost,
+                |found| match found {
+                    Some((held, _)) if held.cas == incoming.cas => Verdict::Held,
+                    Some((held, _)) if held.cas > incoming.cas && echo => Verdict::Held,
+                    Some((held, _)) if held.cas > incoming.cas => Verdict::Older,
+                    _ => Verdict::Taken,
+                },
+            )?;
         if verdict == Verdict::Taken {
             shard.put(Change::Put(Keyed::new(key, record)));
         }
