@@ -169,7 +169,9 @@ pub enum Parse<'a> {
         request: Request<'a>,
         consumed: usize,
     },
-    Incomplete,
+    /// The buffer ends first; it must hold at least `needed` bytes before
+    /// a parse can get further (a caller need not parse again before).
+    Incomplete { needed: usize },
     /// Close the connection, answering nothing.
     Close(Malformed),
 }
@@ -179,25 +181,36 @@ pub enum Parse<'a> {
 struct Fields<'a> {
     buf: &'a [u8],
     at: usize,
+    /// The least length of the request known so far. A request of many
+    /// arguments sent a few bytes at a time would otherwise be parsed from
+    /// its start again at every read: quadratic in its arguments.
+    needed: usize,
 }
 
 impl<'a> Fields<'a> {
     fn u32(&mut self) -> Option<u32> {
-        let bytes = self.buf.get(self.at..self.at + 4)?;
-        self.at += 4;
+        let bytes = self.bytes(4)?;
         Some(u32::from_be_bytes(bytes.try_into().expect("4 bytes")))
     }
 
     fn u64(&mut self) -> Option<u64> {
-        let bytes = self.buf.get(self.at..self.at + 8)?;
-        self.at += 8;
+        let bytes = self.bytes(8)?;
         Some(u64::from_be_bytes(bytes.try_into().expect("8 bytes")))
     }
 
     fn bytes(&mut self, len: usize) -> Option<&'a [u8]> {
-        let bytes = self.buf.get(self.at..self.at.checked_add(len)?)?;
-        self.at += len;
+        let end = self.at.saturating_add(len);
+        self.needed = self.needed.max(end);
+        let bytes = self.buf.get(self.at..end)?;
+        self.at = end;
         Some(bytes)
+    }
+
+    /// The rest of the request is at least `len` bytes long (a field past
+    /// the ones read may yet close the connection: that is found once the
+    /// buffer holds this much).
+    fn at_least(&mut self, len: usize) {
+        self.needed = self.needed.max(self.at.saturating_add(len));
     }
 }
 
@@ -214,27 +227,39 @@ fn size(value: u32, limit: usize) -> Result<usize, Malformed> {
 /// Parses one request. A key, value or argument longer than `max_arg`
 /// closes the connection, as ttserver does past its 256 MiB.
 pub fn parse(buf: &[u8], max_arg: usize) -> Parse<'_> {
-    match parse_fields(buf, max_arg) {
-        Ok(Some((request, consumed))) => Parse::Done { request, consumed },
-        Ok(None) => Parse::Incomplete,
+    let mut fields = Fields {
+        buf,
+        at: 0,
+        needed: 0,
+    };
+    match parse_fields(&mut fields, max_arg) {
+        Ok(Some(request)) => Parse::Done {
+            request,
+            consumed: fields.at,
+        },
+        Ok(None) => Parse::Incomplete {
+            needed: fields.needed,
+        },
         Err(malformed) => Parse::Close(malformed),
     }
 }
 
-fn parse_fields(buf: &[u8], max_arg: usize) -> Result<Option<(Request<'_>, usize)>, Malformed> {
+fn parse_fields<'a>(
+    fields: &mut Fields<'a>,
+    max_arg: usize,
+) -> Result<Option<Request<'a>>, Malformed> {
     use command::*;
-    let Some(&magic) = buf.first() else {
+    let Some(magic) = fields.bytes(1) else {
         return Ok(None);
     };
-    if magic != MAGIC {
+    if magic[0] != MAGIC {
         return Err(Malformed::NotBinary);
     }
-    let Some(&command) = buf.get(1) else {
+    let Some(command) = fields.bytes(1).map(|command| command[0]) else {
         return Ok(None);
     };
-    let mut fields = Fields { buf, at: 2 };
     // `?` on an `Option` below: the buffer ends before the request does.
-    let request = (|| -> Option<Result<Request<'_>, Malformed>> {
+    let request = (|| -> Option<Result<Request<'a>, Malformed>> {
         let arg = |value: u32| size(value, max_arg);
         Some(Ok(match command {
             PUT | PUTKEEP | PUTCAT | PUTNR => {
@@ -288,7 +313,8 @@ fn parse_fields(buf: &[u8], max_arg: usize) -> Result<Option<(Request<'_>, usize
                     Err(e) => return Some(Err(e)),
                 };
                 let mut keys = Vec::with_capacity(count.min(1024));
-                for _ in 0..count {
+                for left in (1..=count).rev() {
+                    fields.at_least(4 * left);
                     let key_len = match arg(fields.u32()?) {
                         Ok(len) => len,
                         Err(e) => return Some(Err(e)),
@@ -400,9 +426,11 @@ fn parse_fields(buf: &[u8], max_arg: usize) -> Result<Option<(Request<'_>, usize
                     (Ok(n), Ok(c)) => (n, c),
                     (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
                 };
+                fields.at_least(name_len + 4 * count);
                 let name = fields.bytes(name_len)?;
                 let mut args = Vec::with_capacity(count.min(1024));
-                for _ in 0..count {
+                for left in (1..=count).rev() {
+                    fields.at_least(4 * left);
                     let len = match arg(fields.u32()?) {
                         Ok(len) => len,
                         Err(e) => return Some(Err(e)),
@@ -421,11 +449,7 @@ fn parse_fields(buf: &[u8], max_arg: usize) -> Result<Option<(Request<'_>, usize
             other => return Some(Err(Malformed::UnknownCommand(other))),
         }))
     })();
-    match request {
-        None => Ok(None),
-        Some(Ok(request)) => Ok(Some((request, fields.at))),
-        Some(Err(malformed)) => Err(malformed),
-    }
+    request.transpose()
 }
 
 /// ttserver's number encoding for `adddouble`: the integral part and the
@@ -690,7 +714,16 @@ mod tests {
     /// Every prefix of a whole request is `Incomplete`.
     fn every_prefix_incomplete(bytes: &[u8]) {
         for cut in 0..bytes.len() {
-            assert_eq!(parse(&bytes[..cut], MAX), Parse::Incomplete, "cut at {cut}");
+            match parse(&bytes[..cut], MAX) {
+                // More is needed, and no more than the request holds.
+                Parse::Incomplete { needed } => {
+                    assert!(
+                        cut < needed && needed <= bytes.len(),
+                        "cut at {cut}: {needed}"
+                    );
+                }
+                other => panic!("cut at {cut}: {other:?}"),
+            }
         }
     }
 
@@ -785,6 +818,31 @@ mod tests {
             }
         );
         every_prefix_incomplete(misc);
+    }
+
+    /// A list's every key needs its four length bytes: a buffer is not
+    /// parsed again before they can all have come.
+    #[test]
+    fn a_list_sent_in_pieces_needs_four_bytes_a_key_left() {
+        let mut mget = b"\xc8\x31\0\0\x03\xe8".to_vec();
+        assert_eq!(parse(&mget, MAX), Parse::Incomplete { needed: 6 + 4000 });
+        for _ in 0..10 {
+            mget.extend_from_slice(b"\0\0\0\x02ab");
+        }
+        // Ten keys read, 990 left.
+        assert_eq!(
+            parse(&mget, MAX),
+            Parse::Incomplete {
+                needed: mget.len() + 4 * 990
+            }
+        );
+        let misc = b"\xc8\x90\0\0\0\x03\0\0\0\0\0\0\0\x64pu";
+        assert_eq!(
+            parse(misc, MAX),
+            Parse::Incomplete {
+                needed: 14 + 3 + 400
+            }
+        );
     }
 
     #[test]

@@ -127,7 +127,10 @@ fn tyrant_claims(buf: &[u8]) -> Option<usize> {
         }
         // The connection closes: everything is taken.
         tyrant::Parse::Close(_) => Some(buf.len()),
-        tyrant::Parse::Incomplete => None,
+        tyrant::Parse::Incomplete { needed } => {
+            assert!(needed > buf.len(), "needs {needed} of {}", buf.len());
+            None
+        }
     }
 }
 

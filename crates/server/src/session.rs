@@ -67,6 +67,8 @@ pub struct Session {
     tyrant_port: bool,
     /// On a HandlerSocket port: its open indexes and authentication.
     handlersocket: Option<Box<crate::exec::handlersocket::HsConnection>>,
+    /// What the request left unserved needs at least (0: not known).
+    awaited_bytes: usize,
 }
 
 impl Session {
@@ -81,6 +83,7 @@ impl Session {
             cyrus: None,
             tyrant_port: false,
             handlersocket: None,
+            awaited_bytes: 0,
         }
     }
 
@@ -122,6 +125,14 @@ impl Session {
         }
     }
 
+    /// The least the input left unserved must hold before serving it again
+    /// can get further (0: not known). A Tokyo Tyrant request of many keys
+    /// sent a few bytes at a time is then not parsed from its start at
+    /// every read.
+    pub fn awaited_bytes(&self) -> usize {
+        self.awaited_bytes
+    }
+
     /// Serves the complete requests at the front of `input`. Returns how many
     /// bytes were used and why it stopped.
     pub fn serve(
@@ -132,6 +143,7 @@ impl Session {
         budget: &mut usize,
     ) -> (usize, Stop) {
         let mut used = 0;
+        self.awaited_bytes = 0;
         let started_at = out.len();
         let config = &ctx.shared.config;
         let mut replies = ReplyBudget::new(config.read_buffer_limit, config.threads);
@@ -472,7 +484,10 @@ impl Session {
                 consumed,
                 Step::Served(exec::tyrant::execute(&request, ctx, out)),
             ),
-            tyrant::Parse::Incomplete => (0, Step::Incomplete),
+            tyrant::Parse::Incomplete { needed } => {
+                self.awaited_bytes = needed;
+                (0, Step::Incomplete)
+            }
             // ttserver answers nothing and closes.
             tyrant::Parse::Close(_) => {
                 self.closed_on_error = true;

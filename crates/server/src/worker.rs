@@ -705,7 +705,8 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection.input.truncate(start + read);
             ctx.counters.bytes_read.add(read as u64);
             let short = read < room && connection.stream.short_read_drains();
-            if connection.line_wait.still_waiting(&connection.input, start) {
+            let short_of_awaited = connection.input.len() < connection.session.awaited_bytes();
+            if short_of_awaited || connection.line_wait.still_waiting(&connection.input, start) {
                 (Stop::NeedInput, short && !connection.peer_closed)
             } else {
                 let (used, stop) = connection.session.serve(

@@ -213,6 +213,37 @@ fn a_malformed_request_closes_the_connection_without_a_reply() {
     assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
 }
 
+/// An mget of many keys sent a few bytes at a time (the server waits for
+/// the four length bytes every key left needs before it parses again) is
+/// answered as the same mget sent at once.
+#[test]
+fn an_mget_sent_a_few_bytes_at_a_time_is_answered_as_one_sent_at_once() {
+    let server = memory_server();
+    let mut s = connect(&server);
+    s.set_nodelay(true).unwrap();
+    let keys: Vec<Vec<u8>> = (0..300).map(|n| format!("k{n}").into_bytes()).collect();
+    for key in keys.iter().step_by(2) {
+        assert_eq!(call(&mut s, &put(PutMode::Put, key, b"v"), 1), [0]);
+    }
+    let mget = Request::Mget {
+        keys: keys.iter().map(Vec::as_slice).collect(),
+    };
+    let mut bytes = Vec::new();
+    compose(&mut bytes, &mget);
+    // 5 + 150 × (8 + key + 1) bytes: the hits, in request order.
+    let reply_len = 5 + keys.iter().step_by(2).map(|k| 9 + k.len()).sum::<usize>();
+    let whole = call(&mut s, &mget, reply_len);
+    assert_eq!(&whole[..5], b"\0\0\0\0\x96", "150 hits");
+    for (n, piece) in bytes.chunks(5).enumerate() {
+        s.write_all(piece).unwrap();
+        if n % 50 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    assert_eq!(support::tyrant::read_n(&mut s, reply_len), whole);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), b"\0\0\0\0\0\0\0\0\x96");
+}
+
 #[test]
 fn writes_on_the_disk_engine_are_answered_once_appended() {
     let server = TestServer::disk_with(ServerConfig {
