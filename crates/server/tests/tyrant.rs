@@ -77,6 +77,25 @@ fn putshl_keeps_the_tail_and_counters_are_native_numbers() {
         call(&mut s, &Request::Get { key: b"n" }, 9),
         b"\0\0\0\0\x04\xfe\xff\xff\xff"
     );
+    // A sum of INT_MIN is Tokyo Cabinet's failure value: ttserver stores
+    // it and answers failure.
+    assert_eq!(
+        call(
+            &mut s,
+            &put(PutMode::Put, b"min", &(i32::MIN + 1).to_le_bytes()),
+            1
+        ),
+        [0]
+    );
+    let to_min = Request::AddInt {
+        key: b"min",
+        delta: -1,
+    };
+    assert_eq!(call(&mut s, &to_min, 1), [1]);
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"min" }, 9),
+        b"\0\0\0\0\x04\0\0\0\x80"
+    );
     // A record that is not 4 bytes is not a counter.
     assert_eq!(call(&mut s, &put(PutMode::Put, b"six", b"abcdef"), 1), [0]);
     assert_eq!(

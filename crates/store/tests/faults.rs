@@ -1149,7 +1149,10 @@ fn a_value_the_log_cannot_give_is_still_deleted_added_to_and_replaced() {
     let add = store.store(&command(StoreMode::Add, b"key1", None), &fence);
     assert_eq!(add, StoreOutcome::NotStored);
     let replace = store.store(&command(StoreMode::Replace, b"key2", None), &fence);
-    assert!(matches!(replace, StoreOutcome::Stored { .. }), "{replace:?}");
+    assert!(
+        matches!(replace, StoreOutcome::Stored { .. }),
+        "{replace:?}"
+    );
     let cas = store.store(&command(StoreMode::Set, b"key3", Some(1)), &fence);
     assert_eq!(cas, StoreOutcome::Exists);
     let append = store.store(&command(StoreMode::Append, b"key4", None), &fence);

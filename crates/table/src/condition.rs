@@ -40,6 +40,11 @@ pub const NEGATE: i64 = 1 << 24;
 /// `TDBQCNOIDX`: the condition is checked by a scan, never an index.
 pub const NO_INDEX: i64 = 1 << 25;
 
+/// The most a `STRRX` expression may compile to; a longer one matches
+/// nothing (as one that does not compile). Its search cache may take four
+/// times as much.
+pub const REGEX_BYTES: usize = 256 << 10;
+
 impl Operator {
     pub const ALL: [Operator; 19] = [
         Operator::StrEq,
@@ -300,7 +305,8 @@ fn compile_posix(pattern: &[u8]) -> Option<Regex> {
         .unicode(false)
         .dot_matches_new_line(true)
         .case_insensitive(ignore_case)
-        .size_limit(1 << 20)
+        .size_limit(REGEX_BYTES)
+        .dfa_size_limit(4 * REGEX_BYTES)
         .build()
         .ok()
 }

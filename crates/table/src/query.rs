@@ -250,8 +250,7 @@ impl SetOperation {
     }
 }
 
-/// Several queries combined as `tctdbmetasearch` combines them.
-/// `matched[i]` holds what query `i` matches, in primary-key order (a row
+/// Several queries combined as `tctdbmetasearch` combines them (a row
 /// several queries match is the same record in each). The first query's
 /// order, skip and limit shape the result.
 /// - Union: each query's own results (its order, its limit plus skip), in
@@ -259,15 +258,19 @@ impl SetOperation {
 ///   (not when it orders by the primary key).
 /// - Intersection: the records every query finds, in the last query's order.
 /// - Difference: the first query's records no other query finds, in its order.
+///
+/// `members(i)` gives the records query `i` matches, in primary-key order;
+/// it is asked for one query at a time, so a caller need not hold every
+/// query's list at once (a meta-search of many queries over a large table).
 pub fn metasearch<'r>(
     queries: &[Query],
     operation: SetOperation,
-    matched: &[Vec<&'r Record>],
+    members: &dyn Fn(usize) -> Vec<&'r Record>,
 ) -> Vec<&'r Record> {
     let Some(first) = queries.first() else {
         return Vec::new();
     };
-    let sorted = |i: usize| queries[i].sorted(matched.get(i).cloned().unwrap_or_default());
+    let sorted = |i: usize| queries[i].sorted(members(i));
     if queries.len() == 1 {
         return limited(sorted(0), first.skip, first.limit);
     }
@@ -308,11 +311,11 @@ pub fn metasearch<'r>(
         }
         SetOperation::Difference => {
             set = sorted(0);
-            for other in matched.iter().skip(1) {
+            for i in 1..queries.len() {
                 if set.is_empty() {
                     break;
                 }
-                let drop = identities(other);
+                let drop = identities(&members(i));
                 set.retain(|r| !drop.contains(&(*r as *const Record)));
             }
         }
@@ -456,7 +459,8 @@ mod tests {
                 .collect()
         };
         let both = [by_age.clone(), named.clone()];
-        let combined = |operation| keys(&metasearch(&both, operation, &matched(&both)));
+        let members = matched(&both);
+        let combined = |operation| keys(&metasearch(&both, operation, &|i| members[i].clone()));
         assert_eq!(combined(SetOperation::Union), "abdc");
         assert_eq!(combined(SetOperation::Intersection), "a");
         assert_eq!(combined(SetOperation::Difference), "bd");
@@ -467,14 +471,16 @@ mod tests {
             ..by_age.clone()
         };
         let queries = [by_name, named.clone()];
-        let union = metasearch(&queries, SetOperation::Union, &matched(&queries));
+        let members = matched(&queries);
+        let union = metasearch(&queries, SetOperation::Union, &|i| members[i].clone());
         assert_eq!(keys(&union), "cabd");
         let by_key = Query {
             order: ordered("", OrderKind::StrDesc),
             ..by_age
         };
         let queries = [by_key, named];
-        let union = metasearch(&queries, SetOperation::Union, &matched(&queries));
+        let members = matched(&queries);
+        let union = metasearch(&queries, SetOperation::Union, &|i| members[i].clone());
         assert_eq!(keys(&union), "dbac");
     }
 }

@@ -162,8 +162,10 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
                 Some(sum.to_le_bytes().to_vec())
             });
             match stored {
-                Some(_) => reply::int(out, sum),
-                None => reply::status(out, false),
+                // `INT_MIN` is Tokyo Cabinet's failure: ttserver answers
+                // failure for a sum of it too (and keeps the record).
+                Some(_) if sum != i32::MIN => reply::int(out, sum),
+                _ => reply::status(out, false),
             }
         }
         Request::AddDouble { key, delta } => {

@@ -6,8 +6,10 @@
 //!
 //! Where kura differs from ttserver: `count` after `next` (a meta-search)
 //! is the number found, where ttserver answers "0"; a meta-search scans
-//! the table (a single query uses an index as Tokyo Cabinet would);
-//! `putshl`, `ext`, `restore`, `setmst` and `repl` fail.
+//! the table (a single query uses an index as Tokyo Cabinet would); a
+//! search combines at most 256 queries and holds at most 64 regular
+//! expressions, and fails past them; `putshl`, `ext`, `restore`, `setmst`
+//! and `repl` fail.
 
 use std::ops::Bound;
 
@@ -76,9 +78,11 @@ pub fn execute(
                 None => reply::status(out, false),
             }
         }
-        Request::AddInt { key, delta } => match db.add_number(key, f64::from(*delta)) {
-            Some(sum) => reply::int(out, c_int(sum)),
-            None => reply::status(out, false),
+        // As on a hash database, a sum of `INT_MIN` (or out of `int`'s
+        // range) answers failure; the row keeps it.
+        Request::AddInt { key, delta } => match db.add_number(key, f64::from(*delta)).map(c_int) {
+            Some(sum) if sum != i32::MIN => reply::int(out, sum),
+            _ => reply::status(out, false),
         },
         Request::AddDouble { key, delta } => match db.add_number(key, *delta) {
             Some(sum) => reply::double(out, sum),
@@ -155,18 +159,18 @@ impl Db<'_> {
     }
 
     /// What a meta-search's scan keeps: the sort key of every row any of
-    /// `queries` matches, in primary-key order, and for each query the
-    /// positions of those it matches. `None` if the table could not be read
-    /// (writes not yet in LMDB that a full or failing disk keeps from it).
-    fn matching(&self, queries: &[Query]) -> Option<(Vec<Record>, Vec<Vec<usize>>)> {
+    /// `queries` matches, in primary-key order, and for each query which of
+    /// those it matches. `None` if the table could not be read (writes not
+    /// yet in LMDB that a full or failing disk keeps from it).
+    fn matching(&self, queries: &[Query]) -> Option<(Vec<Record>, Vec<Members>)> {
         let mut rows = Vec::new();
-        let mut members = vec![Vec::new(); queries.len()];
+        let mut members = vec![Members::default(); queries.len()];
         self.tables
             .visit_rows(self.table, &mut |row| {
                 let mut kept = false;
                 for (query, members) in queries.iter().zip(&mut members) {
                     if query.matches(&row) {
-                        members.push(rows.len());
+                        members.add(rows.len());
                         kept = true;
                     }
                 }
@@ -301,6 +305,41 @@ impl Db<'_> {
 /// A single query's search: the rows it matched, what it read, how many.
 type Found = (Vec<Record>, Vec<Lookup>, usize);
 
+/// The rows a meta-search's scan kept that one of its queries matches: a
+/// bit for each (a list of positions took 8 bytes a row and query).
+#[derive(Clone, Default)]
+struct Members {
+    bits: Vec<u64>,
+    count: usize,
+}
+
+impl Members {
+    fn add(&mut self, at: usize) {
+        let word = at / 64;
+        if self.bits.len() <= word {
+            self.bits.resize(word + 1, 0);
+        }
+        self.bits[word] |= 1 << (at % 64);
+        self.count += 1;
+    }
+
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.bits.iter().enumerate()).flat_map(|(word, &bits)| {
+            (0..64)
+                .filter(move |bit| bits >> bit & 1 == 1)
+                .map(move |bit| word * 64 + bit)
+        })
+    }
+}
+
+/// A search may combine at most this many queries (`next`): each costs a
+/// test of every row the scan reads.
+const MAX_QUERIES: usize = 256;
+
+/// A search may hold at most this many regular expressions (`STRRX`):
+/// each is compiled before the search, into up to [`kura_table::condition::REGEX_BYTES`].
+const MAX_REGEXES: usize = 64;
+
 /// What a search keeps of the rows its query matches: their sort keys,
 /// only as many as its answer needs (the first few, or the best few by its
 /// order), and how many matched.
@@ -409,19 +448,26 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         }
         b"iternext" => {
             let key = next_key(db.ctx)?;
-            let row = db.get(&key)?;
-            Some(vec![key, row.zero_separated()])
+            // A row removed since its key was read: the key alone, as
+            // ttserver answers.
+            match db.get(&key) {
+                Some(row) => Some(vec![key, row.zero_separated()]),
+                None => Some(vec![key]),
+            }
         }
+        // As ttserver: every pair is tried, one that fails fails the call,
+        // an odd argument left over is ignored.
         b"setindex" => {
-            if args.is_empty() {
-                return None;
+            let mut failed = false;
+            for pair in args.chunks_exact(2) {
+                let command = std::str::from_utf8(pair[1])
+                    .ok()
+                    .and_then(IndexCommand::parse);
+                let set = command
+                    .is_some_and(|command| db.tables.set_index(db.table, pair[0], command).is_ok());
+                failed |= !set;
             }
-            for pair in args.chunks(2) {
-                let [column, kind] = pair else { return None };
-                let command = IndexCommand::parse(std::str::from_utf8(kind).ok()?)?;
-                db.tables.set_index(db.table, column, command).ok()?;
-            }
-            Some(Vec::new())
+            (!failed).then(Vec::new)
         }
         b"genuid" => Some(vec![db.new_uid()?.to_string().into_bytes()]),
         // kura's own: what disagrees between the indexes and the table.
@@ -452,12 +498,14 @@ pub struct SearchRequest {
 
 impl SearchRequest {
     /// Reads the arguments as `tcadbmisc` does: unknown commands and
-    /// conditions with an unknown operator are ignored.
-    pub fn parse(args: &[&[u8]]) -> SearchRequest {
+    /// conditions with an unknown operator are ignored. `None` past
+    /// [`MAX_QUERIES`] or [`MAX_REGEXES`] (kura's limits; the search fails).
+    pub fn parse(args: &[&[u8]]) -> Option<SearchRequest> {
         let mut request = SearchRequest {
             queries: vec![Query::default()],
             ..SearchRequest::default()
         };
+        let mut regexes = 0;
         for arg in args {
             let fields: Vec<&[u8]> = arg.split(|&b| b == 0).collect();
             let text = |i: usize| fields.get(i).map(|f| String::from_utf8_lossy(f));
@@ -465,6 +513,12 @@ impl SearchRequest {
             match fields[0] {
                 b"addcond" | b"cond" if fields.len() > 3 => {
                     if let Some((operator, flags)) = Operator::parse(&text(2).unwrap_or_default()) {
+                        if operator == Operator::StrRx {
+                            regexes += 1;
+                            if regexes > MAX_REGEXES {
+                                return None;
+                            }
+                        }
                         query
                             .conditions
                             .push(Condition::new(fields[1], operator, flags, fields[3]));
@@ -486,6 +540,7 @@ impl SearchRequest {
                     let columns = request.columns.get_or_insert_with(Vec::new);
                     columns.extend(fields[1..].iter().map(|name| name.to_vec()));
                 }
+                b"next" if request.queries.len() == MAX_QUERIES => return None,
                 b"next" => request.queries.push(Query::default()),
                 b"mstype" => {
                     request.operation = Some(
@@ -500,12 +555,12 @@ impl SearchRequest {
                 _ => {}
             }
         }
-        request
+        Some(request)
     }
 }
 
 fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
-    let request = SearchRequest::parse(args);
+    let request = SearchRequest::parse(args)?;
     // Columns to answer with are read by key once the answer is known: a
     // row removed meanwhile is left out, as ttserver leaves it out.
     let projected = |key: &[u8]| {
@@ -515,15 +570,28 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     if request.remove {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
-        let (rows, _, _) = db.found(query)?;
+        let (rows, lookups, _) = db.found(query)?;
         let mut items = Vec::new();
+        let mut removed = 0;
         for row in query.arrange(&rows) {
             let item = projected(&row.key);
             match db.remove(&row.key) {
-                RowOutcome::Done => items.extend(item),
+                RowOutcome::Done => {
+                    items.extend(item);
+                    removed += 1;
+                }
                 RowOutcome::Failed => return None,
                 _ => {}
             }
+        }
+        // As ttserver: `count` answers how many were removed, `hint` adds
+        // the plan.
+        if request.count {
+            items = vec![removed.to_string().into_bytes()];
+        }
+        if request.hint {
+            let queries = std::slice::from_ref(query);
+            items.push(hint(explain(queries, &[removed], &lookups)));
         }
         return Some(items);
     }
@@ -532,18 +600,20 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
     let (rows, members, lookups, counts) = match &request.queries[..] {
         [query] => {
             let (rows, lookups, count) = db.found(query)?;
-            let members = vec![(0..rows.len()).collect()];
-            (rows, members, lookups, vec![count])
+            (rows, None, lookups, vec![count])
         }
         queries => {
             let (rows, members) = db.matching(queries)?;
-            let counts = members.iter().map(Vec::len).collect();
-            (rows, members, Vec::new(), counts)
+            let counts = members.iter().map(|members| members.count).collect();
+            (rows, Some(members), Vec::new(), counts)
         }
     };
-    let matched: Vec<Vec<&Record>> = (members.iter())
-        .map(|positions| positions.iter().map(|&at| &rows[at]).collect())
-        .collect();
+    let matched = |i: usize| -> Vec<&Record> {
+        match &members {
+            Some(members) => members[i].positions().map(|at| &rows[at]).collect(),
+            None => rows.iter().collect(),
+        }
+    };
     let operation = request.operation.unwrap_or(SetOperation::Union);
     let found = metasearch(&request.queries, operation, &matched);
     let mut items = Vec::new();
@@ -565,11 +635,16 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         }
     }
     if request.hint {
-        let mut hint = b"\0\0[[HINT]]\n".to_vec();
-        hint.extend_from_slice(explain(&request.queries, &counts, &lookups).as_bytes());
-        items.push(hint);
+        items.push(hint(explain(&request.queries, &counts, &lookups)));
     }
     Some(items)
+}
+
+/// The last item of an answer with `hint`.
+fn hint(plan: String) -> Vec<u8> {
+    let mut hint = b"\0\0[[HINT]]\n".to_vec();
+    hint.extend_from_slice(plan.as_bytes());
+    hint
 }
 
 /// A found row as `get` asks: every column with the primary key first
@@ -580,9 +655,12 @@ fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
     if columns.is_empty() {
         return join_zero_separated(all);
     }
+    // A column named twice is answered once, where first named (ttserver
+    // puts the chosen columns in a map).
+    let mut named = std::collections::HashSet::new();
     join_zero_separated(columns.iter().filter_map(|name| {
-        all.iter()
-            .find(|(have, _)| have == &&name[..])
+        (all.iter())
+            .find(|(have, _)| have == &&name[..] && named.insert(&name[..]))
             .map(|(n, v)| (*n, *v))
     }))
 }
@@ -652,7 +730,7 @@ mod tests {
             b"count",
             b"hint",
         ];
-        let request = SearchRequest::parse(&args);
+        let request = SearchRequest::parse(&args).unwrap();
         assert_eq!(request.queries.len(), 2);
         let first = &request.queries[0];
         assert_eq!(first.conditions.len(), 1);
