@@ -458,13 +458,9 @@ fn replica_of(master: Option<(&[u8], u16)>, force: bool, ctx: &Context<'_>, out:
         return;
     };
     let master = master.map(|(host, port)| {
-        let host = String::from_utf8_lossy(host);
-        match host.contains(':') {
-            true => format!("[{host}]:{port}"),
-            false => format!("{host}:{port}"),
-        }
+        let address = crate::replication::master_address(host, port);
+        (address, crate::MasterProtocol::Kura)
     });
-    let master = master.map(|master| (master, crate::MasterProtocol::Kura));
     match ctx.shared.replication.follow(&shared, master, force) {
         Ok(()) => out.extend_from_slice(b"OK\r\n"),
         Err(reason) => {

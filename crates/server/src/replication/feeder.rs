@@ -195,6 +195,14 @@ fn feed(
             }
         }
         match feed.next_group(HEARTBEAT_EVERY)? {
+            // A frame's length is 32 bits: a larger group (a pending table
+            // of over 4 GiB journalled at once) cannot be sent.
+            Some(group) if u32::try_from(group.bytes.len()).is_err() => {
+                return Err(io::Error::other(format!(
+                    "a group of {} bytes is larger than a frame can carry",
+                    group.bytes.len()
+                )));
+            }
             Some(group) => {
                 wire::encode(Frame::Group(&group.bytes), &mut frame);
                 let unacked = link.sent_group(group.last_lsn, group.micros, frame.len());

@@ -329,6 +329,10 @@ fn load_snapshot(
                     kind,
                 })?;
             }
+            // The next group would number past 2^64 - 1.
+            Frame::SnapshotEnd { lsn: u64::MAX, .. } => {
+                return Err("a snapshot ending at the last LSN there is".to_string())
+            }
             Frame::SnapshotEnd { lsn, micros } => {
                 let at = LogPosition { lsn, micros };
                 base.finish(at)?;

@@ -26,6 +26,20 @@ use crate::{MasterProtocol, Shared};
 /// promoted (`replicaof no one`, `setmst` without a master).
 const PARTIAL_SNAPSHOT: &str = "this server holds only part of its master's snapshot (the link broke during it): follow the master until the snapshot ends, or promote it with what it holds: replicaof no one force";
 
+/// The address of a master given as a host (a name, an IPv4 address, or
+/// an IPv6 one with or without brackets) and a port.
+pub fn master_address(host: &[u8], port: u16) -> String {
+    let host = String::from_utf8_lossy(host);
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|host| host.strip_suffix(']'))
+        .unwrap_or(&host);
+    match bare.contains(':') {
+        true => format!("[{bare}]:{port}"),
+        false => format!("{bare}:{port}"),
+    }
+}
+
 /// A link's state, as `stats` and `kura admin replicas` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -598,4 +612,17 @@ pub(crate) fn unix_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_micros() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::master_address;
+
+    #[test]
+    fn an_ipv6_master_is_bracketed_once_however_it_was_given() {
+        assert_eq!(master_address(b"::1", 11211), "[::1]:11211");
+        assert_eq!(master_address(b"[::1]", 11211), "[::1]:11211");
+        assert_eq!(master_address(b"10.0.0.2", 80), "10.0.0.2:80");
+        assert_eq!(master_address(b"db.local", 80), "db.local:80");
+    }
 }

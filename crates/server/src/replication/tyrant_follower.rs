@@ -269,8 +269,13 @@ pub(super) fn follow_once(
                 if size > shared.config.max_item_size.saturating_mul(4).max(1 << 20) {
                     return Err(format!("a message of {size} bytes from the master"));
                 }
-                let mut body = vec![0; size];
-                read_full(&mut reader, &mut body, stopped)?;
+                // Grown as the bytes come, not to the size the master claims.
+                let mut body = Vec::new();
+                while body.len() < size {
+                    let start = body.len();
+                    body.resize(start + (size - start).min(1 << 20), 0);
+                    read_full(&mut reader, &mut body[start..], stopped)?;
+                }
                 link.heard(0, micros);
                 if micros == kept.micros && taken_before > 0 {
                     taken_before -= 1;

@@ -229,14 +229,16 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
     let Some(shared) = ctx.shared.this() else {
         return false;
     };
-    let master = (!host.is_empty() && port != 0).then(|| {
-        let host = String::from_utf8_lossy(host);
-        match host.contains(':') {
-            true => format!("[{host}]:{port}"),
-            false => format!("{host}:{port}"),
-        }
+    // No host, or port 0: stop following. A port past 65535 fails.
+    let master = match u16::try_from(port) {
+        Ok(port) if !host.is_empty() && port != 0 => Some(port),
+        Ok(_) => None,
+        Err(_) => return false,
+    };
+    let master = master.map(|port| {
+        let address = crate::replication::master_address(host, port);
+        (address, crate::MasterProtocol::Either)
     });
-    let master = master.map(|master| (master, crate::MasterProtocol::Either));
     ctx.shared
         .replication
         .follow(&shared, master, false)

@@ -230,6 +230,14 @@ impl BaseLoader<'_> {
         let mut counts = inner.applied_counts.lock().clone();
         let mut written = 0;
         for record in records {
+            let fits = match record {
+                Record::Put { key, .. } => key_fits(Space::Item, key),
+                Record::RowPut { key, .. } => key_fits(Space::Row, key),
+                _ => true,
+            };
+            if !fits {
+                return Err("a key no protocol takes (empty or too long)".into());
+            }
             let result = match record {
                 Record::Put { key, record } => {
                     let (header, _) = record::value_in_place(record)

@@ -15,7 +15,7 @@ use super::feed::Feed;
 use crate::disk::log_format::{self, Record};
 use crate::disk::record::Header;
 use crate::disk::tables::indexes;
-use crate::disk::{applied_position, in_log, log_read_failed, Inner};
+use crate::disk::{applied_position, in_log, log_read_failed, Inner, BASE_INCOMPLETE};
 use crate::log_position::LogPosition;
 use crate::replication::SnapshotPart;
 
@@ -38,6 +38,18 @@ impl Inner {
             send(part)
         };
         let txn = self.env.read_txn().map_err(io::Error::other)?;
+        // A replica that began loading its own master's snapshot since it
+        // was asked: what this transaction sees is part of that, not the
+        // state at `at` (promoted by force, it serves what it holds).
+        let loading = self
+            .meta
+            .get(&txn, BASE_INCOMPLETE)
+            .map_err(io::Error::other)?;
+        if loading.is_some() && self.health.is_read_only() {
+            return Err(io::Error::other(
+                "this server is loading its master's snapshot",
+            ));
+        }
         let at = applied_position(&self.meta, &txn).map_err(io::Error::other)?;
         let defs = indexes::IndexDefs::load(&self.meta, &txn).map_err(io::Error::other)?;
         for (table, def) in defs.all() {
