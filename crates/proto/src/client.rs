@@ -498,7 +498,7 @@ fn parse_meta(op: Op, keys: usize, buf: &[u8]) -> Result<Option<Response>, Respo
         };
         let this = match text.get(..2) {
             Some(b"VA") => {
-                let len: usize = text[3..]
+                let len: usize = (text.get(3..).unwrap_or_default())
                     .split(|&b| b == b' ')
                     .next()
                     .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
@@ -574,6 +574,9 @@ fn parse_binary(op: Op, keys: usize, buf: &[u8]) -> Result<Option<Response>, Res
         let status = u16::from_be_bytes([header[6], header[7]]);
         let body_len = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
         let end = at + binary::HEADER_LEN + body_len;
+        if extras_len + key_len > body_len {
+            return Err(unexpected(header));
+        }
         if buf.len() < end {
             return Ok(None);
         }

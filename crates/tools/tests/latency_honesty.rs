@@ -104,3 +104,46 @@ fn open_loop_shows_the_stall_that_closed_loop_hides() {
         open.0
     );
 }
+
+/// A server whose replies cannot be read: each client that meets one is
+/// closed with a protocol error, and a closed-loop run of a fixed number of
+/// calls ends (it waited for the unanswered requests for good).
+#[test]
+fn a_reply_that_cannot_be_read_closes_its_client_and_the_run_ends() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if writer.write_all(b"NOT A REPLY\r\n").is_err() {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    let workload = Workload {
+        clients: 3,
+        ..workload(addr, 0.0, 10)
+    };
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let measured = engine::run(&workload, &Arc::new(Progress::default())).unwrap();
+        let _ = done.send(measured);
+    });
+    let measured = finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the run ended");
+    assert_eq!(
+        measured.errors.get("protocol"),
+        Some(&3),
+        "{:?}",
+        measured.errors
+    );
+    assert_eq!(measured.responses, 0);
+}

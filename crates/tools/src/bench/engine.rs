@@ -837,6 +837,7 @@ impl<'w> Generator<'w> {
         let now = self.now_ns();
         let mut used = 0;
         let mut answered = 0u64;
+        let mut out_of_step = false;
         let client;
         {
             let conn = &mut self.conns[key];
@@ -851,10 +852,7 @@ impl<'w> Generator<'w> {
                     Ok(Some(response)) => response,
                     Ok(None) => break,
                     Err(_) => {
-                        *self.measured.errors.entry("protocol").or_default() += 1;
-                        conn.input.clear();
-                        conn.pending.clear();
-                        used = 0;
+                        out_of_step = true;
                         break;
                     }
                 };
@@ -907,13 +905,22 @@ impl<'w> Generator<'w> {
             }
             conn.input.drain(..used);
         }
+        if answered > 0 {
+            self.measured.responses += answered;
+            self.progress
+                .responses
+                .fetch_add(answered, Ordering::Relaxed);
+        }
+        // A reply that cannot be read leaves the stream out of step, and
+        // the requests it owes unanswered: the client goes (a closed loop
+        // would otherwise wait on them for good).
+        if out_of_step {
+            self.fail_client(client, "protocol");
+            return;
+        }
         if answered == 0 {
             return;
         }
-        self.measured.responses += answered;
-        self.progress
-            .responses
-            .fetch_add(answered, Ordering::Relaxed);
         let closed_loop = self.workload.call_rate <= 0.0;
         let c = &mut self.clients[client];
         c.completed += answered;

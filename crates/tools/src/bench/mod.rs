@@ -193,7 +193,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, BenchError> {
         "h" => value * 3600.0,
         _ => return Err(usage(format!("bad duration '{text}' (use ms, s, m or h)"))),
     };
-    Ok(Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds).map_err(|_| usage(format!("bad duration '{text}'")))
 }
 
 /// `set:get=1:10` → [(set, 1), (get, 10)].
@@ -275,6 +275,10 @@ impl LoadArgs {
         if mix.is_empty() {
             return Err(usage("the operation mix is empty"));
         }
+        // A request's keys are counted in 16 bits.
+        if self.multiget > usize::from(u16::MAX) {
+            return Err(usage(format!("--multiget {} is over 65535", self.multiget)));
+        }
         let sizes: SizeDist = self.sizes.parse().map_err(usage)?;
         let key_pattern: KeyPattern = self.key_pattern.parse().map_err(usage)?;
         let duration = self.duration.as_deref().map(parse_duration).transpose()?;
@@ -321,7 +325,8 @@ impl LoadArgs {
             max_value: self.max_value.max(1),
             expiry: self.expiry,
             verify: self.verify,
-            timeout: Duration::from_secs_f64(self.timeout.max(0.001)),
+            timeout: Duration::try_from_secs_f64(self.timeout.max(0.001))
+                .map_err(|_| usage(format!("bad --timeout {}", self.timeout)))?,
             linger: self.linger,
             seed: self.seed,
             interval: Duration::from_secs(1),
