@@ -149,27 +149,39 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
     // Entries missing between those read (a damaged segment ends early),
     // within the range asked for.
     let mut missing = Vec::new();
-    let mut previous = None;
     let mut stopped = false;
     let first_asked = match from {
         Some(LogPoint::Lsn(first)) => first.max(floor),
         _ => floor,
     };
+    let last_asked = match until {
+        Some(LogPoint::Lsn(last)) => last,
+        _ => u64::MAX,
+    };
+    // The entry before the first asked for: a log that starts later lacks
+    // those between.
+    let mut previous = first_asked.checked_sub(1);
     let read = history::read(&args.dir, Values::Read, |entry| {
         let before = previous.replace(entry.lsn);
         if entry.lsn < floor || from.is_some_and(|point| !point.starts_by(entry.lsn, entry.micros))
         {
             return ControlFlow::Continue(());
         }
+        // Before the end of the range is looked for: a range that ends
+        // within a gap lacks the entries of it it asked for. (Up to a
+        // time, the times of the missing entries are not known.)
+        if let Some(before) = before.filter(|&before| entry.lsn > before + 1) {
+            let (start, end) = (
+                (before + 1).max(first_asked),
+                (entry.lsn - 1).min(last_asked),
+            );
+            if start <= end && !matches!(until, Some(LogPoint::Micros(_))) {
+                missing.push((start, end));
+            }
+        }
         if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
             stopped = true;
             return ControlFlow::Break(());
-        }
-        if let Some(before) = before.filter(|&before| entry.lsn > before + 1) {
-            let start = (before + 1).max(first_asked);
-            if start < entry.lsn {
-                missing.push((start, entry.lsn - 1));
-            }
         }
         let written = match args.json {
             true => writeln!(out, "{}", json_line(entry)),
@@ -192,10 +204,6 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
     }
     if !stopped {
         let tail = missing_tail(manifest.as_ref(), previous);
-        let last_asked = match until {
-            Some(LogPoint::Lsn(last)) => last,
-            _ => u64::MAX,
-        };
         missing.extend(
             tail.map(|(first, last)| (first.max(first_asked), last.min(last_asked)))
                 .filter(|(first, last)| first <= last),
@@ -419,6 +427,12 @@ fn stats(args: StatsArgs) -> Result<(), Failure> {
         .map(|&(gap_first, gap_last)| (gap_first.max(floor), gap_last))
         .filter(|(gap_first, gap_last)| gap_first <= gap_last)
         .collect();
+    // A backup's entries start at its manifest's first LSN.
+    if let (Some(_), Some((first_read, _))) = (&manifest, first) {
+        if first_read > floor {
+            summary.gaps.insert(0, (floor, first_read - 1));
+        }
+    }
     (summary.gaps).extend(missing_tail(manifest.as_ref(), last.map(|(lsn, _)| lsn)));
     let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));
     if args.json {

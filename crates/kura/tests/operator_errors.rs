@@ -333,6 +333,17 @@ fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
         message.contains(&format!("lacks entries {gap_start}-")),
         "{message}"
     );
+    // A range that ends within the gap lacks the part of it asked for.
+    let until = gap_start.to_string();
+    let dump = fails(
+        &["log", "dump", "--dir", path(&data), "--until", &until],
+        "lacks entries",
+    );
+    let message = stderr(&dump);
+    assert!(
+        message.contains(&format!("lacks entries {gap_start}")),
+        "{message}"
+    );
     // The entries after the gap alone: nothing is missing there.
     ok(&["log", "dump", "--dir", path(&data), "--from", "45"]);
     let stats = ok(&["log", "stats", "--dir", path(&data)]);
