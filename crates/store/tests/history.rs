@@ -520,6 +520,21 @@ fn a_damaged_backup_fails_verification() {
     assert!(error.contains("does not match its checksum"), "{error}");
 }
 
+/// A backup opened as a data directory would be written into, and fail
+/// its checksums after: it is refused, and stays as it was.
+#[test]
+fn a_backup_is_not_opened_as_a_data_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let (full, _) = one_item_backed_up(work.path());
+    let error = match DiskStore::open(DiskConfig::new(&full)) {
+        Ok(_) => panic!("a backup opened as a data directory"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("is a backup"), "{error}");
+    assert!(!full.join("lock").exists(), "nothing written into it");
+    backup::verify(&full).unwrap();
+}
+
 fn open_as_seven(dir: &Path) -> DiskStore {
     DiskStore::open(DiskConfig {
         map_size: 64 << 20,

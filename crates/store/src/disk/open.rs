@@ -150,6 +150,14 @@ impl DiskStore {
     }
 
     fn open_in(config: DiskConfig) -> Result<Self, OpenError> {
+        // Serving a backup would write into it (its lock file first), and its checksums fail.
+        let manifest = super::history::backup::MANIFEST;
+        if config.replay_until.is_none() && config.dir.join(manifest).exists() {
+            return Err(OpenError::Format(format!(
+                "{} is a backup ({manifest}): restore it with `kura restore --from {0} --to DIR`",
+                config.dir.display()
+            )));
+        }
         std::fs::create_dir_all(&config.dir).map_err(|e| OpenError::Dir(config.dir.clone(), e))?;
         let dir_lock = dir_lock::acquire(&config.dir)?;
         // The restore's own replay stops at its point (`replay_until`).
