@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser as _;
 use kura_tools::bench::scenario::{compare_to, CompareArgs, Scenario, Target};
 
 const MEMCACHED: &str = "/usr/bin/memcached";
@@ -189,4 +190,55 @@ options = { method = "get", multiget = 4, num-calls = 50, keys = 200, key-patter
         assert_eq!((runs[1].hits, runs[1].misses), (100, 100), "{protocol}");
         assert_eq!(runs[1].hit_ratio(), Some(0.5), "{protocol}");
     }
+}
+
+/// `--load` stores every key once, whatever the threads and connections
+/// (threads' shares of the keys once left some unstored when connections
+/// did not split evenly over threads).
+#[test]
+fn a_load_stores_every_key_whatever_the_threads_and_connections() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = Memcached::start(64);
+    let curr_items = || {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream.write_all(b"stats\r\n").unwrap();
+        let reader = BufReader::new(stream);
+        for line in reader.lines() {
+            let line = line.unwrap();
+            if let Some(count) = line.strip_prefix("STAT curr_items ") {
+                return count.parse::<u64>().unwrap();
+            }
+            assert_ne!(line, "END", "no curr_items");
+        }
+        unreachable!("the stats ended early")
+    };
+    for shape in ["--threads 4 --num-conns 2", "--threads 3 --num-conns 16"] {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream.write_all(b"flush_all\r\n").unwrap();
+        let mut reply = String::new();
+        BufReader::new(stream).read_line(&mut reply).unwrap();
+        assert_eq!(reply, "OK\r\n");
+        let port = server.port.to_string();
+        let mut argv = vec!["kura-bench", "-s", "127.0.0.1", "-p", &port];
+        argv.extend(shape.split_whitespace());
+        argv.extend([
+            "--keys",
+            "1003",
+            "--sizes",
+            "d10",
+            "--method",
+            "get",
+            "--num-calls",
+            "1",
+        ]);
+        let load = LoadCommandLine::try_parse_from(&argv).unwrap().load;
+        kura_tools::bench::load_phase(&load.workload().unwrap()).unwrap();
+        assert_eq!(curr_items(), 1003, "{shape}");
+    }
+}
+
+#[derive(clap::Parser)]
+struct LoadCommandLine {
+    #[command(flatten)]
+    load: kura_tools::bench::LoadArgs,
 }

@@ -162,7 +162,8 @@ pub struct LoadArgs {
     /// Connect with TLS (servers started with memcached's -Z). Without
     /// --tls-ca the server's certificate is NOT verified: whoever answers is
     /// taken for the server. Connect times include the handshake.
-    #[arg(long = "tls")]
+    /// (Not with --scenario: a scenario's phases set their own options.)
+    #[arg(long = "tls", conflicts_with = "scenario")]
     pub tls: bool,
     /// With --tls: verify the server's certificate against the CA
     /// certificates in this PEM file; a certificate they do not sign ends the
@@ -362,6 +363,10 @@ pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
         None => 32,
     };
     let load = Workload {
+        // One thread: its clients share one sequential picker from key 0,
+        // so they store every key (threads start theirs a share apart, and
+        // their clients seldom split the keys evenly).
+        threads: 1,
         clients: workload.clients.clamp(1, 16),
         conn_rate: 0.0,
         calls_per_client: workload.key_count.div_ceil(workload.clients.clamp(1, 16)),
@@ -388,6 +393,23 @@ pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
 }
 
 /// Runs one measured phase and returns its report, with a progress line on a terminal.
+/// A run the server answered nothing in is a failure, with the errors seen.
+pub fn answered_some(server: &str, measured: &engine::Measured) -> Result<(), BenchError> {
+    if measured.responses > 0 {
+        return Ok(());
+    }
+    let errors: Vec<String> = (measured.errors.iter())
+        .map(|(kind, count)| format!("{count} {kind}"))
+        .collect();
+    Err(BenchError::Io(std::io::Error::other(format!(
+        "{server} answered no request ({})",
+        match errors.is_empty() {
+            true => "no error seen".to_string(),
+            false => errors.join(", "),
+        }
+    ))))
+}
+
 pub fn measure(
     name: &str,
     workload: &Workload,
@@ -501,19 +523,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let name = load.name.clone().unwrap_or_else(|| load.server.clone());
     let (run, measured) = measure(&name, &workload, load.quiet)?;
     crate::output::print(&summary::mcperf_summary(&workload, &measured))?;
-    if measured.responses == 0 {
-        let errors: Vec<String> = (measured.errors.iter())
-            .map(|(kind, count)| format!("{count} {kind}"))
-            .collect();
-        return Err(BenchError::Io(std::io::Error::other(format!(
-            "{} answered no request ({})",
-            load.server,
-            match errors.is_empty() {
-                true => "no error seen".to_string(),
-                false => errors.join(", "),
-            }
-        ))));
-    }
+    answered_some(&load.server, &measured)?;
     let report = Report {
         title: format!("kura bench against {}", load.server),
         command,

@@ -182,7 +182,8 @@ impl Scenario {
                 break;
             }
             let name = args.name.clone().unwrap_or_default();
-            let (run, _) = measure(&name, &workload, quiet)?;
+            let (run, measured) = measure(&name, &workload, quiet)?;
+            super::answered_some(&target.server, &measured)?;
             runs.push(run);
             if super::ctrl_c::pressed() {
                 break;
