@@ -288,6 +288,11 @@ fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags
             return Err(ErrorReply::BadCommandLine);
         }
         let (&flag, arg) = token.split_first().unwrap_or((&0, &[]));
+        // memcached marks flags seen in a table of 127: a byte past it is
+        // a "duplicate".
+        if flag >= 127 {
+            return Err(verb.flag_error(ErrorReply::MetaDuplicateFlag));
+        }
         if !KNOWN_FLAGS.contains(&flag) {
             return Err(verb.flag_error(ErrorReply::MetaInvalidFlag));
         }
@@ -319,8 +324,14 @@ fn parse_flags_of<'a>(verb: Verb, tokens: Tokens<'a>) -> Result<(bool, MetaFlags
                 flags.client_flags =
                     Some(parse_flags(arg).ok_or(verb.flag_error(ErrorReply::BadCommandLine))?)
             }
-            b'J' => flags.initial = Some(parse_u64(arg).ok_or(bad_token)?),
-            b'D' => flags.delta = Some(parse_u64(arg).ok_or(bad_token)?),
+            b'J' => {
+                let invalid = verb.flag_error(ErrorReply::MetaInvalidInitial);
+                flags.initial = Some(parse_u64(arg).ok_or(invalid)?)
+            }
+            b'D' => {
+                let invalid = verb.flag_error(ErrorReply::MetaInvalidDelta);
+                flags.delta = Some(parse_u64(arg).ok_or(invalid)?)
+            }
             b'M' => parse_mode(verb, arg, &mut flags)?,
             _ => {} // P and L: routing hints for proxies, ignored.
         }
@@ -439,6 +450,9 @@ mod tests {
         // memcached's duplicate check covers the proxy's hints too.
         assert_eq!(rejected(b"mg k Pa Pb\r\n").0, ErrorReply::MetaDuplicateFlag);
         assert_eq!(rejected(b"mg k Tabc\r\n").0, ErrorReply::MetaBadToken);
+        assert_eq!(rejected(b"mg k Jx\r\n").0, ErrorReply::MetaInvalidInitial);
+        assert_eq!(rejected(b"mg k Dx\r\n").0, ErrorReply::MetaInvalidDelta);
+        assert_eq!(rejected(b"mg k \xff\r\n").0, ErrorReply::MetaDuplicateFlag);
         assert_eq!(
             rejected(b"md k x\r\n").0,
             ErrorReply::MetaInvalidOrDuplicateFlag

@@ -52,6 +52,10 @@ pub enum ErrorReply {
     MetaInvalidOrDuplicateFlag,
     #[error("CLIENT_ERROR bad token in command line format")]
     MetaBadToken,
+    #[error("CLIENT_ERROR invalid numeric initial value")]
+    MetaInvalidInitial,
+    #[error("CLIENT_ERROR invalid numeric delta value")]
+    MetaInvalidDelta,
     #[error("SERVER_ERROR {0}")]
     Server(&'static str),
 }

@@ -217,7 +217,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<Request<'a>> {
         return reject(ErrorReply::UnknownCommand, line_len);
     };
     match verb {
-        b"get" => parse_get(GetMode::Get, tokens, line_len),
+        // `bget`: memcached keeps it, as `get`, for old clients.
+        b"get" | b"bget" => parse_get(GetMode::Get, tokens, line_len),
         b"gets" => parse_get(GetMode::Gets, tokens, line_len),
         b"gat" | b"gats" => parse_gat(verb == b"gats", tokens, line_len),
         b"set" => parse_store(StoreVerb::Set, tokens, buf, line_len, limits),
@@ -666,6 +667,9 @@ mod tests {
         };
         assert_eq!(mode, GetMode::Get);
         assert_eq!(keys.iter().collect::<Vec<_>>(), [&b"a"[..], b"bb", b"ccc"]);
+        // memcached's old `bget` is a get.
+        let (request, _) = parse_ok(b"bget a\r\n");
+        assert!(matches!(request, Request::Get { mode: GetMode::Get, .. }), "{request:?}");
     }
 
     #[test]
