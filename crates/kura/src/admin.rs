@@ -51,7 +51,14 @@ pub fn run(args: AdminArgs) -> Result<(), Failure> {
         AdminCommand::Promote { force: false } => "replicaof no one".to_string(),
         AdminCommand::Promote { force: true } => "replicaof no one force".to_string(),
         AdminCommand::ReplicaOf { master } => {
-            let Some((host, port)) = master.rsplit_once(':') else {
+            // One word each: the command goes on one line of words.
+            let words = |text: &str| {
+                !text.is_empty() && !text.contains(|c: char| c.is_whitespace() || c.is_control())
+            };
+            let split = master
+                .rsplit_once(':')
+                .filter(|(host, port)| words(host) && words(port));
+            let Some((host, port)) = split else {
                 return Err(Failure::Usage(
                     "admin replica-of: HOST:PORT, the master's memcached port".to_string(),
                 ));

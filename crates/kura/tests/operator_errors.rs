@@ -534,6 +534,20 @@ fn a_command_line_missing_an_argument_names_it() {
             &["log", "dump", "--dir", ".", "--from", "9", "--until", "8"],
             "after --until",
         ),
+        // One word each: a line break would send a second command.
+        (
+            &[
+                "admin",
+                "replica-of",
+                "h:1
+flush_all",
+            ],
+            "HOST:PORT",
+        ),
+        (
+            &["bench", "--multiget", "70000", "--num-calls", "1"],
+            "65535",
+        ),
     ] {
         let output = run(args);
         let message = stderr(&output);

@@ -669,7 +669,16 @@ mod tests {
         assert_eq!(keys.iter().collect::<Vec<_>>(), [&b"a"[..], b"bb", b"ccc"]);
         // memcached's old `bget` is a get.
         let (request, _) = parse_ok(b"bget a\r\n");
-        assert!(matches!(request, Request::Get { mode: GetMode::Get, .. }), "{request:?}");
+        assert!(
+            matches!(
+                request,
+                Request::Get {
+                    mode: GetMode::Get,
+                    ..
+                }
+            ),
+            "{request:?}"
+        );
     }
 
     #[test]

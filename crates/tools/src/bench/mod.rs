@@ -383,11 +383,11 @@ pub fn load_phase(workload: &Workload) -> Result<(), BenchError> {
     if let Some(failure) = &measured.tls_failure {
         return Err(std::io::Error::other(format!("the load phase failed: {failure}")).into());
     }
+    // A failure of the server or the network, not of the command line.
     if measured.error_total() > 0 {
-        return Err(usage(format!(
-            "the load phase failed: {:?}",
-            measured.errors
-        )));
+        return Err(
+            std::io::Error::other(format!("the load phase failed: {:?}", measured.errors)).into(),
+        );
     }
     Ok(())
 }

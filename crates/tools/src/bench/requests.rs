@@ -225,10 +225,17 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
     for thread in threads {
         let one = thread
             .join()
-            .map_err(|_| usage("a connection's thread panicked"))??;
+            .map_err(|_| std::io::Error::other("a connection's thread panicked"))??;
         tally.merge(&one);
     }
     report(&args, &tally, started.elapsed())?;
+    if tally.requests > 0 && tally.errors == tally.requests {
+        return Err(std::io::Error::other(format!(
+            "every one of {} requests failed",
+            tally.requests
+        ))
+        .into());
+    }
     Ok(())
 }
 
@@ -280,7 +287,7 @@ fn connection(
 ) -> Result<Tally, BenchError> {
     let args = &requests.args;
     let stream = TcpStream::connect(&args.server)
-        .map_err(|e| usage(format!("cannot connect to {}: {e}", args.server)))?;
+        .map_err(|e| std::io::Error::other(format!("cannot connect to {}: {e}", args.server)))?;
     stream.set_nodelay(true)?;
     let mut reader = BufReader::with_capacity(1 << 16, stream.try_clone()?);
     let mut writer = BufWriter::with_capacity(1 << 16, stream);
