@@ -18,6 +18,7 @@ pub mod exec;
 mod held_buffers;
 mod line_wait;
 mod listener;
+mod pending_output;
 pub mod replication;
 mod reply_budget;
 pub mod session;

@@ -23,6 +23,7 @@ use kura_store::{AckFence, AckSpan, AckState};
 
 use crate::exec::Context;
 use crate::line_wait::LineWait;
+use crate::pending_output::PendingOutput;
 use crate::session::{Session, Speaks, Stop};
 use crate::tls::TlsStream;
 use crate::watch::{CloseReason, Watcher};
@@ -149,7 +150,7 @@ struct Connection {
     /// to hold none.
     line_wait: LineWait,
     /// Reply bytes the socket did not take yet, or may not take yet.
-    output: Vec<u8>,
+    output: PendingOutput,
     /// Replies wait for the appends of these writes (empty: none). Held
     /// replies are the tail of `output`; replies are never reordered, so a
     /// fence holds everything composed after the writes as well.
@@ -234,16 +235,7 @@ impl Worker {
                 }
             }));
         }
-        let fixed_protocol = match shared.config.protocol {
-            // As memcached: text logins make every connection a text one,
-            // or binary requests would go around them.
-            ProtocolChoice::Auto if shared.text_users.is_some() && shared.sasl.is_none() => {
-                Some(Protocol::Text)
-            }
-            ProtocolChoice::Auto => None,
-            ProtocolChoice::Ascii => Some(Protocol::Text),
-            ProtocolChoice::Binary => Some(Protocol::Binary),
-        };
+        let fixed_protocol = fixed_protocol(&shared);
         let worker = Worker {
             id,
             poll,
@@ -349,7 +341,7 @@ impl Worker {
                 input: Vec::new(),
                 unserved: false,
                 line_wait: LineWait::default(),
-                output: Vec::new(),
+                output: PendingOutput::default(),
                 fence: AckSpan::default(),
                 closing: false,
                 peer_closed: false,
@@ -393,16 +385,14 @@ impl Worker {
             fence: AckFence::default(),
             datagram: false,
         };
-        connection
-            .info
-            .last_active
-            .store(self.shared.store.clock().now(), Ordering::Relaxed);
         let next = if connection.watcher.is_some() {
             serve_watcher(connection, &mut self.scratch, &ctx)
         } else {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
-        let holds = connection.input.len() + connection.output.len();
+        // The memory held, not only the bytes in it: a long request served
+        // leaves its buffer's capacity behind.
+        let holds = connection.input.capacity() + connection.output.capacity();
         let held_buffers = &self.shared.held_buffers;
         if held_buffers.update(&mut connection.buffered, holds) && !matches!(next, Next::Close) {
             // Past --max-buffered: this one goes, and the other workers
@@ -617,7 +607,11 @@ impl Worker {
             .connections
             .iter()
             .filter(|(_, c)| {
+                // As memcached: not while replies are being sent, nor while
+                // a value is read (its states `conn_mwrite`, `conn_nread`).
                 c.watcher.is_none()
+                    && c.output.is_empty()
+                    && !c.info.reading_value.load(Ordering::Relaxed)
                     && now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
             })
             .map(|(key, _)| key)
@@ -626,6 +620,20 @@ impl Worker {
             self.shared.counters[self.id].idle_kicks.incr();
             self.close(key, CloseReason::IdleTimeout);
         }
+    }
+}
+
+/// The protocol every connection speaks, if `-B` (or text logins) fix one.
+pub(crate) fn fixed_protocol(shared: &Shared) -> Option<Protocol> {
+    match shared.config.protocol {
+        // As memcached: text logins make every connection a text one,
+        // or binary requests would go around them.
+        ProtocolChoice::Auto if shared.text_users.is_some() && shared.sasl.is_none() => {
+            Some(Protocol::Text)
+        }
+        ProtocolChoice::Auto => None,
+        ProtocolChoice::Ascii => Some(Protocol::Text),
+        ProtocolChoice::Binary => Some(Protocol::Binary),
     }
 }
 
@@ -653,6 +661,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 connection
                     .session
                     .serve(&connection.input, &mut scratch.output, ctx, &mut budget);
+            served_some(connection, used, ctx);
             connection.input.drain(..used);
             connection.line_wait.forget();
             (stop, false)
@@ -675,6 +684,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 ctx,
                 &mut budget,
             );
+            served_some(connection, used, ctx);
             connection
                 .input
                 .extend_from_slice(&scratch.input[used..read]);
@@ -715,6 +725,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                     ctx,
                     &mut budget,
                 );
+                served_some(connection, used, ctx);
                 connection.input.drain(..used);
                 let input = &connection.input;
                 let awaits_line = used == 0
@@ -747,9 +758,13 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 .reading_value
                 .store(reading_value, Ordering::Relaxed);
         }
-        if connection.input.is_empty() && connection.input.capacity() > READ_CHUNK {
+        let (held, capacity) = (connection.input.len(), connection.input.capacity());
+        if held == 0 && capacity > READ_CHUNK {
             // Give back the memory of a large request once it is served.
             connection.input = Vec::new();
+        } else if capacity > READ_CHUNK && capacity > 4 * held {
+            // Or most of it, when a little of the next request is left.
+            connection.input.shrink_to(held.max(READ_CHUNK));
         }
         if write_replies(connection, &scratch.output, ctx).is_err() {
             return Next::Close;
@@ -808,9 +823,19 @@ fn serve_watcher(connection: &mut Connection, scratch: &mut Scratch, ctx: &Conte
             Ok(false) => return Next::Wait,
             Err(_) => return Next::Close,
         }
-        if !watcher.take(&mut connection.output) {
+        if !watcher.take(connection.output.buffer()) {
             return Next::Wait;
         }
+    }
+}
+
+/// Requests were taken from the input (`used` bytes): the connection is
+/// not idle (`-o idle_timeout`). Bytes that complete no request do not
+/// count, as memcached counts from a connection's last command.
+fn served_some(connection: &Connection, used: usize, ctx: &Context<'_>) {
+    if used > 0 {
+        let now = ctx.shared.store.clock().now();
+        connection.info.last_active.store(now, Ordering::Relaxed);
     }
 }
 
@@ -847,9 +872,6 @@ fn write_replies(connection: &mut Connection, replies: &[u8], ctx: &Context<'_>)
     Ok(())
 }
 
-/// Output capacity a connection keeps once its replies are sent.
-const KEPT_OUTPUT: usize = 256;
-
 /// Sends pending output; true when nothing is left.
 fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bool> {
     if connection.output.is_empty() {
@@ -858,19 +880,10 @@ fn send_pending(connection: &mut Connection, ctx: &Context<'_>) -> io::Result<bo
     if !fence_lifted(connection, ctx)? {
         return Ok(false);
     }
-    let written = write_some(&mut connection.stream, &connection.output)?;
+    let written = write_some(&mut connection.stream, connection.output.unsent())?;
     ctx.counters.bytes_written.add(written as u64);
-    connection.output.drain(..written);
-    if connection.output.is_empty() {
-        // A reply held for the log (a set's `STORED`) would otherwise cost
-        // an allocation per request; a large buffer is given back, since
-        // thousands of connections may sit idle.
-        if connection.output.capacity() > KEPT_OUTPUT {
-            connection.output = Vec::new();
-        }
-        return Ok(true);
-    }
-    Ok(false)
+    connection.output.sent(written);
+    Ok(connection.output.is_empty())
 }
 
 /// Whether replies may go out: the writes before them are appended. A

@@ -290,6 +290,40 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     assert_eq!(stat(&mut fresh, "idle_kicks"), 1);
 }
 
+/// A client that trickles a command line a byte at a time, never ending
+/// it, is idle all the same (memcached counts from the last command).
+#[test]
+fn a_line_trickled_in_does_not_keep_a_connection_from_its_idle_timeout() {
+    let server = TestServer::with(
+        ServerConfig {
+            idle_timeout: Some(Duration::from_secs(1)),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut trickling = server.connect();
+    trickling
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 16];
+    loop {
+        assert!(std::time::Instant::now() < deadline, "never closed");
+        // A write to a closed connection may fail: closed either way.
+        if trickling.write_all(b"g").is_err() {
+            break;
+        }
+        match trickling.read(&mut buf) {
+            Ok(0) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Ok(n) => panic!("answered {:?}", &buf[..n]),
+            Err(_) => {} // the read timed out: still open
+        }
+    }
+    let mut fresh = server.connect();
+    assert_eq!(stat(&mut fresh, "idle_kicks"), 1);
+}
+
 #[test]
 fn stats_count_what_happened() {
     let server = TestServer::start();
