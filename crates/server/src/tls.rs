@@ -87,7 +87,16 @@ impl Certificates {
             .key_provider
             .load_private_key(key)
             .map_err(TlsError::Rustls)?;
-        Ok(CertifiedKey::new(chain, signing_key))
+        let certified = CertifiedKey::new(chain, signing_key);
+        // As memcached's SSL_CTX_check_private_key: a key that is not the
+        // certificate's is refused (a rotation half done), and a refresh
+        // keeps the certificate it had.
+        match certified.keys_match() {
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+                Ok(certified)
+            }
+            Err(error) => Err(TlsError::Rustls(error)),
+        }
     }
 
     /// Reads the certificate and key files again (`refresh_certs`);

@@ -149,7 +149,8 @@ pub fn run(sockets: Vec<UdpSocket>, shared: &Shared, counters: &Counters) {
 
 /// Runs every request in one datagram; a request cut short is dropped.
 fn serve_request(payload: &[u8], reply: &mut Vec<u8>, ctx: &Context<'_>) -> Stop {
-    let mut session = Session::new(None);
+    // `-B` holds over UDP too, as memcached's binding protocol does.
+    let mut session = Session::new(crate::worker::fixed_protocol(ctx.shared));
     let mut budget = usize::MAX;
     session.serve(payload, reply, ctx, &mut budget).1
 }

@@ -807,7 +807,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("kura-signals".into())
         .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
+            let mut received = signals.forever();
+            if let Some(signal) = received.next() {
                 tracing::info!(signal, "shutting down");
                 // memcached's meaning: SIGUSR1 stops gracefully, keeping
                 // the cache for the next start with -e.
@@ -816,6 +817,12 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 } else {
                     shared.request_shutdown();
                 }
+            }
+            // Another while stopping (a long save for -e): stop at once, as
+            // a kill would; the signal would otherwise be ignored.
+            if let Some(signal) = received.next() {
+                eprintln!("kura: signal {signal} while stopping: exiting now");
+                std::process::exit(1);
             }
         })
         .context("starting the signal thread")?;
