@@ -801,6 +801,13 @@ impl MemoryStore {
                 misses += 1;
                 continue;
             };
+            // Under -M a live item is never evicted, as in memcached: a
+            // lowered limit, or writes admitted together past it, leave the
+            // cache over it until items expire or are deleted (writes
+            // meanwhile answer out of memory).
+            if !dead && !self.evict {
+                return;
+            }
             let why = if dead {
                 Removal::Expired
             } else {
@@ -1185,13 +1192,20 @@ impl Store for MemoryStore {
             };
             self.flushed_second.store(second, Ordering::Relaxed);
         }
-        if delay <= 0 {
-            self.delayed_flush.cancel();
-            self.flushed_through_cas
-                .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
-            self.sweep_pace.hurry();
-        } else {
-            self.delayed_flush.schedule(self.clock.expiry(delay));
+        // memcached with CAS flushes at the second before the one asked
+        // for (`oldest_live = realtime(exptime) - 1`): `flush_all 1` at once.
+        let due = match delay > 0 && !self.flush_whole_second {
+            true => Some(self.clock.expiry(delay) - 1).filter(|&at| at > self.clock.now()),
+            false => (delay > 0).then(|| self.clock.expiry(delay)),
+        };
+        match due {
+            None => {
+                self.delayed_flush.cancel();
+                self.flushed_through_cas
+                    .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
+                self.sweep_pace.hurry();
+            }
+            Some(at) => self.delayed_flush.schedule(at),
         }
         FlushOutcome::Done
     }
@@ -1452,6 +1466,10 @@ impl MemoryStore {
         let now = self.clock.now();
         let mut shard = self.shard(hash).lock();
         let existing = shard.find(hash, item.key);
+        // Saved by a server with a larger -I: not served past this one's.
+        if item.value.len() > self.max_value_bytes {
+            return false;
+        }
         let mut slot = self.new_slot(hash, item.key, &[item.value], item.flags, item.expiry, now);
         slot.cas = item.cas;
         for (set, bit) in [

@@ -25,6 +25,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::memory::{MemoryStore, SavedItem};
@@ -121,7 +122,14 @@ pub fn prepare(path: &Path) -> io::Result<()> {
 /// Writes every live item of `store` to `path` (see the module header).
 pub fn save(path: &Path, store: &MemoryStore) -> io::Result<Saved> {
     let tmp = temporary(path);
-    let file = File::create(&tmp)?;
+    // Every cached value is in it: readable by the server's user alone, as
+    // memcached's restart file.
+    let _ = std::fs::remove_file(&tmp);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
     let mut out = Checksummed {
         inner: BufWriter::with_capacity(1 << 20, file),
         crc: crc32fast::Hasher::new(),
@@ -449,6 +457,30 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, saved.bytes);
         (dir, path, bytes)
+    }
+
+    /// The file holds every value: its owner alone reads it. A server with
+    /// a smaller -I than the one that saved leaves out what it would not
+    /// take.
+    #[test]
+    fn a_snapshot_is_private_and_loads_within_this_servers_item_size() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache");
+        let from = store();
+        set(&from, "small", "s", 0, 0);
+        set(&from, "big", &"v".repeat(600_000), 0, 0);
+        save(&path, &from).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let to = MemoryStore::new(MemoryConfig {
+            max_value_bytes: 512 * 1024,
+            ..MemoryConfig::default()
+        });
+        let loaded = load(&path, &to).unwrap().unwrap();
+        assert_eq!((loaded.restored, loaded.dropped), (1, 1));
+        assert_eq!(get(&to, "big"), None);
+        assert_eq!(get(&to, "small").unwrap().0, b"s");
     }
 
     #[test]

@@ -267,6 +267,28 @@ fn no_eviction_mode_answers_out_of_memory() {
     );
 }
 
+/// Under -M a lowered limit evicts nothing either (memcached only lowers
+/// its limit): the cache stays over it, and writes answer out of memory.
+#[test]
+fn no_eviction_mode_keeps_every_item_when_the_limit_is_lowered() {
+    let store = MemoryStore::new(MemoryConfig {
+        limit_bytes: 256 * 1024,
+        evict: false,
+        ..MemoryConfig::default()
+    });
+    let value = [b'v'; 1000];
+    for i in 0..100u32 {
+        assert!(matches!(
+            set(&store, format!("k{i}").as_bytes(), &value),
+            StoreOutcome::Stored { .. }
+        ));
+    }
+    store.set_memory_limit(64 * 1024);
+    assert_eq!(store.stats().evictions, 0);
+    assert_eq!(store.stats().curr_items, 100);
+    assert_eq!(set(&store, b"more", &value), StoreOutcome::OutOfMemory);
+}
+
 /// Under -M a write that does not fit takes the room of dead items (as
 /// memcached reclaims expired ones when it allocates), so a cache full of
 /// expired or flushed items takes writes again without the background
