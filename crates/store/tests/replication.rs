@@ -532,7 +532,8 @@ fn a_delayed_flush_does_not_fire_once_the_server_is_a_replica() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     set(&engine, b"k", b"v", 0);
-    engine.flush_all(1, &AckFence::default());
+    // Due a second later (`flush_all 1` would be at once, as memcached's).
+    engine.flush_all(2, &AckFence::default());
     // It becomes a replica before the flush is due: its flushes are its
     // master's from now on.
     engine.replication().unwrap().set_read_only(true);

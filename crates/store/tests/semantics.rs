@@ -345,6 +345,23 @@ fn flush_now_and_later() {
     });
 }
 
+/// As memcached with CAS: a delayed flush is due at the second before the
+/// one asked for, so `flush_all 1` flushes at once.
+#[test]
+fn a_delayed_flush_is_due_a_second_early() {
+    on_each_engine(|store| {
+        set(store, b"a", b"1");
+        store.flush_all(1, &AckFence::default());
+        assert!(get(store, b"a").is_none(), "flush_all 1 is at once");
+        set(store, b"b", b"1");
+        store.flush_all(3, &AckFence::default());
+        store.clock().advance(1);
+        assert!(get(store, b"b").is_some());
+        store.clock().advance(1);
+        assert!(get(store, b"b").is_none(), "flush_all 3 is due 2 s later");
+    });
+}
+
 #[test]
 fn the_first_write_after_a_delayed_flush_is_due_lives() {
     on_each_engine(|store| {

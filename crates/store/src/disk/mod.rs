@@ -416,12 +416,17 @@ impl Store for DiskStore {
         if !self.inner.deletable() {
             return FlushOutcome::Failed;
         }
-        if delay <= 0 {
-            self.inner.flushes.delayed.cancel();
-            self.inner.flush(fence);
-        } else {
-            let at = self.inner.clock.expiry(delay);
-            self.inner.flushes.delayed.schedule(at);
+        // As memcached with CAS: at the second before the one asked for
+        // (`flush_all 1` at once).
+        let clock = &self.inner.clock;
+        match Some(delay).filter(|&delay| delay > 0) {
+            Some(delay) if clock.expiry(delay) - 1 > clock.now() => {
+                self.inner.flushes.delayed.schedule(clock.expiry(delay) - 1);
+            }
+            _ => {
+                self.inner.flushes.delayed.cancel();
+                self.inner.flush(fence);
+            }
         }
         FlushOutcome::Done
     }
