@@ -37,6 +37,13 @@ enum Phase {
 
 pub fn run(args: EngineBenchArgs) -> Result<(), Failure> {
     let sync = args.sync.parse().map_err(Failure::Usage)?;
+    // Keys are 8 digits, as tchtest's: more records would repeat them.
+    if args.records > 99_999_999 {
+        return Err(Failure::Usage(format!(
+            "{} records: at most 99999999 (keys are 8 digits)",
+            args.records
+        )));
+    }
     let started = Instant::now();
     let store = DiskStore::open(DiskConfig {
         sync,

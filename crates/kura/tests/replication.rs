@@ -1079,6 +1079,28 @@ fn a_server_told_to_follow_itself_goes_on_taking_writes() {
     );
 }
 
+/// A master told to follow its own replica refuses (each would load the
+/// other's snapshot, one wiping the writes the other lacks): it keeps what
+/// it holds and says why.
+#[test]
+fn a_master_told_to_follow_its_own_replica_keeps_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master_port, replica_port) = (free_port(), free_port());
+    let _master = serve(&dir.path().join("master"), master_port, &[]);
+    let mut master = Client::connect(master_port);
+    assert_eq!(master.call(b"set k 0 0 1\r\nv\r\n"), "STORED");
+    let follow = [
+        "--replica-of".to_string(),
+        format!("127.0.0.1:{master_port}"),
+    ];
+    let _replica = serve(&dir.path().join("replica"), replica_port, &follow);
+    wait_for_catch_up(master_port, replica_port);
+    let command = format!("replicaof 127.0.0.1 {replica_port}\r\n");
+    assert_eq!(master.call(command.as_bytes()), "OK");
+    wait_for_master_error(&mut master, "is a replica of this server");
+    assert_eq!(master.call(b"get k\r\n"), "VALUE k 0 1");
+}
+
 /// An acknowledgement of more than the replica was sent does not count:
 /// its lag stays what it is.
 #[test]

@@ -175,6 +175,22 @@ fn follow_once(
             // Its own feed would answer; a snapshot of itself would clear it.
             return Err(FOLLOWS_ITSELF.to_string());
         }
+        // A master that follows this server: each would load the other's
+        // snapshot (wiping the writes it lacks), and neither takes writes.
+        // Tried again later: a master just promoted drops its link to this
+        // server soon.
+        let follows_this = || {
+            shared
+                .replication
+                .replicas()
+                .iter()
+                .any(|r| r.replica == master)
+        };
+        if link.kind == LinkKind::Master && follows_this() {
+            return Err(format!(
+                "the master (server {master}) is a replica of this server: promote it first"
+            ));
+        }
         if link.kind == LinkKind::Peer && rank_of(master) == rank_of(replication.server_id()) {
             return Err(SAME_RANK.to_string());
         }
