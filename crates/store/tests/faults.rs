@@ -1092,8 +1092,9 @@ fn the_maintenance_tick_does_not_wait_for_a_round_that_keeps_failing() {
     assert_eq!(store.stats().curr_items, 1, "the expired items stay gone");
 }
 
-#[test]
-fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
+/// Five values of 4,000 bytes applied (LMDB points into the log for
+/// them), no read cache, and every read of the log failing with EIO.
+fn values_in_the_log_unreadable() -> (tempfile::TempDir, Arc<FaultyIo>, DiskStore, Kept) {
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());
     let store = DiskStore::open(DiskConfig {
@@ -1105,6 +1106,12 @@ fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
     let kept = fill(&store, 5, 4000);
     assert_eq!(store.wait_until_all_applied(), AckState::Ready);
     io.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
+    (dir, io, store, kept)
+}
+
+#[test]
+fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
+    let (_dir, io, store, kept) = values_in_the_log_unreadable();
     assert_eq!(get(&store, b"key1"), None);
     assert_eq!(
         engine_stat(&store, "disk_poisoned"),
@@ -1121,17 +1128,7 @@ fn a_failed_read_of_a_logged_value_is_a_miss_and_the_value_reads_again_later() {
 /// an append, which writes to the value, fails.
 #[test]
 fn a_value_the_log_cannot_give_is_still_deleted_added_to_and_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let io = FaultyIo::new(dir.path());
-    let store = DiskStore::open(DiskConfig {
-        // No read cache: reads of large values go to the log.
-        memory_budget: 0,
-        ..config(dir.path(), SyncPolicy::Batch, io.clone())
-    })
-    .unwrap();
-    let kept = fill(&store, 5, 4000);
-    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
-    io.set(|f| f.read_log = Some(Fault::Fails(libc::EIO)));
+    let (_dir, io, store, kept) = values_in_the_log_unreadable();
     let fence = AckFence::default();
     let command = |mode, key, compare_cas| StoreCommand {
         mode,
