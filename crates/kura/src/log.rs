@@ -168,14 +168,19 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
             return ControlFlow::Continue(());
         }
         // Before the end of the range is looked for: a range that ends
-        // within a gap lacks the entries of it it asked for. (Up to a
-        // time, the times of the missing entries are not known.)
+        // within a gap lacks the entries of it it asked for. Up to a time,
+        // the missing entries' times are not known: the gap counts when
+        // the entry after it is within the range.
         if let Some(before) = before.filter(|&before| entry.lsn > before + 1) {
             let (start, end) = (
                 (before + 1).max(first_asked),
                 (entry.lsn - 1).min(last_asked),
             );
-            if start <= end && !matches!(until, Some(LogPoint::Micros(_))) {
+            let within = match until {
+                Some(point @ LogPoint::Micros(_)) => point.covers(entry.lsn, entry.micros),
+                _ => true,
+            };
+            if start <= end && within {
                 missing.push((start, end));
             }
         }
@@ -429,7 +434,11 @@ fn stats(args: StatsArgs) -> Result<(), Failure> {
         .collect();
     // A backup's entries start at its manifest's first LSN.
     if let (Some(_), Some((first_read, _))) = (&manifest, first) {
-        if first_read > floor {
+        let known = summary
+            .gaps
+            .iter()
+            .any(|&(gap_first, _)| gap_first <= floor);
+        if first_read > floor && !known {
             summary.gaps.insert(0, (floor, first_read - 1));
         }
     }

@@ -344,6 +344,16 @@ fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
         message.contains(&format!("lacks entries {gap_start}")),
         "{message}"
     );
+    // Up to a time past the whole log, the gap is within the range.
+    let until_time = [
+        "log",
+        "dump",
+        "--dir",
+        path(&data),
+        "--until",
+        "2100-01-01T00:00:00Z",
+    ];
+    fails(&until_time, "lacks entries");
     // The entries after the gap alone: nothing is missing there.
     ok(&["log", "dump", "--dir", path(&data), "--from", "45"]);
     let stats = ok(&["log", "stats", "--dir", path(&data)]);

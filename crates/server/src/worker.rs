@@ -390,9 +390,9 @@ impl Worker {
         } else {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
-        // The memory held, not only the bytes in it: a long request served
-        // leaves its buffer's capacity behind.
-        let holds = connection.input.capacity() + connection.output.capacity();
+        // The bytes waiting; the buffers' spare room is given back as they
+        // drain (the input's below, `PendingOutput`'s as it is sent).
+        let holds = connection.input.len() + connection.output.unsent().len();
         let held_buffers = &self.shared.held_buffers;
         if held_buffers.update(&mut connection.buffered, holds) && !matches!(next, Next::Close) {
             // Past --max-buffered: this one goes, and the other workers
@@ -608,10 +608,12 @@ impl Worker {
             .iter()
             .filter(|(_, c)| {
                 // As memcached: not while replies are being sent, nor while
-                // a value is read (its states `conn_mwrite`, `conn_nread`).
+                // a value is read (its states `conn_mwrite`, `conn_nread`;
+                // a Tokyo Tyrant request not whole is one).
                 c.watcher.is_none()
                     && c.output.is_empty()
                     && !c.info.reading_value.load(Ordering::Relaxed)
+                    && c.session.awaited_bytes() == 0
                     && now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
             })
             .map(|(key, _)| key)
@@ -762,9 +764,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
         if held == 0 && capacity > READ_CHUNK {
             // Give back the memory of a large request once it is served.
             connection.input = Vec::new();
-        } else if capacity > READ_CHUNK && capacity > 4 * held {
-            // Or most of it, when a little of the next request is left.
-            connection.input.shrink_to(held.max(READ_CHUNK));
+        } else if capacity > 2 * (held + held.max(READ_CHUNK)) {
+            // Or what the next read would not use, when a little of the
+            // next request is left (not less: it would grow back at once).
+            connection.input.shrink_to(held + held.max(READ_CHUNK));
         }
         if write_replies(connection, &scratch.output, ctx).is_err() {
             return Next::Close;
