@@ -18,7 +18,7 @@ use kura_store::replication::{BaseLoad, LogPosition, Replication, SnapshotPart};
 use kura_store::stamp::rank_of;
 use kura_store::IndexKind;
 
-use super::upstream::{connect, read_full, FOLLOWS_ITSELF, READ_TICK, SILENCE_LIMIT};
+use super::upstream::{connect, read_full, read_grown, FOLLOWS_ITSELF, READ_TICK, SILENCE_LIMIT};
 use super::{LinkKind, LinkState, MasterLink};
 use crate::{MasterProtocol, Shared};
 
@@ -115,16 +115,7 @@ fn read_frame(
     let mut head = [0; wire::FRAME_HEAD];
     read_full(reader, &mut head, stopped)?;
     let (kind, len) = wire::frame_head(&head, max_len)?;
-    // Grown as the bytes come, not to the length the master claims.
-    payload.clear();
-    let mut left = len;
-    while left > 0 {
-        let start = payload.len();
-        let step = left.min(1 << 20);
-        payload.resize(start + step, 0);
-        read_full(reader, &mut payload[start..], stopped)?;
-        left -= step;
-    }
+    read_grown(reader, payload, len, stopped)?;
     Ok(kind)
 }
 

@@ -22,7 +22,7 @@ use kura_proto::tyrant::{self, Request};
 use kura_proto::tyrant_repl::{self, Change};
 use kura_store::{AckFence, Record, RowMode};
 
-use super::upstream::{connect, read_full, FOLLOWS_ITSELF};
+use super::upstream::{connect, read_full, read_grown, FOLLOWS_ITSELF};
 use super::MasterLink;
 use crate::exec::Context;
 use crate::Shared;
@@ -269,13 +269,8 @@ pub(super) fn follow_once(
                 if size > shared.config.max_item_size.saturating_mul(4).max(1 << 20) {
                     return Err(format!("a message of {size} bytes from the master"));
                 }
-                // Grown as the bytes come, not to the size the master claims.
                 let mut body = Vec::new();
-                while body.len() < size {
-                    let start = body.len();
-                    body.resize(start + (size - start).min(1 << 20), 0);
-                    read_full(&mut reader, &mut body[start..], stopped)?;
-                }
+                read_grown(&mut reader, &mut body, size, stopped)?;
                 link.heard(0, micros);
                 if micros == kept.micros && taken_before > 0 {
                     taken_before -= 1;

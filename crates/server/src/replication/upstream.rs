@@ -58,6 +58,23 @@ pub(super) fn read_full(
     Ok(())
 }
 
+/// Reads `len` bytes into `buf` (emptied first), growing it as the bytes
+/// come, not at once to the length the master claims.
+pub(super) fn read_grown(
+    reader: &mut impl Read,
+    buf: &mut Vec<u8>,
+    len: usize,
+    stopped: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    buf.clear();
+    while buf.len() < len {
+        let start = buf.len();
+        buf.resize(start + (len - start).min(1 << 20), 0);
+        read_full(reader, &mut buf[start..], stopped)?;
+    }
+    Ok(())
+}
+
 /// The engine's replication and a connection to the master, whose reads
 /// wake every [`READ_TICK`] to look whether the link is to stop.
 pub(super) fn connect<'s>(
