@@ -99,6 +99,16 @@ impl Clock {
         expiry_at(exptime, self.now(), self.epoch_unix)
     }
 
+    /// When a `flush_all` with `delay` is due, as memcached with CAS sets it
+    /// (`oldest_live = realtime(exptime) - 1`): `None` now (`flush_all 1`
+    /// included), else a later second.
+    pub fn flush_due(&self, delay: i64) -> Option<ExpiryTime> {
+        // `expiry` of a positive delay is at least 1.
+        (delay > 0)
+            .then(|| self.expiry(delay) - 1)
+            .filter(|&at| at > self.now())
+    }
+
     /// Seconds left before `expiry`, or -1 for an item that never expires.
     pub fn ttl(&self, expiry: ExpiryTime) -> i64 {
         ttl_at(expiry, self.now())

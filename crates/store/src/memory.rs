@@ -1192,11 +1192,10 @@ impl Store for MemoryStore {
             };
             self.flushed_second.store(second, Ordering::Relaxed);
         }
-        // memcached with CAS flushes at the second before the one asked
-        // for (`oldest_live = realtime(exptime) - 1`): `flush_all 1` at once.
-        let due = match delay > 0 && !self.flush_whole_second {
-            true => Some(self.clock.expiry(delay) - 1).filter(|&at| at > self.clock.now()),
-            false => (delay > 0).then(|| self.clock.expiry(delay)),
+        // Without CAS memcached flushes at the second asked for itself.
+        let due = match self.flush_whole_second {
+            false => self.clock.flush_due(delay),
+            true => (delay > 0).then(|| self.clock.expiry(delay)),
         };
         match due {
             None => {

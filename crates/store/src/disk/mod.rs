@@ -416,14 +416,9 @@ impl Store for DiskStore {
         if !self.inner.deletable() {
             return FlushOutcome::Failed;
         }
-        // As memcached with CAS: at the second before the one asked for
-        // (`flush_all 1` at once).
-        let clock = &self.inner.clock;
-        match Some(delay).filter(|&delay| delay > 0) {
-            Some(delay) if clock.expiry(delay) - 1 > clock.now() => {
-                self.inner.flushes.delayed.schedule(clock.expiry(delay) - 1);
-            }
-            _ => {
+        match self.inner.clock.flush_due(delay) {
+            Some(at) => self.inner.flushes.delayed.schedule(at),
+            None => {
                 self.inner.flushes.delayed.cancel();
                 self.inner.flush(fence);
             }
