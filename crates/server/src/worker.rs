@@ -809,25 +809,30 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
 /// queued lines are taken only once the socket took the previous ones, so
 /// a slow reader holds at most one queue's worth of unsent bytes here.
 fn serve_watcher(connection: &mut Connection, scratch: &mut Scratch, ctx: &Context<'_>) -> Next {
-    loop {
+    // A client that keeps sending gets its turn, as any other, and no more.
+    let mut then = Next::Yield;
+    for _ in 0..READS_PER_EVENT {
         match read_into(&mut connection.stream, &mut scratch.input) {
             Ok(0) => return Next::Close,
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                then = Next::Wait;
+                break;
+            }
             Err(_) => return Next::Close,
         }
     }
     let Some(watcher) = connection.watcher.clone() else {
-        return Next::Wait;
+        return then;
     };
     loop {
         match send_pending(connection, ctx) {
             Ok(true) => {}
-            Ok(false) => return Next::Wait,
+            Ok(false) => return then,
             Err(_) => return Next::Close,
         }
         if !watcher.take(connection.output.buffer()) {
-            return Next::Wait;
+            return then;
         }
     }
 }

@@ -337,3 +337,48 @@ fn cache_memlimit_shrinks_by_evicting_and_grows() {
         "{stats:?}"
     );
 }
+
+#[test]
+fn a_watcher_that_keeps_sending_does_not_hold_its_worker() {
+    // One worker: the watcher and the client below share it.
+    let server = TestServer::with(
+        ServerConfig {
+            threads: 1,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut watch = watcher(&server, "watch mutations\r\n");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Watchers whose clients send faster than one read at a time takes it in
+    // (what a watcher sends is read and dropped).
+    let flooding: Vec<_> = (0..6)
+        .map(|_| {
+            let mut flood = watcher(&server, "watch mutations\r\n").into_inner();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let junk = vec![b'x'; 4 << 20];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if flood.write_all(&junk).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut client = server.connect();
+    for i in 0..100 {
+        let stored = reply(&mut client, format!("set k{i} 0 0 1\r\nv\r\n").as_bytes(), "\r\n");
+        assert_eq!(stored, "STORED\r\n");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for i in 0..100 {
+        let logged = line(&mut watch);
+        assert!(body(&logged).contains(&format!("key=k{i} ")), "{logged}");
+    }
+    drop(watch);
+    for flood in flooding {
+        flood.join().unwrap();
+    }
+}
