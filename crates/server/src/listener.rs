@@ -1,6 +1,7 @@
 //! The acceptor: binds TCP and Unix-domain listeners, accepts connections and
 //! hands them round-robin to the workers. Past the connection limit it
-//! answers memcached's error line and closes.
+//! answers memcached's error line and closes (`maxconns_fast`, the default),
+//! or leaves new connections in the backlog until one closes.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -146,6 +147,9 @@ pub struct Acceptor {
     workers: Vec<Inbox>,
     next_worker: usize,
     next_id: u64,
+    /// Since when new connections wait in the backlog (at the connection
+    /// limit without `maxconns_fast`).
+    paused_since: Option<Instant>,
     shared: Arc<Shared>,
 }
 
@@ -174,6 +178,7 @@ impl Acceptor {
             workers,
             next_worker: 0,
             next_id: shared.listening.len() as u64 + 1,
+            paused_since: None,
             shared,
         })
     }
@@ -190,7 +195,13 @@ impl Acceptor {
         // Warn once per episode of descriptor exhaustion, not every retry.
         let mut warned = false;
         while !self.shared.stopping() {
-            let timeout = retry.then(|| Duration::from_millis(50));
+            // Edge-triggered listeners do not report a backlog left waiting:
+            // look again soon.
+            let timeout = if retry {
+                Some(Duration::from_millis(50))
+            } else {
+                self.paused_since.map(|_| Duration::from_millis(10))
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(error = %e, "acceptor poll failed");
@@ -215,6 +226,9 @@ impl Acceptor {
     /// Accepts until the backlog is empty; returns true if it must retry later.
     fn accept_all(&mut self, index: usize) -> bool {
         loop {
+            if self.at_limit() {
+                return false;
+            }
             let (stream, peer) = match self.listeners[index].accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
@@ -234,6 +248,31 @@ impl Acceptor {
             };
             self.hand_off(stream, peer, index);
         }
+    }
+
+    /// Without `maxconns_fast`, at the connection limit new connections wait
+    /// in the backlog, as memcached leaves them once it is out of descriptors
+    /// (`accepting_conns 0`, `listen_disabled_num`).
+    fn at_limit(&mut self) -> bool {
+        let connections = &self.shared.connections;
+        let config = &self.shared.config;
+        let full = !config.maxconns_fast
+            && connections.current.load(Ordering::Relaxed) >= config.max_connections;
+        match (full, self.paused_since) {
+            (true, None) => {
+                self.paused_since = Some(Instant::now());
+                connections.not_accepting.store(true, Ordering::Relaxed);
+                connections.listen_disabled.fetch_add(1, Ordering::Relaxed);
+            }
+            (false, Some(since)) => {
+                self.paused_since = None;
+                connections.not_accepting.store(false, Ordering::Relaxed);
+                let waited = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+                connections.listen_disabled_us.fetch_add(waited, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        full
     }
 
     fn hand_off(&mut self, mut stream: Stream, peer: String, listener: usize) {

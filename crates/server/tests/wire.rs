@@ -217,6 +217,48 @@ fn over_the_connection_limit_clients_get_memcached_error() {
     );
 }
 
+/// `-o no_maxconns_fast`: past the limit a new connection is not refused
+/// but waits in the backlog, and is served once another closes.
+#[test]
+fn without_maxconns_fast_a_connection_past_the_limit_waits_for_a_free_slot() {
+    let server = TestServer::with(
+        ServerConfig {
+            max_connections: 2,
+            maxconns_fast: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut open: Vec<_> = (0..2).map(|_| server.connect()).collect();
+    for stream in &mut open {
+        stream.write_all(b"version\r\n").unwrap();
+        assert!(read_at_least(stream, 16).starts_with(b"VERSION "));
+    }
+    let mut waiting = server.connect();
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    waiting.write_all(b"version\r\n").unwrap();
+    assert_eq!(read_at_least(&mut waiting, 9), b"", "served past the limit");
+    assert_eq!(stat(&mut open[0], "accepting_conns"), 0);
+    assert_eq!(stat(&mut open[0], "listen_disabled_num"), 1);
+    drop(open.pop());
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(read_at_least(&mut waiting, 16).starts_with(b"VERSION "));
+    // `waiting` holds the freed slot: the acceptor pauses again, once more.
+    assert_eq!(stat(&mut open[0], "accepting_conns"), 0);
+    drop(waiting);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stat(&mut open[0], "accepting_conns") == 0 {
+        assert!(Instant::now() < deadline, "never accepting again");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(stat(&mut open[0], "listen_disabled_num"), 2);
+    assert!(stat(&mut open[0], "time_in_listen_disabled_us") > 0);
+}
+
 fn read_until_end(stream: &mut std::net::TcpStream) -> Vec<u8> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut out = Vec::new();
