@@ -322,6 +322,54 @@ fn without_cas_a_flush_covers_the_rest_of_its_second() {
     );
 }
 
+/// With CAS off (`-C`) memcached's items carry a CAS of 0 and a stored item
+/// has no room for a token: a `cas` or a meta set with `C` finds the item
+/// differs, an append compares nothing, and a delete or incr/decr matches a
+/// token of 0 only. Recorded from memcached 1.6.18 run with `-C`.
+#[test]
+fn without_cas_tokens_compare_as_memcached_items_without_one() {
+    let server = TestServer::with(
+        ServerConfig {
+            cas_enabled: false,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    expect_reply(
+        &server,
+        b"set foo 0 0 3\r\nabc\r\ngets foo\r\n\
+          cas foo 0 0 3 0\r\nnew\r\ncas foo 0 0 3 1\r\nxyz\r\ncas bar 0 0 1 0\r\nb\r\n\
+          md foo C1\r\nmd foo C0\r\nms foo 1 C1\r\nx\r\n\
+          set n 0 0 1\r\n5\r\nma n C2\r\nma n C0 v\r\nms n 1 C9 MA\r\n1\r\nmg n v c\r\n\
+          md n q C3\r\nmn\r\nset foo 0 0 1\r\na\r\nms foo 1 C9 MR\r\nz\r\n\
+          ms baz 1 C9 ME\r\nz\r\nmg baz v\r\n",
+        b"STORED\r\nVALUE foo 0 3 0\r\nabc\r\nEND\r\n\
+          EXISTS\r\nEXISTS\r\nNOT_FOUND\r\n\
+          EX\r\nHD\r\nNF\r\n\
+          STORED\r\nEX\r\nVA 1\r\n6\r\nHD\r\nVA 2 c0\r\n61\r\n\
+          EX\r\nMN\r\nSTORED\r\nEX\r\n\
+          HD\r\nVA 1\r\nz\r\n",
+    );
+    // The binary protocol: a store with a CAS is a plain store, a delete
+    // with one finds it differs.
+    use kura_proto::binary::opcode;
+    let mut stream = server.connect();
+    let call = |stream: &mut std::net::TcpStream, op, key: &[u8], extras: &[u8], cas| {
+        let value: &[u8] = if op == opcode::DELETE { b"" } else { b"v" };
+        let mut request = Vec::new();
+        kura_proto::binary::compose_request(&mut request, op, 7, cas, extras, key, value);
+        stream.write_all(&request).unwrap();
+        let reply = read_at_least(stream, 24);
+        u16::from_be_bytes([reply[6], reply[7]])
+    };
+    let set_extras = [0u8; 8];
+    assert_eq!(call(&mut stream, opcode::SET, b"b1", &set_extras, 12345), 0);
+    assert_eq!(call(&mut stream, opcode::REPLACE, b"b2", &set_extras, 7), 1);
+    assert_eq!(call(&mut stream, opcode::APPEND, b"b1", &[], 5), 0);
+    assert_eq!(call(&mut stream, opcode::DELETE, b"b1", &[], 1), 2);
+    assert_eq!(call(&mut stream, opcode::DELETE, b"b1", &[], 0), 0);
+}
+
 /// With CAS on, a flush is exact: what is stored after it stays.
 #[test]
 fn with_cas_a_flush_spares_what_is_stored_after_it() {

@@ -229,7 +229,9 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
     };
     ctx.counters.cmd_set.incr();
     ctx.detail(request.key, |counts| counts.sets += 1);
-    let cas = request.header.cas;
+    // Under `-C` the stored item has no room for a CAS: memcached's store
+    // compares nothing.
+    let cas = ctx.visible_cas(request.header.cas);
     // As memcached does, any store with a CAS is a compare-and-set: an
     // add or replace with one stores only over the item of that CAS.
     let mode = match mode {
@@ -284,7 +286,7 @@ fn delete(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result
     let outcome = ctx.shared.store.delete(
         request.key,
         &DeleteCommand {
-            compare_cas: (cas != 0).then_some(cas),
+            compare_cas: ctx.compare_token((cas != 0).then_some(cas)),
             invalidate: None,
         },
         &ctx.fence,
@@ -317,7 +319,7 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         &ArithCommand {
             decrement,
             delta,
-            compare_cas: (cas != 0).then_some(cas),
+            compare_cas: ctx.compare_token((cas != 0).then_some(cas)),
             vivify: (exptime != NO_AUTO_CREATE)
                 .then(|| (initial, clock.expiry(i64::from(exptime)))),
             touch: None,

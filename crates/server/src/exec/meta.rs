@@ -162,7 +162,7 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
             value: data,
             flags: flags.client_flags.unwrap_or(0),
             expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
-            compare_cas: flags.compare_cas,
+            compare_cas: ctx.store_compare(mode, flags.compare_cas),
             stale_if_older: flags.invalidate,
         },
         &ctx.fence,
@@ -202,7 +202,7 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     let outcome = ctx.shared.store.delete(
         &command.key.bytes,
         &DeleteCommand {
-            compare_cas: flags.compare_cas,
+            compare_cas: ctx.compare_token(flags.compare_cas),
             invalidate: flags.invalidate.then(|| flags.ttl.map(|t| clock.expiry(t))),
         },
         &ctx.fence,
@@ -232,7 +232,7 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             decrement: flags.decrement,
             delta: flags.delta.unwrap_or(1),
             // As memcached's incr/decr: a CAS of 0 is no comparison.
-            compare_cas: flags.compare_cas.filter(|&cas| cas != 0),
+            compare_cas: ctx.compare_token(flags.compare_cas.filter(|&cas| cas != 0)),
             vivify: flags
                 .vivify
                 .map(|t| (flags.initial.unwrap_or(0), clock.expiry(t))),

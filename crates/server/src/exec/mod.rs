@@ -10,7 +10,7 @@ pub mod tyrant;
 pub(crate) mod uid;
 
 use kura_proto::text::Limits;
-use kura_store::{AckFence, DeleteCommand, GetOutcome};
+use kura_store::{AckFence, DeleteCommand, GetOutcome, StoreMode};
 
 use crate::stats::{Counters, PrefixCounts};
 use crate::Shared;
@@ -127,4 +127,34 @@ impl Context<'_> {
             0
         }
     }
+
+    /// What a delete or an incr/decr compares with the client's CAS token.
+    /// Under `-C` memcached's items carry a CAS of 0: a token of 0 always
+    /// matches and any other never does.
+    pub fn compare_token(&self, token: Option<u64>) -> Option<u64> {
+        match token {
+            Some(token) if !self.shared.config.cas_enabled => {
+                (token != 0).then_some(NO_ITEM_HAS_CAS)
+            }
+            token => token,
+        }
+    }
+
+    /// What a storage command compares with the client's CAS token. Under
+    /// `-C` memcached's stored item has no room for the token, so a set or
+    /// replace with one finds it differs from any item's, and an append or
+    /// an add compares nothing.
+    pub fn store_compare(&self, mode: StoreMode, token: Option<u64>) -> Option<u64> {
+        match (token, mode) {
+            (Some(_), StoreMode::Set | StoreMode::Replace) if !self.shared.config.cas_enabled => {
+                Some(NO_ITEM_HAS_CAS)
+            }
+            (Some(_), _) if !self.shared.config.cas_enabled => None,
+            (token, _) => token,
+        }
+    }
 }
+
+/// A CAS no item has (the engines count from 1, and a dual master's stamps
+/// reach it only in 2054): a compare with it fails.
+const NO_ITEM_HAS_CAS: u64 = u64::MAX;

@@ -312,7 +312,7 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             value: request.data,
             flags: request.flags,
             expiry: ctx.shared.store.clock().expiry(request.exptime),
-            compare_cas: is_cas.then_some(request.cas_unique),
+            compare_cas: ctx.store_compare(mode, is_cas.then_some(request.cas_unique)),
             stale_if_older: false,
         },
         &ctx.fence,
