@@ -81,7 +81,7 @@ impl Status {
             Status::InvalidArguments => b"Invalid arguments",
             Status::ItemNotStored => b"Not stored.",
             Status::NonNumeric => b"Non-numeric server-side value for incr or decr",
-            Status::AuthError => b"Auth failure",
+            Status::AuthError => b"Auth failure.",
             Status::AuthContinue => b"",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",

@@ -9,7 +9,7 @@
 //!   against the users of the file named by `$MEMCACHED_SASL_PWDB` (memcached's
 //!   own password-file option), or of `-Y`'s file. Until a connection
 //!   authenticates, every command but the SASL ones and `version` gets
-//!   status 0x20, "Auth failure".
+//!   status 0x20, "Auth failure.".
 //!
 //! Checking is a pure function of the bytes and the user list, so it is
 //! tested without a socket.

@@ -247,7 +247,7 @@ impl Session {
     }
 
     /// SASL on the binary protocol (`-S`): the SASL commands themselves,
-    /// and "Auth failure" for anything but `version` before them. None:
+    /// and "Auth failure." for anything but `version` before them. None:
     /// the request goes on to be served.
     fn sasl(
         &mut self,

@@ -52,7 +52,7 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     // connection is closed after it, as memcached closes it.
     assert_eq!(
         binary_call(&mut stream, opcode::SET, b"k", &set_extras, b"v"),
-        (0x20, b"Auth failure".to_vec())
+        (0x20, b"Auth failure.".to_vec())
     );
     assert_closed(&mut stream);
     // version needs no authentication.
@@ -74,7 +74,7 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
             &[],
             b"\0alice\0queen"
         ),
-        (0x20, b"Auth failure".to_vec())
+        (0x20, b"Auth failure.".to_vec())
     );
     assert_eq!(
         binary_call(&mut stream, opcode::GET, b"k", &[], b"").0,
@@ -105,11 +105,11 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     let mut other = server.connect();
     assert_eq!(binary_call(&mut other, opcode::GET, b"k", &[], b"").0, 0x20);
     // memcached refuses an unauthenticated request before it looks at its
-    // framing (here a get with extras): "Auth failure", then the close.
+    // framing (here a get with extras): "Auth failure.", then the close.
     let mut other = server.connect();
     assert_eq!(
         binary_call(&mut other, opcode::GET, b"k", &[0; 4], b""),
-        (0x20, b"Auth failure".to_vec())
+        (0x20, b"Auth failure.".to_vec())
     );
     assert_closed(&mut other);
     // So is a set too large for the cache, which is answered once its key
@@ -126,9 +126,9 @@ fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
         &[b'B'; 2 << 20],
     );
     other.write_all(&request[..24 + 8 + 1]).unwrap();
-    let mut reply = [0u8; 24 + 12];
+    let mut reply = [0u8; 24 + 13];
     other.read_exact(&mut reply).unwrap();
-    assert_eq!((reply[7], &reply[24..]), (0x20, &b"Auth failure"[..]));
+    assert_eq!((reply[7], &reply[24..]), (0x20, &b"Auth failure."[..]));
     assert_closed(&mut other);
     assert_eq!(
         binary_call(&mut stream, opcode::GET, b"k", &[], b""),

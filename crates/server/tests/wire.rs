@@ -746,11 +746,11 @@ fn a_binary_flush_refused_by_dash_f_is_an_auth_error() {
         },
         MemoryConfig::default(),
     );
-    // memcached's process_bin_flush answers "Auth failure" under -F.
+    // memcached's process_bin_flush answers "Auth failure." under -F.
     let reply = server.exchange(&binary_request(opcode::FLUSH, 1, 0, &[], b"", b""), 24 + 12);
     let responses = binary_responses(&reply);
     assert_eq!(responses[0].1, binary::Status::AuthError as u16);
-    assert_eq!(responses[0].6, b"Auth failure");
+    assert_eq!(responses[0].6, b"Auth failure.");
 }
 
 #[test]
