@@ -814,6 +814,13 @@ fn counts_commands_by_the_class_of_their_item(server: &TestServer) {
     ] {
         assert_eq!(totals.get(field), Some(&expected), "{field} in {reply}");
     }
+    // The general figures are the classes' sums, as memcached's: a gat is
+    // counted as a touch there too, not as a get.
+    let general = ask(&mut s, "stats\r\n");
+    for field in ["get_hits", "touch_hits"] {
+        let general_figure = figure(&general, field).map(|value| value.parse::<u64>().unwrap());
+        assert_eq!(general_figure.as_ref(), totals.get(field), "{field} in {general}");
+    }
     // a's reads and its cas fall in one class, b's in another, c's in a
     // third: the counts follow the item's size.
     let one = |field: &str| classes_of[field].clone();
@@ -824,6 +831,44 @@ fn counts_commands_by_the_class_of_their_item(server: &TestServer) {
     assert!(one("delete_hits").is_subset(&one("get_hits")));
     assert_eq!(one("get_hits").len(), 2, "{reply}");
     assert!(one("incr_hits").is_disjoint(&one("get_hits")));
+}
+
+/// As memcached counts them: a counter an incr creates is neither a hit
+/// nor a miss, an append with a CAS is no compare-and-set, and a touching
+/// read is a touch, not a get.
+#[test]
+fn created_counters_appends_with_a_cas_and_touches_are_counted_as_memcached_counts_them() {
+    use kura_proto::binary::opcode;
+    let server = TestServer::start();
+    let mut s = server.connect();
+    assert_eq!(ask(&mut s, "ma made N0 J5\r\n"), "HD\r\n");
+    let mut extras = Vec::new();
+    extras.extend_from_slice(&1u64.to_be_bytes()); // delta
+    extras.extend_from_slice(&7u64.to_be_bytes()); // initial
+    extras.extend_from_slice(&0u32.to_be_bytes()); // exptime: create
+    // A connection speaks the protocol of its first byte.
+    let mut binary = server.connect();
+    assert_eq!(binary_call(&mut binary, opcode::INCREMENT, b"also", &extras, b"").0, 0);
+    assert_eq!(ask(&mut s, "ma made\r\n"), "HD\r\n");
+    assert_eq!(ask(&mut s, "ms made 1 MA C1\r\n1\r\n"), "EX\r\n");
+    assert_eq!(ask(&mut s, "ms gone 1 C1\r\n1\r\n"), "NF\r\n");
+    assert_eq!(ask(&mut s, "mg made T30 v\r\n"), "VA 1\r\n6\r\n");
+    assert_eq!(ask(&mut s, "gat 30 gone\r\n"), "END\r\n");
+    let stats = ask(&mut s, "stats\r\n");
+    for (field, expected) in [
+        ("incr_hits", "1"), // the second ma only
+        ("incr_misses", "0"),
+        ("cas_badval", "0"),
+        ("cas_misses", "1"),
+        ("cmd_get", "0"),
+        ("get_hits", "0"),
+        ("get_misses", "0"),
+        ("cmd_touch", "2"),
+        ("touch_hits", "1"),
+        ("touch_misses", "1"),
+    ] {
+        assert_eq!(figure(&stats, field).as_deref(), Some(expected), "{field}");
+    }
 }
 
 #[test]

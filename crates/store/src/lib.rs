@@ -410,6 +410,15 @@ pub struct StoreCommand<'a> {
     pub stale_if_older: bool,
 }
 
+impl StoreCommand<'_> {
+    /// A compare-and-set, counted in `cas_hits`, `cas_badval` and
+    /// `cas_misses`: a set or replace with a CAS (memcached's `NREAD_CAS`),
+    /// not an add, append or prepend with one.
+    pub fn is_compare_and_set(&self) -> bool {
+        self.compare_cas.is_some() && matches!(self.mode, StoreMode::Set | StoreMode::Replace)
+    }
+}
+
 /// Whether a `flush_all` was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushOutcome {

@@ -1016,7 +1016,9 @@ impl Store for MemoryStore {
                     // memcached bumps the item a failed add found.
                     shard.bump(i);
                 }
-                if let (StoreOutcome::Exists, Some(class)) = (outcome, old_class) {
+                if let (StoreOutcome::Exists, Some(class), true) =
+                    (outcome, old_class, command.is_compare_and_set())
+                {
                     let commands = &mut shard.counters.classes[class].commands;
                     commands.count(ClassCommand::CasBadval);
                 }
@@ -1038,7 +1040,7 @@ impl Store for MemoryStore {
         }
         let class = usize::from(slot.class);
         let cas = self.put(&mut shard, existing, slot);
-        if let (Some(_), Some(old_class)) = (command.compare_cas, old_class) {
+        if let (true, Some(old_class)) = (command.is_compare_and_set(), old_class) {
             let commands = &mut shard.counters.classes[old_class].commands;
             commands.count(ClassCommand::CasHit);
         }

@@ -123,7 +123,6 @@ fn get(
         touch: touch.map(|exptime| ctx.shared.store.clock().expiry(i64::from(exptime))),
         ..GetOptions::default()
     };
-    ctx.counters.cmd_get.incr();
     let outcome = ctx
         .shared
         .store
@@ -146,10 +145,7 @@ fn get(
         counts.gets += 1;
         counts.hits += u64::from(hit);
     });
-    if touch.is_some() {
-        ctx.count_touch(outcome);
-    }
-    ctx.count_get(outcome);
+    ctx.count_read(outcome, touch.is_some());
     if outcome == GetOutcome::Failed {
         // The touch (or gat) could not be written: memcached's answer to a
         // failed storage write.
@@ -238,28 +234,28 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         StoreMode::Add | StoreMode::Replace if cas != 0 => StoreMode::Set,
         mode => mode,
     };
-    let outcome = ctx.shared.store.store(
-        &StoreCommand {
-            mode,
-            key: request.key,
-            value: request.value,
-            flags,
-            expiry: ctx.shared.store.clock().expiry(i64::from(exptime)),
-            compare_cas: (cas != 0).then_some(cas),
-            stale_if_older: false,
-        },
-        &ctx.fence,
-    );
-    match outcome {
+    let command = StoreCommand {
+        mode,
+        key: request.key,
+        value: request.value,
+        flags,
+        expiry: ctx.shared.store.clock().expiry(i64::from(exptime)),
+        compare_cas: (cas != 0).then_some(cas),
+        stale_if_older: false,
+    };
+    let compare_and_set = command.is_compare_and_set();
+    match ctx.shared.store.store(&command, &ctx.fence) {
         StoreOutcome::Stored { cas: new_cas } => {
-            if cas != 0 {
+            if compare_and_set {
                 ctx.counters.cas_hits.incr();
             }
             success(request, new_cas, ctx, out);
             Ok(())
         }
         StoreOutcome::Exists => {
-            ctx.counters.cas_badval.incr();
+            if compare_and_set {
+                ctx.counters.cas_badval.incr();
+            }
             Err(Status::KeyExists)
         }
         StoreOutcome::NotFound => {
@@ -332,8 +328,16 @@ fn arith(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         (&ctx.counters.incr_hits, &ctx.counters.incr_misses)
     };
     match outcome {
-        ArithOutcome::Value { value, cas, .. } => {
-            hits.incr();
+        ArithOutcome::Value {
+            value,
+            cas,
+            created,
+            ..
+        } => {
+            // memcached counts a counter it creates neither a hit nor a miss.
+            if !created {
+                hits.incr();
+            }
             if !is_quiet(code) {
                 compose_header(
                     out,

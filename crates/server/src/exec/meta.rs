@@ -41,23 +41,19 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
                 .map(|r| clock.ttl(clock.expiry(r))),
         },
     };
-    ctx.counters.cmd_get.incr();
     let outcome = ctx
         .shared
         .store
         .get(&command.key.bytes, &options, &ctx.fence, &mut |item| {
             compose_hit(command, item, ctx, out);
         });
-    ctx.count_get(outcome);
+    ctx.count_read(outcome, options.touch.is_some());
     match outcome {
         GetOutcome::Hit => {}
         GetOutcome::Miss if flags.quiet => {}
         GetOutcome::Miss => compose_status(b"EN", command, None, ctx, out),
         // A touch, vivify or recache win the storage could not write.
         GetOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
-    }
-    if options.touch.is_some() {
-        ctx.count_touch(outcome);
     }
 }
 
@@ -155,22 +151,19 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         SetMode::Append => StoreMode::Append,
         SetMode::Prepend => StoreMode::Prepend,
     };
-    let outcome = ctx.shared.store.store(
-        &StoreCommand {
-            mode,
-            key: &command.key.bytes,
-            value: data,
-            flags: flags.client_flags.unwrap_or(0),
-            expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
-            compare_cas: ctx.store_compare(mode, flags.compare_cas),
-            stale_if_older: flags.invalidate,
-        },
-        &ctx.fence,
-    );
-    let with_cas = flags.compare_cas.is_some();
-    match outcome {
+    let store = StoreCommand {
+        mode,
+        key: &command.key.bytes,
+        value: data,
+        flags: flags.client_flags.unwrap_or(0),
+        expiry: ctx.shared.store.clock().expiry(flags.ttl.unwrap_or(0)),
+        compare_cas: ctx.store_compare(mode, flags.compare_cas),
+        stale_if_older: flags.invalidate,
+    };
+    let compare_and_set = store.is_compare_and_set();
+    match ctx.shared.store.store(&store, &ctx.fence) {
         StoreOutcome::Stored { cas } => {
-            if with_cas {
+            if compare_and_set {
                 ctx.counters.cas_hits.incr();
             }
             if !flags.quiet {
@@ -179,7 +172,9 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         }
         StoreOutcome::NotStored => compose_status(b"NS", command, Some(0), ctx, out),
         StoreOutcome::Exists => {
-            ctx.counters.cas_badval.incr();
+            if compare_and_set {
+                ctx.counters.cas_badval.incr();
+            }
             compose_status(b"EX", command, Some(0), ctx, out);
         }
         StoreOutcome::NotFound => {
@@ -252,7 +247,10 @@ fn arith(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             ttl,
             created,
         } => {
-            hits.incr();
+            // memcached counts a counter it creates neither a hit nor a miss.
+            if !created {
+                hits.incr();
+            }
             // memcached answers a vivified counter even under `q`.
             if flags.quiet && !created {
                 return;

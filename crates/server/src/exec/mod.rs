@@ -71,9 +71,15 @@ impl Context<'_> {
             .is_some_and(|replication| replication.read_only())
     }
 
-    /// Counts a read in `get_hits` or `get_misses` (one whose write the
-    /// engine refused in neither).
-    pub fn count_get(&self, outcome: GetOutcome) {
+    /// Counts a read: a get in `cmd_get`, and in `get_hits` or `get_misses`
+    /// (one whose write the engine refused in neither); one that touches
+    /// (gat, binary TOUCH and GAT, `mg … T`) as a touch alone, as memcached
+    /// counts it.
+    pub fn count_read(&self, outcome: GetOutcome, touched: bool) {
+        if touched {
+            return self.count_touch(outcome);
+        }
+        self.counters.cmd_get.incr();
         match outcome {
             GetOutcome::Hit => self.counters.get_hits.incr(),
             GetOutcome::Miss => self.counters.get_misses.incr(),

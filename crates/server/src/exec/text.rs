@@ -249,7 +249,6 @@ fn debug_time(seconds: i64, ctx: &Context<'_>, out: &mut Vec<u8>) {
 }
 
 fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOutcome {
-    ctx.counters.cmd_get.incr();
     let options = GetOptions {
         touch: mode
             .touch()
@@ -276,16 +275,13 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOu
             out.extend_from_slice(b"\r\n");
         });
     let hit = outcome.is_hit();
-    ctx.count_get(outcome);
+    ctx.count_read(outcome, options.touch.is_some());
     ctx.detail(key, |counts| {
         counts.gets += 1;
         counts.hits += u64::from(hit);
     });
     if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
         log_fetch(key, ctx);
-    }
-    if options.touch.is_some() {
-        ctx.count_touch(outcome);
     }
     outcome
 }

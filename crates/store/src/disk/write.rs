@@ -124,14 +124,16 @@ impl Inner {
             let old_len = existing.map(|(_, value)| value.len());
             let write = match semantics::plan_store(command, current, self.config.max_value_bytes) {
                 StorePlan::Refuse(outcome) => {
-                    if let (StoreOutcome::Exists, Some(len)) = (outcome, old_len) {
+                    if let (StoreOutcome::Exists, Some(len), true) =
+                        (outcome, old_len, command.is_compare_and_set())
+                    {
                         self.count_command(command.key, len, ClassCommand::CasBadval);
                     }
                     return (None, outcome);
                 }
                 StorePlan::Write(write) => write,
             };
-            if let (Some(_), Some(len)) = (command.compare_cas, old_len) {
+            if let (true, Some(len)) = (command.is_compare_and_set(), old_len) {
                 self.count_command(command.key, len, ClassCommand::CasHit);
             }
             // An item stored already expired (a negative or past exptime)
