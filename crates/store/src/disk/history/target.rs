@@ -1,13 +1,19 @@
 //! The directory a backup or a restore writes into. It must be empty or
-//! missing (then it is made, with any missing parent), and a failure takes
-//! away what was written and the directories made for it, nothing else: a
-//! parent made for it that someone else has written into since stays.
+//! missing (then it is made, with any missing parent), and one writer at a
+//! time claims it with a file made before anything else is written. A
+//! failure takes away what was written and the directories made for it,
+//! nothing else: a parent made for it that someone else has written into
+//! since stays.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use super::backup::{io_error, BackupError};
+
+/// Held in a target while a backup or a restore writes into it: a second
+/// one finds the directory not empty, and a writer that died leaves it so.
+const CLAIM: &str = ".kura-writing";
 
 /// Makes `to` an empty directory (refusing one that holds anything) and
 /// runs `write` into it; if that fails, takes away what it wrote.
@@ -17,8 +23,9 @@ pub fn write_into<T>(
 ) -> Result<T, BackupError> {
     let target = Target::prepare(to)?;
     let written = write();
-    if written.is_err() {
-        target.discard();
+    match written {
+        Ok(_) => target.release()?,
+        Err(_) => target.discard(),
     }
     written
 }
@@ -30,29 +37,49 @@ struct Target {
 }
 
 impl Target {
-    /// Makes `to` an empty directory, refusing one that holds anything.
+    /// Makes `to` an empty directory and claims it, refusing one that holds
+    /// anything. Its last part is made here, not by `make_dirs`: a directory
+    /// found there (another's, or one a `..` names) is taken only if empty.
     fn prepare(to: &Path) -> Result<Target, BackupError> {
         let mut made = Vec::new();
-        match fs::read_dir(to).map(|mut entries| entries.next().is_some()) {
-            Ok(true) => {
-                return Err(BackupError::Refused(format!(
-                    "{} is not empty",
-                    to.display()
-                )));
-            }
-            Ok(false) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                if let Err(error) = make_dirs(to, &mut made) {
-                    remove_empty(&made);
-                    return Err(io_error(format!("creating {}", to.display()))(error));
+        let parent = to.parent().filter(|parent| !parent.as_os_str().is_empty());
+        let created = match parent {
+            Some(parent) => make_dirs(parent, &mut made),
+            None => Ok(()),
+        }
+        .and_then(|()| match fs::create_dir(to) {
+            Ok(()) => Ok(made.push(to.to_path_buf())),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(error) => Err(error),
+        });
+        if let Err(error) = created {
+            remove_empty(&made);
+            return Err(io_error(format!("creating {}", to.display()))(error));
+        }
+        let claimed = match fs::read_dir(to).map(|mut entries| entries.next().is_none()) {
+            Ok(true) => fs::File::create_new(to.join(CLAIM)).map_err(|error| {
+                match error.kind() {
+                    io::ErrorKind::AlreadyExists => not_empty(to),
+                    _ => io_error(format!("claiming {}", to.display()))(error),
                 }
-            }
-            Err(error) => return Err(io_error(format!("reading {}", to.display()))(error)),
+            }),
+            Ok(false) => Err(not_empty(to)),
+            Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
+        };
+        if let Err(error) = claimed {
+            remove_empty(&made);
+            return Err(error);
         }
         Ok(Target {
             dir: to.to_path_buf(),
             made,
         })
+    }
+
+    /// The backup or restore is whole: its claim goes.
+    fn release(self) -> Result<(), BackupError> {
+        let claim = self.dir.join(CLAIM);
+        fs::remove_file(&claim).map_err(io_error(format!("removing {}", claim.display())))
     }
 
     /// Takes away what a failed backup or restore wrote, so nothing half
@@ -101,6 +128,10 @@ fn make_dirs(dir: &Path, made: &mut Vec<PathBuf>) -> io::Result<()> {
     }
 }
 
+fn not_empty(dir: &Path) -> BackupError {
+    BackupError::Refused(format!("{} is not empty", dir.display()))
+}
+
 /// Removes `dirs` innermost first while they are empty.
 fn remove_empty(dirs: &[PathBuf]) {
     for dir in dirs.iter().rev() {
@@ -141,6 +172,45 @@ mod tests {
         fs::write(there.join("data"), b"half").unwrap();
         target.discard();
         assert_eq!(fs::read_dir(&there).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_directory_a_dot_dot_names_is_taken_only_if_empty_and_never_removed() {
+        let work = tempfile::tempdir().unwrap();
+        let data = work.path().join("data");
+        fs::create_dir(&data).unwrap();
+        fs::write(data.join("data.mdb"), b"live").unwrap();
+        // `tmp` is missing: the directory was not read before it was made.
+        let through = work.path().join("tmp/../data");
+        let error = Target::prepare(&through).err();
+        assert!(matches!(error, Some(BackupError::Refused(_))), "{error:?}");
+        assert_eq!(fs::read(data.join("data.mdb")).unwrap(), b"live");
+        assert!(!work.path().join("tmp").exists());
+        // A trailing `..` names the parent, which holds what was made.
+        let error = Target::prepare(&work.path().join("new/..")).err();
+        assert!(matches!(error, Some(BackupError::Refused(_))), "{error:?}");
+        assert!(!work.path().join("new").exists());
+    }
+
+    #[test]
+    fn one_writer_at_a_time_and_its_claim_goes_once_it_is_done() {
+        let work = tempfile::tempdir().unwrap();
+        let to = work.path().join("backup");
+        let first = Target::prepare(&to).unwrap();
+        let second = Target::prepare(&to).err();
+        assert!(matches!(second, Some(BackupError::Refused(_))), "{second:?}");
+        first.discard();
+        assert!(!to.exists());
+        let written = write_into(&to, || {
+            fs::write(to.join("manifest.json"), b"{}").unwrap();
+            Ok(())
+        });
+        assert!(written.is_ok());
+        let names: Vec<_> = fs::read_dir(&to)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["manifest.json"]);
     }
 
     #[test]
