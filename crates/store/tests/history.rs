@@ -671,6 +671,35 @@ fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
     );
 }
 
+/// A restore replays what the manifests name, not what the segments hold
+/// past it: entries after a backup's `last` were never verified as part of
+/// the chain.
+#[test]
+fn a_restore_stops_at_the_last_entry_its_manifests_name() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.path().join("full");
+    backup(&engine, &full, None);
+    for n in 0..3 {
+        store(&engine, StoreMode::Set, b"a", format!("{}", n + 2).as_bytes(), 0);
+    }
+    let incremental = work.path().join("incremental");
+    let mut manifest = backup(&engine, &incremental, Some(&full));
+    let written = manifest.last.lsn;
+    manifest.last.lsn -= 1;
+    std::fs::write(
+        incremental.join(backup::MANIFEST),
+        serde_json::to_string(&manifest).unwrap(),
+    )
+    .unwrap();
+    let to = work.path().join("restored");
+    let report = restore::restore(&incremental, None, &to).unwrap();
+    assert_eq!(report.restored.lsn, written - 1);
+    let restored = open(&to);
+    assert_eq!(get(&restored, b"a").map(|(value, _)| value), Some(b"3".to_vec()));
+}
+
 /// A chain larger than the default map restores into a map that holds it.
 #[test]
 fn a_restore_maps_room_for_twice_the_chain() {

@@ -103,7 +103,8 @@ fn restore_into(
             )))?;
         }
     }
-    let target = target_of(to, snapshot, until).map_err(io_error("reading the restored log"))?;
+    let target =
+        target_of(to, snapshot, chain.last(), until).map_err(io_error("reading the restored log"))?;
     reaches(target, chain.earliest())?;
     // Up to the LSN asked for, not only to where the replay would stop.
     let through = match until {
@@ -169,10 +170,12 @@ fn reaches(target: LogPosition, earliest: LogPosition) -> Result<(), BackupError
 }
 
 /// The newest entry at or before `until` (from the snapshot on, the
-/// longest prefix of the log whose groups are all at or before it).
+/// longest prefix of the log whose groups are all at or before it), and
+/// never past the chain's `last`: the manifests name what was verified.
 fn target_of(
     dir: &Path,
     snapshot: LogPosition,
+    last: LogPosition,
     until: Option<LogPoint>,
 ) -> io::Result<LogPosition> {
     let mut target = snapshot;
@@ -180,7 +183,8 @@ fn target_of(
         if entry.lsn <= snapshot.lsn {
             return ControlFlow::Continue(());
         }
-        if until.is_some_and(|point| !point.covers(entry.lsn, entry.micros)) {
+        let past = until.is_some_and(|point| !point.covers(entry.lsn, entry.micros));
+        if past || entry.lsn > last.lsn {
             return ControlFlow::Break(());
         }
         target = LogPosition {
