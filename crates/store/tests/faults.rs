@@ -1866,6 +1866,43 @@ fn a_failed_commit_while_an_index_builds_leaves_no_index_behind() {
     assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
 }
 
+/// Index definitions are not in the update log: a `setindex` that answered
+/// is on disk, built or dropped, when the power goes on an idle server.
+#[test]
+fn an_index_built_or_dropped_survives_a_power_cut() {
+    use kura_store::{IndexCommand, IndexKind};
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let tables = store.tables().unwrap();
+    for n in 0..100 {
+        let mut row = Record::new(format!("r{n:03}").as_bytes());
+        row.put(b"age", n.to_string().as_bytes());
+        row.put(b"name", format!("n{n}").as_bytes());
+        let outcome = tables.put_row(b"t", &row, RowMode::Put, &AckFence::default());
+        assert_eq!(outcome, RowOutcome::Done);
+    }
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    let build = |kind| IndexCommand::Build { kind, keep: false };
+    tables.set_index(b"t", b"name", build(IndexKind::Lexical)).unwrap();
+    io.crash();
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Always, io.clone());
+    let tables = store.tables().unwrap();
+    assert_eq!(tables.indexes(b"t"), [(b"name".to_vec(), IndexKind::Lexical)]);
+    tables.set_index(b"t", b"age", build(IndexKind::Decimal)).unwrap();
+    tables.set_index(b"t", b"name", IndexCommand::Void).unwrap();
+    io.crash();
+    drop(store);
+    io.cut_power(Torn::Nothing);
+    let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
+    let tables = store.tables().unwrap();
+    assert_eq!(tables.indexes(b"t"), [(b"age".to_vec(), IndexKind::Decimal)]);
+    assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+}
+
 #[test]
 fn a_segment_freed_by_removing_expired_items_goes_only_once_that_is_durable() {
     let dir = tempfile::tempdir().unwrap();

@@ -387,18 +387,22 @@ impl Inner {
         let key = def_key(table, column).ok_or(IndexError::Invalid)?;
         let _changing = self.index_defs.changing.lock();
         self.catch_up().map_err(|_| IndexError::Unavailable)?;
-        let Some(mut def) = self.replace_def(table, column, &key, command)? else {
-            return Ok(());
-        };
-        let built = self.build_entries(table, &def, &key).and_then(|()| {
-            def.state = IndexState::Ready;
-            self.put_def(table, &key, Some(&def))
-        });
-        if let Err(error) = built {
-            // The index goes with what entries it has, or the next open
-            // drops it.
-            let _ = self.drop_index(table, &key, def);
-            return Err(error.into());
+        if let Some(mut def) = self.replace_def(table, column, &key, command)? {
+            let built = self.build_entries(table, &def, &key).and_then(|()| {
+                def.state = IndexState::Ready;
+                self.put_def(table, &key, Some(&def))
+            });
+            if let Err(error) = built {
+                // The index goes with what entries it has, or the next open
+                // drops it.
+                let _ = self.drop_index(table, &key, def);
+                return Err(error.into());
+            }
+        }
+        // Durable before the reply: definitions are not in the update log,
+        // and these commits are not synced (the applier syncs its rounds).
+        if !self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
+            return Err(IndexError::Unavailable);
         }
         Ok(())
     }
