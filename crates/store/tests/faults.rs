@@ -221,9 +221,12 @@ impl FaultyIo {
             file.write_all(&unsynced).unwrap();
             torn_bytes += unsynced.len();
         }
-        if self.durable_data.exists() {
-            fs::copy(&self.durable_data, self.dir.join("data.mdb")).unwrap();
+        // A data file never fsynced holds nothing (LMDB makes it again).
+        match self.durable_data.exists() {
+            true => fs::copy(&self.durable_data, self.dir.join("data.mdb")).map(drop),
+            false => fs::remove_file(self.dir.join("data.mdb")),
         }
+        .unwrap();
         torn_bytes
     }
 
@@ -1864,6 +1867,24 @@ fn a_failed_commit_while_an_index_builds_leaves_no_index_behind() {
     tables.set_index(b"t", b"text", build).unwrap();
     assert_eq!(tables.indexes(b"t"), [(b"text".to_vec(), IndexKind::QGram)]);
     assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
+}
+
+/// A power cut during the first open leaves a directory that opens: its
+/// format is durable before its first segment (here the data file's fsync
+/// fails, and the open with it).
+#[test]
+fn a_power_cut_during_the_first_open_leaves_a_directory_that_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    io.set(|f| f.sync_data = Some(Fault::Fails(libc::EIO)));
+    let opened = DiskStore::open(config(dir.path(), SyncPolicy::Always, io.clone()));
+    assert!(opened.is_err());
+    drop(opened);
+    io.crash();
+    io.cut_power(Torn::Nothing);
+    let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
+    assert_eq!(set(&store, b"k", b"v"), Some(true));
+    assert_eq!(get(&store, b"k"), Some(b"v".to_vec()));
 }
 
 /// Index definitions are not in the update log: a `setindex` that answered

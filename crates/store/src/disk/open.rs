@@ -215,6 +215,10 @@ impl DiskStore {
         let base_incomplete = meta.get(&txn, super::BASE_INCOMPLETE)?.is_some();
         let applied_lsn = super::applied_position(&meta, &txn)?;
         config.io.commit(txn)?;
+        // The format (and a new history) durable before a first segment
+        // makes the directory one kura has written to: without them it is
+        // refused as a development build's.
+        config.io.sync_data(&env)?;
         let newest = segments.last().map_or(0, |(number, _)| *number);
         let journal = journal::Journal::create(
             &config.dir,
