@@ -671,6 +671,33 @@ fn a_manifest_naming_a_path_or_missing_a_segment_fails_verification() {
     );
 }
 
+/// An incremental backup names the last entry of the one it continued: a
+/// full backup put in that one's place, however its LSNs line up, breaks
+/// the chain.
+#[test]
+fn a_chain_whose_earlier_backup_was_replaced_fails_verification() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let full = work.path().join("full");
+    let mut replaced = backup(&engine, &full, None);
+    store(&engine, StoreMode::Set, b"a", b"2", 0);
+    let incremental = work.path().join("incremental");
+    let manifest = backup(&engine, &incremental, Some(&full));
+    assert_eq!(manifest.since_last, Some(replaced.last));
+    backup::verify(&incremental).unwrap();
+    // Another history's backup ending at the same LSN, at another time.
+    replaced.last.micros -= 1;
+    std::fs::write(
+        full.join(backup::MANIFEST),
+        serde_json::to_string(&replaced).unwrap(),
+    )
+    .unwrap();
+    backup::verify(&full).unwrap();
+    let error = backup::verify(&incremental).unwrap_err().to_string();
+    assert!(error.contains("does not continue"), "{error}");
+}
+
 /// A restore replays what the manifests name, not what the segments hold
 /// past it: entries after a backup's `last` were never verified as part of
 /// the chain.
@@ -710,6 +737,7 @@ fn a_restore_maps_room_for_twice_the_chain() {
         created_micros: 0,
         snapshot: None,
         since: None,
+        since_last: None,
         first_lsn: 1,
         last: Default::default(),
         consistent_from: None,

@@ -66,6 +66,12 @@ pub struct Manifest {
     /// or absolute (written so before, or where no relative path leads).
     /// Read it with [`Manifest::continues`].
     pub since: Option<PathBuf>,
+    /// Incremental backups: the last entry of the backup in `since`, as
+    /// it was continued (a chain whose link ends elsewhere, another backup
+    /// put in its place, fails verification); absent in backups of
+    /// earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_last: Option<LogPosition>,
     /// The first entry this backup adds (entries before it are in the
     /// snapshot or in `since`).
     pub first_lsn: u64,
@@ -205,7 +211,8 @@ impl Inner {
             server_id: self.server_id,
             created_micros,
             snapshot,
-            since: since.map(|(dir, _)| path_from(to, dir)),
+            since: since.as_ref().map(|(dir, _)| path_from(to, dir)),
+            since_last: since.as_ref().map(|(_, manifest)| manifest.last),
             first_lsn,
             last: last.max(snapshot.unwrap_or_default()),
             consistent_from,
@@ -619,6 +626,15 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
     backups.reverse();
     for pair in backups.windows(2) {
         let ((older_dir, older), (newer_dir, newer)) = (&pair[0], &pair[1]);
+        if newer.since_last.is_some_and(|last| last != older.last) {
+            return Err(BackupError::Refused(format!(
+                "{} does not continue {}: it continued a backup ending at {}, and that one ends at {}",
+                newer_dir.display(),
+                older_dir.display(),
+                newer.since_last.unwrap_or_default(),
+                older.last
+            )));
+        }
         if older.server_id != newer.server_id || newer.first_lsn != older.last.lsn + 1 {
             return Err(BackupError::Refused(format!(
                 "{} does not continue {}: it starts at LSN {} of server {}, which ends at LSN {} of server {}",
