@@ -47,8 +47,13 @@ pub use config::{
 pub struct Shared {
     pub config: ServerConfig,
     pub store: Arc<dyn Store>,
-    /// One set of counters per worker, written only by that worker.
+    /// One set of counters per worker, written only by that worker, then
+    /// the UDP thread's and the Tokyo Tyrant follower's.
     pub counters: Box<[stats::Counters]>,
+    /// The counts at the last `stats reset`, which `stats` subtracts: a
+    /// reset that zeroed them would write counters other threads own (and
+    /// race their increments).
+    pub stats_reset: Mutex<stats::ResetBaseline>,
     pub connections: stats::ConnectionStats,
     /// Open connections, for `stats conns`.
     pub connections_registry: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
@@ -292,8 +297,9 @@ pub fn start(
         me: me.clone(),
         config,
         store,
-        // One set per worker, and the last for the UDP thread.
-        counters: (0..=threads).map(|_| stats::Counters::default()).collect(),
+        // One set per worker, the UDP thread's, the Tokyo Tyrant follower's.
+        counters: (0..threads + 2).map(|_| stats::Counters::default()).collect(),
+        stats_reset: Mutex::new(stats::ResetBaseline::default()),
         connections: stats::ConnectionStats::default(),
         connections_registry: Mutex::new(BTreeMap::new()),
         listening,

@@ -31,10 +31,6 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
-
-    pub fn reset(&self) {
-        self.0.store(0, Ordering::Relaxed);
-    }
 }
 
 macro_rules! counters {
@@ -61,13 +57,16 @@ macro_rules! counters {
                 $(totals.$name += self.$name.get();)*
             }
 
-            pub fn reset(&self) {
-                $(self.$name.reset();)*
-                self.detail.clear();
-            }
         }
 
         impl CounterTotals {
+            /// The counts made since `baseline` was taken (`stats reset`).
+            pub fn since(&self, baseline: &CounterTotals) -> CounterTotals {
+                CounterTotals {
+                    $($name: self.$name.wrapping_sub(baseline.$name),)*
+                }
+            }
+
             /// Visits each counter by name, in declaration order.
             pub fn each(&self, mut visit: impl FnMut(&'static str, u64)) {
                 $(visit(stringify!($name), self.$name);)*
@@ -120,6 +119,16 @@ pub struct ConnectionStats {
     pub listen_disabled: AtomicU64,
     /// Microseconds spent not accepting, `time_in_listen_disabled_us`.
     pub listen_disabled_us: AtomicU64,
+}
+
+/// The counts as they were at the last `stats reset`.
+#[derive(Debug, Default)]
+pub struct ResetBaseline {
+    pub counters: CounterTotals,
+    pub store: kura_store::StoreStats,
+    /// Events logged (`log_worker_written`; their count is also the next
+    /// line's `gid`, which goes on).
+    pub log_written: u64,
 }
 
 /// Figures of one key prefix (`stats detail dump`).

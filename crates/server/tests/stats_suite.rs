@@ -871,6 +871,52 @@ fn created_counters_appends_with_a_cas_and_touches_are_counted_as_memcached_coun
     }
 }
 
+/// `stats reset` zeroes what memcached zeroes: the command counts, the
+/// engine's item counts (total_items, get_expired, …) and the classes'
+/// counts in `stats slabs` and `stats items`; not the gauges.
+fn a_reset_zeroes_the_counts_and_keeps_the_gauges(server: &TestServer) {
+    let mut s = server.connect();
+    assert_eq!(ask(&mut s, "set a 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(ask(&mut s, "set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(ask(&mut s, "get a\r\n"), "VALUE a 0 1\r\nx\r\nEND\r\n");
+    assert_eq!(ask(&mut s, "get gone\r\n"), "END\r\n");
+    let before = ask(&mut s, "stats\r\n");
+    for (field, expected) in [("total_items", "2"), ("get_expired", "1"), ("get_hits", "1")] {
+        assert_eq!(figure(&before, field).as_deref(), Some(expected), "{field}");
+    }
+    assert_eq!(ask(&mut s, "stats reset\r\n"), "RESET\r\n");
+    let after = ask(&mut s, "stats\r\n");
+    for (field, expected) in [
+        ("total_items", "0"),
+        ("get_expired", "0"),
+        ("get_hits", "0"),
+        ("cmd_get", "0"),
+    ] {
+        assert_eq!(figure(&after, field).as_deref(), Some(expected), "{field}");
+    }
+    assert_eq!(figure(&after, "curr_items"), figure(&before, "curr_items"));
+    let slabs = ask(&mut s, "stats slabs\r\n");
+    for (name, value) in figures(&slabs) {
+        if name.ends_with(":get_hits") || name.ends_with(":cmd_set") {
+            assert_eq!(value, "0", "{name} in {slabs}");
+        }
+    }
+    // Counting goes on from there.
+    assert_eq!(ask(&mut s, "set b 0 0 1\r\ny\r\n"), "STORED\r\n");
+    let again = ask(&mut s, "stats\r\n");
+    assert_eq!(figure(&again, "total_items").as_deref(), Some("1"));
+}
+
+#[test]
+fn a_reset_zeroes_the_counts_and_keeps_the_gauges_on_the_memory_engine() {
+    a_reset_zeroes_the_counts_and_keeps_the_gauges(&TestServer::start());
+}
+
+#[test]
+fn a_reset_zeroes_the_counts_and_keeps_the_gauges_on_the_disk_engine() {
+    a_reset_zeroes_the_counts_and_keeps_the_gauges(&TestServer::disk());
+}
+
 #[test]
 fn stats_slabs_counts_commands_by_class_on_the_memory_engine() {
     counts_commands_by_the_class_of_their_item(&TestServer::start());

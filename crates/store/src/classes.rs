@@ -119,6 +119,20 @@ impl ClassCommands {
         self.touch_hits += other.touch_hits;
     }
 
+    /// The counts made since `baseline` was taken (`stats reset`).
+    pub fn since(&self, baseline: &ClassCommands) -> ClassCommands {
+        ClassCommands {
+            get_hits: self.get_hits.saturating_sub(baseline.get_hits),
+            cmd_set: self.cmd_set.saturating_sub(baseline.cmd_set),
+            delete_hits: self.delete_hits.saturating_sub(baseline.delete_hits),
+            incr_hits: self.incr_hits.saturating_sub(baseline.incr_hits),
+            decr_hits: self.decr_hits.saturating_sub(baseline.decr_hits),
+            cas_hits: self.cas_hits.saturating_sub(baseline.cas_hits),
+            cas_badval: self.cas_badval.saturating_sub(baseline.cas_badval),
+            touch_hits: self.touch_hits.saturating_sub(baseline.touch_hits),
+        }
+    }
+
     /// Each count with memcached's name, in `stats slabs` order.
     pub fn named(&self) -> [(&'static str, u64); 8] {
         [

@@ -580,3 +580,35 @@ pub struct StoreStats {
     pub hash_power_level: u32,
     pub classes: Vec<ClassStats>,
 }
+
+impl StoreStats {
+    /// The counts made since `baseline` was taken (`stats reset`, which
+    /// memcached applies to its item statistics too); the gauges (items,
+    /// bytes, ages) as they are.
+    pub fn since(mut self, baseline: &StoreStats) -> StoreStats {
+        let minus = |now: &mut u64, then: u64| *now = now.saturating_sub(then);
+        minus(&mut self.total_items, baseline.total_items);
+        minus(&mut self.evictions, baseline.evictions);
+        minus(&mut self.reclaimed, baseline.reclaimed);
+        minus(&mut self.expired_unfetched, baseline.expired_unfetched);
+        minus(&mut self.evicted_unfetched, baseline.evicted_unfetched);
+        minus(&mut self.crawler_reclaimed, baseline.crawler_reclaimed);
+        minus(&mut self.crawler_items_checked, baseline.crawler_items_checked);
+        minus(&mut self.get_expired, baseline.get_expired);
+        minus(&mut self.get_flushed, baseline.get_flushed);
+        for class in &mut self.classes {
+            let Some(then) = baseline.classes.iter().find(|then| then.class == class.class) else {
+                continue;
+            };
+            minus(&mut class.evicted, then.evicted);
+            minus(&mut class.evicted_nonzero, then.evicted_nonzero);
+            minus(&mut class.evicted_unfetched, then.evicted_unfetched);
+            minus(&mut class.expired_unfetched, then.expired_unfetched);
+            minus(&mut class.reclaimed, then.reclaimed);
+            minus(&mut class.crawler_reclaimed, then.crawler_reclaimed);
+            minus(&mut class.outofmemory, then.outofmemory);
+            class.commands = class.commands.since(&then.commands);
+        }
+        self
+    }
+}

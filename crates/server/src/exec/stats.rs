@@ -167,8 +167,19 @@ pub fn group(name: &str, ctx: &Context<'_>) -> Option<Lines> {
 /// `stats reset`: memcached zeroes its counters and the per-prefix figures,
 /// not the gauges (connections open, items).
 fn reset(ctx: &Context<'_>) {
+    let mut baseline = ctx.shared.stats_reset.lock();
+    baseline.counters = raw_totals(ctx);
+    baseline.store = ctx.shared.store.stats();
+    let watchers = &ctx.shared.watchers;
+    baseline.log_written = watchers.logged();
+    watchers.sent.store(0, Ordering::Relaxed);
+    watchers.skipped.store(0, Ordering::Relaxed);
+    if let Some(tls) = &ctx.shared.tls {
+        tls.counters.handshake_errors.store(0, Ordering::Relaxed);
+        tls.counters.new_sessions.store(0, Ordering::Relaxed);
+    }
     for counters in ctx.shared.counters.iter() {
-        counters.reset();
+        counters.detail.clear();
     }
     let connections = &ctx.shared.connections;
     connections.total.store(0, Ordering::Relaxed);
@@ -177,7 +188,18 @@ fn reset(ctx: &Context<'_>) {
     connections.listen_disabled_us.store(0, Ordering::Relaxed);
 }
 
+/// The counts since the last `stats reset`.
 fn totals(ctx: &Context<'_>) -> CounterTotals {
+    raw_totals(ctx).since(&ctx.shared.stats_reset.lock().counters)
+}
+
+/// The engine's figures, its counts since the last `stats reset`.
+fn store_stats(ctx: &Context<'_>) -> kura_store::StoreStats {
+    let stats = ctx.shared.store.stats();
+    stats.since(&ctx.shared.stats_reset.lock().store)
+}
+
+fn raw_totals(ctx: &Context<'_>) -> CounterTotals {
     let mut totals = CounterTotals::default();
     for counters in ctx.shared.counters.iter() {
         counters.add_to(&mut totals);
@@ -204,7 +226,7 @@ fn general(ctx: &Context<'_>) -> Lines {
     let shared = ctx.shared;
     let config = &shared.config;
     let clock = shared.store.clock();
-    let store = shared.store.stats();
+    let store = store_stats(ctx);
     let c = totals(ctx);
     let conns = &shared.connections;
     let (user, system) = rusage();
@@ -316,7 +338,8 @@ fn general(ctx: &Context<'_>) -> Lines {
     // that, as memcached's per-worker buffers can.
     let watchers = &shared.watchers;
     line(l, "log_worker_dropped", 0);
-    line(l, "log_worker_written", watchers.logged());
+    let log_written = (watchers.logged()).saturating_sub(shared.stats_reset.lock().log_written);
+    line(l, "log_worker_written", log_written);
     line(
         l,
         "log_watcher_skipped",
@@ -541,7 +564,7 @@ fn tls_settings(tls: Option<&TlsSettings>, l: &mut Lines) {
 }
 
 fn items(ctx: &Context<'_>) -> Lines {
-    let store = ctx.shared.store.stats();
+    let store = store_stats(ctx);
     let config = &ctx.shared.config;
     let mut lines = Vec::new();
     for class in &store.classes {
@@ -583,7 +606,7 @@ fn items(ctx: &Context<'_>) -> Lines {
 /// kura has no slab pages; it reports the pages memcached would need for the
 /// same items, so `memcached-tool` shows the size mix it was built to show.
 fn slabs(ctx: &Context<'_>) -> Lines {
-    let store = ctx.shared.store.stats();
+    let store = store_stats(ctx);
     let page_size = ctx.shared.config.max_item_size.max(1 << 20) as u64;
     let mut lines = Vec::new();
     let mut total_pages = 0;
