@@ -611,7 +611,7 @@ fn metadump(include: &dyn Fn(usize) -> bool, ctx: &Context<'_>, out: &mut Vec<u8
         };
         let _ = write!(
             out,
-            " exp={exp} la={} cas={} fetch={} cls={} size={}\r\n",
+            " exp={exp} la={} cas={} fetch={} cls={} size={}\n",
             unix_now - i64::from(item.idle_seconds),
             ctx.visible_cas(item.cas),
             if item.fetched { "yes" } else { "no" },
