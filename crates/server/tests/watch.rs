@@ -87,6 +87,45 @@ fn fetchers_and_mutations_lines_name_the_connection_and_value_size() {
     assert!(body(&hit).ends_with(&format!(" cfd={cfd} size=4")), "{hit}");
 }
 
+/// Meta and binary commands are logged as text ones are (memcached logs in
+/// its item functions), and watching counts no read of its own.
+#[test]
+fn meta_and_binary_commands_are_logged_and_watching_counts_nothing() {
+    use kura_proto::binary::opcode;
+    let server = TestServer::start();
+    let mut watch = watcher(&server, "watch fetchers mutations\r\n");
+    let mut client = server.connect();
+    assert_eq!(reply(&mut client, b"ms m 3 C99\r\nabc\r\n", "\r\n"), "NF\r\n");
+    assert_eq!(reply(&mut client, b"ms m 3 T0\r\nabc\r\n", "\r\n"), "HD\r\n");
+    assert_eq!(reply(&mut client, b"mg m v\r\n", "abc\r\n"), "VA 3\r\nabc\r\n");
+    let mut binary = server.connect();
+    let extras = [0u8; 8];
+    assert_eq!(support::binary_call(&mut binary, opcode::SET, b"b", &extras, b"xy").0, 0);
+    assert_eq!(support::binary_call(&mut binary, opcode::GET, b"b", &[], b"").0, 0);
+    let expected = [
+        "type=item_get key=m status=not_found clsid=0 ",
+        "type=item_store key=m status=not_found cmd=cas ttl=0 ",
+        "type=item_get key=m status=not_found clsid=0 ",
+        "type=item_store key=m status=stored cmd=set ttl=0 ",
+        "type=item_get key=m status=found ",
+        "type=item_get key=b status=not_found clsid=0 ",
+        "type=item_store key=b status=stored cmd=set ttl=0 ",
+        "type=item_get key=b status=found ",
+    ];
+    for start in expected {
+        let logged = line(&mut watch);
+        assert!(body(&logged).starts_with(start), "{logged} is not {start}…");
+    }
+    let slabs = reply(&mut client, b"stats slabs\r\n", "END\r\n");
+    let hits: u64 = slabs
+        .lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter(|l| l.contains(":get_hits "))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(hits, 2, "{slabs}");
+}
+
 #[test]
 fn connevents_tell_a_quit_from_a_protocol_error() {
     let server = TestServer::start();

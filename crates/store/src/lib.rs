@@ -516,6 +516,8 @@ pub struct DebugView {
     pub fetched: bool,
     pub class: usize,
     pub size: usize,
+    /// The value's length.
+    pub value_len: usize,
 }
 
 /// An item's metadata, as a scan sees it.

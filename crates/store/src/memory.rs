@@ -1224,6 +1224,7 @@ impl Store for MemoryStore {
             fetched: slot.has(FETCHED),
             class: usize::from(slot.class),
             size: slot.charge(),
+            value_len: slot.value().len(),
         })
     }
 

@@ -10,7 +10,7 @@ use kura_store::{
     StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::{stats, Action, Context, PROTOCOL_VERSION};
+use super::{stats, watch_lines, Action, Context, PROTOCOL_VERSION};
 
 /// An incr/decr whose expiration is this must not create a missing counter.
 const NO_AUTO_CREATE: u32 = 0xffff_ffff;
@@ -123,10 +123,12 @@ fn get(
         touch: touch.map(|exptime| ctx.shared.store.clock().expiry(i64::from(exptime))),
         ..GetOptions::default()
     };
+    let mut found = None;
     let outcome = ctx
         .shared
         .store
         .get(request.key, &options, &ctx.fence, &mut |item| {
+            found = Some(item.value.len());
             let key: &[u8] = if with_key { request.key } else { &[] };
             let value: &[u8] = if with_value { item.value } else { &[] };
             compose(
@@ -146,6 +148,7 @@ fn get(
         counts.hits += u64::from(hit);
     });
     ctx.count_read(outcome, touch.is_some());
+    watch_lines::fetched(ctx, request.key, found);
     if outcome == GetOutcome::Failed {
         // The touch (or gat) could not be written: memcached's answer to a
         // failed storage write.
@@ -244,7 +247,12 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
         stale_if_older: false,
     };
     let compare_and_set = command.is_compare_and_set();
-    match ctx.shared.store.store(&command, &ctx.fence) {
+    watch_lines::looked_up_to_store(ctx, request.key);
+    let outcome = ctx.shared.store.store(&command, &ctx.fence);
+    let name = watch_lines::command_name(mode, compare_and_set);
+    let exptime = i64::from(exptime);
+    watch_lines::stored(ctx, request.key, name, outcome, exptime, request.value.len());
+    match outcome {
         StoreOutcome::Stored { cas: new_cas } => {
             if compare_and_set {
                 ctx.counters.cas_hits.incr();

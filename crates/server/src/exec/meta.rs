@@ -12,7 +12,7 @@ use kura_store::{
     Recache, StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::Context;
+use super::{watch_lines, Context};
 
 pub fn execute(request: MetaRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     ctx.counters.cmd_meta.incr();
@@ -41,13 +41,16 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
                 .map(|r| clock.ttl(clock.expiry(r))),
         },
     };
+    let mut found = None;
     let outcome = ctx
         .shared
         .store
         .get(&command.key.bytes, &options, &ctx.fence, &mut |item| {
+            found = Some(item.value.len());
             compose_hit(command, item, ctx, out);
         });
     ctx.count_read(outcome, options.touch.is_some());
+    watch_lines::fetched(ctx, &command.key.bytes, found);
     match outcome {
         GetOutcome::Hit => {}
         GetOutcome::Miss if flags.quiet => {}
@@ -161,7 +164,12 @@ fn set(command: &MetaCommand<'_>, data: &[u8], ctx: &Context<'_>, out: &mut Vec<
         stale_if_older: flags.invalidate,
     };
     let compare_and_set = store.is_compare_and_set();
-    match ctx.shared.store.store(&store, &ctx.fence) {
+    watch_lines::looked_up_to_store(ctx, store.key);
+    let outcome = ctx.shared.store.store(&store, &ctx.fence);
+    let name = watch_lines::command_name(mode, compare_and_set);
+    let exptime = flags.ttl.unwrap_or(0);
+    watch_lines::stored(ctx, store.key, name, outcome, exptime, data.len());
+    match outcome {
         StoreOutcome::Stored { cas } => {
             if compare_and_set {
                 ctx.counters.cas_hits.incr();

@@ -7,6 +7,7 @@ pub mod meta;
 pub mod stats;
 pub mod text;
 pub mod tyrant;
+pub mod watch_lines;
 pub(crate) mod uid;
 
 use kura_proto::text::Limits;

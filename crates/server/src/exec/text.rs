@@ -6,11 +6,11 @@ use kura_proto::text::{
 };
 use kura_proto::ErrorReply;
 use kura_store::{
-    AckFence, ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions,
     GetOutcome, StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::{meta, stats, Action, Context, PROTOCOL_VERSION};
+use super::{meta, stats, watch_lines, Action, Context, PROTOCOL_VERSION};
 use crate::watch;
 
 /// memcached refuses to shrink below 8 MB.
@@ -256,10 +256,12 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOu
         ..GetOptions::default()
     };
     let with_cas = mode.returns_cas();
+    let mut found = None;
     let outcome = ctx
         .shared
         .store
         .get(key, &options, &ctx.fence, &mut |item| {
+            found = Some(item.value.len());
             out.extend_from_slice(b"VALUE ");
             out.extend_from_slice(key);
             out.push(b' ');
@@ -280,9 +282,7 @@ fn get(key: &[u8], mode: GetMode, ctx: &Context<'_>, out: &mut Vec<u8>) -> GetOu
         counts.gets += 1;
         counts.hits += u64::from(hit);
     });
-    if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
-        log_fetch(key, ctx);
-    }
+    watch_lines::fetched(ctx, key, found);
     outcome
 }
 
@@ -297,10 +297,7 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         StoreVerb::Prepend => StoreMode::Prepend,
     };
     let is_cas = request.verb == StoreVerb::Cas;
-    if ctx.shared.watchers.wants(watch::kind::FETCHERS) {
-        // memcached looks the key up before it stores, and logs the lookup.
-        log_fetch(request.key, ctx);
-    }
+    watch_lines::looked_up_to_store(ctx, request.key);
     let outcome = ctx.shared.store.store(
         &StoreCommand {
             mode,
@@ -339,74 +336,10 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         }
         StoreOutcome::Failed => ctx.write_failed_line(),
     };
-    if ctx.shared.watchers.wants(watch::kind::MUTATIONS) {
-        log_store(request, outcome, ctx);
-    }
+    let command = watch_lines::command_name(mode, is_cas);
+    let data = request.data;
+    watch_lines::stored(ctx, request.key, command, outcome, request.exptime, data.len());
     reply_unless(request.noreply, reply, out);
-}
-
-/// A watcher's `item_get` line for a lookup of `key` (only when someone
-/// watches fetches: it looks the key up again, without bumping it).
-fn log_fetch(key: &[u8], ctx: &Context<'_>) {
-    let store = &ctx.shared.store;
-    let mut size = None;
-    let no_bump = GetOptions {
-        no_bump: true,
-        ..GetOptions::default()
-    };
-    store.get(key, &no_bump, &ctx.fence, &mut |item| {
-        size = Some(item.value.len())
-    });
-    let class = match size {
-        // For a watcher's log line, not a reply: nothing waits.
-        Some(_) => store
-            .debug(key, &AckFence::default())
-            .map_or(0, |item| item.class),
-        None => 0,
-    };
-    ctx.shared
-        .watchers
-        .item_get(key, size.is_some(), class, ctx.conn_id, size.unwrap_or(0));
-}
-
-/// A watcher's `item_store` line for a storage command's outcome.
-fn log_store(request: &StoreRequest<'_>, outcome: StoreOutcome, ctx: &Context<'_>) {
-    let status = match outcome {
-        StoreOutcome::Stored { .. } => "stored",
-        StoreOutcome::NotStored | StoreOutcome::Failed => "not_stored",
-        StoreOutcome::Exists => "exists",
-        StoreOutcome::NotFound => "not_found",
-        StoreOutcome::OutOfMemory => "no_memory",
-    };
-    let command = match request.verb {
-        StoreVerb::Set => "set",
-        StoreVerb::Add => "add",
-        StoreVerb::Replace => "replace",
-        StoreVerb::Append => "append",
-        StoreVerb::Prepend => "prepend",
-        StoreVerb::Cas => "cas",
-    };
-    let clock = ctx.shared.store.clock();
-    let expiry = clock.expiry(request.exptime);
-    let ttl = if expiry == 0 {
-        0
-    } else {
-        kura_store::clock::ttl_at(expiry, clock.now())
-    };
-    let class = ctx
-        .shared
-        .store
-        .debug(request.key, &AckFence::default())
-        .map_or(0, |item| item.class);
-    ctx.shared.watchers.item_store(
-        request.key,
-        status,
-        command,
-        ttl,
-        class,
-        ctx.conn_id,
-        request.data.len(),
-    );
 }
 
 /// `watch [kinds]`: refused under `-W`, or after other requests in the same

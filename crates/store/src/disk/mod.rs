@@ -440,6 +440,7 @@ impl Store for DiskStore {
                     fetched: header.has(FETCHED),
                     class: inner.class_of(key, value.len()),
                     size: item_size(key, value.len()),
+                    value_len: value.len(),
                 })
             })
             .ok()
