@@ -90,7 +90,21 @@ impl Client {
     /// Every item as `lru_crawler metadump all` lists it: key → expiry,
     /// CAS and size.
     pub fn items(&mut self) -> BTreeMap<String, String> {
-        self.lines("lru_crawler metadump all\r\n")
+        self.writer
+            .write_all(b"lru_crawler metadump all\r\n")
+            .expect("sends");
+        // memcached's crawler ends an item's line in a newline alone.
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).expect("a dump line");
+            match line.strip_suffix('\n') {
+                Some("END\r") => break,
+                Some(item) if item.starts_with("key=") => lines.push(item.to_string()),
+                _ => panic!("a cut dump line: {line:?}"),
+            }
+        }
+        lines
             .into_iter()
             .map(|line| {
                 let fields: BTreeMap<&str, &str> = line
