@@ -6,8 +6,8 @@ use kura_proto::text::{
 };
 use kura_proto::ErrorReply;
 use kura_store::{
-    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions,
-    GetOutcome, StoreCommand, StoreMode, StoreOutcome,
+    ArithCommand, ArithOutcome, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome,
+    StoreCommand, StoreMode, StoreOutcome,
 };
 
 use super::{meta, stats, watch_lines, Action, Context, PROTOCOL_VERSION};
@@ -338,7 +338,14 @@ fn store(request: &StoreRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     };
     let command = watch_lines::command_name(mode, is_cas);
     let data = request.data;
-    watch_lines::stored(ctx, request.key, command, outcome, request.exptime, data.len());
+    watch_lines::stored(
+        ctx,
+        request.key,
+        command,
+        outcome,
+        request.exptime,
+        data.len(),
+    );
     reply_unless(request.noreply, reply, out);
 }
 
@@ -542,9 +549,9 @@ fn metadump(include: &dyn Fn(usize) -> bool, ctx: &Context<'_>, out: &mut Vec<u8
         } else {
             unix_now + item.ttl
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            " exp={exp} la={} cas={} fetch={} cls={} size={}\n",
+            " exp={exp} la={} cas={} fetch={} cls={} size={}",
             unix_now - i64::from(item.idle_seconds),
             ctx.visible_cas(item.cas),
             if item.fetched { "yes" } else { "no" },

@@ -48,7 +48,10 @@ impl Target {
             None => Ok(()),
         }
         .and_then(|()| match fs::create_dir(to) {
-            Ok(()) => Ok(made.push(to.to_path_buf())),
+            Ok(()) => {
+                made.push(to.to_path_buf());
+                Ok(())
+            }
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             Err(error) => Err(error),
         });
@@ -57,11 +60,9 @@ impl Target {
             return Err(io_error(format!("creating {}", to.display()))(error));
         }
         let claimed = match fs::read_dir(to).map(|mut entries| entries.next().is_none()) {
-            Ok(true) => fs::File::create_new(to.join(CLAIM)).map_err(|error| {
-                match error.kind() {
-                    io::ErrorKind::AlreadyExists => not_empty(to),
-                    _ => io_error(format!("claiming {}", to.display()))(error),
-                }
+            Ok(true) => fs::File::create_new(to.join(CLAIM)).map_err(|error| match error.kind() {
+                io::ErrorKind::AlreadyExists => not_empty(to),
+                _ => io_error(format!("claiming {}", to.display()))(error),
             }),
             Ok(false) => Err(not_empty(to)),
             Err(error) => Err(io_error(format!("reading {}", to.display()))(error)),
@@ -198,7 +199,10 @@ mod tests {
         let to = work.path().join("backup");
         let first = Target::prepare(&to).unwrap();
         let second = Target::prepare(&to).err();
-        assert!(matches!(second, Some(BackupError::Refused(_))), "{second:?}");
+        assert!(
+            matches!(second, Some(BackupError::Refused(_))),
+            "{second:?}"
+        );
         first.discard();
         assert!(!to.exists());
         let written = write_into(&to, || {
