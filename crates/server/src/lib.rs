@@ -298,7 +298,9 @@ pub fn start(
         config,
         store,
         // One set per worker, the UDP thread's, the Tokyo Tyrant follower's.
-        counters: (0..threads + 2).map(|_| stats::Counters::default()).collect(),
+        counters: (0..threads + 2)
+            .map(|_| stats::Counters::default())
+            .collect(),
         stats_reset: Mutex::new(stats::ResetBaseline::default()),
         connections: stats::ConnectionStats::default(),
         connections_registry: Mutex::new(BTreeMap::new()),

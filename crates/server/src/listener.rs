@@ -268,7 +268,9 @@ impl Acceptor {
                 self.paused_since = None;
                 connections.not_accepting.store(false, Ordering::Relaxed);
                 let waited = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
-                connections.listen_disabled_us.fetch_add(waited, Ordering::Relaxed);
+                connections
+                    .listen_disabled_us
+                    .fetch_add(waited, Ordering::Relaxed);
             }
             _ => {}
         }

@@ -819,7 +819,11 @@ fn counts_commands_by_the_class_of_their_item(server: &TestServer) {
     let general = ask(&mut s, "stats\r\n");
     for field in ["get_hits", "touch_hits"] {
         let general_figure = figure(&general, field).map(|value| value.parse::<u64>().unwrap());
-        assert_eq!(general_figure.as_ref(), totals.get(field), "{field} in {general}");
+        assert_eq!(
+            general_figure.as_ref(),
+            totals.get(field),
+            "{field} in {general}"
+        );
     }
     // a's reads and its cas fall in one class, b's in another, c's in a
     // third: the counts follow the item's size.
@@ -846,9 +850,12 @@ fn created_counters_appends_with_a_cas_and_touches_are_counted_as_memcached_coun
     extras.extend_from_slice(&1u64.to_be_bytes()); // delta
     extras.extend_from_slice(&7u64.to_be_bytes()); // initial
     extras.extend_from_slice(&0u32.to_be_bytes()); // exptime: create
-    // A connection speaks the protocol of its first byte.
+                                                   // A connection speaks the protocol of its first byte.
     let mut binary = server.connect();
-    assert_eq!(binary_call(&mut binary, opcode::INCREMENT, b"also", &extras, b"").0, 0);
+    assert_eq!(
+        binary_call(&mut binary, opcode::INCREMENT, b"also", &extras, b"").0,
+        0
+    );
     assert_eq!(ask(&mut s, "ma made\r\n"), "HD\r\n");
     assert_eq!(ask(&mut s, "ms made 1 MA C1\r\n1\r\n"), "EX\r\n");
     assert_eq!(ask(&mut s, "ms gone 1 C1\r\n1\r\n"), "NF\r\n");
@@ -881,7 +888,11 @@ fn a_reset_zeroes_the_counts_and_keeps_the_gauges(server: &TestServer) {
     assert_eq!(ask(&mut s, "get a\r\n"), "VALUE a 0 1\r\nx\r\nEND\r\n");
     assert_eq!(ask(&mut s, "get gone\r\n"), "END\r\n");
     let before = ask(&mut s, "stats\r\n");
-    for (field, expected) in [("total_items", "2"), ("get_expired", "1"), ("get_hits", "1")] {
+    for (field, expected) in [
+        ("total_items", "2"),
+        ("get_expired", "1"),
+        ("get_hits", "1"),
+    ] {
         assert_eq!(figure(&before, field).as_deref(), Some(expected), "{field}");
     }
     assert_eq!(ask(&mut s, "stats reset\r\n"), "RESET\r\n");

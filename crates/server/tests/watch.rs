@@ -95,13 +95,28 @@ fn meta_and_binary_commands_are_logged_and_watching_counts_nothing() {
     let server = TestServer::start();
     let mut watch = watcher(&server, "watch fetchers mutations\r\n");
     let mut client = server.connect();
-    assert_eq!(reply(&mut client, b"ms m 3 C99\r\nabc\r\n", "\r\n"), "NF\r\n");
-    assert_eq!(reply(&mut client, b"ms m 3 T0\r\nabc\r\n", "\r\n"), "HD\r\n");
-    assert_eq!(reply(&mut client, b"mg m v\r\n", "abc\r\n"), "VA 3\r\nabc\r\n");
+    assert_eq!(
+        reply(&mut client, b"ms m 3 C99\r\nabc\r\n", "\r\n"),
+        "NF\r\n"
+    );
+    assert_eq!(
+        reply(&mut client, b"ms m 3 T0\r\nabc\r\n", "\r\n"),
+        "HD\r\n"
+    );
+    assert_eq!(
+        reply(&mut client, b"mg m v\r\n", "abc\r\n"),
+        "VA 3\r\nabc\r\n"
+    );
     let mut binary = server.connect();
     let extras = [0u8; 8];
-    assert_eq!(support::binary_call(&mut binary, opcode::SET, b"b", &extras, b"xy").0, 0);
-    assert_eq!(support::binary_call(&mut binary, opcode::GET, b"b", &[], b"").0, 0);
+    assert_eq!(
+        support::binary_call(&mut binary, opcode::SET, b"b", &extras, b"xy").0,
+        0
+    );
+    assert_eq!(
+        support::binary_call(&mut binary, opcode::GET, b"b", &[], b"").0,
+        0
+    );
     let expected = [
         "type=item_get key=m status=not_found clsid=0 ",
         "type=item_store key=m status=not_found cmd=cas ttl=0 ",
@@ -408,7 +423,11 @@ fn a_watcher_that_keeps_sending_does_not_hold_its_worker() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut client = server.connect();
     for i in 0..100 {
-        let stored = reply(&mut client, format!("set k{i} 0 0 1\r\nv\r\n").as_bytes(), "\r\n");
+        let stored = reply(
+            &mut client,
+            format!("set k{i} 0 0 1\r\nv\r\n").as_bytes(),
+            "\r\n",
+        );
         assert_eq!(stored, "STORED\r\n");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

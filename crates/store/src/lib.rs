@@ -595,11 +595,18 @@ impl StoreStats {
         minus(&mut self.expired_unfetched, baseline.expired_unfetched);
         minus(&mut self.evicted_unfetched, baseline.evicted_unfetched);
         minus(&mut self.crawler_reclaimed, baseline.crawler_reclaimed);
-        minus(&mut self.crawler_items_checked, baseline.crawler_items_checked);
+        minus(
+            &mut self.crawler_items_checked,
+            baseline.crawler_items_checked,
+        );
         minus(&mut self.get_expired, baseline.get_expired);
         minus(&mut self.get_flushed, baseline.get_flushed);
         for class in &mut self.classes {
-            let Some(then) = baseline.classes.iter().find(|then| then.class == class.class) else {
+            let Some(then) = baseline
+                .classes
+                .iter()
+                .find(|then| then.class == class.class)
+            else {
                 continue;
             };
             minus(&mut class.evicted, then.evicted);

@@ -1905,22 +1905,32 @@ fn an_index_built_or_dropped_survives_a_power_cut() {
     }
     assert_eq!(store.wait_until_all_applied(), AckState::Ready);
     let build = |kind| IndexCommand::Build { kind, keep: false };
-    tables.set_index(b"t", b"name", build(IndexKind::Lexical)).unwrap();
+    tables
+        .set_index(b"t", b"name", build(IndexKind::Lexical))
+        .unwrap();
     io.crash();
     drop(store);
     io.cut_power(Torn::Nothing);
     let io = FaultyIo::new(dir.path());
     let store = open(dir.path(), SyncPolicy::Always, io.clone());
     let tables = store.tables().unwrap();
-    assert_eq!(tables.indexes(b"t"), [(b"name".to_vec(), IndexKind::Lexical)]);
-    tables.set_index(b"t", b"age", build(IndexKind::Decimal)).unwrap();
+    assert_eq!(
+        tables.indexes(b"t"),
+        [(b"name".to_vec(), IndexKind::Lexical)]
+    );
+    tables
+        .set_index(b"t", b"age", build(IndexKind::Decimal))
+        .unwrap();
     tables.set_index(b"t", b"name", IndexCommand::Void).unwrap();
     io.crash();
     drop(store);
     io.cut_power(Torn::Nothing);
     let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
     let tables = store.tables().unwrap();
-    assert_eq!(tables.indexes(b"t"), [(b"age".to_vec(), IndexKind::Decimal)]);
+    assert_eq!(
+        tables.indexes(b"t"),
+        [(b"age".to_vec(), IndexKind::Decimal)]
+    );
     assert_eq!(tables.check_indexes(b"t").unwrap(), Vec::<String>::new());
 }
 

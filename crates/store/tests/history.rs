@@ -709,7 +709,13 @@ fn a_restore_stops_at_the_last_entry_its_manifests_name() {
     let full = work.path().join("full");
     backup(&engine, &full, None);
     for n in 0..3 {
-        store(&engine, StoreMode::Set, b"a", format!("{}", n + 2).as_bytes(), 0);
+        store(
+            &engine,
+            StoreMode::Set,
+            b"a",
+            format!("{}", n + 2).as_bytes(),
+            0,
+        );
     }
     let incremental = work.path().join("incremental");
     let mut manifest = backup(&engine, &incremental, Some(&full));
@@ -724,7 +730,10 @@ fn a_restore_stops_at_the_last_entry_its_manifests_name() {
     let report = restore::restore(&incremental, None, &to).unwrap();
     assert_eq!(report.restored.lsn, written - 1);
     let restored = open(&to);
-    assert_eq!(get(&restored, b"a").map(|(value, _)| value), Some(b"3".to_vec()));
+    assert_eq!(
+        get(&restored, b"a").map(|(value, _)| value),
+        Some(b"3".to_vec())
+    );
 }
 
 /// A chain larger than the default map restores into a map that holds it.

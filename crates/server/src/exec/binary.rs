@@ -251,7 +251,14 @@ fn store(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Result<
     let outcome = ctx.shared.store.store(&command, &ctx.fence);
     let name = watch_lines::command_name(mode, compare_and_set);
     let exptime = i64::from(exptime);
-    watch_lines::stored(ctx, request.key, name, outcome, exptime, request.value.len());
+    watch_lines::stored(
+        ctx,
+        request.key,
+        name,
+        outcome,
+        exptime,
+        request.value.len(),
+    );
     match outcome {
         StoreOutcome::Stored { cas: new_cas } => {
             if compare_and_set {

@@ -7,8 +7,8 @@ pub mod meta;
 pub mod stats;
 pub mod text;
 pub mod tyrant;
-pub mod watch_lines;
 pub(crate) mod uid;
+pub mod watch_lines;
 
 use kura_proto::text::Limits;
 use kura_store::{AckFence, DeleteCommand, GetOutcome, StoreMode};

@@ -154,12 +154,18 @@ impl Inner {
         }
         self.check_space_if_due();
         // Entries are numbered here: this thread holds the leader lock.
-        let head = replicated.unwrap_or_else(|| GroupHead {
-            first_lsn: self.journal.last_lsn() + 1,
-            micros: unix_micros(),
-            origin: self.server_id,
-        });
-        let last = head.last(writes + usize::from(flush.is_some()));
+        let entries = writes + usize::from(flush.is_some());
+        let head = GroupHead {
+            // Counted here, a master's group too: this log holds these.
+            entries: u32::try_from(entries).expect("a group's entries fit pending's memory"),
+            ..replicated.unwrap_or_else(|| GroupHead {
+                first_lsn: self.journal.last_lsn() + 1,
+                micros: unix_micros(),
+                origin: self.server_id,
+                entries: 0,
+            })
+        };
+        let last = head.last();
         // Encoded before the applier is held up by the lock.
         // Where each write lands, so LMDB can point to large values there.
         let offsets = encode_group(group, head, flush, &batch);

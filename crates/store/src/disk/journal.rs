@@ -34,7 +34,7 @@ use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
-use super::log_format::{decode, Location, Record, FRAME};
+use super::log_format::{decode, decode_checked, GroupHead, Location, Record, FRAME};
 use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
@@ -87,8 +87,53 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replayed {
     pub records: usize,
-    /// Bytes after the last whole record: a torn append, or damage.
+    /// Bytes after the last whole record, or from the head of a group
+    /// whose entries are not all there: a torn append, or damage.
     pub unread: u64,
+}
+
+/// A group read up to some of the entries its head counts: held until the
+/// last one comes, so that a group written only in part is not replayed.
+struct OpenGroup {
+    head_at: Location,
+    /// The entries still to come.
+    left: u32,
+    /// Its records as the segment holds them, and where each starts.
+    frames: Vec<u8>,
+    starts: Vec<Location>,
+}
+
+impl OpenGroup {
+    fn new(head_at: Location, head: GroupHead, frame: &[u8]) -> OpenGroup {
+        let mut group = OpenGroup {
+            head_at,
+            left: head.entries,
+            frames: Vec::new(),
+            starts: Vec::new(),
+        };
+        group.hold(head_at, frame);
+        group
+    }
+
+    fn hold(&mut self, at: Location, frame: &[u8]) {
+        self.frames.extend_from_slice(frame);
+        self.starts.push(at);
+    }
+
+    /// Hands the group's records to `visit`, head first; how many.
+    fn visit<E>(
+        &self,
+        visit: &mut impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let mut rest = &self.frames[..];
+        for &at in &self.starts {
+            // Each was checked as it was read.
+            let (record, len) = decode_checked(rest).expect("a record read whole");
+            visit(record, at, len)?;
+            rest = &rest[len..];
+        }
+        Ok(self.starts.len())
+    }
 }
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
@@ -97,7 +142,8 @@ pub struct Replayed {
 /// time, through `io`: a segment can hold a quarter of the memory budget.
 /// The segment ends at its end or at its first record that is not whole (a
 /// torn append); a read that fails is an error, not an end: the records
-/// after it were acknowledged.
+/// after it were acknowledged. A group is handed over once its head's count
+/// of entries has come; one whose entries end early is left unread whole.
 pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
@@ -116,6 +162,7 @@ pub fn replay<E: From<io::Error>>(
     let mut frame = Vec::new();
     let mut at = Location::new(number, 0);
     let mut count = 0;
+    let mut group: Option<OpenGroup> = None;
     // Whether `buf` was filled: a segment that ends (or was cut back since
     // its size was read: a failed append) in the middle of a record ends there.
     let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
@@ -144,13 +191,29 @@ pub fn replay<E: From<io::Error>>(
         let Some((record, _)) = decode(&frame) else {
             break;
         };
-        visit(record, at, frame.len())?;
+        match (&mut group, record) {
+            (None, Record::Group(head)) => group = Some(OpenGroup::new(at, head, &frame)),
+            (None, record) => {
+                visit(record, at, frame.len())?;
+                count += 1;
+            }
+            (Some(open), record) if record.is_entry() => {
+                open.hold(at, &frame);
+                open.left -= 1;
+                if open.left == 0 {
+                    count += open.visit(&mut visit)?;
+                    group = None;
+                }
+            }
+            // A head or a move amid a group's entries: damage.
+            (Some(_), _) => break,
+        }
         at.offset += frame.len() as u64;
-        count += 1;
     }
+    let end = group.map_or(at.offset, |open| open.head_at.offset);
     Ok(Replayed {
         records: count,
-        unread: size - at.offset,
+        unread: size - end,
     })
 }
 

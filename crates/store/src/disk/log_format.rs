@@ -9,11 +9,14 @@
 //! and offset it moves from (u64 LE each) and then the record, a remove
 //! (of an item or a row) has none, a flush has its CAS boundary (u64 LE)
 //! and no key. A group starts with a head (no key; first LSN u64 LE, time
-//! in µs since the Unix epoch u64 LE, origin server id u32 LE): its puts,
-//! removes (items' and rows') and flush are the update log's entries,
-//! numbered from that LSN on. Moves are the compactor's and no entries. A
-//! torn or corrupt record ends a segment's replay: only a power loss
-//! leaves one, and only under a policy that allows losing the last writes.
+//! in µs since the Unix epoch u64 LE, origin server id u32 LE, entries
+//! u32 LE): its puts, removes (items' and rows') and flush are the update
+//! log's entries, numbered from that LSN on, and the head counts them, so a
+//! group a kill or a power cut wrote only part of is known and taken not at
+//! all (a group is one server's, a replica's or a peer's step, and its
+//! entries go together). Moves are the compactor's and no entries. A torn
+//! or corrupt record ends a segment's replay: only a power loss leaves one,
+//! and only under a policy that allows losing the last writes.
 
 use crate::log_position::{decode_pair, encode_pair, LogPosition};
 
@@ -24,7 +27,7 @@ const MOVE: u8 = 4;
 const GROUP: u8 = 5;
 const ROW_PUT: u8 = 6;
 const ROW_REMOVE: u8 = 7;
-const GROUP_HEAD_LEN: usize = 20;
+const GROUP_HEAD_LEN: usize = 24;
 pub const FRAME: usize = 8;
 const BODY_HEAD: usize = 3;
 
@@ -78,9 +81,9 @@ pub enum Record<'a> {
     RowRemove {
         key: &'a [u8],
     },
-    /// The head of a group of entries: the records up to the next head
-    /// that are changes (not moves) are entries `first_lsn`, `first_lsn +
-    /// 1`, …, all appended at `micros` by server `origin`.
+    /// The head of a group of entries: the `entries` records after it are
+    /// entries `first_lsn`, `first_lsn + 1`, …, all appended at `micros` by
+    /// server `origin`.
     Group(GroupHead),
 }
 
@@ -91,13 +94,16 @@ pub struct GroupHead {
     /// Microseconds since the Unix epoch.
     pub micros: u64,
     pub origin: u32,
+    /// The entries that follow it (one at least).
+    pub entries: u32,
 }
 
 impl GroupHead {
     fn encode(&self) -> [u8; GROUP_HEAD_LEN] {
         let mut out = [0; GROUP_HEAD_LEN];
         out[..16].copy_from_slice(&encode_pair(self.first_lsn, self.micros));
-        out[16..].copy_from_slice(&self.origin.to_le_bytes());
+        out[16..20].copy_from_slice(&self.origin.to_le_bytes());
+        out[20..].copy_from_slice(&self.entries.to_le_bytes());
         out
     }
 
@@ -107,15 +113,16 @@ impl GroupHead {
         Some(GroupHead {
             first_lsn,
             micros,
-            origin: u32::from_le_bytes(bytes[16..].try_into().ok()?),
+            origin: u32::from_le_bytes(bytes[16..20].try_into().ok()?),
+            entries: u32::from_le_bytes(bytes[20..].try_into().ok()?),
         })
     }
 
-    /// The position of the group's last entry, when it holds `entries`
-    /// (one at least).
-    pub fn last(&self, entries: usize) -> LogPosition {
-        debug_assert!(entries > 0 && self.first_lsn > 0);
-        LogPosition::new(self.first_lsn + entries as u64 - 1, self.micros)
+    /// The position of the group's last entry.
+    pub fn last(&self) -> LogPosition {
+        debug_assert!(self.entries > 0 && self.first_lsn > 0);
+        let entries = u64::from(self.entries.max(1));
+        LogPosition::new(self.first_lsn.saturating_add(entries - 1), self.micros)
     }
 }
 
@@ -225,7 +232,9 @@ pub fn decode_checked(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
             from: Location::decode(rest)?,
             record: &rest[16..],
         },
-        GROUP if key.is_empty() => Record::Group(GroupHead::decode(rest)?),
+        GROUP if key.is_empty() => {
+            Record::Group(GroupHead::decode(rest).filter(|head| head.entries > 0)?)
+        }
         _ => return None,
     };
     Some((record, FRAME + len))
@@ -261,6 +270,7 @@ mod tests {
                 first_lsn: 1 << 50,
                 micros: 1_800_000_000_000_000,
                 origin: u32::MAX - 1,
+                entries: 70_000,
             }),
         ];
         for record in records {
@@ -299,6 +309,7 @@ mod tests {
             first_lsn: 41,
             micros: 7,
             origin: 3,
+            entries: 3,
         };
         let put = Record::Put {
             key: b"k",

@@ -37,11 +37,12 @@ pub(crate) const RESTORE_UNFINISHED: &str = "restore-unfinished";
 /// `meta` key: the format of the data directory (u32 LE).
 const FORMAT_KEY: &[u8] = b"format";
 /// The data directory's format: LMDB's tables and the journal's records as
-/// `docs/DESIGN.md` describes them. Formats 1 to 4 were written only by
+/// `docs/DESIGN.md` describes them. Formats 1 to 5 were written only by
 /// development builds (before rows, before q-gram indexes took the grams
-/// `STRINC` needs, four characters long, and before the journal's checksums
-/// lost their per-segment seeds); no kura release reads them.
-const FORMAT_VERSION: u32 = 5;
+/// `STRINC` needs, four characters long, before the journal's checksums
+/// lost their per-segment seeds, and before a group's head counted its
+/// entries); no kura release reads them.
+const FORMAT_VERSION: u32 = 6;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]

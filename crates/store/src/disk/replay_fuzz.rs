@@ -18,7 +18,7 @@ use crate::{AckFence, GetOptions, Store};
 /// One record to encode with a valid checksum: its kind decides the shape.
 #[derive(Debug, Clone)]
 enum Raw {
-    Group(u64, u64, u32),
+    Group(u64, u64, u32, u32),
     Put(Vec<u8>, Vec<u8>),
     Remove(Vec<u8>),
     Flush(u64),
@@ -31,7 +31,8 @@ fn raw_record() -> impl Strategy<Value = Raw> {
     let key = proptest::collection::vec(any::<u8>(), 0..40);
     let rest = proptest::collection::vec(any::<u8>(), 0..120);
     prop_oneof![
-        (0u64..50, any::<u64>(), any::<u32>()).prop_map(|(a, b, c)| Raw::Group(a, b, c)),
+        (0u64..50, any::<u64>(), any::<u32>(), 0u32..6)
+            .prop_map(|(a, b, c, d)| Raw::Group(a, b, c, d)),
         (key.clone(), rest.clone()).prop_map(|(k, r)| Raw::Put(k, r)),
         key.clone().prop_map(Raw::Remove),
         any::<u64>().prop_map(Raw::Flush),
@@ -46,10 +47,11 @@ fn encode(records: &[Raw]) -> Vec<u8> {
     let mut out = Vec::new();
     for raw in records {
         let record = match raw {
-            Raw::Group(first_lsn, micros, origin) => Record::Group(GroupHead {
+            Raw::Group(first_lsn, micros, origin, entries) => Record::Group(GroupHead {
                 first_lsn: *first_lsn,
                 micros: *micros,
                 origin: *origin,
+                entries: *entries,
             }),
             Raw::Put(key, record) => Record::Put { key, record },
             Raw::Remove(key) => Record::Remove { key },
@@ -132,6 +134,7 @@ fn a_logged_put_holding_a_pointer_is_reported_as_damage() {
             first_lsn: 1,
             micros: 1,
             origin: 1,
+            entries: 1,
         };
         log_format::encode(&mut bytes, Record::Group(head));
         let stored = record::pointer_record(&header, &pointer);
@@ -156,6 +159,7 @@ fn master_group(puts: &[(&[u8], &[u8])]) -> Vec<u8> {
         first_lsn: 1,
         micros: 1,
         origin: 7,
+        entries: puts.len() as u32,
     };
     log_format::encode(&mut group, Record::Group(head));
     for &(key, record) in puts {

@@ -103,8 +103,8 @@ fn restore_into(
             )))?;
         }
     }
-    let target =
-        target_of(to, snapshot, chain.last(), until).map_err(io_error("reading the restored log"))?;
+    let target = target_of(to, snapshot, chain.last(), until)
+        .map_err(io_error("reading the restored log"))?;
     reaches(target, chain.earliest())?;
     // Up to the LSN asked for, not only to where the replay would stop.
     let through = match until {

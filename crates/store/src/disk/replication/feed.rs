@@ -339,8 +339,9 @@ impl Feed {
     }
 
     /// The group whose head is at `offset`, with its entries; `None` for a
-    /// head without any: a kill tore them off (a write cut short), and the
-    /// first group after the restart has the same first LSN.
+    /// head without all it counts: a kill or a power cut tore them off (a
+    /// write cut short), the replay took none of them, and the first group
+    /// after the restart has the same first LSN.
     fn read_group(&mut self, head: GroupHead, head_len: usize) -> io::Result<Option<FedGroup>> {
         if let Some(next) = self.next_lsn.filter(|&next| head.first_lsn < next) {
             return Err(io::Error::new(
@@ -367,8 +368,11 @@ impl Feed {
         }
         let mut out = self.raw_at(head_len).to_vec();
         self.offset += head_len as u64;
-        let mut entries = 0u64;
-        while let Some(framed) = self.look()? {
+        let mut entries = 0;
+        while entries < head.entries {
+            let Some(framed) = self.look()? else {
+                break;
+            };
             if !self.record_at(framed).is_entry() {
                 break;
             }
@@ -376,10 +380,10 @@ impl Feed {
             entries += 1;
             self.offset += framed as u64;
         }
-        if entries == 0 {
+        if entries < head.entries {
             return Ok(None);
         }
-        let last_lsn = head.first_lsn + entries - 1;
+        let last_lsn = head.last().lsn;
         self.next_lsn = Some(last_lsn + 1);
         self.unacknowledged.push_back((last_lsn, self.segment));
         Ok(Some(FedGroup {
@@ -541,6 +545,7 @@ mod tests {
                 first_lsn: torn_lsn,
                 micros: 1,
                 origin: 1,
+                entries: 1,
             };
             log_format::encode(&mut torn, Record::Group(head));
             // The first entry's length, and less of it than it claims.
@@ -565,6 +570,77 @@ mod tests {
             assert_eq!(head.first_lsn, next_lsn);
             next_lsn = group.last_lsn + 1;
             assert_eq!(group.last_lsn + 1, head.first_lsn + entries.len() as u64);
+        }
+        assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
+    }
+
+    /// A kill or a power cut that wrote a group only in part (here its
+    /// head, which counts two entries, and one of them whole) leaves it out
+    /// of the replay whole: none of its entries is taken, the next group
+    /// takes its LSNs, and the feed sends every LSN once.
+    #[test]
+    fn a_group_written_in_part_is_taken_not_at_all() {
+        use crate::disk::record::{Header, Keyed};
+        let dir = tempfile::tempdir().unwrap();
+        let torn_lsn = {
+            let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+            set(&store, b"a");
+            let (segment, _, _) = store.inner.journal.current_end();
+            let torn_lsn = store.inner.journal.last_lsn() + 1;
+            let mut torn = Vec::new();
+            let head = GroupHead {
+                first_lsn: torn_lsn,
+                micros: 1,
+                origin: 1,
+                entries: 2,
+            };
+            log_format::encode(&mut torn, Record::Group(head));
+            let header = Header {
+                flags: 0,
+                expiry_unix: 0,
+                cas: 1 << 40,
+                bits: 0,
+            };
+            let item = Keyed::encode(b"half", &header, &[b"v"]);
+            let put = Record::Put {
+                key: b"half",
+                record: item.record(),
+            };
+            log_format::encode(&mut torn, put);
+            // The second entry's frame, cut short.
+            torn.extend_from_slice(&100u32.to_le_bytes());
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(journal::segment_path(dir.path(), segment))
+                .unwrap()
+                .write_all(&torn)
+                .unwrap();
+            torn_lsn
+        };
+        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+        let mut found = false;
+        store.get(
+            b"half",
+            &Default::default(),
+            &AckFence::default(),
+            &mut |_| found = true,
+        );
+        assert!(!found, "an entry of a group written in part was replayed");
+        set(&store, b"b");
+        assert_eq!(store.inner.journal.last_lsn(), torn_lsn);
+
+        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
+        let mut next_lsn = 1;
+        while let Some(group) = feed.next_group(Duration::ZERO).unwrap() {
+            let (head, entries) = super::super::replica::group_of(&group.bytes).unwrap();
+            assert_eq!(head.first_lsn, next_lsn);
+            let half =
+                |entry: &Record<'_>| matches!(entry, Record::Put { key, .. } if *key == b"half");
+            assert!(
+                !entries.iter().any(half),
+                "sent an entry of the group written in part"
+            );
+            next_lsn = group.last_lsn + 1;
         }
         assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
     }

@@ -81,7 +81,7 @@ impl Inner {
         position_due: bool,
     ) -> Result<PeerTaken, String> {
         let (head, entries) = group_of(bytes)?;
-        let at = head.last(entries.len());
+        let at = head.last();
         let kept = self.merge_from_peer(peer, &entries, Some(at), position_due)?;
         Ok(PeerTaken { at, kept })
     }

@@ -46,17 +46,20 @@ pub(super) fn group_of(bytes: &[u8]) -> Result<(GroupHead, Vec<Record<'_>>), Str
         head.first_lsn > 0
             && head
                 .first_lsn
-                .checked_add(records.len() as u64 - 1)
+                .checked_add(u64::from(head.entries) - 1)
                 .is_some()
     };
     match records.first() {
-        Some(&Record::Group(head)) if numbered(&head) && records.len() > 1 => {
+        Some(&Record::Group(head))
+            if numbered(&head) && records.len() == head.entries as usize + 1 =>
+        {
             records.remove(0);
             Ok((head, records))
         }
-        Some(Record::Group(_)) => {
-            Err("a group without entries, or numbered from 0 or past 2^64".to_string())
-        }
+        Some(Record::Group(_)) => Err(
+            "a group numbered from 0 or past 2^64, or not of the entries its head counts"
+                .to_string(),
+        ),
         _ => Err("a group without its head".to_string()),
     }
 }
@@ -129,7 +132,7 @@ impl Inner {
             None => return Err("cannot append to the update log".to_string()),
         }
         self.wait_for_pending_room();
-        Ok(head.last(entries.len()))
+        Ok(head.last())
     }
 
     /// Flushes through another server's `boundary`: reads skip what it
@@ -367,25 +370,30 @@ mod tests {
     }
 
     #[test]
-    fn a_group_needs_its_head_an_entry_and_lsns_from_1_to_2_to_the_64() {
-        let head = |first_lsn| {
+    fn a_group_needs_its_head_the_entries_it_counts_and_lsns_from_1_to_2_to_the_64() {
+        let counting = |first_lsn, entries| {
             Record::Group(GroupHead {
                 first_lsn,
                 micros: 5,
                 origin: 1,
+                entries,
             })
         };
+        let head = |first_lsn| counting(first_lsn, 1);
         let remove = Record::Remove { key: b"k" };
         let bytes = framed(&[head(7), remove]);
         let (found, entries) = group_of(&bytes).unwrap();
-        assert_eq!(found.last(entries.len()).lsn, 7);
+        assert_eq!(found.last().lsn, 7);
         assert_eq!((found.first_lsn, entries), (7, vec![remove]));
         for refused in [
             framed(&[head(7)]),
             framed(&[head(0), remove]),
             framed(&[remove]),
             // Its last LSN past 2^64 − 1.
-            framed(&[head(u64::MAX), remove, remove]),
+            framed(&[counting(u64::MAX, 2), remove, remove]),
+            // Fewer entries, or more, than its head counts.
+            framed(&[counting(7, 2), remove]),
+            framed(&[head(7), remove, remove]),
         ] {
             assert!(group_of(&refused).is_err());
         }
