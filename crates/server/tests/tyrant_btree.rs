@@ -58,17 +58,20 @@ fn keys_come_in_byte_order_with_prefixes_and_ranges() {
     for key in [&b"a0"[..], b"a11"] {
         assert_eq!(call(&mut s, &Request::Out { key }, 1), [0]);
     }
-    // range: from the first key on, before the second, at most the third.
-    let (code, items) = misc(&mut s, b"range", &[b"a10", b"c"]);
+    // range, as tcadbmisc reads it: from the first key on, at most the
+    // second, before the third.
+    let (code, items) = misc(&mut s, b"range", &[b"a10", b"0", b"c"]);
     assert_eq!(code, 0);
     assert_eq!(items, [&b"a10"[..], b"a10", b"a2", b"a2", b"b", b"b"]);
-    let (_, items) = misc(&mut s, b"range", &[b"a", b"z", b"2"]);
+    let (_, items) = misc(&mut s, b"range", &[b"a", b"2", b"z"]);
     assert_eq!(items, [&b"a1"[..], b"a1", b"a10", b"a10"]);
-    // The max as tcatoi reads it: its leading digits, or 0; negative is none.
-    let (_, items) = misc(&mut s, b"range", &[b"a", b"z", b" 1x"]);
+    let (_, items) = misc(&mut s, b"range", &[b"b", b"2"]);
+    assert_eq!(items, [&b"b"[..], b"b", b"c", b"c"]);
+    // The max as tcatoi reads it: its leading digits, or 0; below 1 is none.
+    let (_, items) = misc(&mut s, b"range", &[b"a", b" 1x", b"z"]);
     assert_eq!(items, [&b"a1"[..], b"a1"]);
-    assert_eq!(misc(&mut s, b"range", &[b"a", b"z", b"x"]).1.len(), 0);
-    assert_eq!(misc(&mut s, b"range", &[b"a", b"z", b"-1"]).1.len(), 10);
+    assert_eq!(misc(&mut s, b"range", &[b"a", b"x", b"z"]).1.len(), 10);
+    assert_eq!(misc(&mut s, b"range", &[b"a", b"-1", b"z"]).1.len(), 10);
     let (_, items) = misc(&mut s, b"range", &[]);
     assert_eq!(items.len(), 10);
     let text = stat(&mut s);
@@ -160,9 +163,9 @@ fn a_range_past_the_reply_limit_fails_as_getlist_does() {
     let keys: Vec<&[u8]> = vec![b"k1", b"k2", b"k3"];
     assert_eq!(misc(&mut s, b"getlist", &keys).0, 1, "90 KB past 64 KiB");
     assert_eq!(misc(&mut s, b"range", &[]).0, 1, "as getlist");
-    let (code, items) = misc(&mut s, b"range", &[b"k1", b"k3"]);
+    let (code, items) = misc(&mut s, b"range", &[b"k1", b"0", b"k3"]);
     assert_eq!((code, items.len()), (0, 4), "60 KB fit");
-    let (code, items) = misc(&mut s, b"range", &[b"", b"", b"1"]);
+    let (code, items) = misc(&mut s, b"range", &[b"", b"1", b""]);
     assert_eq!(
         (code, items.len()),
         (0, 0),

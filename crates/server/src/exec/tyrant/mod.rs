@@ -398,14 +398,16 @@ fn misc(
             let found = found_within(args, ctx.shared.config.max_reply_bytes, |key| db.get(key))?;
             Some(key_value_list(found))
         }
+        // `[begin [max [end]]]`, as tcadbmisc reads them.
         b"range" => {
             let begin = args.first().copied().unwrap_or_default();
-            let end = args.get(1).copied();
-            // Read as tcadbmisc does (`tcatoi`: "5x" is 5, "x" is 0); a
-            // negative max is none.
+            // `tcatoi`: "5x" is 5, "x" is 0; below 1 is no limit.
             let max = args
-                .get(2)
-                .and_then(|max| usize::try_from(kura_proto::number::c_atoll(max)).ok());
+                .get(1)
+                .map(|max| kura_proto::number::c_atoll(max))
+                .filter(|&max| max >= 1)
+                .and_then(|max| usize::try_from(max).ok());
+            let end = args.get(2).copied();
             db.range(begin, end, max, ctx.shared.config.max_reply_bytes)
         }
         b"sync" => ctx.shared.store.sync().then(Vec::new),
