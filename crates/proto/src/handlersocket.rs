@@ -232,13 +232,18 @@ fn parse_exec(id: u32, tokens: &mut Tokens<'_>) -> Exec {
         }
         exec.filters.push(filter);
     }
-    if !tokens.done() {
-        let op = tokens.next().to_vec();
+    // An empty op (a trailing tab) modifies nothing, as the plugin's
+    // `mod_op_str.size() != 0`.
+    let op = tokens.next();
+    if !op.is_empty() {
         let mut values = Vec::new();
         while !tokens.done() {
             values.push(tokens.value());
         }
-        exec.modify = Some(Modify { op, values });
+        exec.modify = Some(Modify {
+            op: op.to_vec(),
+            values,
+        });
     }
     exec
 }
@@ -389,6 +394,13 @@ mod tests {
         };
         assert_eq!(exec.fault, Some("filtertype"));
         assert_eq!(number(b"-5"), 5);
+        // A trailing tab, or an empty op, is a find.
+        for line in [&b"1\t>=\t1\ta\t10\t0\t\n"[..], b"1\t>=\t1\ta\t10\t0\t\t9\n"] {
+            let Request::Exec(exec) = one(line) else {
+                panic!("an exec");
+            };
+            assert_eq!((exec.limit, exec.modify), (10, None));
+        }
     }
 
     #[test]
