@@ -612,11 +612,11 @@ impl MemoryStore {
 
     /// Starts a delayed flush whose time has come at `now`.
     fn start_due_flush(&self, now: u32) {
-        if self.delayed_flush.take_due(now) {
+        self.delayed_flush.run_if_due(now, || {
             self.flushed_through_cas
                 .fetch_max(self.last_cas.load(Ordering::Acquire), Ordering::AcqRel);
             self.sweep_pace.hurry();
-        }
+        });
     }
 
     /// The flush boundary in force at `now`, applying a delayed flush whose

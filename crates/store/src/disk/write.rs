@@ -38,20 +38,24 @@ impl Inner {
         seq
     }
 
-    /// Starts a delayed flush whose time has come.
+    /// Starts a delayed flush whose time has come. Called before a shard
+    /// is locked: a caller may wait here while another runs the flush.
     pub(super) fn start_due_flush(&self, fence: &AckFence) {
-        // A replica's flushes are its master's: one scheduled just as it
-        // became one is dropped when due.
-        if !self.flushes.delayed.take_due(self.clock.now()) || self.health.is_read_only() {
-            return;
-        }
-        if self.health.is_poisoned() {
-            // Taken before the disk failed: reads honour it, as promised,
-            // but it cannot be logged, and no reply waits for that.
-            self.flush(&AckFence::default());
-        } else {
-            self.flush(fence);
-        }
+        self.flushes.delayed.run_if_due(self.clock.now(), || {
+            // A replica's flushes are its master's: one scheduled just as it
+            // became one is dropped when due.
+            if self.health.is_read_only() {
+                return;
+            }
+            if self.health.is_poisoned() {
+                // Taken before the disk failed: reads honour it, as
+                // promised, but it cannot be logged, and no reply waits
+                // for that.
+                self.flush(&AckFence::default());
+            } else {
+                self.flush(fence);
+            }
+        });
     }
 
     /// A write: decides against the current item under the key's shard lock
