@@ -179,7 +179,8 @@ impl Inner {
     /// left in `retry`, and taken from there by the next.
     fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
         // The next segment is made before the writers are held up.
-        let next = if self.logged.lock().dirty {
+        let was_dirty = self.logged.lock().dirty;
+        let next = if was_dirty {
             (self.journal.prepare())
                 .map_err(|error| self.log_write_failed("cannot start a journal segment", error))
                 .ok()
@@ -187,6 +188,11 @@ impl Inner {
             None
         };
         let mut logged = self.logged.lock();
+        if !was_dirty && logged.dirty {
+            // A group came in between: its round starts at once (a waiter
+            // asked for one round, and this one takes nothing).
+            self.signals.wake_applier();
+        }
         // What this round leaves applied: every write up to `through` if it
         // takes them, or if none was journalled since the last take; a
         // group journalled since `dirty` was read is not.
