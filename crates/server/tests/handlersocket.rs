@@ -262,6 +262,11 @@ fn every_error_reply_and_escaping_both_ways() {
         hs.call(&[b"P", b"0", b"db", b"", b"PRIMARY", b"a"]),
         b"1\t1\topen_table\n"
     );
+    // kura's own tables (named from a NUL byte on) are no client's.
+    assert_eq!(
+        hs.call(&[b"P", b"0", b"db", b"\0last-uid", b"PRIMARY", b"_key"]),
+        b"1\t1\topen_table\n"
+    );
     assert_eq!(hs.call(&[b"7", b"=", b"1", b"1"]), b"2\t1\tstmtnum\n");
     assert_eq!(
         hs.call(&[b"P", b"0", b"db", b"users", b"PRIMARY", b"_key,v", b"v"]),

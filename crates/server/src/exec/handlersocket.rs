@@ -116,7 +116,9 @@ impl HsConnection {
         let Some(tables) = ctx.shared.store.tables() else {
             return reply::short(out, 1, "open_table");
         };
-        if table.is_empty() || table.len() > 255 {
+        // The plugin reads names as C strings; kura's own tables (the last
+        // ids, replication positions) are named from a NUL byte on.
+        if table.is_empty() || table.len() > 255 || table.contains(&0) {
             return reply::short(out, 1, "open_table");
         }
         if self.open.len() >= MAX_OPEN_INDEXES && !self.open.contains_key(&id) {
