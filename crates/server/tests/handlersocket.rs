@@ -197,6 +197,36 @@ fn modifies_update_delete_count_and_return_the_rows_as_they_were() {
     assert_eq!(hs.call(&[b"0", b"+", b"1", b"k2"]), b"1\t1\t121\n");
 }
 
+/// The rows a find holds (for its reply, or to modify) are bounded by
+/// `--max-reply`: past it the find is refused, and modifies nothing.
+#[test]
+fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
+    let server = TestServer::disk_with(ServerConfig {
+        hs_write_port: Some(0),
+        max_reply_bytes: 1000,
+        ..ServerConfig::default()
+    });
+    let mut hs = Hs::connect(&server, true);
+    assert_eq!(
+        hs.call(&[b"P", b"0", b"db", b"t", b"PRIMARY", b"_key,v"]),
+        b"0\t1\n"
+    );
+    let value = vec![b'v'; 300];
+    for key in [b"k1", b"k2", b"k3", b"k4", b"k5"] {
+        assert_eq!(hs.call(&[b"0", b"+", b"2", key, &value]), b"0\t1\t0\n");
+    }
+    let three = hs.call(&[b"0", b">=", b"1", b"k", b"3", b"0"]);
+    assert!(three.starts_with(b"0\t2\tk1\t"), "{}", String::from_utf8_lossy(&three));
+    for request in [
+        &[&b"0"[..], b">=", b"1", b"k", b"10", b"0"][..],
+        &[&b"0"[..], b">=", b"1", b"k", b"10", b"0", b"D"][..],
+    ] {
+        assert_eq!(hs.call(request), b"1\t1\tmax_reply\n");
+    }
+    let rows = hs.call(&[b"0", b">=", b"1", b"k5", b"1", b"0"]);
+    assert!(rows.starts_with(b"0\t2\tk5\t"), "nothing was deleted");
+}
+
 #[test]
 fn secondary_indexes_order_finds_by_their_values() {
     let server = server(None);

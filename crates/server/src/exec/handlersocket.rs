@@ -285,6 +285,10 @@ impl Table<'_> {
         let limit = exec.limit.max(1) as usize;
         let mut skip = exec.offset as usize;
         let mut hits: Vec<Record> = Vec::new();
+        // The rows found are held, for the reply or to modify: at most
+        // `--max-reply` of them, as a get's values.
+        let mut held = 0;
+        let max_held = self.ctx.shared.config.max_reply_bytes;
         let mut visit = |row: Record| -> bool {
             match self.filters_pass(&exec.filters, &row) {
                 Pass::Stop => return false,
@@ -293,10 +297,11 @@ impl Table<'_> {
             }
             if skip > 0 {
                 skip -= 1;
-            } else {
-                hits.push(row);
+                return true;
             }
-            hits.len() < limit
+            held += row.key.len() + row.columns.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+            hits.push(row);
+            hits.len() < limit && held <= max_held
         };
         let first = exec.values.first().cloned().unwrap_or(Some(Vec::new()));
         let mut failed = false;
@@ -320,6 +325,10 @@ impl Table<'_> {
         }
         if failed {
             return reply::short(out, 2, "idxnum");
+        }
+        if held > max_held {
+            // Nothing is modified either.
+            return reply::short(out, 1, "max_reply");
         }
         let Some(modify) = &exec.modify else {
             return self.rows(&hits, out);
