@@ -24,7 +24,7 @@ pub fn write_into<T>(
     let target = Target::prepare(to)?;
     let written = write();
     match written {
-        Ok(_) => target.release()?,
+        Ok(_) => target.release(),
         Err(_) => target.discard(),
     }
     written
@@ -32,8 +32,10 @@ pub fn write_into<T>(
 
 struct Target {
     dir: PathBuf,
-    /// The directories made for it, outermost first (`dir` last, if made).
-    made: Vec<PathBuf>,
+    /// The parents made for it, outermost first.
+    parents: Vec<PathBuf>,
+    /// Whether `dir` itself was made for it (else it was there, empty).
+    made_dir: bool,
 }
 
 impl Target {
@@ -41,24 +43,26 @@ impl Target {
     /// anything. Its last part is made here, not by `make_dirs`: a directory
     /// found there (another's, or one a `..` names) is taken only if empty.
     fn prepare(to: &Path) -> Result<Target, BackupError> {
-        let mut made = Vec::new();
+        let mut parents = Vec::new();
         let parent = to.parent().filter(|parent| !parent.as_os_str().is_empty());
         let created = match parent {
-            Some(parent) => make_dirs(parent, &mut made),
+            Some(parent) => make_dirs(parent, &mut parents),
             None => Ok(()),
         }
         .and_then(|()| match fs::create_dir(to) {
-            Ok(()) => {
-                made.push(to.to_path_buf());
-                Ok(())
-            }
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(error) => Err(error),
         });
-        if let Err(error) = created {
-            remove_empty(&made);
-            return Err(io_error(format!("creating {}", to.display()))(error));
-        }
+        let made_dir = match created {
+            Ok(made_dir) => made_dir,
+            Err(error) => {
+                remove_empty(&parents);
+                return Err(io_error(format!("creating {}", to.display()))(error));
+            }
+        };
+        let mut made = parents.clone();
+        made.extend(made_dir.then(|| to.to_path_buf()));
         let claimed = match fs::read_dir(to).map(|mut entries| entries.next().is_none()) {
             Ok(true) => fs::File::create_new(to.join(CLAIM)).map_err(|error| match error.kind() {
                 io::ErrorKind::AlreadyExists => not_empty(to),
@@ -73,21 +77,28 @@ impl Target {
         }
         Ok(Target {
             dir: to.to_path_buf(),
-            made,
+            parents,
+            made_dir,
         })
     }
 
-    /// The backup or restore is whole: its claim goes.
-    fn release(self) -> Result<(), BackupError> {
+    /// The backup or restore is whole: its claim goes. One left behind
+    /// (the removal failed) harms nothing: no reader lists it, and the
+    /// directory is not empty anyway.
+    fn release(self) {
         let claim = self.dir.join(CLAIM);
-        fs::remove_file(&claim).map_err(io_error(format!("removing {}", claim.display())))
+        if let Err(error) = fs::remove_file(&claim) {
+            tracing::warn!(claim = %claim.display(), %error, "cannot remove the claim of a finished backup or restore");
+        }
     }
 
     /// Takes away what a failed backup or restore wrote, so nothing half
     /// written is left to be taken for a backup or started on, and the
     /// same command can be run again.
     fn discard(self) {
-        let Some((_dir, parents)) = self.made.split_last() else {
+        if self.made_dir {
+            let _ = fs::remove_dir_all(&self.dir);
+        } else {
             // It was there, empty: it stays, emptied.
             for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
                 let path = entry.path();
@@ -96,10 +107,8 @@ impl Target {
                     false => fs::remove_file(&path),
                 };
             }
-            return;
-        };
-        let _ = fs::remove_dir_all(&self.dir);
-        remove_empty(parents);
+        }
+        remove_empty(&self.parents);
     }
 }
 
@@ -186,6 +195,15 @@ mod tests {
         let error = Target::prepare(&through).err();
         assert!(matches!(error, Some(BackupError::Refused(_))), "{error:?}");
         assert_eq!(fs::read(data.join("data.mdb")).unwrap(), b"live");
+        assert!(!work.path().join("tmp").exists());
+        // Empty, it is taken; a failure empties it, and takes away only the
+        // parent made on the way.
+        let empty = work.path().join("empty");
+        fs::create_dir(&empty).unwrap();
+        let target = Target::prepare(&work.path().join("tmp/../empty")).unwrap();
+        fs::write(empty.join("data.mdb"), b"half").unwrap();
+        target.discard();
+        assert_eq!(fs::read_dir(&empty).unwrap().count(), 0);
         assert!(!work.path().join("tmp").exists());
         // A trailing `..` names the parent, which holds what was made.
         let error = Target::prepare(&work.path().join("new/..")).err();
