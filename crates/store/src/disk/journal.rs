@@ -34,7 +34,7 @@ use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
-use super::log_format::{decode, decode_checked, GroupHead, Location, Record, FRAME};
+use super::log_format::{decode, GroupHead, Location, Record, FRAME};
 use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
@@ -92,47 +92,51 @@ pub struct Replayed {
     pub unread: u64,
 }
 
-/// A group read up to some of the entries its head counts: held until the
-/// last one comes, so that a group written only in part is not replayed.
+/// A group read up to some of the entries its head counts: its records are
+/// handed over only once the last one has come (read again then, so that a
+/// large group costs no memory), so that a group written in part is not.
 struct OpenGroup {
     head_at: Location,
     /// The entries still to come.
     left: u32,
-    /// Its records as the segment holds them, and where each starts.
-    frames: Vec<u8>,
-    starts: Vec<Location>,
+    /// Where each of its records starts, and its framed length.
+    records: Vec<(Location, usize)>,
 }
 
 impl OpenGroup {
-    fn new(head_at: Location, head: GroupHead, frame: &[u8]) -> OpenGroup {
-        let mut group = OpenGroup {
+    fn new(head_at: Location, head: GroupHead, framed: usize) -> OpenGroup {
+        OpenGroup {
             head_at,
             left: head.entries,
-            frames: Vec::new(),
-            starts: Vec::new(),
-        };
-        group.hold(head_at, frame);
-        group
+            records: vec![(head_at, framed)],
+        }
     }
 
-    fn hold(&mut self, at: Location, frame: &[u8]) {
-        self.frames.extend_from_slice(frame);
-        self.starts.push(at);
-    }
-
-    /// Hands the group's records to `visit`, head first; how many.
-    fn visit<E>(
+    /// Hands the group's records to `visit`, head first, read again from
+    /// `file`; how many.
+    fn visit<E: From<io::Error>>(
         &self,
+        io: &dyn Io,
+        file: &File,
+        frame: &mut Vec<u8>,
         visit: &mut impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
     ) -> Result<usize, E> {
-        let mut rest = &self.frames[..];
-        for &at in &self.starts {
-            // Each was checked as it was read.
-            let (record, len) = decode_checked(rest).expect("a record read whole");
-            visit(record, at, len)?;
-            rest = &rest[len..];
+        for &(at, framed) in &self.records {
+            frame.resize(framed, 0);
+            io.read_log(file, frame, at.offset)?;
+            let Some((record, _)) = decode(frame) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "segment {} changed under its reading at offset {}",
+                        at.segment, at.offset
+                    ),
+                )
+                .into());
+            };
+            visit(record, at, framed)?;
         }
-        Ok(self.starts.len())
+        Ok(self.records.len())
     }
 }
 
@@ -143,7 +147,8 @@ impl OpenGroup {
 /// The segment ends at its end or at its first record that is not whole (a
 /// torn append); a read that fails is an error, not an end: the records
 /// after it were acknowledged. A group is handed over once its head's count
-/// of entries has come; one whose entries end early is left unread whole.
+/// of entries has come (its records read again then: only where they are
+/// is held meanwhile); one whose entries end early is left unread whole.
 pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
@@ -163,6 +168,8 @@ pub fn replay<E: From<io::Error>>(
     let mut at = Location::new(number, 0);
     let mut count = 0;
     let mut group: Option<OpenGroup> = None;
+    // A complete group's records are read again through this one.
+    let again = File::open(path)?;
     // Whether `buf` was filled: a segment that ends (or was cut back since
     // its size was read: a failed append) in the middle of a record ends there.
     let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
@@ -191,24 +198,25 @@ pub fn replay<E: From<io::Error>>(
         let Some((record, _)) = decode(&frame) else {
             break;
         };
+        let framed = frame.len();
         match (&mut group, record) {
-            (None, Record::Group(head)) => group = Some(OpenGroup::new(at, head, &frame)),
+            (None, Record::Group(head)) => group = Some(OpenGroup::new(at, head, framed)),
             (None, record) => {
-                visit(record, at, frame.len())?;
+                visit(record, at, framed)?;
                 count += 1;
             }
             (Some(open), record) if record.is_entry() => {
-                open.hold(at, &frame);
+                open.records.push((at, framed));
                 open.left -= 1;
                 if open.left == 0 {
-                    count += open.visit(&mut visit)?;
+                    count += open.visit(io, &again, &mut frame, &mut visit)?;
                     group = None;
                 }
             }
             // A head or a move amid a group's entries: damage.
             (Some(_), _) => break,
         }
-        at.offset += frame.len() as u64;
+        at.offset += framed as u64;
     }
     let end = group.map_or(at.offset, |open| open.head_at.offset);
     Ok(Replayed {
