@@ -216,7 +216,11 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
         assert_eq!(hs.call(&[b"0", b"+", b"2", key, &value]), b"0\t1\t0\n");
     }
     let three = hs.call(&[b"0", b">=", b"1", b"k", b"3", b"0"]);
-    assert!(three.starts_with(b"0\t2\tk1\t"), "{}", String::from_utf8_lossy(&three));
+    assert!(
+        three.starts_with(b"0\t2\tk1\t"),
+        "{}",
+        String::from_utf8_lossy(&three)
+    );
     for request in [
         &[&b"0"[..], b">=", b"1", b"k", b"10", b"0"][..],
         &[&b"0"[..], b">=", b"1", b"k", b"10", b"0", b"D"][..],
@@ -225,6 +229,15 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
     }
     let rows = hs.call(&[b"0", b">=", b"1", b"k5", b"1", b"0"]);
     assert!(rows.starts_with(b"0\t2\tk5\t"), "nothing was deleted");
+    // The first row always goes, however large.
+    let large = vec![b'w'; 2000];
+    assert_eq!(hs.call(&[b"0", b"+", b"2", b"k6", &large]), b"0\t1\t0\n");
+    let one = hs.call(&[b"0", b"=", b"1", b"k6", b"5", b"0"]);
+    assert!(
+        one.starts_with(b"0\t2\tk6\t"),
+        "{}",
+        String::from_utf8_lossy(&one)
+    );
 }
 
 #[test]

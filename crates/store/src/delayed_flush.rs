@@ -86,7 +86,10 @@ mod tests {
                 std::thread::yield_now();
             }
             assert!(!delayed.run_if_due(11, || panic!("run twice")));
-            assert!(flushed.load(Ordering::Acquire), "returned before the flush ran");
+            assert!(
+                flushed.load(Ordering::Acquire),
+                "returned before the flush ran"
+            );
         });
     }
 }

@@ -286,8 +286,9 @@ impl Table<'_> {
         let mut skip = exec.offset as usize;
         let mut hits: Vec<Record> = Vec::new();
         // The rows found are held, for the reply or to modify: at most
-        // `--max-reply` of them, as a get's values.
+        // `--max-reply` of them, as a get's values (the first always goes).
         let mut held = 0;
+        let mut over = false;
         let max_held = self.ctx.shared.config.max_reply_bytes;
         let mut visit = |row: Record| -> bool {
             match self.filters_pass(&exec.filters, &row) {
@@ -299,9 +300,15 @@ impl Table<'_> {
                 skip -= 1;
                 return true;
             }
-            held += row.key.len() + row.columns.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+            held += row.key.len()
+                + row
+                    .columns
+                    .iter()
+                    .map(|(n, v)| n.len() + v.len())
+                    .sum::<usize>();
             hits.push(row);
-            hits.len() < limit && held <= max_held
+            over = held > max_held && hits.len() > 1;
+            hits.len() < limit && !over
         };
         let first = exec.values.first().cloned().unwrap_or(Some(Vec::new()));
         let mut failed = false;
@@ -326,7 +333,7 @@ impl Table<'_> {
         if failed {
             return reply::short(out, 2, "idxnum");
         }
-        if held > max_held {
+        if over {
             // Nothing is modified either.
             return reply::short(out, 1, "max_reply");
         }
