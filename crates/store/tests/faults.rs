@@ -1590,6 +1590,83 @@ fn a_damaged_record_ends_the_replay_and_the_bytes_dropped_are_counted() {
     assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
 }
 
+/// A segment written after one that ends in a torn or damaged record holds
+/// later writes: replayed, they would leave a hole in the log's history.
+/// Under `always` that is damage to what was fsynced, and the open refuses
+/// and says what to move aside; under a policy that may lose the last
+/// writes (writeback reached the newer segment before the older one's
+/// fsync, and the power went) it is set aside, and the history stays whole.
+#[test]
+fn a_segment_written_after_a_torn_one_is_refused_under_always_and_set_aside_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    only_in_the_log_after_a_power_cut(dir.path());
+    let segment = (std::fs::read_dir(dir.path()).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| is_segment(path))
+        .max_by_key(|path| std::fs::metadata(path).unwrap().len())
+        .expect("a segment");
+    let name = segment.file_name().unwrap().to_str().unwrap();
+    let number =
+        u64::from_str_radix(&name["journal-".len()..name.len() - ".log".len()], 16).unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // Where each group starts (a record of kind 5).
+    let mut groups = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..][..4].try_into().unwrap()) as usize;
+        if bytes[at + 8] == 5 {
+            groups.push(at);
+        }
+        at += 8 + len;
+    }
+    assert_eq!(groups.len(), 40, "one group a set");
+    // Group 10's head damaged; groups 30 on in the next segment.
+    bytes[groups[10] + 8 + 3] ^= 0x40;
+    let next = dir.path().join(format!("journal-{:016x}.log", number + 1));
+    std::fs::write(&next, &bytes[groups[30]..]).unwrap();
+    std::fs::write(&segment, &bytes[..groups[30]]).unwrap();
+
+    let refused = DiskStore::open(config(dir.path(), SyncPolicy::Always, Arc::new(OsIo)));
+    let error = refused.err().expect("refused under always").to_string();
+    assert!(
+        error.contains(&format!("segment {number} is damaged"))
+            && error.contains(&format!(
+                "segment {} after it holds later writes",
+                number + 1
+            )),
+        "{error}"
+    );
+
+    let store = open(dir.path(), SyncPolicy::Batch, Arc::new(OsIo));
+    for i in 0..40 {
+        let key = format!("key{i}").into_bytes();
+        assert_eq!(get(&store, &key).is_some(), i < 10, "key{i}");
+    }
+    assert!(next.with_extension("log.dropped").exists());
+    let dropped = (bytes.len() - groups[10]) as u64;
+    assert_eq!(
+        engine_stat(&store, "log_replay_dropped_bytes"),
+        dropped.to_string()
+    );
+    assert_eq!(set(&store, b"after", b"v"), Some(true));
+    drop(store);
+    let mut lsns = Vec::new();
+    kura_store::disk::history::read(
+        dir.path(),
+        kura_store::disk::history::Values::Skip,
+        |entry| {
+            lsns.push(entry.lsn);
+            std::ops::ControlFlow::Continue(())
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        lsns,
+        (1..=11).collect::<Vec<u64>>(),
+        "no hole, nothing twice"
+    );
+}
+
 /// An open that cannot commit for want of space names the full disk
 /// (LMDB's own words would be an errno), and opens once there is room.
 #[test]
