@@ -527,6 +527,55 @@ mod tests {
         store.wait_until_all_applied();
     }
 
+    /// A store in `dir` holding `keys`, then `torn` (a group written in
+    /// part, numbered from the next LSN) at the end of its segment, opened
+    /// again; and that group's first LSN.
+    fn reopened_after_a_torn_group(
+        dir: &std::path::Path,
+        keys: &[&[u8]],
+        torn: impl FnOnce(u64) -> Vec<u8>,
+    ) -> (DiskStore, u64) {
+        let torn_lsn = {
+            let store = DiskStore::open(DiskConfig::for_tests(dir)).unwrap();
+            for key in keys {
+                set(&store, key);
+            }
+            let (segment, _, _) = store.inner.journal.current_end();
+            let torn_lsn = store.inner.journal.last_lsn() + 1;
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(journal::segment_path(dir, segment))
+                .unwrap()
+                .write_all(&torn(torn_lsn))
+                .unwrap();
+            torn_lsn
+        };
+        (
+            DiskStore::open(DiskConfig::for_tests(dir)).unwrap(),
+            torn_lsn,
+        )
+    }
+
+    /// The feed from the start sends every LSN up to `last` once, in order,
+    /// and no entry of the torn group's `key`.
+    fn feeds_every_lsn_once(store: &DiskStore, last: u64, key: Option<&[u8]>) {
+        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
+        let mut next_lsn = 1;
+        while let Some(group) = feed.next_group(Duration::ZERO).unwrap() {
+            let (head, entries) = super::super::replica::group_of(&group.bytes).unwrap();
+            assert_eq!(head.first_lsn, next_lsn);
+            assert_eq!(group.last_lsn + 1, head.first_lsn + entries.len() as u64);
+            let of_key =
+                |entry: &Record<'_>| matches!(entry, Record::Put { key: k, .. } if Some(*k) == key);
+            assert!(
+                !entries.iter().any(of_key),
+                "sent an entry of the torn group"
+            );
+            next_lsn = group.last_lsn + 1;
+        }
+        assert_eq!(next_lsn, last + 1, "every entry was sent");
+    }
+
     /// A kill that cut a group's write short right after its head leaves a
     /// head without entries at the end of its segment, and the first group
     /// after the restart takes the same first LSN: the feed sends what a
@@ -534,15 +583,10 @@ mod tests {
     #[test]
     fn a_group_head_torn_from_its_entries_is_not_sent() {
         let dir = tempfile::tempdir().unwrap();
-        let torn_lsn = {
-            let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
-            set(&store, b"a");
-            set(&store, b"b");
-            let (segment, _, _) = store.inner.journal.current_end();
-            let torn_lsn = store.inner.journal.last_lsn() + 1;
+        let (store, torn_lsn) = reopened_after_a_torn_group(dir.path(), &[b"a", b"b"], |lsn| {
             let mut torn = Vec::new();
             let head = GroupHead {
-                first_lsn: torn_lsn,
+                first_lsn: lsn,
                 micros: 1,
                 origin: 1,
                 entries: 1,
@@ -551,27 +595,11 @@ mod tests {
             // The first entry's length, and less of it than it claims.
             torn.extend_from_slice(&100u32.to_le_bytes());
             torn.extend_from_slice(&[0xab; 20]);
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(journal::segment_path(dir.path(), segment))
-                .unwrap()
-                .write_all(&torn)
-                .unwrap();
-            torn_lsn
-        };
-        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+            torn
+        });
         set(&store, b"c");
         assert_eq!(store.inner.journal.last_lsn(), torn_lsn);
-
-        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
-        let mut next_lsn = 1;
-        while let Some(group) = feed.next_group(Duration::ZERO).unwrap() {
-            let (head, entries) = super::super::replica::group_of(&group.bytes).unwrap();
-            assert_eq!(head.first_lsn, next_lsn);
-            next_lsn = group.last_lsn + 1;
-            assert_eq!(group.last_lsn + 1, head.first_lsn + entries.len() as u64);
-        }
-        assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
+        feeds_every_lsn_once(&store, torn_lsn, None);
     }
 
     /// A kill or a power cut that wrote a group only in part (here its
@@ -582,14 +610,10 @@ mod tests {
     fn a_group_written_in_part_is_taken_not_at_all() {
         use crate::disk::record::{Header, Keyed};
         let dir = tempfile::tempdir().unwrap();
-        let torn_lsn = {
-            let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
-            set(&store, b"a");
-            let (segment, _, _) = store.inner.journal.current_end();
-            let torn_lsn = store.inner.journal.last_lsn() + 1;
+        let (store, torn_lsn) = reopened_after_a_torn_group(dir.path(), &[b"a"], |lsn| {
             let mut torn = Vec::new();
             let head = GroupHead {
-                first_lsn: torn_lsn,
+                first_lsn: lsn,
                 micros: 1,
                 origin: 1,
                 entries: 2,
@@ -609,15 +633,8 @@ mod tests {
             log_format::encode(&mut torn, put);
             // The second entry's frame, cut short.
             torn.extend_from_slice(&100u32.to_le_bytes());
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(journal::segment_path(dir.path(), segment))
-                .unwrap()
-                .write_all(&torn)
-                .unwrap();
-            torn_lsn
-        };
-        let store = DiskStore::open(DiskConfig::for_tests(dir.path())).unwrap();
+            torn
+        });
         let mut found = false;
         store.get(
             b"half",
@@ -628,21 +645,7 @@ mod tests {
         assert!(!found, "an entry of a group written in part was replayed");
         set(&store, b"b");
         assert_eq!(store.inner.journal.last_lsn(), torn_lsn);
-
-        let mut feed = Feed::open(&store.inner, LogPosition::default()).unwrap();
-        let mut next_lsn = 1;
-        while let Some(group) = feed.next_group(Duration::ZERO).unwrap() {
-            let (head, entries) = super::super::replica::group_of(&group.bytes).unwrap();
-            assert_eq!(head.first_lsn, next_lsn);
-            let half =
-                |entry: &Record<'_>| matches!(entry, Record::Put { key, .. } if *key == b"half");
-            assert!(
-                !entries.iter().any(half),
-                "sent an entry of the group written in part"
-            );
-            next_lsn = group.last_lsn + 1;
-        }
-        assert_eq!(next_lsn, torn_lsn + 1, "every entry was sent");
+        feeds_every_lsn_once(&store, torn_lsn, Some(b"half"));
     }
 
     /// A damaged entry in a retired segment ends that segment's reading;
