@@ -15,9 +15,8 @@
 //! group a kill or a power cut wrote only part of is known and taken not at
 //! all (a group is one server's, a replica's or a peer's step, and its
 //! entries go together). Moves are the compactor's and no entries. A torn
-//! or corrupt record ends the replay (`open.rs`): a kill leaves one only
-//! in a write not yet acknowledged, a power loss only under a policy that
-//! allows losing the last writes; otherwise it is damage.
+//! or corrupt record ends a segment's replay: only a power loss leaves one,
+//! and only under a policy that allows losing the last writes.
 
 use crate::log_position::{decode_pair, encode_pair, LogPosition};
 
