@@ -14,7 +14,6 @@ use super::change::{Old, Write};
 use super::flushes::Flushes;
 use super::log_format::{self, Record};
 use super::pending::PendingWrites;
-use super::policy::SyncPolicy;
 use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
 use super::tables::indexes;
 use super::{
@@ -322,52 +321,12 @@ fn check_format(
 }
 
 impl Inner {
-    /// The segments after one whose replay ended at `cut` (segment, offset)
-    /// in a torn or damaged record: their writes came after those lost
-    /// there, and replayed they would leave a hole in the log's history (a
-    /// replica or a restore would find LSNs missing). Under a policy that
-    /// may lose the last writes (writeback reached a newer segment before an
-    /// older one's fsync, and the power went) they are set aside as
-    /// `journal-<n>.log.dropped`, their bytes counted as dropped. Under
-    /// `always` that can only be damage to what was fsynced: the open
-    /// refuses. Empty ones (made ready for a round) stay.
-    fn set_aside(&self, later: &[&(u64, PathBuf)], cut: (u64, u64)) -> Result<(), OpenError> {
-        let written: Vec<_> = later
-            .iter()
-            .map(|(number, path)| Ok((*number, path, std::fs::metadata(path)?.len())))
-            .collect::<std::io::Result<_>>()?;
-        let written: Vec<_> = written.into_iter().filter(|(.., len)| *len > 0).collect();
-        let Some(&(first, ..)) = written.first() else {
-            return Ok(());
-        };
-        let (damaged, offset) = cut;
-        if self.config.sync == SyncPolicy::Always {
-            return Err(OpenError::Format(format!(
-                "the update log's segment {damaged} is damaged at offset {offset}, and segment {first} \
-                 after it holds later writes: move the segments from {first} on out of {} to \
-                 start without them",
-                self.config.dir.display()
-            )));
-        }
-        for (number, path, len) in written {
-            std::fs::rename(path, path.with_extension("log.dropped"))?;
-            (self.counters.replay_dropped_bytes).fetch_add(len, Ordering::Relaxed);
-            tracing::warn!(segment = number, dropped_bytes = len, after_segment = damaged, "an update log segment written after a torn one is set aside: the power went before the older one was on disk");
-        }
-        File::open(&self.config.dir)?.sync_all()?;
-        Ok(())
-    }
-
     /// Puts the writes of journal segments LMDB does not hold yet into it,
     /// oldest first (they were acknowledged before a crash), fsyncs the data
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut counts = self.applied_counts.lock().clone();
-        let to_replay: Vec<_> = segments
-            .iter()
-            .filter(|(number, _)| *number > applied)
-            .collect();
-        for (at, (number, path)) in to_replay.iter().enumerate() {
+        for (number, path) in segments.iter().filter(|(number, _)| *number > applied) {
             let mut txn = self.env.write_txn()?;
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
@@ -413,18 +372,6 @@ impl Inner {
                 self.apply(&mut txn, key, write, self.flushes.through(), &mut counts)?;
                 Ok::<_, OpenError>(())
             })?;
-            // What it left unread: bytes after its last whole record, a torn
-            // append (written, and not all on disk when the power went: the
-            // last writes, which `--sync batch` and `none` may lose) or
-            // damage. Their entries are not replayed; `stats kura` counts them.
-            let unread = replayed.unread;
-            let later = &to_replay[at + 1..];
-            if unread > 0 {
-                // Before this segment is committed as applied: the next open
-                // must not find the later ones to replay.
-                let size = std::fs::metadata(path)?.len();
-                self.set_aside(later, (*number, size - unread))?;
-            }
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
             File::open(path).and_then(|file| self.config.io.sync_log(&file))?;
@@ -436,10 +383,14 @@ impl Inner {
                 records = replayed.records,
                 "replayed journal segment"
             );
+            // What it left unread: bytes after its last whole record, a torn
+            // append (written, and not all on disk when the power went: the
+            // last writes, which `--sync batch` and `none` may lose) or
+            // damage. Their entries are not replayed; `stats kura` counts them.
+            let unread = replayed.unread;
             if unread > 0 {
                 (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
                 tracing::warn!(segment = number, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
-                break;
             }
         }
         // A directory some process used before (it left a segment).
