@@ -1590,6 +1590,123 @@ fn a_damaged_record_ends_the_replay_and_the_bytes_dropped_are_counted() {
     assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
 }
 
+/// The log of [`only_in_the_log_after_a_power_cut`] (40 groups of one set
+/// each, none applied) split in two segments, the second from group 30 on,
+/// with `first` the first segment's bytes changed; the second's path.
+fn split_in_two_segments(dir: &Path, first: impl FnOnce(&mut Vec<u8>, &[usize])) -> PathBuf {
+    only_in_the_log_after_a_power_cut(dir);
+    let segment = (std::fs::read_dir(dir).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| is_segment(path))
+        .max_by_key(|path| std::fs::metadata(path).unwrap().len())
+        .expect("a segment");
+    let name = segment.file_name().unwrap().to_str().unwrap();
+    let number =
+        u64::from_str_radix(&name["journal-".len()..name.len() - ".log".len()], 16).unwrap();
+    let bytes = std::fs::read(&segment).unwrap();
+    // Where each group starts (a record of kind 5).
+    let mut groups = Vec::new();
+    let mut at = 0;
+    while at + 9 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..][..4].try_into().unwrap()) as usize;
+        if bytes[at + 8] == 5 {
+            groups.push(at);
+        }
+        at += 8 + len;
+    }
+    assert_eq!(groups.len(), 40, "one group a set");
+    let next = dir.join(format!("journal-{:016x}.log", number + 1));
+    std::fs::write(&next, &bytes[groups[30]..]).unwrap();
+    let mut kept = bytes[..groups[30]].to_vec();
+    first(&mut kept, &groups);
+    std::fs::write(&segment, &kept).unwrap();
+    next
+}
+
+/// The keys of `present` are there with their values, the others of the
+/// 40 are not, and the log reads back as entries 1 to `present.len()` and
+/// one set after them: no hole, nothing twice.
+fn holds_exactly(dir: &Path, sync: SyncPolicy, present: std::ops::Range<usize>) {
+    let store = open(dir, sync, Arc::new(OsIo));
+    for i in 0..40 {
+        let key = format!("key{i}").into_bytes();
+        assert_eq!(
+            get(&store, &key),
+            present.contains(&i).then(|| value_of(i, 1000)),
+            "key{i}"
+        );
+    }
+    assert_eq!(set(&store, b"after", b"v"), Some(true));
+    drop(store);
+    let mut lsns = Vec::new();
+    kura_store::disk::history::read(dir, kura_store::disk::history::Values::Skip, |entry| {
+        lsns.push(entry.lsn);
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let entries = present.len() as u64 + 1;
+    assert_eq!(
+        lsns,
+        (1..=entries).collect::<Vec<u64>>(),
+        "no hole, nothing twice"
+    );
+}
+
+/// A segment whose first entry comes after the LSN the replay reached was
+/// written after entries were lost: replayed, it would leave a hole in the
+/// log's history. Under a policy that may lose the last writes (writeback
+/// reached the newer segment before the older one's fsync, and the power
+/// went) it is set aside; under `always` that is damage to what was
+/// fsynced, and the open refuses and says what to move aside. Found by the
+/// numbering, the older segment cut at a group boundary as well as torn.
+#[test]
+fn a_segment_written_after_lost_entries_is_set_aside_or_refused() {
+    for torn in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let next = split_in_two_segments(dir.path(), |bytes, groups| match torn {
+            // Group 10's head damaged.
+            true => bytes[groups[10] + 8 + 3] ^= 0x40,
+            // Cut after group 9, at a group's end.
+            false => bytes.truncate(groups[10]),
+        });
+        let refused = DiskStore::open(config(dir.path(), SyncPolicy::Always, Arc::new(OsIo)));
+        let error = refused.err().expect("refused under always").to_string();
+        assert!(
+            error.contains("lacks entries from LSN 11 on") && error.contains("move the segments"),
+            "{error}"
+        );
+        holds_exactly(dir.path(), SyncPolicy::Batch, 0..10);
+        let aside = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
+            .filter(|name| name.contains(".log.dropped-"))
+            .count();
+        assert_eq!(aside, 1, "torn: {torn}");
+        assert!(!next.exists());
+    }
+}
+
+/// A group torn at a segment's end (a kill mid-append) is dropped, and the
+/// next segment numbers on from its first LSN: that is no hole, and is
+/// replayed, as a restore replays such a segment of its chain again.
+#[test]
+fn a_segment_numbering_on_after_a_torn_group_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    split_in_two_segments(dir.path(), |bytes, groups| {
+        let len = u32::from_le_bytes(bytes[groups[29]..][..4].try_into().unwrap()) as usize;
+        let head_end = groups[29] + 8 + len;
+        let mut copy = bytes[groups[29]..head_end].to_vec();
+        // Group 29's head, numbered as group 30's (LSN 31), then cut.
+        let lsn_at = 8 + 3;
+        copy[lsn_at..lsn_at + 8].copy_from_slice(&31u64.to_le_bytes());
+        let crc = crc32fast::hash(&copy[8..]);
+        copy[4..8].copy_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(&copy);
+        bytes.extend_from_slice(&50u32.to_le_bytes());
+    });
+    holds_exactly(dir.path(), SyncPolicy::Always, 0..40);
+}
+
 /// An open that cannot commit for want of space names the full disk
 /// (LMDB's own words would be an errno), and opens once there is room.
 #[test]

@@ -521,6 +521,13 @@ impl Journal {
         Ok(true)
     }
 
+    /// Forgets an older segment whose file the open set aside.
+    pub fn forget(&self, number: u64) {
+        self.open.lock().remove(&number);
+        self.window.forget(number);
+        self.older.lock().remove(&number);
+    }
+
     /// Bytes in the segment files.
     pub fn bytes(&self) -> u64 {
         // Under the current segment's lock, as `switch` moves it to `older`.

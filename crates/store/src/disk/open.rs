@@ -12,8 +12,10 @@ use parking_lot::Mutex;
 
 use super::change::{Old, Write};
 use super::flushes::Flushes;
+use super::history::position;
 use super::log_format::{self, Record};
 use super::pending::PendingWrites;
+use super::policy::SyncPolicy;
 use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
 use super::tables::indexes;
 use super::{
@@ -321,12 +323,74 @@ fn check_format(
 }
 
 impl Inner {
+    /// The segments from one whose first entry comes after `due`, the LSN
+    /// the replay reached: entries before theirs were lost, and replayed
+    /// they would leave a hole in the log's history (a replica or a restore
+    /// would find LSNs missing). Under a policy that may lose the last
+    /// writes (writeback reached a newer segment before an older one's
+    /// fsync, and the power went) they are set aside as
+    /// `journal-<n>.log.dropped-<µs>`, their bytes counted as dropped.
+    /// Under `always` that is damage to what was fsynced, and so is a
+    /// segment LMDB already points into (the compactor's moves): the open
+    /// refuses. Empty ones (made ready for a round) stay.
+    fn set_aside(
+        &self,
+        later: &[&(u64, PathBuf)],
+        counts: &Counts,
+        due: u64,
+    ) -> Result<(), OpenError> {
+        let mut written = Vec::new();
+        for (number, path) in later {
+            let len = std::fs::metadata(path)?.len();
+            if len > 0 {
+                written.push((*number, path, len));
+            }
+        }
+        let Some(&(first, ..)) = written.first() else {
+            return Ok(());
+        };
+        let pointed = written
+            .iter()
+            .any(|(number, ..)| counts.log.of(*number) > 0);
+        if self.config.sync == SyncPolicy::Always || pointed {
+            return Err(OpenError::Format(format!(
+                "the update log lacks entries from LSN {due} on, before segment {first}: \
+                 move the segments from {first} on out of {} to start without them",
+                self.config.dir.display()
+            )));
+        }
+        let stamp = crate::clock::unix_micros();
+        for (number, path, len) in written {
+            let aside = path.with_extension(format!("log.dropped-{stamp}"));
+            std::fs::rename(path, &aside)?;
+            self.journal.forget(number);
+            (self.counters.replay_dropped_bytes).fetch_add(len, Ordering::Relaxed);
+            tracing::warn!(segment = number, dropped_bytes = len, lacking_from = due, "an update log segment written after lost entries is set aside: the power went before an older segment was on disk");
+        }
+        File::open(&self.config.dir)?.sync_all()?;
+        Ok(())
+    }
+
     /// Puts the writes of journal segments LMDB does not hold yet into it,
     /// oldest first (they were acknowledged before a crash), fsyncs the data
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut counts = self.applied_counts.lock().clone();
-        for (number, path) in segments.iter().filter(|(number, _)| *number > applied) {
+        let to_replay: Vec<_> = segments
+            .iter()
+            .filter(|(number, _)| *number > applied)
+            .collect();
+        for (at, (number, path)) in to_replay.iter().enumerate() {
+            // A restore's replay stops at its point on purpose: its chain
+            // was checked whole before.
+            if self.config.replay_until.is_none() {
+                let due = self.journal.last_lsn() + 1;
+                let first = position::first_lsn(&*self.config.io, path, *number)?;
+                if first.is_some_and(|first| first > due) {
+                    self.set_aside(&to_replay[at..], &counts, due)?;
+                    break;
+                }
+            }
             let mut txn = self.env.write_txn()?;
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
