@@ -1672,7 +1672,8 @@ fn a_segment_written_after_lost_entries_is_set_aside_or_refused() {
         let refused = DiskStore::open(config(dir.path(), SyncPolicy::Always, Arc::new(OsIo)));
         let error = refused.err().expect("refused under always").to_string();
         assert!(
-            error.contains("lacks entries from LSN 11 on") && error.contains("move the segments"),
+            error.contains("lacks entries from LSN 11 on")
+                && error.contains("move it and the segments after it"),
             "{error}"
         );
         holds_exactly(dir.path(), SyncPolicy::Batch, 0..10);

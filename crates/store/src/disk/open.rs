@@ -346,16 +346,24 @@ impl Inner {
                 written.push((*number, path, len));
             }
         }
-        let Some(&(first, ..)) = written.first() else {
+        let Some(&(_, first, _)) = written.first() else {
             return Ok(());
         };
         let pointed = written
             .iter()
             .any(|(number, ..)| counts.log.of(*number) > 0);
-        if self.config.sync == SyncPolicy::Always || pointed {
+        if pointed {
             return Err(OpenError::Format(format!(
-                "the update log lacks entries from LSN {due} on, before segment {first}: \
-                 move the segments from {first} on out of {} to start without them",
+                "the update log lacks entries from LSN {due} on, before {}, and LMDB holds values \
+                 in it or after it: restore from a backup",
+                first.display()
+            )));
+        }
+        if self.config.sync == SyncPolicy::Always {
+            return Err(OpenError::Format(format!(
+                "the update log lacks entries from LSN {due} on, before {}: move it and the \
+                 segments after it out of {} to start without them",
+                first.display(),
                 self.config.dir.display()
             )));
         }
@@ -383,8 +391,9 @@ impl Inner {
         for (at, (number, path)) in to_replay.iter().enumerate() {
             // A restore's replay stops at its point on purpose: its chain
             // was checked whole before.
-            if self.config.replay_until.is_none() {
-                let due = self.journal.last_lsn() + 1;
+            // (Past LSN 2^64 − 1 nothing can follow.)
+            let due = self.journal.last_lsn().checked_add(1);
+            if let (None, Some(due)) = (self.config.replay_until, due) {
                 let first = position::first_lsn(&*self.config.io, path, *number)?;
                 if first.is_some_and(|first| first > due) {
                     self.set_aside(&to_replay[at..], &counts, due)?;
