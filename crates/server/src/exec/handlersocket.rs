@@ -19,6 +19,7 @@ use kura_proto::handlersocket::{reply, Exec, Filter, Request};
 use kura_store::{IndexKind, Record, RowEdit, RowMode, RowOutcome, Tables};
 use kura_table::index::{decimal_key, lexical_key};
 
+use super::reply_limit::ReplyLimit;
 use super::uid::new_uid;
 use super::Context;
 use kura_proto::number::c_atoll as atoll;
@@ -286,10 +287,8 @@ impl Table<'_> {
         let mut skip = exec.offset as usize;
         let mut hits: Vec<Record> = Vec::new();
         // The rows found are held, for the reply or to modify: at most
-        // `--max-reply` of them, as a get's values (the first always goes).
-        let mut held = 0;
-        let mut over = false;
-        let max_held = self.ctx.shared.config.max_reply_bytes;
+        // `--max-reply` of them, as a get's values.
+        let mut held = ReplyLimit::new(self.ctx.shared.config.max_reply_bytes);
         let mut visit = |row: Record| -> bool {
             match self.filters_pass(&exec.filters, &row) {
                 Pass::Stop => return false,
@@ -300,15 +299,14 @@ impl Table<'_> {
                 skip -= 1;
                 return true;
             }
-            held += row.key.len()
+            let len = row.key.len()
                 + row
                     .columns
                     .iter()
                     .map(|(n, v)| n.len() + v.len())
                     .sum::<usize>();
             hits.push(row);
-            over = held > max_held && hits.len() > 1;
-            hits.len() < limit && !over
+            held.take(len) && hits.len() < limit
         };
         let first = exec.values.first().cloned().unwrap_or(Some(Vec::new()));
         let mut failed = false;
@@ -333,7 +331,7 @@ impl Table<'_> {
         if failed {
             return reply::short(out, 2, "idxnum");
         }
-        if over {
+        if !held.fits() {
             // Nothing is modified either.
             return reply::short(out, 1, "max_reply");
         }

@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod handlersocket;
 pub mod meta;
+mod reply_limit;
 pub mod stats;
 pub mod text;
 pub mod tyrant;

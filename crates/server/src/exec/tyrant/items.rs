@@ -8,7 +8,8 @@ use kura_store::{
     DeleteCommand, DeleteOutcome, GetOptions, RowOutcome, StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::{KeyValues, ReplyBudget, ValueChange};
+use super::{KeyValues, ValueChange};
+use crate::exec::reply_limit::ReplyLimit;
 use crate::exec::Context;
 
 /// Read-modify-write commands retry this often when another write of the
@@ -163,7 +164,7 @@ impl KeyValues for Items<'_> {
     fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let max = max.unwrap_or(usize::MAX);
         let mut smallest = std::collections::BinaryHeap::new();
-        let mut budget = ReplyBudget::new(within);
+        let mut budget = ReplyLimit::new(within);
         let complete = self.ctx.shared.store.scan(&mut |item| {
             if max == 0 || !budget.fits() || !item.key.starts_with(prefix) {
                 return;

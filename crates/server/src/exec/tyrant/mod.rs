@@ -23,6 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::RowOutcome;
 
+use super::reply_limit::ReplyLimit;
 use super::{Action, Context};
 use crate::config::TyrantDatabase;
 
@@ -302,41 +303,6 @@ fn vanish(db: &dyn KeyValues) -> bool {
     keys.iter().all(|key| db.out(key) != RowOutcome::Failed)
 }
 
-/// A reply's items against `--max-reply`: the first always goes (an item
-/// of -I and its key), the others while together they fit.
-pub(super) struct ReplyBudget {
-    limit: usize,
-    bytes: usize,
-    items: usize,
-}
-
-impl ReplyBudget {
-    pub(super) fn new(limit: usize) -> Self {
-        ReplyBudget {
-            limit,
-            bytes: 0,
-            items: 0,
-        }
-    }
-
-    /// Counts an item of `len` bytes; false once the reply holds too much.
-    pub(super) fn take(&mut self, len: usize) -> bool {
-        self.bytes += len;
-        self.items += 1;
-        self.fits()
-    }
-
-    /// Takes back an item counted before (one the reply dropped since).
-    pub(super) fn give_back(&mut self, len: usize) {
-        self.bytes -= len;
-        self.items -= 1;
-    }
-
-    pub(super) fn fits(&self) -> bool {
-        self.items <= 1 || self.bytes <= self.limit
-    }
-}
-
 /// The values `get` finds for `keys`, in order, or `None` once together
 /// they pass `limit` (`--max-reply`: the reply would hold too much).
 fn found_within<'k>(
@@ -345,7 +311,7 @@ fn found_within<'k>(
     mut get: impl FnMut(&[u8]) -> Option<Vec<u8>>,
 ) -> Option<Vec<(&'k [u8], Vec<u8>)>> {
     let mut found = Vec::new();
-    let mut budget = ReplyBudget::new(limit);
+    let mut budget = ReplyLimit::new(limit);
     for &key in keys {
         if let Some(value) = get(key) {
             if !budget.take(key.len() + value.len()) {

@@ -6,7 +6,8 @@
 use kura_proto::tyrant::PutMode;
 use kura_store::{Record, RowEdit, RowMode, RowOutcome, Tables};
 
-use super::{KeyIterator, KeyValues, ReplyBudget, ValueChange};
+use super::{KeyIterator, KeyValues, ValueChange};
+use crate::exec::reply_limit::ReplyLimit;
 use crate::exec::Context;
 
 /// The one column of an ordered keyspace's rows.
@@ -119,7 +120,7 @@ impl KeyValues for OrderedKeys<'_> {
         if max == 0 {
             return Some(keys);
         }
-        let mut budget = ReplyBudget::new(within);
+        let mut budget = ReplyLimit::new(within);
         // In key order: the walk stops at the last key wanted.
         let read = self.walk(prefix, &mut |row| {
             let more = row.key.starts_with(prefix) && budget.take(row.key.len());
@@ -151,7 +152,7 @@ impl KeyValues for OrderedKeys<'_> {
     ) -> Option<Vec<Vec<u8>>> {
         let mut found = Vec::new();
         let max = max.unwrap_or(usize::MAX);
-        let mut budget = ReplyBudget::new(limit);
+        let mut budget = ReplyLimit::new(limit);
         let read = self.walk(begin, &mut |row| {
             if found.len() / 2 >= max || end.is_some_and(|end| row.key.as_slice() >= end) {
                 return false;

@@ -24,8 +24,9 @@ use kura_table::{
 
 use super::{
     found_within, key_value_list, next_key, start_iterator, stat_lines, Action, Context,
-    KeyIterator, ReplyBudget,
+    KeyIterator,
 };
+use crate::exec::reply_limit::ReplyLimit;
 
 pub fn execute(
     table: &[u8],
@@ -199,7 +200,7 @@ impl Db<'_> {
         if max == Some(0) {
             return Some(keys);
         }
-        let mut budget = ReplyBudget::new(within);
+        let mut budget = ReplyLimit::new(within);
         self.tables
             .walk_rows(
                 self.table,
@@ -621,7 +622,7 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         items.push(found.len().to_string().into_bytes());
     } else {
         // Bounded as `getlist`'s answer is (`--max-reply`).
-        let mut budget = ReplyBudget::new(db.ctx.shared.config.max_reply_bytes);
+        let mut budget = ReplyLimit::new(db.ctx.shared.config.max_reply_bytes);
         for row in &found {
             let item = match &request.columns {
                 Some(_) => projected(&row.key),
