@@ -414,18 +414,25 @@ fn bad_replication_requests_get_memcached_answers() {
         &b"replicate\r\n"[..],
         b"replicate x none\r\n",
         b"replicate 7 12\r\n",
+        b"replicate 7 none\r\n",
         b"replicaof somewhere\r\n",
         b"replicaof somewhere 0\r\n",
     ] {
         let reply = client.call(bad);
         assert!(reply.starts_with("CLIENT_ERROR"), "{bad:?}: {reply}");
     }
+    // A replica of another data format is refused by name.
+    let reply = Client::connect(port).call(b"replicate 99 none 5\r\n");
+    assert_eq!(
+        reply,
+        "SERVER_ERROR this master keeps data of format 6; the replica reads format 5"
+    );
     // Still serving on the same connection.
     assert_eq!(client.call(b"set k 0 0 1\r\nv\r\n"), "STORED");
     // A replica that sends anything but acknowledgements is let go.
     let mut link = Client::connect(port);
     assert_eq!(
-        link.call(b"replicate 99 none\r\n").split(' ').next(),
+        link.call(b"replicate 99 none 6\r\n").split(' ').next(),
         Some("SNAPSHOT")
     );
     link.writer.write_all(b"not an ack").unwrap();
@@ -446,7 +453,7 @@ fn bad_replication_requests_get_memcached_answers() {
     support::wait_until_ready(&mut child, addr(memory_port));
     let _memory = Running(child);
     let mut client = Client::connect(memory_port);
-    let reply = client.call(b"replicate 1 none\r\n");
+    let reply = client.call(b"replicate 1 none 6\r\n");
     assert!(
         reply.starts_with("SERVER_ERROR replication needs the disk engine"),
         "{reply}"
@@ -940,7 +947,10 @@ fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
     loop {
         apply_now(&mut load);
         let mut probe = Client::connect(master_port);
-        if probe.call(b"replicate 99 0 0\r\n").starts_with("SNAPSHOT") {
+        if probe
+            .call(b"replicate 99 0 0 6\r\n")
+            .starts_with("SNAPSHOT")
+        {
             break;
         }
         assert!(Instant::now() < deadline, "the master's log kept LSN 1");
@@ -983,7 +993,7 @@ fn a_replica_cut_off_in_its_snapshot_is_promoted_only_by_force() {
     );
     assert!(!backup.exists(), "a refused backup leaves nothing");
     // Nor is that part handed on to a replica of it as a whole snapshot.
-    let hello = b"replicate 98 none\r\n";
+    let hello = b"replicate 98 none 6\r\n";
     let answer = Client::connect(replica_port).call(hello);
     assert!(
         answer.starts_with("SERVER_ERROR this server is loading its master's snapshot"),
@@ -1116,7 +1126,9 @@ fn a_replica_cannot_acknowledge_past_what_it_was_sent() {
         );
     }
     let mut link = Client::connect(port);
-    assert!(link.call(b"replicate 99 none\r\n").starts_with("SNAPSHOT"));
+    assert!(link
+        .call(b"replicate 99 none 6\r\n")
+        .starts_with("SNAPSHOT"));
     link.writer
         .write_all(&kura_proto::replication::ack(u64::MAX))
         .unwrap();

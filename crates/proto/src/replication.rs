@@ -1,8 +1,10 @@
 //! kura's replication stream (its own protocol, on the memcached port).
 //!
-//! A replica sends one text line, `replicate <replica id> <lsn> <µs>` (its
-//! newest entry and that entry's group time) or `replicate <replica id>
-//! none` (it has no position: an interrupted snapshot). The master answers
+//! A replica sends one text line, `replicate <replica id> <lsn> <µs>
+//! <format>` (its newest entry and that entry's group time) or `replicate
+//! <replica id> none <format>` (it has no position: an interrupted
+//! snapshot); `<format>` is the data format it reads, which a master of
+//! another format refuses with a `SERVER_ERROR`. The master answers
 //! `STREAM <master id>` and sends its log's groups after that position, or
 //! `SNAPSHOT <master id> <reason>` and sends its whole state first; then
 //! the connection carries frames only:
@@ -223,19 +225,26 @@ pub enum LinkRequest {
 }
 
 /// A replica's position in a `replicate` line: its newest entry's LSN and
-/// group time, or none.
+/// group time, or none; and the data format it reads (the log's records
+/// and the snapshot's travel as the disk engine keeps them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaHello {
     pub replica: u32,
     pub after: Option<(u64, u64)>,
+    pub format: u32,
 }
 
 impl ReplicaHello {
     /// The request line (with its CRLF).
     pub fn line(&self) -> String {
         match self.after {
-            Some((lsn, micros)) => format!("replicate {} {lsn} {micros}\r\n", self.replica),
-            None => format!("replicate {} none\r\n", self.replica),
+            Some((lsn, micros)) => {
+                format!(
+                    "replicate {} {lsn} {micros} {}\r\n",
+                    self.replica, self.format
+                )
+            }
+            None => format!("replicate {} none {}\r\n", self.replica, self.format),
         }
     }
 }
@@ -322,15 +331,17 @@ mod tests {
         let hello = ReplicaHello {
             replica: 3,
             after: Some((10, 20)),
+            format: 6,
         };
-        assert_eq!(hello.line(), "replicate 3 10 20\r\n");
+        assert_eq!(hello.line(), "replicate 3 10 20 6\r\n");
         assert_eq!(
             ReplicaHello {
                 replica: 3,
-                after: None
+                after: None,
+                format: 6
             }
             .line(),
-            "replicate 3 none\r\n"
+            "replicate 3 none 6\r\n"
         );
         assert_eq!(parse_answer("STREAM 9"), MasterAnswer::Stream { master: 9 });
         assert_eq!(

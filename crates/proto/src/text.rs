@@ -75,8 +75,8 @@ pub enum Request<'a> {
         to: &'a [u8],
         since: Option<&'a [u8]>,
     },
-    /// `replicate <replica id> <lsn> <µs>|none` (kura's own): a replica
-    /// asks for the log after its position; the connection then carries
+    /// `replicate <replica id> <lsn> <µs>|none <format>` (kura's own): a
+    /// replica asks for the log after its position; the connection then carries
     /// replication frames (`replication.rs`).
     Replicate(crate::replication::ReplicaHello),
     /// `replicaof <host> <port>` follows a master from now on; `replicaof
@@ -477,19 +477,29 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             Request::Backup { to, since }
         }
         (b"backup", _) => return reject(ErrorReply::BadCommandLine, line_len),
-        (b"replicate", 2 | 3) => {
+        (b"replicate", 3 | 4) => {
             let replica = tokens
                 .next()
                 .and_then(parse_u64)
                 .and_then(|id| u32::try_from(id).ok());
-            let after = match (tokens.next(), tokens.next()) {
-                (Some(b"none"), None) => Some(None),
-                (Some(lsn), Some(micros)) => parse_u64(lsn).zip(parse_u64(micros)).map(Some),
-                _ => None,
+            let (after, format) = match (tokens.next(), tokens.next(), tokens.next()) {
+                (Some(b"none"), Some(format), None) => (Some(None), Some(format)),
+                (Some(lsn), Some(micros), Some(format)) => (
+                    parse_u64(lsn).zip(parse_u64(micros)).map(Some),
+                    Some(format),
+                ),
+                _ => (None, None),
             };
-            match (replica, after) {
-                (Some(replica), Some(after)) => {
-                    Request::Replicate(crate::replication::ReplicaHello { replica, after })
+            let format = format
+                .and_then(parse_u64)
+                .and_then(|format| u32::try_from(format).ok());
+            match (replica, after, format) {
+                (Some(replica), Some(after), Some(format)) => {
+                    Request::Replicate(crate::replication::ReplicaHello {
+                        replica,
+                        after,
+                        format,
+                    })
                 }
                 _ => return reject(ErrorReply::BadCommandLine, line_len),
             }
@@ -939,17 +949,19 @@ mod tests {
     fn replication_commands_name_a_position_or_a_master() {
         use crate::replication::ReplicaHello;
         assert_eq!(
-            parse_ok(b"replicate 7 120 1700000000000000\r\n").0,
+            parse_ok(b"replicate 7 120 1700000000000000 6\r\n").0,
             Request::Replicate(ReplicaHello {
                 replica: 7,
-                after: Some((120, 1_700_000_000_000_000))
+                after: Some((120, 1_700_000_000_000_000)),
+                format: 6
             })
         );
         assert_eq!(
-            parse_ok(b"replicate 7 none\r\n").0,
+            parse_ok(b"replicate 7 none 6\r\n").0,
             Request::Replicate(ReplicaHello {
                 replica: 7,
-                after: None
+                after: None,
+                format: 6
             })
         );
         assert_eq!(
@@ -976,10 +988,14 @@ mod tests {
         assert_eq!(parse_ok(b"replicas\r\n").0, Request::Replicas);
         for bad in [
             &b"replicate\r\n"[..],
-            b"replicate x none\r\n",
-            b"replicate 7 12\r\n",
-            b"replicate 7 a b\r\n",
-            b"replicate 99999999999 none\r\n",
+            b"replicate x none 6\r\n",
+            b"replicate 7 none\r\n",
+            b"replicate 7 12 6\r\n",
+            b"replicate 7 a b 6\r\n",
+            b"replicate 7 12 13\r\n",
+            b"replicate 7 none x\r\n",
+            b"replicate 7 none 99999999999\r\n",
+            b"replicate 99999999999 none 6\r\n",
             b"replicaof host\r\n",
             b"replicaof host 0\r\n",
             b"replicaof host 70000\r\n",

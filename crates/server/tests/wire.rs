@@ -291,7 +291,7 @@ fn replicas_count_against_the_connection_limit() {
     let mut replicas: Vec<_> = (0..3).map(|_| server.connect()).collect();
     for (n, replica) in replicas.iter_mut().enumerate() {
         replica
-            .write_all(format!("replicate {} none\r\n", n + 10).as_bytes())
+            .write_all(format!("replicate {} none 6\r\n", n + 10).as_bytes())
             .unwrap();
         // Its feed has begun: it is out of the workers' loops.
         assert!(!read_at_least(replica, 1).is_empty());

@@ -91,6 +91,10 @@ pub struct PeerTally {
 pub trait Replication: Send + Sync {
     /// The origin id of this server's own entries.
     fn server_id(&self) -> u32;
+    /// The data format this server reads and writes: a replica and its
+    /// master must agree, for the log's records and the snapshot's travel as
+    /// they are kept.
+    fn format(&self) -> u32;
     /// The newest entry this server holds, or `None` when a snapshot load
     /// was cut short and the data is incomplete.
     fn position(&self) -> Option<LogPosition>;

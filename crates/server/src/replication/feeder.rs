@@ -101,6 +101,14 @@ fn feed(
     link: &Arc<ReplicaLink>,
 ) -> io::Result<()> {
     let master = replication.server_id();
+    if hello.format != replication.format() {
+        let line = format!(
+            "SERVER_ERROR this master keeps data of format {}; the replica reads format {}\r\n",
+            replication.format(),
+            hello.format
+        );
+        return stream.write_all(line.as_bytes());
+    }
     let opened = hello
         .after
         .map(|(lsn, micros)| replication.feed(LogPosition { lsn, micros }));

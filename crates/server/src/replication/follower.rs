@@ -131,6 +131,7 @@ fn follow_once(
     let hello = ReplicaHello {
         replica: replication.server_id(),
         after: followed_position(replication, link).map(|position| (position.lsn, position.micros)),
+        format: replication.format(),
     };
     writer
         .write_all(hello.line().as_bytes())

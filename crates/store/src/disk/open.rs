@@ -44,7 +44,7 @@ const FORMAT_KEY: &[u8] = b"format";
 /// `STRINC` needs, four characters long, before the journal's checksums
 /// lost their per-segment seeds, and before a group's head counted its
 /// entries); no kura release reads them.
-const FORMAT_VERSION: u32 = 6;
+pub(super) const FORMAT_VERSION: u32 = 6;
 
 /// Why the disk engine could not open.
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,10 @@ impl Replication for DiskStore {
         self.inner.server_id
     }
 
+    fn format(&self) -> u32 {
+        super::open::FORMAT_VERSION
+    }
+
     fn position(&self) -> Option<LogPosition> {
         let inner = &self.inner;
         (!inner.base_incomplete.load(Ordering::Acquire)).then(|| inner.journal.current_end().2)
