@@ -41,11 +41,8 @@ impl Acks {
         if span.last > self.decided() {
             return AckState::Waiting;
         }
-        let failed = self.failed.lock();
-        if failed
-            .iter()
-            .any(|&(from, to)| from <= span.last && span.first <= to)
-        {
+        let overlaps = |&(from, to): &(u64, u64)| from <= span.last && span.first <= to;
+        if self.failed.lock().iter().any(overlaps) {
             AckState::Failed
         } else {
             AckState::Ready

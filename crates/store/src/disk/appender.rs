@@ -196,14 +196,10 @@ impl Inner {
         };
         logged.dirty = true;
         logged.flush = logged.flush.max(flush);
-        let counters = &self.counters;
+        let (counters, n) = (&self.counters, writes as u64);
         counters.appends.fetch_add(1, Ordering::Relaxed);
-        counters
-            .appended_writes
-            .fetch_add(writes as u64, Ordering::Relaxed);
-        counters
-            .largest_append
-            .fetch_max(writes as u64, Ordering::Relaxed);
+        counters.appended_writes.fetch_add(n, Ordering::Relaxed);
+        counters.largest_append.fetch_max(n, Ordering::Relaxed);
         self.acks.advance(through, false);
         self.pending
             .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));

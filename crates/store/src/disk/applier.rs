@@ -180,13 +180,10 @@ impl Inner {
     fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
         // The next segment is made before the writers are held up.
         let was_dirty = self.logged.lock().dirty;
-        let next = if was_dirty {
-            (self.journal.prepare())
-                .map_err(|error| self.log_write_failed("cannot start a journal segment", error))
+        let next = was_dirty.then(|| self.journal.prepare()).and_then(|next| {
+            next.map_err(|error| self.log_write_failed("cannot start a journal segment", error))
                 .ok()
-        } else {
-            None
-        };
+        });
         let mut logged = self.logged.lock();
         if !was_dirty && logged.dirty {
             // A group came in between: its round starts at once (a waiter
@@ -494,21 +491,14 @@ impl Inner {
     ) -> heed::Result<usize> {
         match write {
             Write::Put(stored) => {
-                let Some(Old {
-                    header,
-                    value_len,
-                    pointer,
-                }) = Old::of(stored)
+                // A write older than a flush that covers it is already gone.
+                let Some(new) = Old::of(stored).filter(|new| new.header.cas > flushed_through)
                 else {
                     return Ok(0);
                 };
-                if header.cas <= flushed_through {
-                    // Written before a flush that covers it: already gone.
-                    return Ok(0);
-                }
                 // Read while pending: stored with its fetched bit, which
                 // then outlives the access table (`accesses.rs`).
-                let fetched = self.fetched(self.pending.item_hash(key), &header);
+                let fetched = self.fetched(self.pending.item_hash(key), &new.header);
                 let write = |reserved: &mut heed::ReservedSpace<'_>| {
                     reserved.write_all(stored)?;
                     if fetched {
@@ -519,19 +509,17 @@ impl Inner {
                 // Insert, or learn what was there, in one descent.
                 let len = stored.len();
                 if let Some(old) = self.items.get_or_put_reserved(txn, key, len, write)? {
-                    self.forget_old(txn, key, Old::of(old), counts, header.expiry_unix)?;
+                    self.forget_old(txn, key, Old::of(old), counts, new.header.expiry_unix)?;
                     self.items.put_reserved(txn, key, len, write)?;
                 }
                 // Counted and indexed: its expiry, size and where its value is.
-                if header.expiry_unix != 0 {
+                if new.header.expiry_unix != 0 {
                     self.expiry
-                        .put(txn, &record::expiry_key(header.expiry_unix, key), &[])?;
+                        .put(txn, &record::expiry_key(new.header.expiry_unix, key), &[])?;
                 }
-                counts.classes.add(
-                    self.class_of(key, value_len),
-                    record::item_size(key, value_len) as u64,
-                );
-                if let Some(pointer) = &pointer {
+                let size = record::item_size(key, new.value_len) as u64;
+                counts.classes.add(self.class_of(key, new.value_len), size);
+                if let Some(pointer) = &new.pointer {
                     counts.log.add(pointer);
                 }
             }
@@ -597,10 +585,10 @@ impl Inner {
 
     /// Takes a record out of the counts.
     pub(super) fn uncount(&self, counts: &mut Counts, key: &[u8], old: &Old) {
-        counts.classes.remove(
-            self.class_of(key, old.value_len),
-            record::item_size(key, old.value_len) as u64,
-        );
+        let size = record::item_size(key, old.value_len) as u64;
+        counts
+            .classes
+            .remove(self.class_of(key, old.value_len), size);
         if let Some(pointer) = &old.pointer {
             counts.log.remove(pointer);
         }

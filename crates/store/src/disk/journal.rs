@@ -34,7 +34,7 @@ use nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM;
 use parking_lot::Mutex;
 
 use super::io::Io;
-use super::log_format::{decode, GroupHead, Location, Record, FRAME};
+use super::log_format::{decode, Location, Record, FRAME};
 use super::page_window::PageWindow;
 use super::record::LogPointer;
 use super::retention::SegmentAge;
@@ -75,9 +75,7 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().and_then(|name| name.to_str());
-        if let Some(number) = name.and_then(segment_number) {
-            found.push((number, path));
-        }
+        found.extend(name.and_then(segment_number).map(|number| (number, path)));
     }
     found.sort();
     Ok(found)
@@ -90,54 +88,6 @@ pub struct Replayed {
     /// Bytes after the last whole record, or from the head of a group
     /// whose entries are not all there: a torn append, or damage.
     pub unread: u64,
-}
-
-/// A group read up to some of the entries its head counts: its records are
-/// handed over only once the last one has come (read again then, so that a
-/// large group costs no memory), so that a group written in part is not.
-struct OpenGroup {
-    head_at: Location,
-    /// The entries still to come.
-    left: u32,
-    /// Where each of its records starts, and its framed length.
-    records: Vec<(Location, usize)>,
-}
-
-impl OpenGroup {
-    fn new(head_at: Location, head: GroupHead, framed: usize) -> OpenGroup {
-        OpenGroup {
-            head_at,
-            left: head.entries,
-            records: vec![(head_at, framed)],
-        }
-    }
-
-    /// Hands the group's records to `visit`, head first, read again from
-    /// `file`; how many.
-    fn visit<E: From<io::Error>>(
-        &self,
-        io: &dyn Io,
-        file: &File,
-        frame: &mut Vec<u8>,
-        visit: &mut impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
-    ) -> Result<usize, E> {
-        for &(at, framed) in &self.records {
-            frame.resize(framed, 0);
-            io.read_log(file, frame, at.offset)?;
-            let Some((record, _)) = decode(frame) else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "segment {} changed under its reading at offset {}",
-                        at.segment, at.offset
-                    ),
-                )
-                .into());
-            };
-            visit(record, at, framed)?;
-        }
-        Ok(self.records.len())
-    }
 }
 
 /// Calls `visit` with each intact record of segment `number` (at `path`),
@@ -167,7 +117,12 @@ pub fn replay<E: From<io::Error>>(
     let mut frame = Vec::new();
     let mut at = Location::new(number, 0);
     let mut count = 0;
-    let mut group: Option<OpenGroup> = None;
+    // A group read up to some of the entries its head counts: the entries
+    // still to come, and where each of its records (the head first) starts
+    // and its framed length. Its records are handed over only once the last
+    // one has come, read again then (a large group costs no memory), so
+    // that a group written in part is not.
+    let mut group: Option<(u32, Vec<(Location, usize)>)> = None;
     // A complete group's records are read again through this one.
     let again = File::open(path)?;
     // Whether `buf` was filled: a segment that ends (or was cut back since
@@ -200,16 +155,28 @@ pub fn replay<E: From<io::Error>>(
         };
         let framed = frame.len();
         match (&mut group, record) {
-            (None, Record::Group(head)) => group = Some(OpenGroup::new(at, head, framed)),
+            (None, Record::Group(head)) => group = Some((head.entries, vec![(at, framed)])),
             (None, record) => {
                 visit(record, at, framed)?;
                 count += 1;
             }
-            (Some(open), record) if record.is_entry() => {
-                open.records.push((at, framed));
-                open.left -= 1;
-                if open.left == 0 {
-                    count += open.visit(io, &again, &mut frame, &mut visit)?;
+            (Some((left, records)), record) if record.is_entry() => {
+                records.push((at, framed));
+                *left -= 1;
+                if *left == 0 {
+                    for &(place, len) in records.iter() {
+                        frame.resize(len, 0);
+                        io.read_log(&again, &mut frame, place.offset)?;
+                        let Some((record, _)) = decode(&frame) else {
+                            let offset = place.offset;
+                            let error = format!(
+                                "segment {number} changed under its reading at offset {offset}"
+                            );
+                            return Err(io::Error::new(io::ErrorKind::InvalidData, error).into());
+                        };
+                        visit(record, place, len)?;
+                    }
+                    count += records.len();
                     group = None;
                 }
             }
@@ -218,7 +185,7 @@ pub fn replay<E: From<io::Error>>(
         }
         at.offset += framed as u64;
     }
-    let end = group.map_or(at.offset, |open| open.head_at.offset);
+    let end = group.map_or(at.offset, |(_, records)| records[0].0.offset);
     Ok(Replayed {
         records: count,
         unread: size - end,

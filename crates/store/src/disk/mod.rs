@@ -339,9 +339,7 @@ fn applied_position(meta: &Db, txn: &RoTxn<'_>) -> heed::Result<LogPosition> {
 /// A `meta` value of eight bytes (u64 LE); 0 when it is missing.
 fn meta_u64(meta: &Db, txn: &RoTxn<'_>, key: &[u8]) -> heed::Result<u64> {
     let bytes = meta.get(txn, key)?;
-    Ok(bytes
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes))
+    Ok(bytes.map_or(0, |b| b.try_into().map_or(0, u64::from_le_bytes)))
 }
 
 /// The journal bytes LMDB points to, per segment, as `meta` keeps them.
@@ -363,12 +361,9 @@ fn current<'v>(header: &Header, value: &'v [u8]) -> Current<'v> {
 
 /// The header (as if the value were in place) and the pointer of a record
 /// whose value is in the journal.
-fn in_log((header, value): (Header, &[u8])) -> Option<(Header, LogPointer)> {
+fn in_log((mut header, value): (Header, &[u8])) -> Option<(Header, LogPointer)> {
     let pointer = LogPointer::of_stored(&header, value)?;
-    let header = Header {
-        bits: header.bits & !IN_LOG,
-        ..header
-    };
+    header.bits &= !IN_LOG;
     Some((header, pointer))
 }
 
@@ -430,21 +425,19 @@ impl Store for DiskStore {
         let inner = &self.inner;
         let mut shard = inner.pending.lock(key);
         let key_hash = shard.hash();
-        inner
-            .with_record(&mut shard, key, fence, ValueLost::Fails, |found| {
-                let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
-                Some(DebugView {
-                    ttl: inner.ttl(header.expiry_unix),
-                    idle_seconds: inner.accesses.idle_seconds(key_hash, inner.clock.now()),
-                    cas: header.cas,
-                    fetched: header.has(FETCHED),
-                    class: inner.class_of(key, value.len()),
-                    size: item_size(key, value.len()),
-                    value_len: value.len(),
-                })
+        let view = inner.with_record(&mut shard, key, fence, ValueLost::Fails, |found| {
+            let (header, value) = found.filter(|(header, _)| inner.alive(header))?;
+            Some(DebugView {
+                ttl: inner.ttl(header.expiry_unix),
+                idle_seconds: inner.accesses.idle_seconds(key_hash, inner.clock.now()),
+                cas: header.cas,
+                fetched: header.has(FETCHED),
+                class: inner.class_of(key, value.len()),
+                size: item_size(key, value.len()),
+                value_len: value.len(),
             })
-            .ok()
-            .flatten()
+        });
+        view.ok().flatten()
     }
 
     fn maintain(&self) -> usize {

@@ -335,24 +335,19 @@ impl Inner {
     /// refuses. Empty ones (made ready for a round) stay.
     fn set_aside(
         &self,
-        later: &[&(u64, PathBuf)],
+        later: &[(u64, PathBuf)],
         counts: &Counts,
         due: u64,
     ) -> Result<(), OpenError> {
         let mut written = Vec::new();
         for (number, path) in later {
             let len = std::fs::metadata(path)?.len();
-            if len > 0 {
-                written.push((*number, path, len));
-            }
+            written.extend((len > 0).then_some((*number, path, len)));
         }
         let Some(&(_, first, _)) = written.first() else {
             return Ok(());
         };
-        let pointed = written
-            .iter()
-            .any(|(number, ..)| counts.log.of(*number) > 0);
-        if pointed {
+        if written.iter().any(|(n, ..)| counts.log.of(*n) > 0) {
             return Err(OpenError::Format(format!(
                 "the update log lacks entries from LSN {due} on, before {}, and LMDB holds values \
                  in it or after it: restore from a backup",
@@ -384,10 +379,8 @@ impl Inner {
     /// file and deletes the segments nothing points into.
     fn replay(&self, segments: &[(u64, PathBuf)], applied: u64) -> Result<(), OpenError> {
         let mut counts = self.applied_counts.lock().clone();
-        let to_replay: Vec<_> = segments
-            .iter()
-            .filter(|(number, _)| *number > applied)
-            .collect();
+        // (Sorted by number, as `journal::segments` gives them.)
+        let to_replay = &segments[segments.partition_point(|(number, _)| *number <= applied)..];
         for (at, (number, path)) in to_replay.iter().enumerate() {
             // A restore's replay stops at its point on purpose: its chain
             // was checked whole before.
@@ -460,10 +453,9 @@ impl Inner {
             // append (written, and not all on disk when the power went: the
             // last writes, which `--sync batch` and `none` may lose) or
             // damage. Their entries are not replayed; `stats kura` counts them.
-            let unread = replayed.unread;
-            if unread > 0 {
-                (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
-                tracing::warn!(segment = number, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
+            if replayed.unread > 0 {
+                (self.counters.replay_dropped_bytes).fetch_add(replayed.unread, Ordering::Relaxed);
+                tracing::warn!(segment = number, dropped_bytes = replayed.unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
             }
         }
         // A directory some process used before (it left a segment).

@@ -50,27 +50,23 @@ impl std::str::FromStr for SyncPolicy {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "always" => Ok(SyncPolicy::Always),
-            "batch" => Ok(SyncPolicy::Batch),
-            "none" => Ok(SyncPolicy::None),
-            _ => {
-                let interval = text.strip_prefix("interval=").ok_or_else(|| {
-                    format!(
-                        "unknown sync policy '{text}' (always, batch, interval=<duration>, none)"
-                    )
-                })?;
-                let (number, scale) = match interval.strip_suffix("ms") {
-                    Some(ms) => (ms, 0.001),
-                    None => (interval.strip_suffix('s').unwrap_or(interval), 1.0),
-                };
-                number
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .map(|seconds| SyncPolicy::Interval(Duration::from_secs_f64(seconds * scale)))
-                    .ok_or_else(|| format!("bad sync interval '{interval}' (e.g. 1s, 200ms)"))
-            }
-        }
+        let interval = match text {
+            "always" => return Ok(SyncPolicy::Always),
+            "batch" => return Ok(SyncPolicy::Batch),
+            "none" => return Ok(SyncPolicy::None),
+            _ => text.strip_prefix("interval=").ok_or_else(|| {
+                format!("unknown sync policy '{text}' (always, batch, interval=<duration>, none)")
+            })?,
+        };
+        let (number, scale) = match interval.strip_suffix("ms") {
+            Some(ms) => (ms, 0.001),
+            None => (interval.strip_suffix('s').unwrap_or(interval), 1.0),
+        };
+        number
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s > 0.0)
+            .map(|seconds| SyncPolicy::Interval(Duration::from_secs_f64(seconds * scale)))
+            .ok_or_else(|| format!("bad sync interval '{interval}' (e.g. 1s, 200ms)"))
     }
 }

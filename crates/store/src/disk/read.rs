@@ -42,7 +42,7 @@ impl Inner {
         let header_alone = |error: std::io::Error, header: Header, pointer: &LogPointer| {
             let failed = log_read_failed(&error, pointer);
             match lost {
-                ValueLost::HeaderWillDo => Ok(header),
+                ValueLost::HeaderWillDo => Ok(Some((header, &[] as &[u8]))),
                 ValueLost::Fails => Err(failed),
             }
         };
@@ -54,14 +54,10 @@ impl Inner {
                 };
                 // Journalled, and its value dropped from memory: read it
                 // there (its segment stays until LMDB has it).
-                let logged = match self.with_logged_value(key, &header, &pointer) {
-                    Ok(logged) => logged,
-                    Err(error) => {
-                        return header_alone(error, header, &pointer)
-                            .map(|header| f(Some((header, &[]))))
-                    }
+                return match self.with_logged_value(key, &header, &pointer) {
+                    Ok(logged) => Ok(f(self.with_fetched(hash, Some(logged.record())))),
+                    Err(error) => header_alone(error, header, &pointer).map(f),
                 };
-                return Ok(f(self.with_fetched(hash, Some(logged.record()))));
             }
             Some(Pending::Remove) => return Ok(f(None)),
             None => {}
@@ -89,10 +85,7 @@ impl Inner {
                     attempts += 1;
                     continue;
                 }
-                Err(error) => {
-                    return header_alone(error, header, &pointer)
-                        .map(|header| f(Some((header, &[]))))
-                }
+                Err(error) => return header_alone(error, header, &pointer).map(f),
             };
             let result = f(self.with_fetched(hash, Some(logged.record())));
             self.cache_item(shard, key, logged.record());
