@@ -35,6 +35,9 @@ pub enum Stop {
     Watch(u32),
     /// `replicate`: the connection becomes a replica's link.
     Replicate(kura_proto::replication::LinkRequest),
+    /// `lru_crawler metadump`: the connection writes the dump, then serves
+    /// the requests after it.
+    Metadump(crate::exec::metadump::CrawlClasses),
 }
 
 /// What a connection speaks: its listener says (a session is made for it).
@@ -206,6 +209,9 @@ impl Session {
                 }
                 Step::Served(Action::Replicate(request)) => {
                     return (used + consumed, Stop::Replicate(request))
+                }
+                Step::Served(Action::Metadump(classes)) => {
+                    return (used + consumed, Stop::Metadump(classes))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 // As memcached: the connection goes, with the replies composed

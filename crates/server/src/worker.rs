@@ -21,6 +21,7 @@ use slab::Slab;
 use kura_proto::Protocol;
 use kura_store::{AckFence, AckSpan, AckState};
 
+use crate::exec::metadump::Metadump;
 use crate::exec::Context;
 use crate::line_wait::LineWait;
 use crate::pending_output::PendingOutput;
@@ -174,6 +175,9 @@ struct Connection {
     /// Set once the connection ran `watch`: it serves no more requests and
     /// is sent its watcher's queued log lines instead.
     watcher: Option<Arc<Watcher>>,
+    /// An `lru_crawler metadump` under way: its parts are written before
+    /// any request after it is served.
+    dump: Option<Metadump>,
     /// What `input` and `output` count against `--max-buffered`.
     buffered: usize,
 }
@@ -351,6 +355,7 @@ impl Worker {
                 interest: Interest::READABLE,
                 info: info.clone(),
                 watcher: None,
+                dump: None,
             };
             if connection
                 .stream
@@ -387,6 +392,8 @@ impl Worker {
         };
         let next = if connection.watcher.is_some() {
             serve_watcher(connection, &mut self.scratch, &ctx)
+        } else if connection.dump.is_some() {
+            serve_dump(connection, &ctx)
         } else {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
@@ -751,7 +758,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection.fence = connection.fence.join(span);
             scratch.wrote = true;
         }
-        connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull);
+        connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull | Stop::Metadump(_));
         let reading_value = !connection.line_wait.holds_no_line(&connection.input)
             && awaits_value(&connection.input);
         if connection.info.reading_value.load(Ordering::Relaxed) != reading_value {
@@ -787,6 +794,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             }
             Stop::Watch(kinds) => return Next::Watch(kinds),
             Stop::Replicate(request) => return Next::Replicate(request),
+            Stop::Metadump(classes) => {
+                connection.dump = Some(Metadump::new(classes));
+                return Next::Yield;
+            }
             Stop::Budget if budget == 0 => return Next::Yield,
             Stop::NeedInput if drained => {
                 return if connection.output.is_empty() {
@@ -835,6 +846,30 @@ fn serve_watcher(connection: &mut Connection, scratch: &mut Scratch, ctx: &Conte
             return then;
         }
     }
+}
+
+/// A connection writing a metadump: a part is composed once the socket
+/// took the one before, so it holds one part's bytes, and a few parts a
+/// turn, so its worker's other connections wait little.
+fn serve_dump(connection: &mut Connection, ctx: &Context<'_>) -> Next {
+    for _ in 0..READS_PER_EVENT {
+        match send_pending(connection, ctx) {
+            Ok(true) => {}
+            Ok(false) => return Next::Wait,
+            Err(_) => return Next::Close,
+        }
+        let Some(dump) = &mut connection.dump else {
+            break;
+        };
+        if !dump.write_part(ctx, connection.output.buffer()) {
+            // Its `END` is sent: the requests after it are served next.
+            connection.dump = None;
+            break;
+        }
+        // Not idle (`-o idle_timeout`) while it dumps.
+        served_some(connection, 1, ctx);
+    }
+    Next::Yield
 }
 
 /// Requests were taken from the input (`used` bytes): the connection is

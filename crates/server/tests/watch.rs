@@ -15,9 +15,10 @@ fn send(stream: &mut TcpStream, bytes: &[u8]) {
 
 fn line(reader: &mut BufReader<TcpStream>) -> String {
     let mut line = String::new();
-    reader
+    let read = reader
         .read_line(&mut line)
         .expect("a line before the timeout");
+    assert!(read > 0, "the server closed the connection");
     line
 }
 
@@ -358,6 +359,58 @@ fn lru_crawler_switches_crawls_and_dumps() {
         reply(&mut client, b"lru_crawler crawl all\r\n", "\r\n"),
         "CLIENT_ERROR lru crawler disabled\r\n"
     );
+}
+
+/// A dump many times larger than the bytes connections may buffer is
+/// written in parts as the client reads it: the connection is not closed
+/// for holding too much, its worker serves another connection while the
+/// dump waits, and the request after it is answered after its `END`.
+#[test]
+fn a_metadump_is_written_in_parts_as_the_client_reads_it() {
+    const ITEMS: usize = 100_000;
+    let config = || ServerConfig {
+        threads: 1,
+        max_buffered_bytes: 256 << 10,
+        ..ServerConfig::default()
+    };
+    let memory = MemoryConfig {
+        limit_bytes: 256 << 20,
+        ..MemoryConfig::default()
+    };
+    for server in [
+        TestServer::with(config(), memory),
+        TestServer::disk_with(config()),
+    ] {
+        let mut client = server.connect();
+        for thousand in 0..ITEMS / 1000 {
+            let mut sets = Vec::new();
+            for i in thousand * 1000..(thousand + 1) * 1000 {
+                write!(sets, "set key{i:06} 0 0 1 noreply\r\nv\r\n").unwrap();
+            }
+            send(&mut client, &sets);
+            assert_eq!(reply(&mut client, b"mn\r\n", "\r\n"), "MN\r\n");
+        }
+        // Some 6 MB of lines, not read for a while.
+        send(&mut client, b"lru_crawler metadump all\r\nmn\r\n");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut other = server.connect();
+        assert_eq!(
+            reply(&mut other, b"get key000001\r\n", "END\r\n"),
+            "VALUE key000001 0 1\r\nv\r\nEND\r\n"
+        );
+        let dump = reply(&mut client, b"", "MN\r\n");
+        assert!(
+            dump.ends_with("END\r\nMN\r\n"),
+            "{}",
+            &dump[dump.len() - 100..]
+        );
+        let keys: std::collections::BTreeSet<&str> = dump
+            .lines()
+            .filter_map(|line| line.strip_prefix("key=")?.split(' ').next())
+            .collect();
+        assert_eq!(keys.len(), ITEMS);
+        assert_eq!(dump.lines().count(), ITEMS + 2);
+    }
 }
 
 #[test]

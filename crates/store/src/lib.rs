@@ -78,6 +78,18 @@ pub trait Store: Send + Sync {
     /// it reads.
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool;
 
+    /// Visits up to `items` live items' metadata from `from` on (first
+    /// [`ScanCursor::START`]), in the engine's order; returns where the next
+    /// part starts, or `None` once every item was seen. An item written or
+    /// removed between parts may be seen or not: as memcached's crawler's,
+    /// a dump in parts is no snapshot, and holds no lock between parts.
+    fn scan_part(
+        &self,
+        from: &ScanCursor,
+        items: usize,
+        visit: &mut dyn FnMut(&ItemInfo<'_>),
+    ) -> Option<ScanCursor>;
+
     /// Removes every expired or flushed item of the size classes `include`
     /// picks, now (`lru_crawler crawl`). Returns how many it removed.
     fn crawl(&self, _include: &dyn Fn(usize) -> bool) -> usize {
@@ -518,6 +530,15 @@ pub struct DebugView {
     pub size: usize,
     /// The value's length.
     pub value_len: usize,
+}
+
+/// Where a scan in parts goes on: a place in the engine's own order (the
+/// memory engine's shard and slot, the disk engine's last key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanCursor(pub(crate) Vec<u8>);
+
+impl ScanCursor {
+    pub const START: ScanCursor = ScanCursor(Vec::new());
 }
 
 /// An item's metadata, as a scan sees it.

@@ -36,8 +36,8 @@ use crate::semantics::{FETCHED, STALE, WIN_SENT};
 use crate::sweep::SweepPace;
 use crate::{
     AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
-    EvictionWatcher, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, Store, StoreCommand,
-    StoreMode, StoreOutcome, StoreStats,
+    EvictionWatcher, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor, Store,
+    StoreCommand, StoreMode, StoreOutcome, StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -1337,18 +1337,44 @@ impl Store for MemoryStore {
     }
 
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool {
-        for shard in self.shards.iter() {
+        self.scan_part(&ScanCursor::START, usize::MAX, visit);
+        true
+    }
+
+    fn scan_part(
+        &self,
+        from: &ScanCursor,
+        items: usize,
+        visit: &mut dyn FnMut(&ItemInfo<'_>),
+    ) -> Option<ScanCursor> {
+        // The cursor: shard and slot, u64 LE each.
+        let place = |at: usize| {
+            let bytes = from.0.get(at..at + 8).and_then(|b| b.try_into().ok());
+            bytes.map_or(0, |b| u64::from_le_bytes(b) as usize)
+        };
+        let (mut shard_at, mut slot_at) = (place(0), place(8));
+        let mut left = items;
+        while let Some(shard) = self.shards.get(shard_at) {
             let shard = shard.0.lock();
             let now = self.clock.now();
             let flushed = self.flushed_through(now);
-            for (i, slot) in shard.slots.iter().enumerate() {
-                if slot.data.is_empty() || shard.is_dead(i as u32, now, flushed) {
-                    continue;
+            while let Some(slot) = shard.slots.get(slot_at) {
+                if left == 0 {
+                    let cursor = [
+                        (shard_at as u64).to_le_bytes(),
+                        (slot_at as u64).to_le_bytes(),
+                    ];
+                    return Some(ScanCursor(cursor.concat()));
                 }
-                visit(&Shard::info(slot, now));
+                if !slot.data.is_empty() && !shard.is_dead(slot_at as u32, now, flushed) {
+                    visit(&Shard::info(slot, now));
+                    left -= 1;
+                }
+                slot_at += 1;
             }
+            (shard_at, slot_at) = (shard_at + 1, 0);
         }
-        true
+        None
     }
 
     fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {

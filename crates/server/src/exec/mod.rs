@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod handlersocket;
 pub mod meta;
+pub mod metadump;
 mod reply_limit;
 pub mod stats;
 pub mod text;
@@ -36,6 +37,9 @@ pub enum Action {
     Watch {
         kinds: u32,
     },
+    /// `lru_crawler metadump`: the connection writes the dump of these
+    /// classes in parts, then serves requests again.
+    Metadump(metadump::CrawlClasses),
     /// `replicate`: the connection becomes a replica's link and is served
     /// by a thread of its own from now on.
     Replicate(kura_proto::replication::LinkRequest),

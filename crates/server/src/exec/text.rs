@@ -10,6 +10,7 @@ use kura_store::{
     StoreCommand, StoreMode, StoreOutcome,
 };
 
+use super::metadump::CrawlClasses;
 use super::{meta, stats, watch_lines, Action, Context, PROTOCOL_VERSION};
 use crate::watch;
 
@@ -138,7 +139,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         Request::Stats { args } => stats::text(args, ctx, out),
         Request::RefreshCerts { noreply } => refresh_certs(noreply, ctx, out),
         Request::Backup { to, since } => backup(to, since, ctx, out),
-        Request::LruCrawler(command) => lru_crawler(command, ctx, out),
+        Request::LruCrawler(command) => return lru_crawler(command, ctx, out),
         Request::Watch { kinds } => return start_watch(kinds, ctx, out),
         Request::Replicate(hello) => return start_replicate(hello, ctx, out),
         Request::ReplicaOf { master, force } => replica_of(master, force, ctx, out),
@@ -410,7 +411,7 @@ fn replica_of(master: Option<(&[u8], u16)>, force: bool, ctx: &Context<'_>, out:
 /// `lru_crawler …` with memcached's replies. kura's crawler is the engine's
 /// background reclaimer, always running; `enable`/`disable` switch the
 /// commands, `crawl` reclaims the expired items of the classes at once.
-fn lru_crawler(command: LruCrawler<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
+fn lru_crawler(command: LruCrawler<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
     use std::sync::atomic::Ordering;
     let enabled = &ctx.shared.lru_crawler;
     let reply: &[u8] = match command {
@@ -447,51 +448,21 @@ fn lru_crawler(command: LruCrawler<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
         // memcached's crawler writes the dump to the connection's socket,
         // which for UDP has no peer: nothing goes back (and a datagram of
         // 34 bytes cannot ask for megabytes).
-        LruCrawler::Metadump(_) if ctx.datagram => return,
+        LruCrawler::Metadump(_) if ctx.datagram => return Action::Continue,
         LruCrawler::Metadump(classes) => {
             let which = match classes {
                 b"hash" => Some(CrawlClasses::All),
                 _ => CrawlClasses::parse(classes),
             };
             match which {
-                Some(which) => {
-                    metadump(&|class| which.includes(class), ctx, out);
-                    return;
-                }
+                // Written in parts by the connection (`metadump.rs`).
+                Some(classes) => return Action::Metadump(classes),
                 None => b"BADCLASS invalid class id\r\n",
             }
         }
     };
     out.extend_from_slice(reply);
-}
-
-/// Which size classes a crawl visits.
-enum CrawlClasses {
-    All,
-    /// Bit n: class n.
-    Some(u64),
-}
-
-impl CrawlClasses {
-    /// `all` or `1,2,…` (memcached's class ids, 1 to 63).
-    fn parse(classes: &[u8]) -> Option<CrawlClasses> {
-        if classes == b"all" {
-            return Some(CrawlClasses::All);
-        }
-        let mut bits = 0u64;
-        for id in classes.split(|&b| b == b',') {
-            let id = kura_proto::number::parse_flags(id).filter(|id| (1..64).contains(id))?;
-            bits |= 1 << id;
-        }
-        Some(CrawlClasses::Some(bits))
-    }
-
-    fn includes(&self, class: usize) -> bool {
-        match self {
-            CrawlClasses::All => true,
-            CrawlClasses::Some(bits) => class < 64 && bits & (1 << class) != 0,
-        }
-    }
+    Action::Continue
 }
 
 fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
@@ -531,33 +502,4 @@ fn arith(key: &[u8], incr: bool, delta: u64, noreply: bool, ctx: &Context<'_>, o
         ArithOutcome::OutOfMemory => ErrorReply::OutOfMemory.compose(out),
         ArithOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
-}
-
-/// `lru_crawler metadump <classes>`, in memcached's format: `key`
-/// URL-encoded, `exp` and `la` as Unix times (`exp=-1` never expires).
-fn metadump(include: &dyn Fn(usize) -> bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
-    use std::io::Write;
-    let unix_now = ctx.shared.store.clock().unix_now() as i64;
-    ctx.shared.store.scan(&mut |item| {
-        if !include(item.class) {
-            return;
-        }
-        out.extend_from_slice(b"key=");
-        watch::uri_encode(item.key, out);
-        let exp = if item.ttl < 0 {
-            -1
-        } else {
-            unix_now + item.ttl
-        };
-        let _ = writeln!(
-            out,
-            " exp={exp} la={} cas={} fetch={} cls={} size={}",
-            unix_now - i64::from(item.idle_seconds),
-            ctx.visible_cas(item.cas),
-            if item.fetched { "yes" } else { "no" },
-            item.class,
-            item.size
-        );
-    });
-    out.extend_from_slice(b"END\r\n");
 }

@@ -75,7 +75,7 @@ use crate::semantics::Current;
 use crate::{
     AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassCommand, ClassStats,
     DebugView, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome, ItemInfo,
-    ItemView, Store, StoreCommand, StoreOutcome, StoreStats,
+    ItemView, ScanCursor, Store, StoreCommand, StoreOutcome, StoreStats,
 };
 
 pub use crate::log_position::{format_micros, LogPosition};
@@ -516,34 +516,22 @@ impl Store for DiskStore {
         // As a table's scan: every write taken so far in LMDB first, unless
         // the engine cannot apply (a full or failing disk).
         let complete = self.inner.catch_up().is_ok();
-        let inner = &self.inner;
-        let Ok(txn) = inner.env.read_txn() else {
-            return false;
-        };
-        let Ok(iter) = inner.items.iter(&txn) else {
-            return false;
-        };
-        for (key, bytes) in iter.filter_map(Result::ok) {
-            let Some((header, value)) = Header::decode(bytes) else {
-                continue;
-            };
-            if !inner.alive(&header) {
-                continue;
-            }
-            let value_len = record::stored_value_len(&header, value);
-            let hash = inner.pending.item_hash(key);
-            visit(&ItemInfo {
-                key,
-                ttl: inner.ttl(header.expiry_unix),
-                idle_seconds: inner.accesses.idle_seconds(hash, inner.clock.now()),
-                cas: header.cas,
-                fetched: inner.fetched(hash, &header),
-                class: inner.class_of(key, value_len),
-                size: item_size(key, value_len),
-                value_len,
-            });
+        complete && self.inner.scan_items(None, usize::MAX, visit).is_ok()
+    }
+
+    fn scan_part(
+        &self,
+        from: &ScanCursor,
+        items: usize,
+        visit: &mut dyn FnMut(&ItemInfo<'_>),
+    ) -> Option<ScanCursor> {
+        if *from == ScanCursor::START {
+            let _ = self.inner.catch_up();
         }
-        complete
+        // The cursor: a byte, then the last key seen (START is empty).
+        let after = from.0.split_first().map(|(_, key)| key);
+        // A failing read ends the scan.
+        self.inner.scan_items(after, items, visit).ok().flatten()
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {

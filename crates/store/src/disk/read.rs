@@ -2,13 +2,14 @@
 //! then LMDB (and the log for a value kept there); a read that changes its
 //! item (vivify, a recache win, touch) is redone as a write.
 
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use crate::semantics::{self};
-use crate::{AckFence, ClassCommand, GetOptions, GetOutcome, ItemView};
+use crate::{AckFence, ClassCommand, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor};
 
 use super::pending::{Change, Pending, Shard};
-use super::record::{Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
+use super::record::{self, item_size, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
 /// What `with_record` does when the log cannot give an item's value (a
@@ -254,6 +255,46 @@ impl Inner {
             (Some(change), GetOutcome::Hit)
         });
         written.unwrap_or(GetOutcome::Failed)
+    }
+    /// Visits up to `items` live items in key order, after the key `after`
+    /// (from the first: `None`); where the next part starts, if any.
+    pub(super) fn scan_items(
+        &self,
+        after: Option<&[u8]>,
+        items: usize,
+        visit: &mut dyn FnMut(&ItemInfo<'_>),
+    ) -> heed::Result<Option<ScanCursor>> {
+        let txn = self.env.read_txn()?;
+        let bounds = (
+            after.map_or(Bound::Unbounded, Bound::Excluded),
+            Bound::Unbounded,
+        );
+        let mut left = items;
+        let mut last = after;
+        for entry in self.items.range(&txn, &bounds)? {
+            let (key, bytes) = entry?;
+            if left == 0 {
+                return Ok(Some(ScanCursor([&[1], last.unwrap_or_default()].concat())));
+            }
+            last = Some(key);
+            let Some((header, value)) = Header::decode(bytes).filter(|(h, _)| self.alive(h)) else {
+                continue;
+            };
+            left -= 1;
+            let value_len = record::stored_value_len(&header, value);
+            let hash = self.pending.item_hash(key);
+            visit(&ItemInfo {
+                key,
+                ttl: self.ttl(header.expiry_unix),
+                idle_seconds: self.accesses.idle_seconds(hash, self.clock.now()),
+                cas: header.cas,
+                fetched: self.fetched(hash, &header),
+                class: self.class_of(key, value_len),
+                size: item_size(key, value_len),
+                value_len,
+            });
+        }
+        Ok(None)
     }
 }
 
