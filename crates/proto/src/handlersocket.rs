@@ -278,6 +278,11 @@ pub fn escape(out: &mut Vec<u8>, value: &[u8]) {
     }
 }
 
+/// The bytes `escape` writes for `value`.
+pub fn escaped_len(value: &[u8]) -> usize {
+    value.len() + value.iter().filter(|&&byte| byte < PLAIN_FROM).count()
+}
+
 /// Replies, as the plugin writes them.
 pub mod reply {
     use super::escape;

@@ -238,6 +238,26 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
         "{}",
         String::from_utf8_lossy(&one)
     );
+    // What a reply writes counts, not only what the rows hold: a column
+    // opened many times writes its value as many times.
+    let many = vec![&b"v"[..]; 20].join(&b","[..]);
+    assert_eq!(
+        hs.call(&[b"P", b"1", b"db", b"t", b"PRIMARY", &many]),
+        b"0\t1\n"
+    );
+    assert_eq!(
+        hs.call(&[b"1", b">=", b"1", b"k", b"2", b"0"]),
+        b"1\t1\tmax_reply\n"
+    );
+    // And an index opens at most 4,096 columns, of 64 KiB of names.
+    let too_many = vec![&b"v"[..]; 4097].join(&b","[..]);
+    let too_long = vec![b'c'; 65 << 10];
+    for columns in [&too_many, &too_long] {
+        assert_eq!(
+            hs.call(&[b"P", b"2", b"db", b"t", b"PRIMARY", columns]),
+            b"2\t1\tfld\n"
+        );
+    }
 }
 
 #[test]

@@ -29,6 +29,12 @@ pub const KEY_COLUMN: &[u8] = b"_key";
 /// Indexes a connection may hold open at once (the plugin bounds only the
 /// id, by the memory of a vector it grows to it); ids may be any number.
 const MAX_OPEN_INDEXES: usize = 256;
+/// Columns an index may open (its listed and filter columns together),
+/// MySQL's columns per table: the connection keeps them, and a find
+/// writes one value per opened column of each row.
+const MAX_OPEN_COLUMNS: usize = 4096;
+/// Bytes of column names an index may open.
+const MAX_OPEN_COLUMN_BYTES: usize = 64 << 10;
 /// MySQL's "auto-increment value out of range": an insert without a key
 /// once the ids run out.
 const IDS_EXHAUSTED: &str = "168";
@@ -158,6 +164,12 @@ impl HsConnection {
         let (Some(columns), Some(filter_columns)) = (split(columns), split(filter_columns)) else {
             return reply::short(out, 2, "fld");
         };
+        let opened = || columns.iter().chain(&filter_columns);
+        if opened().count() > MAX_OPEN_COLUMNS
+            || opened().map(Vec::len).sum::<usize>() > MAX_OPEN_COLUMN_BYTES
+        {
+            return reply::short(out, 2, "fld");
+        }
         self.open.insert(
             id,
             OpenIndex {
@@ -299,14 +311,20 @@ impl Table<'_> {
                 skip -= 1;
                 return true;
             }
-            let len = row.key.len()
+            // What it holds, or what its reply line writes (one value per
+            // opened column, a column opened twice written twice), if more.
+            let stored = row.key.len()
                 + row
                     .columns
                     .iter()
                     .map(|(n, v)| n.len() + v.len())
                     .sum::<usize>();
+            let written = self
+                .values(&row)
+                .map(|value| 1 + value.map_or(1, kura_proto::handlersocket::escaped_len))
+                .sum::<usize>();
             hits.push(row);
-            held.take(len) && hits.len() < limit
+            held.take(stored.max(written)) && hits.len() < limit
         };
         let first = exec.values.first().cloned().unwrap_or(Some(Vec::new()));
         let mut failed = false;
@@ -490,18 +508,20 @@ impl Table<'_> {
     }
 
     fn rows(&self, hits: &[Record], out: &mut Vec<u8>) {
-        let columns = &self.open.columns;
-        let values = hits.iter().flat_map(|row| {
-            // A row of many columns is read through a map: a search of it
-            // per opened column would be quadratic.
-            let index: Option<HashMap<&[u8], &[u8]>> = (row.columns.len() > 16)
-                .then(|| row.columns.iter().map(|(n, v)| (&n[..], &v[..])).collect());
-            columns.iter().map(move |name| match &index {
-                Some(index) if name != KEY_COLUMN => index.get(&name[..]).copied(),
-                _ => column(row, name),
-            })
-        });
-        reply::rows(out, columns.len(), values);
+        let values = hits.iter().flat_map(|row| self.values(row));
+        reply::rows(out, self.open.columns.len(), values);
+    }
+
+    /// A row's value of each opened column, in their order.
+    fn values<'r>(&'r self, row: &'r Record) -> impl Iterator<Item = Option<&'r [u8]>> + 'r {
+        // A row of many columns is read through a map: a search of it per
+        // opened column would be quadratic.
+        let index: Option<HashMap<&[u8], &[u8]>> = (row.columns.len() > 16)
+            .then(|| row.columns.iter().map(|(n, v)| (&n[..], &v[..])).collect());
+        self.open.columns.iter().map(move |name| match &index {
+            Some(index) if name != KEY_COLUMN => index.get(&name[..]).copied(),
+            _ => column(row, name),
+        })
     }
 }
 
