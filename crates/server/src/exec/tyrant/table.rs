@@ -572,13 +572,26 @@ fn search(db: &Db<'_>, args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
         // ttserver removes what the last query finds, whatever `next` said.
         let query = request.queries.last().expect("one query at least");
         let (rows, lookups, _) = db.found(query)?;
+        let arranged = query.arrange(&rows);
+        // The columns answered are read before any row goes, bounded as
+        // `getlist`'s answer is (`--max-reply`): past it nothing is removed.
+        let mut answers = Vec::new();
+        if request.columns.is_some() && !request.count {
+            let mut budget = ReplyLimit::new(db.ctx.shared.config.max_reply_bytes);
+            for row in &arranged {
+                let item = projected(&row.key);
+                if !budget.take(item.as_ref().map_or(0, Vec::len)) {
+                    return None;
+                }
+                answers.push(item);
+            }
+        }
         let mut items = Vec::new();
         let mut removed = 0;
-        for row in query.arrange(&rows) {
-            let item = projected(&row.key);
+        for (at, row) in arranged.iter().enumerate() {
             match db.remove(&row.key) {
                 RowOutcome::Done => {
-                    items.extend(item);
+                    items.extend(answers.get_mut(at).and_then(Option::take));
                     removed += 1;
                 }
                 RowOutcome::Failed => return None,
