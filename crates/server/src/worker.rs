@@ -776,7 +776,13 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             // next request is left (not less: it would grow back at once).
             connection.input.shrink_to(held + held.max(READ_CHUNK));
         }
-        if write_replies(connection, &scratch.output, ctx).is_err() {
+        let written = write_replies(connection, &scratch.output, ctx);
+        if scratch.output.capacity() > 4 * crate::session::OUTPUT_HIGH_WATER {
+            // One reply far past the mark (a multi-get of large values):
+            // its memory is not kept for the worker's next replies.
+            scratch.output = Vec::new();
+        }
+        if written.is_err() {
             return Next::Close;
         }
         match stop {
