@@ -37,7 +37,9 @@ pub enum IndexCommand {
 impl IndexCommand {
     /// Reads an index type as `tctdbstrtoindextype` does.
     pub fn parse(text: &str) -> Option<IndexCommand> {
-        let (keep, rest) = match text.strip_prefix('+') {
+        /// `TDBITKEEP`: a number's bit for `+`.
+        const KEEP: i64 = 1 << 24;
+        let (mut keep, rest) = match text.strip_prefix('+') {
             Some(rest) => (true, rest),
             None => (false, text),
         };
@@ -49,6 +51,14 @@ impl IndexCommand {
             "OPT" | "OPTIMIZE" => return Some(IndexCommand::Optimize),
             "VOID" | "NULL" => return Some(IndexCommand::Void),
             other => match other.parse::<i64>().ok()? {
+                number if number & KEEP != 0 => {
+                    keep = true;
+                    match Self::parse(&(number & !KEEP).to_string())? {
+                        IndexCommand::Build { kind, .. } => kind,
+                        // As `tctdbsetindeximpl`: keep means nothing to them.
+                        other => return Some(other),
+                    }
+                }
                 0 => IndexKind::Lexical,
                 1 => IndexKind::Decimal,
                 2 => IndexKind::Token,
@@ -601,5 +611,20 @@ mod tests {
         );
         assert_eq!(IndexCommand::parse("void"), Some(IndexCommand::Void));
         assert_eq!(IndexCommand::parse("bogus"), None);
+        // A client's ITLEXICAL | ITKEEP, and ITDECIMAL | ITKEEP, as numbers.
+        for (number, kind) in [
+            ("16777216", IndexKind::Lexical),
+            ("16777217", IndexKind::Decimal),
+        ] {
+            assert_eq!(
+                IndexCommand::parse(number),
+                Some(IndexCommand::Build { kind, keep: true })
+            );
+        }
+        assert_eq!(
+            IndexCommand::parse("16787214"),
+            Some(IndexCommand::Optimize)
+        );
+        assert_eq!(IndexCommand::parse("16777220"), None);
     }
 }

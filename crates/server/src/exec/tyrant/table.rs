@@ -464,8 +464,11 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
                 let command = std::str::from_utf8(pair[1])
                     .ok()
                     .and_then(IndexCommand::parse);
-                let set = command
-                    .is_some_and(|command| db.tables.set_index(db.table, pair[0], command).is_ok());
+                // The primary key's (column ""): rows are kept in its
+                // order already, so there is nothing to build.
+                let set = command.is_some_and(|command| {
+                    pair[0].is_empty() || db.tables.set_index(db.table, pair[0], command).is_ok()
+                });
                 failed |= !set;
             }
             (!failed).then(Vec::new)
