@@ -100,6 +100,15 @@ impl Record {
         join_zero_separated(self.columns.iter().map(|(n, v)| (&n[..], &v[..])))
     }
 
+    /// The bytes Tokyo Cabinet keeps a record in (`tcmapdump`: each name
+    /// and value after its length as a varint of 7 bits a byte), which
+    /// `vsiz` answers.
+    pub fn dumped_len(&self) -> usize {
+        let varint_len = |n: usize| (usize::BITS - n.leading_zeros()).div_ceil(7).max(1) as usize;
+        let field = |bytes: &[u8]| varint_len(bytes.len()) + bytes.len();
+        self.columns.iter().map(|(n, v)| field(n) + field(v)).sum()
+    }
+
     /// Parses `name\0value\0…` (Tokyo Tyrant's column list).
     pub fn from_zero_separated(key: &[u8], bytes: &[u8]) -> Self {
         if bytes.is_empty() {
@@ -234,6 +243,17 @@ pub fn join_zero_separated<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dumped_length_counts_a_varint_before_each_name_and_value() {
+        let small = Record::from_pairs(b"k", [&b"name"[..], b"Bob", b"age", b"30"]);
+        assert_eq!(small.dumped_len(), 16);
+        let long = vec![b'v'; 200];
+        let two_bytes = Record::from_pairs(b"k", [&b"v"[..], &long]);
+        assert_eq!(two_bytes.dumped_len(), 1 + 1 + 2 + 200);
+        let empty = Record::from_pairs(b"k", [&b"e"[..], b""]);
+        assert_eq!(empty.dumped_len(), 1 + 1 + 1);
+    }
 
     #[test]
     fn put_all_does_what_puts_and_removals_one_by_one_do() {

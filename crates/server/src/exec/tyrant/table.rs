@@ -61,7 +61,7 @@ pub fn execute(
             }
         }
         Request::Vsiz { key } => match db.get(key) {
-            Some(row) => reply::value_size(out, row.zero_separated().len() as u32),
+            Some(row) => reply::value_size(out, row.dumped_len() as u32),
             None => reply::status(out, false),
         },
         Request::IterInit => {
@@ -443,8 +443,12 @@ fn misc(db: &Db<'_>, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
             Some(key_value_list(found))
         }
         b"iterinit" => {
-            let start = args.first().copied().unwrap_or_default();
-            start_iterator(db.ctx, db.iterator(Bound::Included(start.to_vec())));
+            // From a row's key, which must be there (`tctdbiterinit2`).
+            let start = match args.first() {
+                Some(key) => Bound::Included(db.get(key).map(|_| key.to_vec())?),
+                None => Bound::Unbounded,
+            };
+            start_iterator(db.ctx, db.iterator(start));
             Some(Vec::new())
         }
         b"iternext" => {
