@@ -159,6 +159,15 @@ fn a_table_record_over_http_is_its_columns() {
     );
     assert_eq!(http(&mut s, "DELETE /k1 HTTP/1.1\r\n\r\n"), (200, vec![]));
     assert_eq!(http(&mut s, "GET /k1 HTTP/1.1\r\n\r\n"), (404, vec![]));
+    // Without a key, a new one, as ttserver's put on a table gives.
+    assert_eq!(
+        http(&mut s, "PUT / HTTP/1.1\r\nContent-Length: 6\r\n\r\nname\0x"),
+        (201, vec![])
+    );
+    assert_eq!(
+        http(&mut s, "GET /1 HTTP/1.1\r\n\r\n"),
+        (200, b"name\0x".to_vec())
+    );
 }
 
 /// A request head sent a few bytes at a time is read whole; one longer

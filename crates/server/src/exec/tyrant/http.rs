@@ -88,7 +88,14 @@ fn table(name: &[u8], request: &Request, ctx: &Context<'_>) -> (u16, Vec<u8>) {
             Err(()) => (500, Vec::new()),
         },
         Method::Put => {
-            let row = Record::from_zero_separated(key, &request.body);
+            let mut row = Record::from_zero_separated(key, &request.body);
+            // Without a key, a new one (ttserver's put on a table).
+            if key.is_empty() {
+                match crate::exec::uid::new_uid(tables, name, ctx) {
+                    Some(id) => row.key = id.to_string().into_bytes(),
+                    None => return (500, Vec::new()),
+                }
+            }
             let mode = match request.mode {
                 HttpMode::Overwrite => RowMode::Put,
                 HttpMode::Keep => RowMode::Keep,

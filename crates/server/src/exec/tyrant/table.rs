@@ -281,6 +281,15 @@ impl Db<'_> {
     /// store `%f` without trailing zeros, as Tokyo Cabinet's
     /// `tctdbaddnumber` does (an `addint` to `2.5` makes `3.5`).
     fn add_number(&self, key: &[u8], delta: f64) -> Option<f64> {
+        // Without a key, a new row (`tcadbaddint` on a table).
+        let uid;
+        let key = match key.is_empty() {
+            true => {
+                uid = self.new_uid()?.to_string().into_bytes();
+                &uid[..]
+            }
+            false => key,
+        };
         let mut sum = None;
         let outcome = self.tables.modify_row(
             self.table,
