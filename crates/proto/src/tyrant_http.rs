@@ -61,7 +61,12 @@ pub enum Parse {
         request: Request,
         consumed: usize,
     },
-    Incomplete,
+    /// The buffer ends first; once the head is whole, it must hold `needed`
+    /// bytes (head and body) before a parse can get further (0: the head
+    /// is not whole yet).
+    Incomplete {
+        needed: usize,
+    },
     /// Answer this status and close the connection.
     Bad(u16),
 }
@@ -72,7 +77,7 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
     let head_len = match head.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Parse::Bad(431),
-        Ok(httparse::Status::Partial) => return Parse::Incomplete,
+        Ok(httparse::Status::Partial) => return Parse::Incomplete { needed: 0 },
         Err(_) => return Parse::Bad(400),
     };
     let method = match head.method {
@@ -101,7 +106,9 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
         return Parse::Bad(411);
     }
     let Some(body) = buf.get(head_len..head_len + body_len) else {
-        return Parse::Incomplete;
+        return Parse::Incomplete {
+            needed: head_len + body_len,
+        };
     };
     let connection = header("connection");
     let keep_alive = match head.version {
@@ -233,7 +240,11 @@ mod tests {
         assert_eq!(request.mode, PutMode::Cat);
         assert_eq!(request.body, b"xyz");
         assert!(request.keep_alive);
-        assert_eq!(parse(&raw[..raw.len() - 5], 100), Parse::Incomplete);
+        let needed = raw.len() - 3;
+        assert_eq!(
+            parse(&raw[..raw.len() - 5], 100),
+            Parse::Incomplete { needed }
+        );
         assert_eq!(parse(raw, 2), Parse::Bad(413));
         let Parse::Done { request, .. } = parse(b"GET /k HTTP/1.0\r\n\r\n", 10) else {
             panic!("a request");
@@ -250,7 +261,7 @@ mod tests {
     fn a_head_is_waited_for_up_to_its_cap() {
         let mut head = b"GET /".to_vec();
         head.resize(MAX_HEAD, b'k');
-        assert_eq!(parse(&head, 1024), Parse::Incomplete);
+        assert_eq!(parse(&head, 1024), Parse::Incomplete { needed: 0 });
         head.push(b'k');
         assert_eq!(parse(&head, 1024), Parse::Bad(431));
         let mut long_header = b"GET /k HTTP/1.1\r\nX-Long: ".to_vec();

@@ -173,7 +173,15 @@ fn http_claims(buf: &[u8]) -> Option<usize> {
             assert!((400..600).contains(&status), "status {status}");
             Some(buf.len())
         }
-        tyrant_http::Parse::Incomplete => None,
+        tyrant_http::Parse::Incomplete { needed } => {
+            // What it awaits is more than it has.
+            assert!(
+                needed == 0 || needed > buf.len(),
+                "{needed} of {}",
+                buf.len()
+            );
+            None
+        }
     }
 }
 

@@ -513,7 +513,11 @@ impl Session {
                 consumed,
                 Step::Served(exec::tyrant::http::serve(&request, ctx, out)),
             ),
-            tyrant_http::Parse::Incomplete => (0, Step::Incomplete),
+            // The head is read again only once the body has come.
+            tyrant_http::Parse::Incomplete { needed } => {
+                self.awaited_bytes = needed;
+                (0, Step::Incomplete)
+            }
             tyrant_http::Parse::Bad(status) => {
                 tyrant_http::reply(out, status, b"", true, false);
                 (input.len(), Step::Served(Action::Close))
