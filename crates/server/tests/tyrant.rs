@@ -134,7 +134,7 @@ fn putshl_keeps_the_tail_and_counters_are_native_numbers() {
 }
 
 #[test]
-fn prefixes_and_the_iterator_list_keys_in_byte_order() {
+fn prefixes_list_keys_in_byte_order_and_the_iterator_each_key_once() {
     let server = memory_server();
     let mut s = connect(&server);
     for key in [&b"user:2"[..], b"user:10", b"item:1", b"user:1"] {
@@ -153,8 +153,26 @@ fn prefixes_and_the_iterator_list_keys_in_byte_order() {
         b"\0\0\0\0\x01\0\0\0\x06user:1"
     );
     assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
-    let seen = iterate(&mut s);
+    let mut seen = iterate(&mut s);
+    seen.sort();
     assert_eq!(seen, ["item:1", "user:1", "user:10", "user:2"]);
+    // Read a part at a time: more keys than a part holds, each once; and
+    // vanish walks them the same way.
+    let mut keys: Vec<String> = (0..1000).map(|i| format!("many:{i:04}")).collect();
+    for key in &keys {
+        assert_eq!(
+            call(&mut s, &put(PutMode::Put, key.as_bytes(), b"v"), 1),
+            [0]
+        );
+    }
+    assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
+    let mut seen: Vec<String> = iterate(&mut s);
+    seen.sort();
+    keys.extend(["item:1", "user:1", "user:10", "user:2"].map(String::from));
+    keys.sort();
+    assert_eq!(seen, keys);
+    assert_eq!(call(&mut s, &Request::Vanish, 1), [0]);
+    assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use kura_store::{
     DeleteCommand, DeleteOutcome, GetOptions, RowOutcome, StoreCommand, StoreMode, StoreOutcome,
 };
 
-use super::{KeyValues, ValueChange};
+use super::{KeyIterator, KeyValues, ValueChange};
 use crate::exec::reply_limit::ReplyLimit;
 use crate::exec::Context;
 
@@ -161,6 +161,10 @@ impl KeyValues for Items<'_> {
 
     /// The live items, sorted (the engines keep no order, so every key
     /// with the prefix is read first, keeping the `max` smallest).
+    fn iterator(&self) -> KeyIterator {
+        KeyIterator::over_items()
+    }
+
     fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let max = max.unwrap_or(usize::MAX);
         let mut smallest = std::collections::BinaryHeap::new();

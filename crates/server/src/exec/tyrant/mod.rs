@@ -8,9 +8,8 @@
 //!
 //! The key-value commands of the first two are here, over [`KeyValues`];
 //! `http.rs` serves Tokyo Tyrant's HTTP interface on the same port.
-//! Where kura differs from ttserver: `iterinit` takes a sorted snapshot of
-//! the keys, which `iternext` walks (ttserver walks its file and sees later
-//! writes); `ext` (Lua), `restore`, `setmst` and `repl` answer failure.
+//! Where kura differs from ttserver: `ext` (Lua), `restore`, `setmst` and
+//! `repl` answer failure.
 
 pub mod http;
 mod items;
@@ -21,7 +20,7 @@ use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 
 use kura_proto::tyrant::{reply, PutMode, Request};
-use kura_store::RowOutcome;
+use kura_store::{RowOutcome, ScanCursor};
 
 use super::reply_limit::ReplyLimit;
 use super::{Action, Context};
@@ -55,13 +54,7 @@ trait KeyValues {
     /// Records and bytes.
     fn count_and_size(&self) -> (u64, u64);
     /// A new iterator over every key (`iterinit`).
-    fn iterator(&self) -> KeyIterator {
-        KeyIterator::Snapshot(
-            self.keys(b"", None, usize::MAX)
-                .unwrap_or_default()
-                .into_iter(),
-        )
-    }
+    fn iterator(&self) -> KeyIterator;
     /// `misc range` (B+ tree only): `[key, value]…` from `begin` (inclusive)
     /// to `end` (exclusive), at most `max` records; `None` (a failure) also
     /// when they would hold more than `limit` bytes (`--max-reply`; the
@@ -186,7 +179,7 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
         }
         Request::Sync => reply::status(out, ctx.shared.store.sync()),
         Request::Optimize { .. } => reply::status(out, true),
-        Request::Vanish => reply::status(out, vanish(db)),
+        Request::Vanish => reply::status(out, vanish(db, ctx)),
         Request::Copy { path } => reply::status(out, copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
         Request::Size => reply::count(out, db.count_and_size().1),
@@ -256,18 +249,63 @@ fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
         && ctx.shared.store.backup(to, None).is_ok()
 }
 
+/// Keys an iterator over memcached's items reads at a time.
+const ITEMS_PART: usize = 256;
+
 /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per server,
-/// shared by every connection, as ttserver's is.
+/// shared by every connection, as ttserver's is. Either kind holds a few
+/// keys, not the database's, and sees writes made after it began, as
+/// ttserver's walk of its file does.
 pub enum KeyIterator {
-    /// A snapshot of the keys (memcached's items, which have no order to
-    /// resume from).
-    Snapshot(std::vec::IntoIter<Vec<u8>>),
+    /// memcached's items, a part at a time in the engine's order (as a
+    /// metadump reads them; ttserver's hash database has no order either).
+    Items {
+        cursor: Option<ScanCursor>,
+        part: std::collections::VecDeque<Vec<u8>>,
+    },
     /// A table's rows in primary-key order: the next key is the first
-    /// within `from`, so the iterator holds one key, not the table's.
+    /// within `from`.
     Rows {
         table: Vec<u8>,
         from: Bound<Vec<u8>>,
     },
+}
+
+impl KeyIterator {
+    fn over_items() -> KeyIterator {
+        KeyIterator::Items {
+            cursor: Some(ScanCursor::START),
+            part: Default::default(),
+        }
+    }
+
+    fn next(&mut self, ctx: &Context<'_>) -> Option<Vec<u8>> {
+        match self {
+            KeyIterator::Items { cursor, part } => loop {
+                if let Some(key) = part.pop_front() {
+                    return Some(key);
+                }
+                let from = cursor.take()?;
+                let store = &ctx.shared.store;
+                *cursor = store.scan_part(&from, ITEMS_PART, &mut |item| {
+                    part.push_back(item.key.to_vec())
+                });
+            },
+            KeyIterator::Rows { table, from } => {
+                let tables = ctx.shared.store.tables()?;
+                let mut next = None;
+                let start = from.as_ref().map(Vec::as_slice);
+                let _ = tables.walk_rows(table, None, start, false, &mut |key, _| {
+                    next = Some(key.to_vec());
+                    false
+                });
+                if let Some(key) = &next {
+                    *from = Bound::Excluded(key.clone());
+                }
+                next
+            }
+        }
+    }
 }
 
 fn start_iterator(ctx: &Context<'_>, iterator: KeyIterator) {
@@ -275,32 +313,19 @@ fn start_iterator(ctx: &Context<'_>, iterator: KeyIterator) {
 }
 
 fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
-    let mut iterator = ctx.shared.tyrant_iterator.lock();
-    match iterator.as_mut()? {
-        KeyIterator::Snapshot(keys) => keys.next(),
-        KeyIterator::Rows { table, from } => {
-            let tables = ctx.shared.store.tables()?;
-            let mut next = None;
-            let start = from.as_ref().map(Vec::as_slice);
-            let _ = tables.walk_rows(table, None, start, false, &mut |key, _| {
-                next = Some(key.to_vec());
-                false
-            });
-            if let Some(key) = &next {
-                *from = Bound::Excluded(key.clone());
-            }
-            next
-        }
-    }
+    ctx.shared.tyrant_iterator.lock().as_mut()?.next(ctx)
 }
 
-/// Removes every record (`rnum` falls to 0, as ttserver's does); false if
-/// the storage refused.
-fn vanish(db: &dyn KeyValues) -> bool {
-    let Some(keys) = db.keys(b"", None, usize::MAX) else {
-        return false;
-    };
-    keys.iter().all(|key| db.out(key) != RowOutcome::Failed)
+/// Removes every record (`rnum` falls to 0, as ttserver's does), walking
+/// the keys as `iternext` does; false if the storage refused.
+fn vanish(db: &dyn KeyValues, ctx: &Context<'_>) -> bool {
+    let mut keys = db.iterator();
+    while let Some(key) = keys.next(ctx) {
+        if db.out(&key) == RowOutcome::Failed {
+            return false;
+        }
+    }
+    true
 }
 
 /// The values `get` finds for `keys`, in order, or `None` once together
@@ -378,7 +403,7 @@ fn misc(
         }
         b"sync" => ctx.shared.store.sync().then(Vec::new),
         b"optimize" => Some(Vec::new()),
-        b"vanish" => vanish(db).then(Vec::new),
+        b"vanish" => vanish(db, ctx).then(Vec::new),
         _ => None,
     }
 }
