@@ -249,6 +249,11 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
         hs.call(&[b"1", b">=", b"1", b"k", b"2", b"0"]),
         b"1\t1\tmax_reply\n"
     );
+    // A delete that answers a count writes no rows: only what it holds counts.
+    assert_eq!(
+        hs.call(&[b"1", b">=", b"1", b"k", b"2", b"0", b"D"]),
+        b"0\t1\t2\n"
+    );
     // And an index opens at most 4,096 columns, of 64 KiB of names.
     let too_many = vec![&b"v"[..]; 4097].join(&b","[..]);
     let too_long = vec![b'c'; 65 << 10];

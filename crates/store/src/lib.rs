@@ -80,9 +80,12 @@ pub trait Store: Send + Sync {
 
     /// Visits up to `items` live items' metadata from `from` on (first
     /// [`ScanCursor::START`]), in the engine's order; returns where the next
-    /// part starts, or `None` once every item was seen. An item written or
-    /// removed between parts may be seen or not: as memcached's crawler's,
-    /// a dump in parts is no snapshot, and holds no lock between parts.
+    /// part starts, or `None` once every item was seen. A part also ends
+    /// once it has looked at [`scan_examined`] entries, live or not (a
+    /// flush leaves many dead), so it may hold fewer items, even none. An
+    /// item written or removed between parts may be seen or not: as
+    /// memcached's crawler's, a dump in parts is no snapshot, and holds no
+    /// lock between parts.
     fn scan_part(
         &self,
         from: &ScanCursor,
@@ -530,6 +533,12 @@ pub struct DebugView {
     pub size: usize,
     /// The value's length.
     pub value_len: usize,
+}
+
+/// The entries a part of a scan for `items` items looks at, at most: its
+/// work is bounded however many of them are dead.
+pub fn scan_examined(items: usize) -> usize {
+    items.saturating_mul(16)
 }
 
 /// Where a scan in parts goes on: a place in the engine's own order (the

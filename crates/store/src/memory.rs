@@ -1353,13 +1353,13 @@ impl Store for MemoryStore {
             bytes.map_or(0, |b| u64::from_le_bytes(b) as usize)
         };
         let (mut shard_at, mut slot_at) = (place(0), place(8));
-        let mut left = items;
+        let (mut left, mut examined) = (items, crate::scan_examined(items));
         while let Some(shard) = self.shards.get(shard_at) {
             let shard = shard.0.lock();
             let now = self.clock.now();
             let flushed = self.flushed_through(now);
             while let Some(slot) = shard.slots.get(slot_at) {
-                if left == 0 {
+                if left == 0 || examined == 0 {
                     let cursor = [
                         (shard_at as u64).to_le_bytes(),
                         (slot_at as u64).to_le_bytes(),
@@ -1370,7 +1370,7 @@ impl Store for MemoryStore {
                     visit(&Shard::info(slot, now));
                     left -= 1;
                 }
-                slot_at += 1;
+                (slot_at, examined) = (slot_at + 1, examined - 1);
             }
             (shard_at, slot_at) = (shard_at + 1, 0);
         }

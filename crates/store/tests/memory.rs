@@ -4,7 +4,8 @@
 
 use kura_store::memory::ITEM_OVERHEAD;
 use kura_store::{
-    AckFence, GetOptions, MemoryConfig, MemoryStore, Store, StoreCommand, StoreMode, StoreOutcome,
+    AckFence, GetOptions, MemoryConfig, MemoryStore, ScanCursor, Store, StoreCommand, StoreMode,
+    StoreOutcome,
 };
 
 fn store_with_limit(limit_bytes: usize) -> MemoryStore {
@@ -456,4 +457,27 @@ fn maintenance_shrinks_tables_emptied_by_a_flush() {
         "tables kept {} of {full} bytes",
         stats.hash_bytes
     );
+}
+
+/// A scan in parts looks at a bounded number of entries a part: after a
+/// flush left every slot dead, each part of one item looks at 16 slots and
+/// finds nothing, and the walk still ends.
+#[test]
+fn a_part_of_a_scan_looks_at_a_bounded_number_of_dead_slots() {
+    let store = one_shard_store_for(200);
+    for i in 0..160 {
+        assert!(matches!(
+            set(&store, format!("k{i:03}").as_bytes(), b"v"),
+            StoreOutcome::Stored { .. }
+        ));
+    }
+    store.flush_all(0, &AckFence::default());
+    let (mut parts, mut seen) = (0, 0);
+    let mut at = Some(ScanCursor::START);
+    while let Some(from) = at {
+        at = store.scan_part(&from, 1, &mut |_| seen += 1);
+        parts += 1;
+    }
+    assert_eq!(seen, 0);
+    assert_eq!(parts, 160usize.div_ceil(kura_store::scan_examined(1)));
 }

@@ -48,15 +48,16 @@ impl IndexCommand {
             "DEC" | "DECIMAL" | "NUM" => IndexKind::Decimal,
             "TOK" | "TOKEN" => IndexKind::Token,
             "QGR" | "QGRAM" | "FTS" => IndexKind::QGram,
-            "OPT" | "OPTIMIZE" => return Some(IndexCommand::Optimize),
-            "VOID" | "NULL" => return Some(IndexCommand::Void),
+            // With the keep flag these fail (`tctdbsetindeximpl`).
+            "OPT" | "OPTIMIZE" => return (!keep).then_some(IndexCommand::Optimize),
+            "VOID" | "NULL" => return (!keep).then_some(IndexCommand::Void),
             other => match other.parse::<i64>().ok()? {
                 number if number & KEEP != 0 => {
                     keep = true;
                     match Self::parse(&(number & !KEEP).to_string())? {
                         IndexCommand::Build { kind, .. } => kind,
-                        // As `tctdbsetindeximpl`: keep means nothing to them.
-                        other => return Some(other),
+                        // Optimize or void, which fail with the flag.
+                        _ => return None,
                     }
                 }
                 0 => IndexKind::Lexical,
@@ -621,10 +622,14 @@ mod tests {
                 Some(IndexCommand::Build { kind, keep: true })
             );
         }
-        assert_eq!(
-            IndexCommand::parse("16787214"),
-            Some(IndexCommand::Optimize)
-        );
         assert_eq!(IndexCommand::parse("16777220"), None);
+        // The flag with optimize or void fails, as in Tokyo Cabinet.
+        for keep_and_other in ["16787214", "16787215", "+void", "+OPT"] {
+            assert_eq!(
+                IndexCommand::parse(keep_and_other),
+                None,
+                "{keep_and_other}"
+            );
+        }
     }
 }

@@ -301,6 +301,11 @@ impl Table<'_> {
         // The rows found are held, for the reply or to modify: at most
         // `--max-reply` of them, as a get's values.
         let mut held = ReplyLimit::new(self.ctx.shared.config.max_reply_bytes);
+        // A modify without `?` answers a count, not the rows.
+        let returns_rows = exec
+            .modify
+            .as_ref()
+            .is_none_or(|modify| modify.returns_rows());
         let mut visit = |row: Record| -> bool {
             match self.filters_pass(&exec.filters, &row) {
                 Pass::Stop => return false,
@@ -319,10 +324,13 @@ impl Table<'_> {
                     .iter()
                     .map(|(n, v)| n.len() + v.len())
                     .sum::<usize>();
-            let written = self
-                .values(&row)
-                .map(|value| 1 + value.map_or(1, kura_proto::handlersocket::escaped_len))
-                .sum::<usize>();
+            let written = match returns_rows {
+                true => self
+                    .values(&row)
+                    .map(|value| 1 + value.map_or(1, kura_proto::handlersocket::escaped_len))
+                    .sum::<usize>(),
+                false => 0,
+            };
             hits.push(row);
             held.take(stored.max(written)) && hits.len() < limit
         };

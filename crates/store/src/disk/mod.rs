@@ -516,7 +516,9 @@ impl Store for DiskStore {
         // As a table's scan: every write taken so far in LMDB first, unless
         // the engine cannot apply (a full or failing disk).
         let complete = self.inner.catch_up().is_ok();
-        complete && self.inner.scan_items(None, usize::MAX, visit).is_ok()
+        // What LMDB holds is listed either way.
+        let listed = self.inner.scan_items(None, usize::MAX, visit).is_ok();
+        complete && listed
     }
 
     fn scan_part(

@@ -269,14 +269,14 @@ impl Inner {
             after.map_or(Bound::Unbounded, Bound::Excluded),
             Bound::Unbounded,
         );
-        let mut left = items;
+        let (mut left, mut examined) = (items, crate::scan_examined(items));
         let mut last = after;
         for entry in self.items.range(&txn, &bounds)? {
             let (key, bytes) = entry?;
-            if left == 0 {
+            if left == 0 || examined == 0 {
                 return Ok(Some(ScanCursor([&[1], last.unwrap_or_default()].concat())));
             }
-            last = Some(key);
+            (last, examined) = (Some(key), examined - 1);
             let Some((header, value)) = Header::decode(bytes).filter(|(h, _)| self.alive(h)) else {
                 continue;
             };

@@ -159,12 +159,12 @@ impl KeyValues for Items<'_> {
         None
     }
 
-    /// The live items, sorted (the engines keep no order, so every key
-    /// with the prefix is read first, keeping the `max` smallest).
     fn iterator(&self) -> KeyIterator {
-        KeyIterator::over_items()
+        KeyIterator::over_items(self.ctx)
     }
 
+    /// The live items, sorted (the engines keep no order, so every key
+    /// with the prefix is read first, keeping the `max` smallest).
     fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {
         let max = max.unwrap_or(usize::MAX);
         let mut smallest = std::collections::BinaryHeap::new();

@@ -272,11 +272,18 @@ pub enum KeyIterator {
 }
 
 impl KeyIterator {
-    fn over_items() -> KeyIterator {
-        KeyIterator::Items {
-            cursor: Some(ScanCursor::START),
-            part: Default::default(),
-        }
+    /// Reads the first part at once: on the disk engine it waits for the
+    /// writes taken so far to be applied, which must not happen under the
+    /// shared iterator's lock.
+    fn over_items(ctx: &Context<'_>) -> KeyIterator {
+        let mut part = std::collections::VecDeque::new();
+        let cursor = ctx
+            .shared
+            .store
+            .scan_part(&ScanCursor::START, ITEMS_PART, &mut |item| {
+                part.push_back(item.key.to_vec())
+            });
+        KeyIterator::Items { cursor, part }
     }
 
     fn next(&mut self, ctx: &Context<'_>) -> Option<Vec<u8>> {
