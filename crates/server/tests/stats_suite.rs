@@ -878,6 +878,35 @@ fn created_counters_appends_with_a_cas_and_touches_are_counted_as_memcached_coun
     }
 }
 
+/// Meta commands count as memcached 1.6.18 counts them (the sequence, run
+/// against it, gives these figures): `mg … T` that misses is a get miss,
+/// `md` whose token differs a delete miss, `md … I` no delete hit, and
+/// `cmd_meta` counts `me` alone.
+#[test]
+fn meta_commands_are_counted_as_memcached_counts_them() {
+    let server = TestServer::start();
+    let mut s = server.connect();
+    assert_eq!(ask(&mut s, "ms x 1\r\n5\r\n"), "HD\r\n");
+    assert_eq!(ask(&mut s, "mg y T30\r\n"), "EN\r\n");
+    assert_eq!(ask(&mut s, "md x C99\r\n"), "EX\r\n");
+    assert_eq!(ask(&mut s, "md x I\r\n"), "HD\r\n");
+    assert!(ask(&mut s, "me x\r\n").starts_with("ME x "));
+    let stats = ask(&mut s, "stats\r\n");
+    for (field, expected) in [
+        ("cmd_get", "1"),
+        ("get_misses", "1"),
+        ("cmd_touch", "0"),
+        ("touch_misses", "0"),
+        ("delete_misses", "1"),
+        ("delete_hits", "0"),
+        ("cmd_meta", "1"),
+    ] {
+        assert_eq!(figure(&stats, field).as_deref(), Some(expected), "{field}");
+    }
+    let slabs = ask(&mut s, "stats slabs\r\n");
+    assert_eq!(figure(&slabs, "1:delete_hits").as_deref(), Some("0"));
+}
+
 /// `stats reset` zeroes what memcached zeroes: the command counts, the
 /// engine's item counts (total_items, get_expired, …) and the classes'
 /// counts in `stats slabs` and `stats items`; not the gauges.

@@ -1060,7 +1060,8 @@ impl Store for MemoryStore {
         let found = self.find_live(&mut shard, hash, key, now);
         let current = found.map(|i| shard.slots[i as usize].current());
         let plan = semantics::plan_delete(command, current);
-        if let (DeletePlan::Invalidate(_) | DeletePlan::Remove, Some(i)) = (&plan, found) {
+        // An invalidation is no delete hit (memcached counts the removal).
+        if let (DeletePlan::Remove, Some(i)) = (&plan, found) {
             let class = usize::from(shard.slots[i as usize].class);
             shard.counters.classes[class]
                 .commands
@@ -1144,11 +1145,10 @@ impl Store for MemoryStore {
             slot.last_access = now;
             shard.bump(i);
         } else {
-            // A new item, as memcached makes one: not read yet.
-            let (flags, bits) = (old.flags, old.bits);
-            let mut slot = self.new_slot(hash, key, &[&digits], flags, expiry, now);
+            // A new item, as memcached makes one: not read yet, not stale,
+            // no recache token taken.
+            let mut slot = self.new_slot(hash, key, &[&digits], old.flags, expiry, now);
             slot.cas = cas;
-            slot.bits |= bits & (STALE | WIN_SENT);
             let grown = slot.charge() - shard.slots[i as usize].charge();
             if !self.admit(&mut shard, slot.charge(), grown, Some(i)) {
                 return ArithOutcome::OutOfMemory;

@@ -186,9 +186,10 @@ pub enum ArithPlan {
         digits: Vec<u8>,
         expiry: ExpiryTime,
     },
-    /// The item's value becomes `digits`; flags, stale and token bits stay.
-    /// The fetched bit stays when the number keeps its length (memcached
-    /// rewrites the item in place) and goes when it grows (a new item).
+    /// The item's value becomes `digits`; its flags stay. Its fetched,
+    /// stale and token bits stay when the number keeps its length
+    /// (memcached rewrites the item in place) and go when it grows (a new
+    /// item).
     Update {
         value: u64,
         digits: Vec<u8>,

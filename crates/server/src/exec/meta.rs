@@ -15,14 +15,18 @@ use kura_store::{
 use super::{watch_lines, Context};
 
 pub fn execute(request: MetaRequest<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
-    ctx.counters.cmd_meta.incr();
     match request {
         MetaRequest::Get(command) => get(&command, ctx, out),
         MetaRequest::Set { command, data } => set(&command, data, ctx, out),
         MetaRequest::Delete(command) => delete(&command, ctx, out),
         MetaRequest::Arith(command) => arith(&command, ctx, out),
         MetaRequest::Noop => out.extend_from_slice(b"MN\r\n"),
-        MetaRequest::Debug { key } => debug(&key, ctx, out),
+        // memcached counts `me` alone in `cmd_meta`; the others count as
+        // the classic commands they are.
+        MetaRequest::Debug { key } => {
+            ctx.counters.cmd_meta.incr();
+            debug(&key, ctx, out)
+        }
     }
 }
 
@@ -49,7 +53,12 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             found = Some(item.value.len());
             compose_hit(command, item, ctx, out);
         });
-    ctx.count_read(outcome, options.touch.is_some());
+    // A miss is a get miss, with `T` or not: memcached counts a touch only
+    // for an item it found.
+    ctx.count_read(
+        outcome,
+        options.touch.is_some() && outcome == GetOutcome::Hit,
+    );
     watch_lines::fetched(ctx, &command.key.bytes, found);
     match outcome {
         GetOutcome::Hit => {}
@@ -212,7 +221,10 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     );
     match outcome {
         DeleteOutcome::Deleted => {
-            ctx.counters.delete_hits.incr();
+            // An invalidation is no delete hit (memcached counts the removal).
+            if !flags.invalidate {
+                ctx.counters.delete_hits.incr();
+            }
             if !flags.quiet {
                 compose_status(b"HD", command, None, ctx, out);
             }
@@ -221,7 +233,10 @@ fn delete(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
             ctx.counters.delete_misses.incr();
             compose_status(b"NF", command, None, ctx, out);
         }
-        DeleteOutcome::Exists => compose_status(b"EX", command, None, ctx, out),
+        DeleteOutcome::Exists => {
+            ctx.counters.delete_misses.incr();
+            compose_status(b"EX", command, None, ctx, out)
+        }
         DeleteOutcome::Failed => out.extend_from_slice(ctx.write_failed_line()),
     }
 }

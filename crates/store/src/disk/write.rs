@@ -231,7 +231,8 @@ impl Inner {
                     Change::Put(Keyed::encode(key, &header, &[value]))
                 }
             };
-            if let Some((_, value)) = existing {
+            // An invalidation is no delete hit (memcached counts the removal).
+            if let (Some((_, value)), None) = (existing, command.invalidate) {
                 self.count_command(key, value.len(), ClassCommand::DeleteHit);
             }
             (Some(change), DeleteOutcome::Deleted)
@@ -272,11 +273,12 @@ impl Inner {
                         false => ClassCommand::IncrHit,
                     };
                     self.count_command(key, old_value.len(), hit);
-                    // In place (the same length) it stays read or unread; a
-                    // longer number is a new item, unread (as memcached's).
+                    // In place (the same length) it keeps its bits; a longer
+                    // number is a new item, unread, not stale, its recache
+                    // token not taken (as memcached's).
                     let bits = match digits.len() == old_value.len() {
                         true => old.bits,
-                        false => old.bits & (STALE | WIN_SENT),
+                        false => 0,
                     };
                     let expiry_unix = self.expiry_of(expiry, old.expiry_unix);
                     let header = self.new_header(old.flags, expiry_unix, bits);
