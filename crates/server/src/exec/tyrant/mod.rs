@@ -286,30 +286,35 @@ impl KeyIterator {
         KeyIterator::Items { cursor, part }
     }
 
-    fn next(&mut self, ctx: &Context<'_>) -> Option<Vec<u8>> {
+    /// The next key; `Err` when the table could not be read.
+    fn next(&mut self, ctx: &Context<'_>) -> Result<Option<Vec<u8>>, ()> {
         match self {
             KeyIterator::Items { cursor, part } => loop {
                 if let Some(key) = part.pop_front() {
-                    return Some(key);
+                    return Ok(Some(key));
                 }
-                let from = cursor.take()?;
+                let Some(from) = cursor.take() else {
+                    return Ok(None);
+                };
                 let store = &ctx.shared.store;
                 *cursor = store.scan_part(&from, ITEMS_PART, &mut |item| {
                     part.push_back(item.key.to_vec())
                 });
             },
             KeyIterator::Rows { table, from } => {
-                let tables = ctx.shared.store.tables()?;
+                let tables = ctx.shared.store.tables().ok_or(())?;
                 let mut next = None;
                 let start = from.as_ref().map(Vec::as_slice);
-                let _ = tables.walk_rows(table, None, start, false, &mut |key, _| {
-                    next = Some(key.to_vec());
-                    false
-                });
+                tables
+                    .walk_rows(table, None, start, false, &mut |key, _| {
+                        next = Some(key.to_vec());
+                        false
+                    })
+                    .map_err(|_| ())?;
                 if let Some(key) = &next {
                     *from = Bound::Excluded(key.clone());
                 }
-                next
+                Ok(next)
             }
         }
     }
@@ -320,19 +325,29 @@ fn start_iterator(ctx: &Context<'_>, iterator: KeyIterator) {
 }
 
 fn next_key(ctx: &Context<'_>) -> Option<Vec<u8>> {
-    ctx.shared.tyrant_iterator.lock().as_mut()?.next(ctx)
+    ctx.shared.tyrant_iterator.lock().as_mut()?.next(ctx).ok()?
 }
 
 /// Removes every record (`rnum` falls to 0, as ttserver's does), walking
 /// the keys as `iternext` does; false if the storage refused.
 fn vanish(db: &dyn KeyValues, ctx: &Context<'_>) -> bool {
-    let mut keys = db.iterator();
-    while let Some(key) = keys.next(ctx) {
-        if db.out(&key) == RowOutcome::Failed {
-            return false;
+    remove_each(db.iterator(), ctx, |key| db.out(key))
+}
+
+/// Removes each key `keys` gives; false if one could not be read or removed.
+fn remove_each(
+    mut keys: KeyIterator,
+    ctx: &Context<'_>,
+    remove: impl Fn(&[u8]) -> RowOutcome,
+) -> bool {
+    loop {
+        match keys.next(ctx) {
+            Ok(Some(key)) if remove(&key) == RowOutcome::Failed => return false,
+            Ok(Some(_)) => {}
+            Ok(None) => return true,
+            Err(()) => return false,
         }
     }
-    true
 }
 
 /// The values `get` finds for `keys`, in order, or `None` once together

@@ -263,12 +263,11 @@ impl Db<'_> {
         Some((matches.rows, Vec::new(), matches.count))
     }
 
+    /// Removes every row, walking the keys as `iternext` does (one held at
+    /// a time).
     fn vanish(&self) -> bool {
-        let Some(keys) = self.keys_with(b"", None, usize::MAX) else {
-            return false;
-        };
-        keys.iter()
-            .all(|key| self.remove(key) != RowOutcome::Failed)
+        let keys = self.iterator(Bound::Unbounded);
+        super::remove_each(keys, self.ctx, |key| self.remove(key))
     }
 
     /// A new unique primary key (`genuid`); `None` once they run out.
