@@ -80,7 +80,9 @@ pub trait Store: Send + Sync {
 
     /// Visits up to `items` live items' metadata from `from` on (first
     /// [`ScanCursor::START`]), in the engine's order; returns where the next
-    /// part starts, or `None` once every item was seen. A part also ends
+    /// part starts, or `None` once every item was seen; `Err` when the
+    /// items could not be read, or (the first part) when writes taken
+    /// before could not be applied to what is read. A part also ends
     /// once it has looked at [`scan_examined`] entries, live or not (a
     /// flush leaves many dead), so it may hold fewer items, even none. An
     /// item written or removed between parts may be seen or not: as
@@ -91,7 +93,7 @@ pub trait Store: Send + Sync {
         from: &ScanCursor,
         items: usize,
         visit: &mut dyn FnMut(&ItemInfo<'_>),
-    ) -> Option<ScanCursor>;
+    ) -> Result<Option<ScanCursor>, ScanFailed>;
 
     /// Removes every expired or flushed item of the size classes `include`
     /// picks, now (`lru_crawler crawl`). Returns how many it removed.
@@ -549,6 +551,10 @@ pub struct ScanCursor(pub(crate) Vec<u8>);
 impl ScanCursor {
     pub const START: ScanCursor = ScanCursor(Vec::new());
 }
+
+/// A scan in parts could not read the items, or not all the writes taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanFailed;
 
 /// An item's metadata, as a scan sees it.
 #[derive(Debug)]

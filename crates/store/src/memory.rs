@@ -36,8 +36,8 @@ use crate::semantics::{FETCHED, STALE, WIN_SENT};
 use crate::sweep::SweepPace;
 use crate::{
     AckFence, ArithCommand, ArithOutcome, ClassStats, DebugView, DeleteCommand, DeleteOutcome,
-    EvictionWatcher, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor, Store,
-    StoreCommand, StoreMode, StoreOutcome, StoreStats,
+    EvictionWatcher, FlushOutcome, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor,
+    ScanFailed, Store, StoreCommand, StoreMode, StoreOutcome, StoreStats,
 };
 
 /// Bytes charged per item beyond key and value: the slot, its hash-table
@@ -1337,8 +1337,8 @@ impl Store for MemoryStore {
     }
 
     fn scan(&self, visit: &mut dyn FnMut(&ItemInfo<'_>)) -> bool {
-        self.scan_part(&ScanCursor::START, usize::MAX, visit);
-        true
+        self.scan_part(&ScanCursor::START, usize::MAX, visit)
+            .is_ok()
     }
 
     fn scan_part(
@@ -1346,7 +1346,7 @@ impl Store for MemoryStore {
         from: &ScanCursor,
         items: usize,
         visit: &mut dyn FnMut(&ItemInfo<'_>),
-    ) -> Option<ScanCursor> {
+    ) -> Result<Option<ScanCursor>, ScanFailed> {
         // The cursor: shard and slot, u64 LE each.
         let place = |at: usize| {
             let bytes = from.0.get(at..at + 8).and_then(|b| b.try_into().ok());
@@ -1364,7 +1364,7 @@ impl Store for MemoryStore {
                         (shard_at as u64).to_le_bytes(),
                         (slot_at as u64).to_le_bytes(),
                     ];
-                    return Some(ScanCursor(cursor.concat()));
+                    return Ok(Some(ScanCursor(cursor.concat())));
                 }
                 if !slot.data.is_empty() && !shard.is_dead(slot_at as u32, now, flushed) {
                     visit(&Shard::info(slot, now));
@@ -1374,7 +1374,7 @@ impl Store for MemoryStore {
             }
             (shard_at, slot_at) = (shard_at + 1, 0);
         }
-        None
+        Ok(None)
     }
 
     fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {

@@ -475,7 +475,7 @@ fn a_part_of_a_scan_looks_at_a_bounded_number_of_dead_slots() {
     let (mut parts, mut seen) = (0, 0);
     let mut at = Some(ScanCursor::START);
     while let Some(from) = at {
-        at = store.scan_part(&from, 1, &mut |_| seen += 1);
+        at = store.scan_part(&from, 1, &mut |_| seen += 1).expect("read");
         parts += 1;
     }
     assert_eq!(seen, 0);

@@ -57,7 +57,7 @@ fn get(command: &MetaCommand<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) {
     // for an item it found.
     ctx.count_read(
         outcome,
-        options.touch.is_some() && outcome == GetOutcome::Hit,
+        options.touch.is_some() && outcome != GetOutcome::Miss,
     );
     watch_lines::fetched(ctx, &command.key.bytes, found);
     match outcome {

@@ -68,28 +68,31 @@ impl Metadump {
         };
         let unix_now = ctx.shared.store.clock().unix_now() as i64;
         let store = &ctx.shared.store;
-        self.cursor = store.scan_part(&from, PART_ITEMS, &mut |item| {
-            if !self.classes.includes(item.class) {
-                return;
-            }
-            out.extend_from_slice(b"key=");
-            watch::uri_encode(item.key, out);
-            // `exp` and `la` as Unix times (`exp=-1` never expires).
-            let exp = if item.ttl < 0 {
-                -1
-            } else {
-                unix_now + item.ttl
-            };
-            let _ = writeln!(
-                out,
-                " exp={exp} la={} cas={} fetch={} cls={} size={}",
-                unix_now - i64::from(item.idle_seconds),
-                ctx.visible_cas(item.cas),
-                if item.fetched { "yes" } else { "no" },
-                item.class,
-                item.size
-            );
-        });
+        // Items that cannot be read (a failing disk) end the dump.
+        self.cursor = store
+            .scan_part(&from, PART_ITEMS, &mut |item| {
+                if !self.classes.includes(item.class) {
+                    return;
+                }
+                out.extend_from_slice(b"key=");
+                watch::uri_encode(item.key, out);
+                // `exp` and `la` as Unix times (`exp=-1` never expires).
+                let exp = if item.ttl < 0 {
+                    -1
+                } else {
+                    unix_now + item.ttl
+                };
+                let _ = writeln!(
+                    out,
+                    " exp={exp} la={} cas={} fetch={} cls={} size={}",
+                    unix_now - i64::from(item.idle_seconds),
+                    ctx.visible_cas(item.cas),
+                    if item.fetched { "yes" } else { "no" },
+                    item.class,
+                    item.size
+                );
+            })
+            .unwrap_or(None);
         if self.cursor.is_none() {
             out.extend_from_slice(b"END\r\n");
         }

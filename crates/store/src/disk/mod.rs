@@ -75,7 +75,7 @@ use crate::semantics::Current;
 use crate::{
     AckFence, AckSpan, AckState, AckTicket, ArithCommand, ArithOutcome, ClassCommand, ClassStats,
     DebugView, DeleteCommand, DeleteOutcome, FlushOutcome, GetOptions, GetOutcome, ItemInfo,
-    ItemView, ScanCursor, Store, StoreCommand, StoreOutcome, StoreStats,
+    ItemView, ScanCursor, ScanFailed, Store, StoreCommand, StoreOutcome, StoreStats,
 };
 
 pub use crate::log_position::{format_micros, LogPosition};
@@ -526,14 +526,13 @@ impl Store for DiskStore {
         from: &ScanCursor,
         items: usize,
         visit: &mut dyn FnMut(&ItemInfo<'_>),
-    ) -> Option<ScanCursor> {
+    ) -> Result<Option<ScanCursor>, ScanFailed> {
         if *from == ScanCursor::START {
-            let _ = self.inner.catch_up();
+            self.inner.catch_up().map_err(|_| ScanFailed)?;
         }
         // The cursor: a byte, then the last key seen (START is empty).
         let after = from.0.split_first().map(|(_, key)| key);
-        // A failing read ends the scan.
-        self.inner.scan_items(after, items, visit).ok().flatten()
+        (self.inner.scan_items(after, items, visit)).map_err(|_| ScanFailed)
     }
 
     fn size_histogram(&self) -> Vec<(usize, u64)> {

@@ -16,11 +16,12 @@ mod items;
 pub(crate) mod ordered;
 pub mod table;
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 
 use kura_proto::tyrant::{reply, PutMode, Request};
-use kura_store::{RowOutcome, ScanCursor};
+use kura_store::{RowOutcome, ScanCursor, ScanFailed};
 
 use super::reply_limit::ReplyLimit;
 use super::{Action, Context};
@@ -249,22 +250,24 @@ fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
         && ctx.shared.store.backup(to, None).is_ok()
 }
 
-/// Keys an iterator over memcached's items reads at a time.
-const ITEMS_PART: usize = 256;
+/// Keys an iterator over memcached's items reads at a time, and `vanish`
+/// removes between two reads.
+const KEYS_PART: usize = 256;
 
 /// Tokyo Tyrant's iterator (`iterinit`, `iternext`): one per server,
 /// shared by every connection, as ttserver's is. Either kind holds a few
-/// keys, not the database's, and sees writes made after it began, as
-/// ttserver's walk of its file does.
+/// keys, not the database's.
 pub enum KeyIterator {
     /// memcached's items, a part at a time in the engine's order (as a
-    /// metadump reads them; ttserver's hash database has no order either).
+    /// metadump reads them; ttserver's hash database has no order either):
+    /// where the next part starts, or why it could not be read.
     Items {
-        cursor: Option<ScanCursor>,
-        part: std::collections::VecDeque<Vec<u8>>,
+        cursor: Result<Option<ScanCursor>, ScanFailed>,
+        part: VecDeque<Vec<u8>>,
     },
     /// A table's rows in primary-key order: the next key is the first
-    /// within `from`.
+    /// within `from`, read when it is asked for, so a key written ahead of
+    /// the iterator is seen, as ttserver's walk of its file sees it.
     Rows {
         table: Vec<u8>,
         from: Bound<Vec<u8>>,
@@ -276,45 +279,57 @@ impl KeyIterator {
     /// writes taken so far to be applied, which must not happen under the
     /// shared iterator's lock.
     fn over_items(ctx: &Context<'_>) -> KeyIterator {
-        let mut part = std::collections::VecDeque::new();
-        let cursor = ctx
-            .shared
-            .store
-            .scan_part(&ScanCursor::START, ITEMS_PART, &mut |item| {
-                part.push_back(item.key.to_vec())
-            });
+        let mut part = VecDeque::new();
+        let store = &ctx.shared.store;
+        let cursor = store.scan_part(&ScanCursor::START, KEYS_PART, &mut |item| {
+            part.push_back(item.key.to_vec())
+        });
         KeyIterator::Items { cursor, part }
     }
 
-    /// The next key; `Err` when the table could not be read.
+    fn over_rows(table: &[u8], from: Bound<Vec<u8>>) -> KeyIterator {
+        KeyIterator::Rows {
+            table: table.to_vec(),
+            from,
+        }
+    }
+
+    /// The next key; `Err` when the keys could not be read.
     fn next(&mut self, ctx: &Context<'_>) -> Result<Option<Vec<u8>>, ()> {
+        Ok(self.take(ctx, 1)?.pop())
+    }
+
+    /// Up to `max` next keys (none: every key was given); `Err` when they
+    /// could not be read.
+    fn take(&mut self, ctx: &Context<'_>, max: usize) -> Result<Vec<Vec<u8>>, ()> {
         match self {
-            KeyIterator::Items { cursor, part } => loop {
-                if let Some(key) = part.pop_front() {
-                    return Ok(Some(key));
+            KeyIterator::Items { cursor, part } => {
+                if part.is_empty() {
+                    let from = match std::mem::replace(cursor, Ok(None)) {
+                        Ok(Some(from)) => from,
+                        Ok(None) => return Ok(Vec::new()),
+                        Err(ScanFailed) => return Err(()),
+                    };
+                    let store = &ctx.shared.store;
+                    *cursor = store.scan_part(&from, KEYS_PART, &mut |item| {
+                        part.push_back(item.key.to_vec())
+                    });
                 }
-                let Some(from) = cursor.take() else {
-                    return Ok(None);
-                };
-                let store = &ctx.shared.store;
-                *cursor = store.scan_part(&from, ITEMS_PART, &mut |item| {
-                    part.push_back(item.key.to_vec())
-                });
-            },
+                Ok(part.drain(..max.min(part.len())).collect())
+            }
             KeyIterator::Rows { table, from } => {
                 let tables = ctx.shared.store.tables().ok_or(())?;
-                let mut next = None;
+                let mut keys = Vec::new();
                 let start = from.as_ref().map(Vec::as_slice);
-                tables
-                    .walk_rows(table, None, start, false, &mut |key, _| {
-                        next = Some(key.to_vec());
-                        false
-                    })
-                    .map_err(|_| ())?;
-                if let Some(key) = &next {
-                    *from = Bound::Excluded(key.clone());
+                let mut walk = |key: &[u8], _| {
+                    keys.push(key.to_vec());
+                    keys.len() < max
+                };
+                (tables.walk_rows(table, None, start, false, &mut walk)).map_err(|_| ())?;
+                if let Some(last) = keys.last() {
+                    *from = Bound::Excluded(last.clone());
                 }
-                Ok(next)
+                Ok(keys)
             }
         }
     }
@@ -334,17 +349,22 @@ fn vanish(db: &dyn KeyValues, ctx: &Context<'_>) -> bool {
     remove_each(db.iterator(), ctx, |key| db.out(key))
 }
 
-/// Removes each key `keys` gives; false if one could not be read or removed.
+/// Removes each key `keys` gives, reading them a part at a time (a table
+/// applies the writes taken before each read); false if one could not be
+/// read or removed.
 fn remove_each(
     mut keys: KeyIterator,
     ctx: &Context<'_>,
     remove: impl Fn(&[u8]) -> RowOutcome,
 ) -> bool {
     loop {
-        match keys.next(ctx) {
-            Ok(Some(key)) if remove(&key) == RowOutcome::Failed => return false,
-            Ok(Some(_)) => {}
-            Ok(None) => return true,
+        match keys.take(ctx, KEYS_PART) {
+            Ok(part) if part.is_empty() => return true,
+            Ok(part) => {
+                if part.iter().any(|key| remove(key) == RowOutcome::Failed) {
+                    return false;
+                }
+            }
             Err(()) => return false,
         }
     }

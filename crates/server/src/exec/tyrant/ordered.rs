@@ -108,10 +108,7 @@ impl KeyValues for OrderedKeys<'_> {
     }
 
     fn iterator(&self) -> KeyIterator {
-        KeyIterator::Rows {
-            table: self.name.to_vec(),
-            from: std::ops::Bound::Unbounded,
-        }
+        KeyIterator::over_rows(self.name, std::ops::Bound::Unbounded)
     }
 
     fn keys(&self, prefix: &[u8], max: Option<usize>, within: usize) -> Option<Vec<Vec<u8>>> {

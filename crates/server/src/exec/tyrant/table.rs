@@ -186,10 +186,7 @@ impl Db<'_> {
 
     /// An iterator over the table's keys within `from`.
     fn iterator(&self, from: Bound<Vec<u8>>) -> KeyIterator {
-        KeyIterator::Rows {
-            table: self.table.to_vec(),
-            from,
-        }
+        KeyIterator::over_rows(self.table, from)
     }
 
     /// The primary keys that begin with `prefix`, in order, at most `max`;
