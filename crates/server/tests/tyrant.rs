@@ -380,3 +380,37 @@ fn fwmkeys_past_the_reply_limit_fails_on_a_hash_and_a_btree() {
         );
     }
 }
+
+/// The hash iterator goes on past parts that held only dead items: a
+/// flush leaves every slot of one shard dead, ahead of the item written
+/// after it.
+#[test]
+fn the_iterator_goes_on_past_parts_of_dead_items() {
+    let server = TestServer::with(
+        ServerConfig {
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        kura_store::MemoryConfig {
+            shards: 1,
+            ..kura_store::MemoryConfig::default()
+        },
+    );
+    let mut s = connect(&server);
+    // Three parts' worth of dead slots (a part looks at 16 slots a key).
+    for i in 0..12_300 {
+        let key = format!("dead:{i:05}");
+        assert_eq!(
+            call(&mut s, &put(PutMode::Put, key.as_bytes(), b"v"), 1),
+            [0]
+        );
+    }
+    let mut text = server.connect();
+    text.write_all(b"flush_all\r\n").unwrap();
+    let mut ok = [0; 4];
+    text.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"OK\r\n");
+    assert_eq!(call(&mut s, &put(PutMode::Put, b"late", b"v"), 1), [0]);
+    assert_eq!(call(&mut s, &Request::IterInit, 1), [0]);
+    assert_eq!(iterate(&mut s), ["late"]);
+}

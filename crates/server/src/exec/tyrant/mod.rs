@@ -304,7 +304,9 @@ impl KeyIterator {
     fn take(&mut self, ctx: &Context<'_>, max: usize) -> Result<Vec<Vec<u8>>, ()> {
         match self {
             KeyIterator::Items { cursor, part } => {
-                if part.is_empty() {
+                // A part may hold no key and not be the last (it looked at
+                // dead items only).
+                while part.is_empty() {
                     let from = match std::mem::replace(cursor, Ok(None)) {
                         Ok(Some(from)) => from,
                         Ok(None) => return Ok(Vec::new()),
