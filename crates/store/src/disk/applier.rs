@@ -327,7 +327,7 @@ impl Inner {
         for batch in batches {
             let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
                 .writes()
-                .map(|(space, key, change)| (key_prefix(key), key, Write::of(space, change)))
+                .map(|(space, key, change)| (key_prefix(key), key, Write::Change(space, change)))
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
@@ -417,7 +417,7 @@ impl Inner {
         let flushed_through = self.clear_flushed(&mut txn, &mut counts, round.flush)?;
         for ((key, space), change) in newest {
             if change == Pending::Remove {
-                let write = Write::of(space, change);
+                let write = Write::Change(space, change);
                 self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
             }
         }
@@ -490,7 +490,7 @@ impl Inner {
         counts: &mut Counts,
     ) -> heed::Result<usize> {
         match write {
-            Write::Put(stored) => {
+            Write::Change(Space::Item, Pending::Put(stored)) => {
                 // A write older than a flush that covers it is already gone.
                 let Some(new) = Old::of(stored).filter(|new| new.header.cas > flushed_through)
                 else {
@@ -546,14 +546,14 @@ impl Inner {
                 let record = record::pointer_record(&old.header, &pointer);
                 self.items.put(txn, key, &record)?;
             }
-            Write::Remove => {
+            Write::Change(Space::Item, Pending::Remove) => {
                 let old = self.stored_old(txn, key)?;
                 if old.is_some() {
                     self.forget_old(txn, key, old, counts, 0)?;
                     self.items.delete(txn, key)?;
                 }
             }
-            Write::RowPut { .. } | Write::RowRemove => return self.apply_row(txn, key, write),
+            Write::Change(Space::Row, change) => return self.apply_row(txn, key, change),
         }
         Ok(0)
     }

@@ -4,14 +4,15 @@
 
 use super::log_format::Location;
 use super::pending::Pending;
-use super::record::{self, Header, LogPointer, Space};
+use super::record::{Header, LogPointer, Space};
 
 /// One change the applier makes to a key.
 #[derive(Clone, Copy)]
 pub(super) enum Write<'a> {
-    /// The key's new record as LMDB stores it: a value that stays in the
-    /// log is a pointer already (`record::pointer_for_put`).
-    Put(&'a [u8]),
+    /// An item's or a row's new record as LMDB stores it (an item's value
+    /// that stays in the log is a pointer already, `record::pointer_for_put`;
+    /// a row's, its columns, `rows.rs`), or its removal.
+    Change(Space, Pending<'a>),
     /// The compactor copied the key's value to `to` (a record of
     /// `frame_len` bytes): point there if the record still points at `from`.
     Move {
@@ -19,30 +20,14 @@ pub(super) enum Write<'a> {
         to: Location,
         frame_len: usize,
     },
-    Remove,
-    /// A table row's new columns, as stored (`rows.rs`).
-    RowPut {
-        stored: &'a [u8],
-    },
-    RowRemove,
 }
 
-impl<'a> Write<'a> {
-    /// A pending write's change.
-    pub(super) fn of(space: Space, pending: Pending<'a>) -> Self {
-        match (space, pending) {
-            (Space::Item, Pending::Put(stored)) => Write::Put(stored),
-            (Space::Item, Pending::Remove) => Write::Remove,
-            (Space::Row, Pending::Put(stored)) => Write::RowPut { stored },
-            (Space::Row, Pending::Remove) => Write::RowRemove,
-        }
-    }
-
+impl Write<'_> {
     /// About what applying it copies into LMDB.
     pub(super) fn weight(&self) -> usize {
         match self {
-            Write::Put(stored) | Write::RowPut { stored } => stored.len(),
-            Write::Move { .. } | Write::Remove | Write::RowRemove => 0,
+            Write::Change(_, Pending::Put(stored)) => stored.len(),
+            Write::Change(_, Pending::Remove) | Write::Move { .. } => 0,
         }
     }
 }
@@ -58,10 +43,11 @@ pub(super) struct Old {
 impl Old {
     pub(super) fn of(stored: &[u8]) -> Option<Old> {
         let (header, value) = Header::decode(stored)?;
+        let pointer = LogPointer::of_stored(&header, value);
         Some(Old {
             header,
-            value_len: record::stored_value_len(&header, value),
-            pointer: LogPointer::of_stored(&header, value),
+            value_len: pointer.map_or(value.len(), |pointer| pointer.value_len as usize),
+            pointer,
         })
     }
 }

@@ -81,18 +81,11 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// What a replay of a segment read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Replayed {
-    pub records: usize,
-    /// Bytes after the last whole record, or from the head of a group
-    /// whose entries are not all there: a torn append, or damage.
-    pub unread: u64,
-}
-
 /// Calls `visit` with each intact record of segment `number` (at `path`),
 /// where it starts and its framed length, in order, until it fails; returns
-/// how many there were, and what was left unread. Reads one record at a
+/// how many bytes were left unread (after the last whole record, or from the
+/// head of a group whose entries are not all there: a torn append, or
+/// damage). Reads one record at a
 /// time, through `io`: a segment can hold a quarter of the memory budget.
 /// The segment ends at its end or at its first record that is not whole (a
 /// torn append); a read that fails is an error, not an end: the records
@@ -104,7 +97,7 @@ pub fn replay<E: From<io::Error>>(
     path: &Path,
     number: u64,
     mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
-) -> Result<Replayed, E> {
+) -> Result<u64, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let segment = SegmentReader {
@@ -116,7 +109,6 @@ pub fn replay<E: From<io::Error>>(
     let mut reader = io::BufReader::with_capacity(1 << 20, segment);
     let mut frame = Vec::new();
     let mut at = Location::new(number, 0);
-    let mut count = 0;
     // A group read up to some of the entries its head counts: the entries
     // still to come, and where each of its records (the head first) starts
     // and its framed length. Its records are handed over only once the last
@@ -156,10 +148,7 @@ pub fn replay<E: From<io::Error>>(
         let framed = frame.len();
         match (&mut group, record) {
             (None, Record::Group(head)) => group = Some((head.entries, vec![(at, framed)])),
-            (None, record) => {
-                visit(record, at, framed)?;
-                count += 1;
-            }
+            (None, record) => visit(record, at, framed)?,
             (Some((left, records)), record) if record.is_entry() => {
                 records.push((at, framed));
                 *left -= 1;
@@ -176,7 +165,6 @@ pub fn replay<E: From<io::Error>>(
                         };
                         visit(record, place, len)?;
                     }
-                    count += records.len();
                     group = None;
                 }
             }
@@ -186,10 +174,7 @@ pub fn replay<E: From<io::Error>>(
         at.offset += framed as u64;
     }
     let end = group.map_or(at.offset, |(_, records)| records[0].0.offset);
-    Ok(Replayed {
-        records: count,
-        unread: size - end,
-    })
+    Ok(size - end)
 }
 
 /// A segment read front to back through the seam, up to the size it had
@@ -676,12 +661,11 @@ mod tests {
     /// its offset.
     fn replayed(path: &Path, number: u64) -> Vec<String> {
         let mut seen = Vec::new();
-        let count = replay(&OsIo, path, number, |record, at, _| {
+        replay(&OsIo, path, number, |record, at, _| {
             seen.push(format!("{}: {record:?}", at.offset));
             Ok::<_, io::Error>(())
         })
         .unwrap();
-        assert_eq!(count.records, seen.len());
         seen
     }
 

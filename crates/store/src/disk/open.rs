@@ -14,9 +14,9 @@ use super::change::{Old, Write};
 use super::flushes::Flushes;
 use super::history::position;
 use super::log_format::{self, Record};
-use super::pending::PendingWrites;
+use super::pending::{Pending, PendingWrites};
 use super::policy::SyncPolicy;
-use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header};
+use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header, Space};
 use super::tables::indexes;
 use super::{
     accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters, Db,
@@ -397,7 +397,9 @@ impl Inner {
             let mut numbering = log_format::Numbering::default();
             let mut last = self.journal.current_end().2;
             let io = &*self.config.io;
-            let replayed = journal::replay(io, path, *number, |record, here, framed| {
+            let mut records = 0usize;
+            let unread = journal::replay(io, path, *number, |record, here, framed| {
+                records += 1;
                 if let Some((lsn, head)) = numbering.number(&record) {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
                         return Ok(());
@@ -412,7 +414,8 @@ impl Inner {
                         }
                         let keeps_in_log = |len| self.config.keeps_in_log(len);
                         pointed = pointer_for_put(key, record, here, keeps_in_log);
-                        (key, Write::Put(pointed.as_ref().map_or(record, |p| &p[..])))
+                        let stored = pointed.as_ref().map_or(record, |p| &p[..]);
+                        (key, Write::Change(Space::Item, Pending::Put(stored)))
                     }
                     Record::Move { key, from, .. } => {
                         let write = Write::Move {
@@ -422,9 +425,11 @@ impl Inner {
                         };
                         (key, write)
                     }
-                    Record::Remove { key } => (key, Write::Remove),
-                    Record::RowPut { key, record } => (key, Write::RowPut { stored: record }),
-                    Record::RowRemove { key } => (key, Write::RowRemove),
+                    Record::Remove { key } => (key, Write::Change(Space::Item, Pending::Remove)),
+                    Record::RowPut { key, record } => {
+                        (key, Write::Change(Space::Row, Pending::Put(record)))
+                    }
+                    Record::RowRemove { key } => (key, Write::Change(Space::Row, Pending::Remove)),
                     Record::Flush(boundary) => {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
@@ -444,18 +449,14 @@ impl Inner {
             self.commit_counted(txn, &mut counts, Some((*number, last)))?;
             self.journal.resume_after(last);
             self.applied_segment.fetch_max(*number, Ordering::AcqRel);
-            tracing::info!(
-                segment = number,
-                records = replayed.records,
-                "replayed journal segment"
-            );
+            tracing::info!(segment = number, records, "replayed journal segment");
             // What it left unread: bytes after its last whole record, a torn
             // append (written, and not all on disk when the power went: the
             // last writes, which `--sync batch` and `none` may lose) or
             // damage. Their entries are not replayed; `stats kura` counts them.
-            if replayed.unread > 0 {
-                (self.counters.replay_dropped_bytes).fetch_add(replayed.unread, Ordering::Relaxed);
-                tracing::warn!(segment = number, dropped_bytes = replayed.unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
+            if unread > 0 {
+                (self.counters.replay_dropped_bytes).fetch_add(unread, Ordering::Relaxed);
+                tracing::warn!(segment = number, dropped_bytes = unread, after = %last, "the update log's segment ends in a torn or damaged record: the bytes from there are dropped");
             }
         }
         // A directory some process used before (it left a segment).

@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering;
 use crate::semantics::{self};
 use crate::{AckFence, ClassCommand, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor};
 
+use super::change::Old;
 use super::pending::{Change, Pending, Shard};
-use super::record::{self, item_size, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
+use super::record::{item_size, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
 /// What `with_record` does when the log cannot give an item's value (a
@@ -277,11 +278,13 @@ impl Inner {
                 return Ok(Some(ScanCursor([&[1], last.unwrap_or_default()].concat())));
             }
             (last, examined) = (Some(key), examined - 1);
-            let Some((header, value)) = Header::decode(bytes).filter(|(h, _)| self.alive(h)) else {
+            let Some(Old {
+                header, value_len, ..
+            }) = Old::of(bytes).filter(|old| self.alive(&old.header))
+            else {
                 continue;
             };
             left -= 1;
-            let value_len = record::stored_value_len(&header, value);
             let hash = self.pending.item_hash(key);
             visit(&ItemInfo {
                 key,

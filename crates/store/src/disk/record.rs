@@ -62,11 +62,6 @@ impl LogPointer {
     }
 }
 
-/// The length of the value of a record as LMDB stores it.
-pub fn stored_value_len(header: &Header, value: &[u8]) -> usize {
-    LogPointer::of_stored(header, value).map_or(value.len(), |pointer| pointer.value_len as usize)
-}
-
 /// The header and value of a put's record as the log holds it or another
 /// server sends it: `None` unless it is a header and the value itself.
 /// (Only LMDB holds pointers; one in a put would lead into a log at

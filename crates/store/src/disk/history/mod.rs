@@ -183,7 +183,7 @@ pub fn read_segments(
             }
         });
         match replayed {
-            Ok(replayed) if replayed.unread > 0 => summary.unread.push((*number, replayed.unread)),
+            Ok(unread) if unread > 0 => summary.unread.push((*number, unread)),
             Ok(_) | Err(Ended::Early(())) => {}
             Err(Ended::Failed(error)) => {
                 pass_over_removed(error, *number, summary.entries > 0)?;

@@ -21,7 +21,7 @@ use parking_lot::MutexGuard;
 use crate::disk::appender::JournalHeld;
 use crate::disk::change::Write;
 use crate::disk::log_format::{self, GroupHead, Record};
-use crate::disk::pending::Change;
+use crate::disk::pending::{Change, Pending};
 use crate::disk::record::{self, Counts, Keyed, Space};
 use crate::disk::tables::{indexes, rows};
 use crate::disk::{flushed::FLUSHED, Inner, PARTIAL_ROUND};
@@ -248,13 +248,20 @@ impl BaseLoader<'_> {
                     self.max_cas = self.max_cas.max(header.cas);
                     written += key.len() + record.len();
                     inner
-                        .apply(&mut txn, key, Write::Put(record), 0, &mut counts)
+                        .apply(
+                            &mut txn,
+                            key,
+                            Write::Change(Space::Item, Pending::Put(record)),
+                            0,
+                            &mut counts,
+                        )
                         .map(drop)
                 }
                 Record::RowPut { key, record } => {
                     written += key.len() + record.len();
-                    let write = Write::RowPut { stored: record };
-                    inner.apply_row(&mut txn, key, write).map(drop)
+                    inner
+                        .apply_row(&mut txn, key, Pending::Put(record))
+                        .map(drop)
                 }
                 // The master's newest flush: what it stamped before stays
                 // dead here too (its items are not in the snapshot).

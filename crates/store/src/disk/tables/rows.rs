@@ -12,7 +12,6 @@
 
 use kura_table::{Record, StoredRecord};
 
-use crate::disk::change::Write;
 use crate::disk::pending::{Change, Pending, Shard};
 use crate::disk::record::{Keyed, Space};
 use crate::disk::{appender, DiskStore, Inner, WriteFailed};
@@ -57,13 +56,13 @@ impl Inner {
         &self,
         txn: &mut heed::RwTxn<'_>,
         key: &[u8],
-        write: Write<'_>,
+        change: Pending<'_>,
     ) -> heed::Result<usize> {
         let sound = |&(_, primary_key): &(&[u8], &[u8])| {
             key.len() <= MAX_ROW_KEY
-                && match write {
-                    Write::RowPut { stored } => StoredRecord::new(primary_key, stored).is_some(),
-                    _ => true,
+                && match change {
+                    Pending::Put(stored) => StoredRecord::new(primary_key, stored).is_some(),
+                    Pending::Remove => true,
                 }
         };
         let Some((table, primary_key)) = split_row_key(key).filter(sound) else {
@@ -78,20 +77,17 @@ impl Inner {
             tracing::error!(table = %String::from_utf8_lossy(table), "replaced a damaged row");
             self.unindex_row(txn, table, primary_key)?;
         }
-        match write {
-            Write::RowPut { stored } => {
+        match change {
+            Pending::Put(stored) => {
                 let new = Record::decode_columns(primary_key, stored);
                 let changed = self.reindex_row(txn, table, old.as_ref(), new.as_ref())?;
                 self.rows.put(txn, key, stored)?;
                 Ok(changed)
             }
-            Write::RowRemove => {
+            Pending::Remove => {
                 let changed = self.reindex_row(txn, table, old.as_ref(), None)?;
                 self.rows.delete(txn, key)?;
                 Ok(changed)
-            }
-            Write::Put(_) | Write::Move { .. } | Write::Remove => {
-                unreachable!("an item's write is applied to the items")
             }
         }
     }
