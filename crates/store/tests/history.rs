@@ -445,7 +445,22 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
     let starts = format!("consistent from LSN {snapshot} (");
     assert!(error.contains(&starts) && error.contains("Z)"), "{error}");
 
-    // A segment lost from the incremental backup (its manifest agreeing).
+    // The full backup the incremental one continues, gone: the refusal
+    // names the entries it held.
+    let moved = work.path().join("moved");
+    std::fs::rename(&full, &moved).unwrap();
+    let error = restore::restore(&incremental, None, &work.path().join("r3"))
+        .unwrap_err()
+        .to_string();
+    let wanted = format!(
+        "lacks the entries it held, up to LSN {}",
+        manifest.first_lsn - 1
+    );
+    assert!(error.contains(&wanted), "{error}");
+    std::fs::rename(&moved, &full).unwrap();
+
+    // A segment lost from the incremental backup, its manifest still
+    // listing it: the entries it held are named, not only the file.
     let lost = manifest
         .files
         .iter()
@@ -454,6 +469,12 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
         .name
         .clone();
     std::fs::remove_file(incremental.join(&lost)).unwrap();
+    let error = restore::restore(&incremental, None, &work.path().join("r4"))
+        .unwrap_err()
+        .to_string();
+    let wanted = format!("the log lacks entries {}", snapshot + 1);
+    assert!(error.contains(&wanted), "{error}");
+    // And with its manifest agreeing.
     let mut edited = manifest.clone();
     edited.files.retain(|f| f.name != lost);
     std::fs::write(
@@ -466,6 +487,76 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
         .to_string();
     assert!(error.contains("lacks entries"), "{error}");
     assert!(error.contains(&format!("{}", snapshot + 1)), "{error}");
+}
+
+/// A manifest is not checksummed itself: one whose snapshot says less than
+/// its copy of LMDB holds would have the restore serve the copy's state as
+/// an earlier one.
+#[test]
+fn a_restore_refuses_a_manifest_that_disagrees_with_its_copy_of_lmdb() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    // The last value is kept in the log: the full backup copies the
+    // segment that holds its entry.
+    store(&engine, StoreMode::Set, b"big", &[b'Z'; 3000], 0);
+    store(&engine, StoreMode::Set, b"m", b"before", 0);
+    store(&engine, StoreMode::Set, b"m", &[b'A'; 3000], 0);
+    let full = work.path().join("full");
+    let manifest = backup(&engine, &full, None);
+    drop(engine);
+    let snapshot = manifest.snapshot.unwrap();
+    assert_eq!(snapshot.lsn, 3);
+
+    let mut lowered = manifest.clone();
+    lowered.snapshot = Some(kura_store::disk::LogPosition::new(2, snapshot.micros));
+    lowered.first_lsn = 3;
+    let text = serde_json::to_string(&lowered).unwrap();
+    std::fs::write(full.join(backup::MANIFEST), text).unwrap();
+    backup::verify(&full).unwrap();
+    let to = work.path().join("r");
+    let error = restore::restore(&full, Some(LogPoint::Lsn(2)), &to)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("its copy of LMDB holds the log up to LSN 3"),
+        "{error}"
+    );
+    assert!(!to.exists(), "a refused restore leaves nothing");
+}
+
+/// A directory named like a segment (a backup written into the data
+/// directory) or a FIFO (whose open waits for a writer) is no segment.
+#[test]
+fn only_regular_files_are_segments_or_backed_up_files() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = open(&data);
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    drop(engine);
+    std::fs::create_dir(data.join("journal-00000000000000ff.log")).unwrap();
+    let fifo = data.join("journal-00000000000000fe.log");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let engine = open(&data);
+    assert_eq!(get(&engine, b"a"), Some((b"1".to_vec(), 0)));
+    drop(engine);
+    assert!(history::read(&data, Values::Skip, |_| ControlFlow::Continue(())).is_ok());
+
+    let (full, _) = one_item_backed_up(&work.path().join("other"));
+    let copy = full.join(backup::DATA_FILE);
+    std::fs::remove_file(&copy).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&copy)
+        .status()
+        .unwrap()
+        .success());
+    let started = std::time::Instant::now();
+    let error = backup::verify(&full).unwrap_err().to_string();
+    assert!(error.contains("is not a regular file"), "{error}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 /// A data directory in `work` with one item, backed up in full into

@@ -69,11 +69,17 @@ pub fn segment_number(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// The journal's segments in `dir`, oldest first.
+/// The journal's segments in `dir`, oldest first. Only regular files are:
+/// a directory of that name (a backup written there) or a FIFO (which would
+/// block its reader) is not.
 pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
+        let entry = entry?;
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        let path = entry.path();
         let name = path.file_name().and_then(|name| name.to_str());
         found.extend(name.and_then(segment_number).map(|number| (number, path)));
     }

@@ -312,10 +312,10 @@ fn base_incomplete() -> BackupError {
 
 /// What a copy of LMDB's meta table says of the log.
 #[derive(Default)]
-struct CopiedMeta {
-    applied: LogPosition,
+pub(super) struct CopiedMeta {
+    pub(super) applied: LogPosition,
     /// The last entry of a round the copy holds part of.
-    partial: Option<LogPosition>,
+    pub(super) partial: Option<LogPosition>,
     applied_segment: u64,
     pointed: Vec<u64>,
     /// The copy holds part of a replica's snapshot of its master.
@@ -325,7 +325,7 @@ struct CopiedMeta {
 
 /// Reads the meta table of the LMDB file in `dir` (a backup's copy),
 /// leaving no lock file behind.
-fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
+pub(super) fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
     let mut options = EnvOpenOptions::new();
     options.max_dbs(4);
     // SAFETY: a copy no other environment has open, read and closed here.
@@ -397,6 +397,13 @@ fn copy_file(from: &Path, to: &Path, limit: Option<u64>) -> Result<(), BackupErr
 
 fn sum_file(path: &Path, name: &str) -> Result<FileSum, BackupError> {
     let reading = || io_error(format!("reading {}", path.display()));
+    // Opening a FIFO would wait for a writer.
+    if !fs::metadata(path).map_err(reading())?.is_file() {
+        return Err(BackupError::Refused(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
     let file = File::open(path).map_err(reading())?;
     let mut hasher = Sha256::new();
     let bytes = io::copy(
@@ -557,7 +564,7 @@ fn path_from(from: &Path, to: &Path) -> PathBuf {
 /// Checks the backup in `dir` and every backup it continues: files and
 /// checksums, one server, the log contiguous from the snapshot on.
 pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
-    let mut backups = Vec::new();
+    let mut backups: Vec<(PathBuf, Manifest)> = Vec::new();
     let mut next = Some(dir.to_path_buf());
     while let Some(dir) = next.take() {
         if backups.len() > 10_000 || backups.iter().any(|(seen, _)| *seen == dir) {
@@ -566,16 +573,18 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                 dir.display()
             )));
         }
-        let manifest = load(&dir)?;
-        for file in &manifest.files {
-            if sum_file(&dir.join(&file.name), &file.name)? != *file {
+        let manifest = match (load(&dir), backups.last()) {
+            (Ok(manifest), _) => manifest,
+            // A link the newer backup names: what the chain lacks is the
+            // log up to where the newer one starts.
+            (Err(error), Some((_, newer))) => {
                 return Err(BackupError::Refused(format!(
-                    "{}: {} does not match its checksum",
-                    dir.display(),
-                    file.name
-                )));
+                    "{error}; the chain lacks the entries it held, up to LSN {}",
+                    newer.first_lsn - 1
+                )))
             }
-        }
+            (Err(error), None) => return Err(error),
+        };
         // The log's check below reads every segment in `dir`.
         let unlisted = journal::segments(&dir)
             .map_err(io_error(format!("listing {}", dir.display())))?
@@ -596,8 +605,28 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                 manifest.last.lsn
             )));
         }
-        let missing = history::missing(&dir, manifest.first_lsn, manifest.last.lsn)
-            .map_err(io_error(format!("reading the log in {}", dir.display())))?;
+        let missing = || history::missing(&dir, manifest.first_lsn, manifest.last.lsn);
+        for file in &manifest.files {
+            let refusal = match sum_file(&dir.join(&file.name), &file.name) {
+                Ok(sum) if sum == *file => continue,
+                Ok(_) => format!(
+                    "{}: {} does not match its checksum",
+                    dir.display(),
+                    file.name
+                ),
+                Err(error) => error.to_string(),
+            };
+            // A segment removed or damaged: the entries a restore lacks.
+            let lacks = match missing() {
+                Ok(missing) if !missing.is_empty() => history::describe_ranges(&missing),
+                _ => return Err(BackupError::Refused(refusal)),
+            };
+            return Err(BackupError::Refused(format!(
+                "{refusal}; the log lacks entries {lacks}"
+            )));
+        }
+        let missing =
+            missing().map_err(io_error(format!("reading the log in {}", dir.display())))?;
         if !missing.is_empty() {
             return Err(BackupError::Refused(format!(
                 "{}: the log lacks entries {}",

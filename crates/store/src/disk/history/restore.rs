@@ -103,6 +103,19 @@ fn restore_into(
             )))?;
         }
     }
+    // The manifest names the entries to replay after the copy: it must
+    // say where the copy stands (else the copy, past the point, is served).
+    let (full_dir, full) = &chain.backups[0];
+    let copied = backup::read_meta(to)?;
+    let consistent_from = copied.partial.filter(|partial| *partial > copied.applied);
+    if full.snapshot != Some(copied.applied) || full.consistent_from != consistent_from {
+        return Err(BackupError::Refused(format!(
+            "{}: its copy of LMDB holds the log up to {}, and its manifest says {}",
+            full_dir.display(),
+            copied.applied,
+            snapshot
+        )));
+    }
     let target = target_of(to, snapshot, chain.last(), until)
         .map_err(io_error("reading the restored log"))?;
     reaches(target, chain.earliest())?;
