@@ -96,7 +96,8 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
     let mut client = CommandClient::send(&take.server, &command, timeout)?;
     let reply = client.line_within(reply_limit).map_err(|error| {
         anyhow::anyhow!(
-            "{error:#}; the server may still be writing the backup: `kura backup verify {}` tells when it is whole",
+            "{}; the server may still be writing the backup: `kura backup verify {}` tells when it is whole",
+            crate::describe(&error),
             to.display()
         )
     })?;

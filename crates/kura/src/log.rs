@@ -169,18 +169,14 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
         }
         // Before the end of the range is looked for: a range that ends
         // within a gap lacks the entries of it it asked for. Up to a time,
-        // the missing entries' times are not known: the gap counts when
-        // the entry after it is within the range.
+        // the missing entries' times are not known: a gap after an entry
+        // within the range counts, though the entry after it is past.
         if let Some(before) = before.filter(|&before| entry.lsn > before + 1) {
             let (start, end) = (
                 (before + 1).max(first_asked),
                 (entry.lsn - 1).min(last_asked),
             );
-            let within = match until {
-                Some(point @ LogPoint::Micros(_)) => point.covers(entry.lsn, entry.micros),
-                _ => true,
-            };
-            if start <= end && within {
+            if start <= end {
                 missing.push((start, end));
             }
         }

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
         Err(Failure::Runtime(error)) => {
-            eprintln!("kura: {error:#}");
+            eprintln!("kura: {}", describe(&error));
             ExitCode::FAILURE
         }
     }
@@ -135,6 +135,21 @@ fn first_statement(rendered: &str) -> String {
     statement
 }
 
+/// An error and its causes, each said once: kura's error types often say
+/// their cause in their own message already.
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain().map(ToString::to_string) {
+        if !text.ends_with(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Why a command failed: the user's command line, or the world.
 pub enum Failure {
     Usage(String),
@@ -144,5 +159,24 @@ pub enum Failure {
 impl From<anyhow::Error> for Failure {
     fn from(error: anyhow::Error) -> Self {
         Failure::Runtime(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+    use kura_store::disk::OpenError;
+
+    #[test]
+    fn a_cause_its_error_already_says_is_said_once() {
+        let journal = OpenError::Journal(std::io::Error::other("Is a directory"));
+        let error = anyhow::Error::new(journal).context("opening the data directory /d");
+        assert_eq!(
+            describe(&error),
+            "opening the data directory /d: cannot open or replay the journal: Is a directory"
+        );
+        // A cause its error does not say is said.
+        let error = anyhow::Error::new(std::io::Error::other("Is a directory")).context("reading");
+        assert_eq!(describe(&error), "reading: Is a directory");
     }
 }
