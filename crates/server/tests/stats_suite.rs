@@ -957,6 +957,41 @@ fn a_reset_zeroes_the_counts_and_keeps_the_gauges_on_the_disk_engine() {
     a_reset_zeroes_the_counts_and_keeps_the_gauges(&TestServer::disk());
 }
 
+/// `stats items` lists the classes that hold items, as memcached's
+/// `item_stats` does: one emptied is left out.
+fn stats_items_leaves_out_a_class_that_holds_nothing(server: &TestServer) {
+    let mut s = server.connect();
+    let large = "y".repeat(5000);
+    assert_eq!(ask(&mut s, "set a 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(
+        ask(&mut s, &format!("set b 0 0 5000\r\n{large}\r\n")),
+        "STORED\r\n"
+    );
+    let numbered = |reply: &str| -> Vec<String> {
+        (figures(reply).into_iter())
+            .filter(|(name, _)| name.ends_with(":number"))
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect()
+    };
+    let both = numbered(&ask(&mut s, "stats items\r\n"));
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(ask(&mut s, "delete b\r\n"), "DELETED\r\n");
+    let one = numbered(&ask(&mut s, "stats items\r\n"));
+    assert_eq!(one, vec![both[0].clone()]);
+    assert_eq!(ask(&mut s, "delete a\r\n"), "DELETED\r\n");
+    assert_eq!(ask(&mut s, "stats items\r\n"), "END\r\n");
+}
+
+#[test]
+fn stats_items_leaves_out_empty_classes_on_the_memory_engine() {
+    stats_items_leaves_out_a_class_that_holds_nothing(&TestServer::start());
+}
+
+#[test]
+fn stats_items_leaves_out_empty_classes_on_the_disk_engine() {
+    stats_items_leaves_out_a_class_that_holds_nothing(&TestServer::disk());
+}
+
 #[test]
 fn stats_slabs_counts_commands_by_class_on_the_memory_engine() {
     counts_commands_by_the_class_of_their_item(&TestServer::start());

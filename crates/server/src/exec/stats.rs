@@ -567,7 +567,9 @@ fn items(ctx: &Context<'_>) -> Lines {
     let store = store_stats(ctx);
     let config = &ctx.shared.config;
     let mut lines = Vec::new();
-    for class in &store.classes {
+    // As memcached's `item_stats`: a class that holds no item is left out,
+    // whatever it counted before.
+    for class in store.classes.iter().filter(|class| class.items > 0) {
         let mut add = |field: &str, value: u64| {
             line(&mut lines, format!("items:{}:{field}", class.class), value)
         };
