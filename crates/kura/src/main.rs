@@ -140,7 +140,7 @@ fn first_statement(rendered: &str) -> String {
 pub fn describe(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain().map(ToString::to_string) {
-        if !text.ends_with(&cause) {
+        if text != cause && !text.ends_with(&format!(": {cause}")) {
             if !text.is_empty() {
                 text.push_str(": ");
             }

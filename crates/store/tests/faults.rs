@@ -926,12 +926,13 @@ fn a_failed_write_is_not_hidden_by_a_later_write_of_the_same_connection() {
         compare_cas: None,
         stale_if_older: false,
     };
+    // Before the set: the appender may take it as soon as it is pending.
+    io.set(|f| f.write_log = Some(Fault::Fails(libc::ENOSPC)));
     assert!(matches!(
         store.store(&set, &fence),
         StoreOutcome::Stored { .. }
     ));
     let failed = fence.take().unwrap();
-    io.set(|f| f.write_log = Some(Fault::Fails(libc::ENOSPC)));
     assert_eq!(wait(failed), AckState::Failed);
     io.set(|f| f.write_log = None);
     assert_eq!(

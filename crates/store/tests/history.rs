@@ -453,7 +453,7 @@ fn a_restore_that_lacks_part_of_the_log_names_the_missing_lsns() {
         .unwrap_err()
         .to_string();
     let wanted = format!(
-        "lacks the entries it held, up to LSN {}",
+        "holds the chain's entries up to LSN {}",
         manifest.first_lsn - 1
     );
     assert!(error.contains(&wanted), "{error}");
@@ -522,6 +522,23 @@ fn a_restore_refuses_a_manifest_that_disagrees_with_its_copy_of_lmdb() {
         "{error}"
     );
     assert!(!to.exists(), "a refused restore leaves nothing");
+}
+
+/// A backup into the server's own data directory would be taken for its
+/// files (a directory named like a segment, say).
+#[test]
+fn a_backup_into_the_data_directory_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let engine = open(&data);
+    store(&engine, StoreMode::Set, b"a", b"1", 0);
+    let to = data.join("journal-00000000000000ff.log");
+    let error = engine.backup(&to, None).unwrap_err().to_string();
+    assert!(
+        error.contains("inside this server's data directory"),
+        "{error}"
+    );
+    assert!(!to.exists());
 }
 
 /// A directory named like a segment (a backup written into the data

@@ -69,17 +69,17 @@ pub fn segment_number(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// The journal's segments in `dir`, oldest first. Only regular files are:
-/// a directory of that name (a backup written there) or a FIFO (which would
-/// block its reader) is not.
+/// The journal's segments in `dir`, oldest first. A directory of that name
+/// or a FIFO (which would block its reader) is none; a symbolic link is
+/// what it leads to, and an entry that cannot be looked at (removed since,
+/// a dangling link) is listed, for its reader to fail on.
 pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if !entry.file_type()?.is_file() {
+        let path = entry?.path();
+        if fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
             continue;
         }
-        let path = entry.path();
         let name = path.file_name().and_then(|name| name.to_str());
         found.extend(name.and_then(segment_number).map(|number| (number, path)));
     }

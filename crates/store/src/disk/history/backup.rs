@@ -134,6 +134,13 @@ impl Inner {
         if self.base_incomplete.load(Ordering::Acquire) {
             return Err(base_incomplete());
         }
+        if target::inside(to, &self.config.dir) {
+            return Err(BackupError::Refused(format!(
+                "{} is inside this server's data directory {}: back up elsewhere",
+                to.display(),
+                self.config.dir.display()
+            )));
+        }
         target::write_into(to, || self.write_backup(to, since))
     }
 
@@ -579,7 +586,7 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
             // log up to where the newer one starts.
             (Err(error), Some((_, newer))) => {
                 return Err(BackupError::Refused(format!(
-                    "{error}; the chain lacks the entries it held, up to LSN {}",
+                    "{error}; that backup holds the chain's entries up to LSN {}",
                     newer.first_lsn - 1
                 )))
             }

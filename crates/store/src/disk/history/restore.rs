@@ -109,11 +109,19 @@ fn restore_into(
     let copied = backup::read_meta(to)?;
     let consistent_from = copied.partial.filter(|partial| *partial > copied.applied);
     if full.snapshot != Some(copied.applied) || full.consistent_from != consistent_from {
+        let consistent = |from: Option<LogPosition>| match from {
+            Some(from) => format!(", consistent from {from}"),
+            None => String::new(),
+        };
+        let said = match full.snapshot {
+            Some(snapshot) => format!("{snapshot}{}", consistent(full.consistent_from)),
+            None => "no snapshot".to_string(),
+        };
         return Err(BackupError::Refused(format!(
-            "{}: its copy of LMDB holds the log up to {}, and its manifest says {}",
+            "{}: its copy of LMDB holds the log up to {}{}, and its manifest says {said}",
             full_dir.display(),
             copied.applied,
-            snapshot
+            consistent(consistent_from),
         )));
     }
     let target = target_of(to, snapshot, chain.last(), until)

@@ -30,6 +30,38 @@ pub fn write_into<T>(
     written
 }
 
+/// Whether `path`, which need not exist yet, is `dir` or lies within it,
+/// links resolved (a backup written there would be taken for the server's
+/// own files).
+pub fn inside(path: &Path, dir: &Path) -> bool {
+    let Ok(dir) = fs::canonicalize(dir) else {
+        return false;
+    };
+    // The nearest part of `path` that exists, resolved, and the rest.
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        let looked_at = match existing.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => existing,
+        };
+        if let Ok(resolved) = fs::canonicalize(looked_at) {
+            let whole = rest
+                .iter()
+                .rev()
+                .fold(resolved, |whole, part| whole.join(part));
+            return whole.starts_with(&dir);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return false,
+        }
+    }
+}
+
 struct Target {
     dir: PathBuf,
     /// The parents made for it, outermost first.
@@ -245,5 +277,29 @@ mod tests {
         fs::write(work.path().join("full"), b"x").unwrap();
         let error = Target::prepare(&work.path().join("full")).err();
         assert!(matches!(error, Some(BackupError::Io { .. })), "{error:?}");
+    }
+
+    #[test]
+    fn a_path_inside_a_directory_is_found_through_links_and_missing_parts() {
+        let work = tempfile::tempdir().unwrap();
+        let data = work.path().join("data");
+        fs::create_dir(&data).unwrap();
+        let link = work.path().join("link");
+        std::os::unix::fs::symlink(&data, &link).unwrap();
+        for within in [
+            data.clone(),
+            data.join("a/b"),
+            link.join("journal-00ff.log"),
+        ] {
+            assert!(inside(&within, &data), "{}", within.display());
+        }
+        for outside in [
+            work.path().join("database"),
+            work.path().join("x/data"),
+            work.path().to_path_buf(),
+        ] {
+            assert!(!inside(&outside, &data), "{}", outside.display());
+        }
+        assert!(!inside(&data, &work.path().join("missing")));
     }
 }
