@@ -92,11 +92,23 @@ pub fn parse_point(text: &str, flag: &str) -> Result<LogPoint, Failure> {
         Some(seconds) => parse_unix_seconds(seconds),
         None => parse_rfc3339(text),
     };
-    micros.map(LogPoint::Micros).ok_or_else(|| {
-        Failure::Usage(format!(
-            "{flag}: {text:?} is neither an LSN, an RFC 3339 time nor @<Unix seconds>"
-        ))
-    })
+    micros
+        .map(LogPoint::Micros)
+        .ok_or_else(|| match before_1970(text) {
+            true => Failure::Usage(format!("{flag}: {text:?} {BEFORE_1970}")),
+            false => Failure::Usage(format!(
+                "{flag}: {text:?} is neither an LSN, an RFC 3339 time nor @<Unix seconds>"
+            )),
+        })
+}
+
+pub const BEFORE_1970: &str = "is before 1970, where the log's times (Unix µs) begin";
+
+/// Whether `text` is an RFC 3339 time before the Unix epoch: a time the log
+/// cannot hold, not one written wrong.
+pub fn before_1970(text: &str) -> bool {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .is_ok_and(|time| time.unix_timestamp_nanos() < 0)
 }
 
 /// Unix seconds, with a fraction if any, as µs.
@@ -119,7 +131,8 @@ pub fn parse_unix_seconds(text: &str) -> Option<u64> {
 pub fn parse_rfc3339(text: &str) -> Option<u64> {
     let time =
         time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
-    u64::try_from(time.unix_timestamp_nanos() / 1000).ok()
+    // Down, not toward zero: 1969-12-31T23:59:59.9999999Z is no time of the log.
+    u64::try_from(time.unix_timestamp_nanos().div_euclid(1000)).ok()
 }
 
 fn dump(args: DumpArgs) -> Result<(), Failure> {
@@ -498,6 +511,14 @@ mod tests {
         ));
         assert!(parse_point("yesterday", "-").is_err());
         assert!(parse_point("@12x", "-").is_err());
+        // Before the epoch, though by less than a µs: said so, not misread.
+        for early in ["1969-12-31T23:59:59Z", "1969-12-31T23:59:59.9999999Z"] {
+            let Err(Failure::Usage(message)) = parse_point(early, "--until") else {
+                panic!("{early} was read as a time of the log");
+            };
+            assert!(message.ends_with(BEFORE_1970), "{message}");
+        }
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00.0000009Z"), Some(0));
     }
 
     #[test]
