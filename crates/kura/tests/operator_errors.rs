@@ -141,6 +141,30 @@ fn a_backup_from_a_server_that_never_replies_gives_up_after_its_timeout() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
+/// A backup into the server's own data directory would be taken for its
+/// files: the server refuses it, and the server goes on serving.
+#[test]
+fn a_backup_into_the_servers_data_directory_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let (_server, address) = start(&data);
+    set_keys(&address, 0..3);
+    let inside = data.join("journal-00000000000000ff.log");
+    fails(
+        &["backup", "--server", &address, "--to", path(&inside)],
+        "inside this server's data directory",
+    );
+    assert!(!inside.exists());
+    ok(&[
+        "backup",
+        "--server",
+        &address,
+        "--to",
+        path(&work.path().join("beside")),
+    ]);
+    set_keys(&address, 3..4);
+}
+
 #[test]
 fn a_backup_from_a_server_that_sends_an_endless_line_stops_at_a_bound() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
