@@ -13,7 +13,7 @@ use kura_store::disk::history::restore;
 use kura_store::disk::history::LogPoint;
 
 use crate::command_client::CommandClient;
-use crate::log::{before_1970, parse_rfc3339, parse_unix_seconds, BEFORE_1970};
+use crate::log::{not_a_point, parse_rfc3339, parse_unix_seconds};
 use crate::output::outln;
 use crate::Failure;
 
@@ -176,12 +176,7 @@ pub fn run_restore(args: RestoreArgs) -> Result<(), Failure> {
         (Some(text), _) => Some(LogPoint::Micros(
             parse_unix_seconds(text.strip_prefix('@').unwrap_or(text))
                 .or_else(|| parse_rfc3339(text))
-                .ok_or_else(|| match before_1970(text) {
-                    true => Failure::Usage(format!("--until: {text:?} {BEFORE_1970}")),
-                    false => Failure::Usage(format!(
-                        "--until: {text:?} is neither an RFC 3339 time nor Unix seconds"
-                    )),
-                })?,
+                .ok_or_else(|| not_a_point("--until", text, "an RFC 3339 time nor Unix seconds"))?,
         )),
         (None, Some(lsn)) => Some(LogPoint::Lsn(lsn)),
         (None, None) => None,

@@ -94,21 +94,22 @@ pub fn parse_point(text: &str, flag: &str) -> Result<LogPoint, Failure> {
     };
     micros
         .map(LogPoint::Micros)
-        .ok_or_else(|| match before_1970(text) {
-            true => Failure::Usage(format!("{flag}: {text:?} {BEFORE_1970}")),
-            false => Failure::Usage(format!(
-                "{flag}: {text:?} is neither an LSN, an RFC 3339 time nor @<Unix seconds>"
-            )),
-        })
+        .ok_or_else(|| not_a_point(flag, text, "an LSN, an RFC 3339 time nor @<Unix seconds>"))
 }
 
-pub const BEFORE_1970: &str = "is before 1970, where the log's times (Unix µs) begin";
+const BEFORE_1970: &str = "is before 1970, where the log's times (Unix µs) begin";
 
-/// Whether `text` is an RFC 3339 time before the Unix epoch: a time the log
-/// cannot hold, not one written wrong.
-pub fn before_1970(text: &str) -> bool {
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .is_ok_and(|time| time.unix_timestamp_nanos() < 0)
+/// Why `text`, given to `flag`, is no point of the log: an RFC 3339 time
+/// before the Unix epoch (a time the log cannot hold, not one written
+/// wrong), or neither of the forms `expected` names.
+pub fn not_a_point(flag: &str, text: &str, expected: &str) -> Failure {
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    match time::OffsetDateTime::parse(text, rfc3339) {
+        Ok(time) if time.unix_timestamp_nanos() < 0 => {
+            Failure::Usage(format!("{flag}: {text:?} {BEFORE_1970}"))
+        }
+        _ => Failure::Usage(format!("{flag}: {text:?} is neither {expected}")),
+    }
 }
 
 /// Unix seconds, with a fraction if any, as µs.
