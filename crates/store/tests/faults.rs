@@ -44,6 +44,10 @@ struct Faults {
     /// `None` works, `Some(errno)` fails.
     commit_plan: VecDeque<Option<i32>>,
     sync_data: Option<Fault>,
+    /// Every fsync of LMDB's data file (after a round) waits this long
+    /// first (a slow disk under load); `slow_data_sync_started` then.
+    slow_data_syncs: Option<Duration>,
+    slow_data_sync_started: bool,
     /// The next log fsync waits this long first (an fsync of a segment
     /// never synced before can take that long); `slow_sync_started` then.
     slow_next_sync: Option<Duration>,
@@ -319,6 +323,14 @@ impl Io for FaultyIo {
     }
 
     fn sync_data(&self, env: &Env) -> heed::Result<()> {
+        let slow = {
+            let mut faults = self.faults.lock();
+            faults.slow_data_sync_started |= faults.slow_data_syncs.is_some();
+            faults.slow_data_syncs
+        };
+        if let Some(delay) = slow {
+            std::thread::sleep(delay);
+        }
         let _turn = self.data.lock();
         if let Some(Fault::Fails(code)) = self.fault(|f| f.sync_data) {
             return Err(heed_error(code));
@@ -977,6 +989,38 @@ fn a_full_disk_refuses_writes_keeps_deletes_and_writes_resume_when_space_returns
     let store = recovers(dir.path(), &kept);
     assert_eq!(get(&store, b"key0"), None);
     assert_eq!(get(&store, b"no room"), None);
+}
+
+/// `stats` counts every write acknowledged before it, however long the
+/// applier takes to put them into LMDB: it once waited at most 200 ms, and
+/// on a slow disk under load showed counts without the last writes.
+#[test]
+fn stats_count_every_acknowledged_write_however_slow_the_applier() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(dir.path(), SyncPolicy::Batch, io.clone());
+    fill(&store, 10, 100);
+    assert_eq!(store.wait_until_all_applied(), AckState::Ready);
+    io.set(|f| f.slow_data_syncs = Some(Duration::from_millis(700)));
+    // A round takes the first write, commits it and fsyncs LMDB slowly;
+    // the writes made meanwhile wait for the round after it.
+    assert_eq!(set(&store, b"first", b"v"), Some(true));
+    std::thread::scope(|scope| {
+        scope.spawn(|| store.wait_until_all_applied());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !io.faults.lock().slow_data_sync_started {
+            assert!(Instant::now() < deadline, "no round fsynced LMDB");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for i in 0..9 {
+            let key = format!("later{i}");
+            assert_eq!(set(&store, key.as_bytes(), &value_of(i, 5000)), Some(true));
+        }
+        let stats = store.stats();
+        assert_eq!(stats.curr_items, 20, "stats lacks acknowledged writes");
+        let stored: u64 = stats.classes.iter().map(|class| class.items).sum();
+        assert_eq!(stored, 20, "a class's count lacks acknowledged writes");
+    });
 }
 
 /// A round that commits in parts and fails for space in a later part has

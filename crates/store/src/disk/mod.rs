@@ -88,8 +88,6 @@ use read::ValueLost;
 use record::{item_size, Counts, Header, LogPointer, FETCHED, IN_LOG};
 pub use retention::LogRetention;
 
-/// The longest `stats` or a scan waits for the applier to catch up.
-const CATCH_UP_WAIT: Duration = Duration::from_millis(200);
 /// Every LMDB table: byte keys to byte values.
 type Db = Database<Bytes, Bytes>;
 
@@ -282,7 +280,8 @@ impl Inner {
     }
 
     /// Wakes the writer and the applier until write `seq` is in LMDB or
-    /// failed (or the engine stops), giving up at `deadline` if there is one.
+    /// failed (or the engine stops, or cannot apply: poisoned, or its disk
+    /// full), giving up at `deadline` if there is one.
     fn wait_applied(&self, seq: u64, deadline: Option<Instant>) -> AckState {
         let mut asked = false;
         while self.applied.decided() < seq {
@@ -297,8 +296,9 @@ impl Inner {
             }
             let in_time = deadline.is_none_or(|at| Instant::now() < at);
             self.applied.wait(seq, Duration::from_millis(10));
-            // A poisoned engine applies nothing more.
-            if !in_time || self.health.is_poisoned() || self.signals.stopping() {
+            // A poisoned engine applies nothing more, a full disk nothing
+            // until there is room (the round asked for above may still go).
+            if !in_time || !self.health.applies() || self.signals.stopping() {
                 break;
             }
         }
@@ -468,11 +468,11 @@ impl Store for DiskStore {
 
     fn stats(&self) -> StoreStats {
         let inner = &self.inner;
-        // LMDB up to every write made so far: exact when the writes pause, at
-        // most [`CATCH_UP_WAIT`] late under load (a monitor polling `stats`
-        // must not stall a worker for a whole round).
-        let deadline = Instant::now() + CATCH_UP_WAIT;
-        inner.wait_applied(inner.pending.last_seq(), Some(deadline));
+        // LMDB up to every write made before `stats`, as a scan waits: a
+        // count that lags an acknowledged write is wrong, not late. Under
+        // load this costs the worker about one apply round (measured in
+        // docs/BENCHMARKS.md); a poisoned or stopping engine ends the wait.
+        inner.wait_applied(inner.pending.last_seq(), None);
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.
         let counts = inner.applied_counts.lock().classes.clone();
