@@ -19,7 +19,7 @@ use crate::reply_budget::{Charge, ReplyBudget};
 pub const OUTPUT_HIGH_WATER: usize = 1 << 20;
 
 /// Why `serve` stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
     /// Every complete request was served; the rest needs more bytes.
     NeedInput,
@@ -38,6 +38,9 @@ pub enum Stop {
     /// `lru_crawler metadump`: the connection writes the dump, then serves
     /// the requests after it.
     Metadump(crate::exec::metadump::CrawlClasses),
+    /// `backup` or `copy`: the connection waits for the backup's reply,
+    /// then serves the requests after it.
+    Backup(crate::exec::backup::BackupRequest),
 }
 
 /// What a connection speaks: its listener says (a session is made for it).
@@ -212,6 +215,9 @@ impl Session {
                 }
                 Step::Served(Action::Metadump(classes)) => {
                     return (used + consumed, Stop::Metadump(classes))
+                }
+                Step::Served(Action::Backup(request)) => {
+                    return (used + consumed, Stop::Backup(request))
                 }
                 Step::Incomplete => return (used, Stop::NeedInput),
                 // As memcached: the connection goes, with the replies composed

@@ -21,6 +21,7 @@ use slab::Slab;
 use kura_proto::Protocol;
 use kura_store::{AckFence, AckSpan, AckState};
 
+use crate::exec::backup::{BackupJob, BackupRequest};
 use crate::exec::metadump::Metadump;
 use crate::exec::Context;
 use crate::line_wait::LineWait;
@@ -178,6 +179,9 @@ struct Connection {
     /// An `lru_crawler metadump` under way: its parts are written before
     /// any request after it is served.
     dump: Option<Metadump>,
+    /// A backup it asked for (`backup`, `copy`) runs: its reply is sent
+    /// before any request after it is served.
+    backup: Option<BackupJob>,
     /// What `input` and `output` count against `--max-buffered`.
     buffered: usize,
 }
@@ -193,6 +197,8 @@ enum Next {
     Watch(u32),
     /// It asked to become a replica's link.
     Replicate(kura_proto::replication::LinkRequest),
+    /// It asked for a backup, to be made on a thread of its own.
+    Backup(BackupRequest),
 }
 
 /// Buffers shared by all connections of a worker.
@@ -221,6 +227,8 @@ pub struct Worker {
     waker: Arc<Waker>,
     /// Connections that are log watchers, served when the waker fires.
     watching: Vec<usize>,
+    /// Connections whose backup runs; its thread fires the waker when it ends.
+    backing_up: Vec<usize>,
 }
 
 impl Worker {
@@ -254,6 +262,7 @@ impl Worker {
             shared,
             fixed_protocol,
             held: Vec::new(),
+            backing_up: Vec::new(),
             wanted,
             waker: waker.clone(),
             watching: Vec::new(),
@@ -284,6 +293,7 @@ impl Worker {
                     WAKER => {
                         self.adopt_new_connections();
                         self.release_held();
+                        self.answer_backups();
                     }
                     Token(key) => {
                         if let Some(connection) = self.connections.get_mut(key) {
@@ -356,6 +366,7 @@ impl Worker {
                 info: info.clone(),
                 watcher: None,
                 dump: None,
+                backup: None,
             };
             if connection
                 .stream
@@ -394,6 +405,8 @@ impl Worker {
             serve_watcher(connection, &mut self.scratch, &ctx)
         } else if connection.dump.is_some() {
             serve_dump(connection, &ctx)
+        } else if connection.backup.is_some() {
+            serve_backup(connection, &ctx)
         } else {
             serve_connection(connection, &mut self.scratch, &ctx)
         };
@@ -458,6 +471,31 @@ impl Worker {
             }
             Next::Watch(kinds) => self.start_watching(key, kinds),
             Next::Replicate(request) => self.hand_to_replication(key, request),
+            Next::Backup(request) => {
+                let job = BackupJob::start(request, self.shared.clone(), self.waker.clone());
+                connection.backup = Some(job);
+                self.backing_up.push(key);
+                // Sends the replies before it while the backup runs.
+                self.ready.push_back(key);
+            }
+        }
+    }
+
+    /// Serves the connections whose backup has ended: its reply, then the
+    /// requests after it.
+    fn answer_backups(&mut self) {
+        let connections = &self.connections;
+        let ended = |key: &usize| {
+            connections
+                .get(*key)
+                .and_then(|connection| connection.backup.as_ref())
+                .is_none_or(|job| job.reply().is_some())
+        };
+        let (done, running): (Vec<usize>, Vec<usize>) =
+            self.backing_up.iter().copied().partition(ended);
+        self.backing_up = running;
+        for key in done {
+            self.serve(key);
         }
     }
 
@@ -589,6 +627,13 @@ impl Worker {
 
     fn close_all(&mut self) {
         let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
+        // A backup under way ends first: the engine outlives it, and its
+        // directory is left whole.
+        for &key in &keys {
+            if let Some(job) = self.connections.get_mut(key).and_then(|c| c.backup.take()) {
+                job.finish();
+            }
+        }
         for key in keys {
             self.close(key, CloseReason::Shutdown);
         }
@@ -616,8 +661,10 @@ impl Worker {
             .filter(|(_, c)| {
                 // As memcached: not while replies are being sent, nor while
                 // a value is read (its states `conn_mwrite`, `conn_nread`;
-                // a Tokyo Tyrant request not whole is one).
+                // a Tokyo Tyrant request not whole is one), nor while its
+                // backup runs.
                 c.watcher.is_none()
+                    && c.backup.is_none()
                     && c.output.is_empty()
                     && !c.info.reading_value.load(Ordering::Relaxed)
                     && c.session.awaited_bytes() == 0
@@ -758,7 +805,10 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             connection.fence = connection.fence.join(span);
             scratch.wrote = true;
         }
-        connection.unserved = matches!(stop, Stop::Budget | Stop::OutputFull | Stop::Metadump(_));
+        connection.unserved = matches!(
+            stop,
+            Stop::Budget | Stop::OutputFull | Stop::Metadump(_) | Stop::Backup(_)
+        );
         let reading_value = !connection.line_wait.holds_no_line(&connection.input)
             && awaits_value(&connection.input);
         if connection.info.reading_value.load(Ordering::Relaxed) != reading_value {
@@ -804,6 +854,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
                 connection.dump = Some(Metadump::new(classes));
                 return Next::Yield;
             }
+            Stop::Backup(request) => return Next::Backup(request),
             Stop::Budget if budget == 0 => return Next::Yield,
             Stop::NeedInput if drained => {
                 return if connection.output.is_empty() {
@@ -876,6 +927,25 @@ fn serve_dump(connection: &mut Connection, ctx: &Context<'_>) -> Next {
         served_some(connection, 1, ctx);
     }
     Next::Yield
+}
+
+/// A connection whose backup runs: the replies before it go out; once it
+/// ended, its reply follows them, and the requests after it are served.
+fn serve_backup(connection: &mut Connection, ctx: &Context<'_>) -> Next {
+    if send_pending(connection, ctx).is_err() {
+        return Next::Close;
+    }
+    let Some(reply) = connection.backup.as_ref().and_then(BackupJob::reply) else {
+        return Next::Wait;
+    };
+    let reply = reply.to_vec();
+    connection.backup = None;
+    // Not idle (`-o idle_timeout`) for the time the backup took.
+    served_some(connection, 1, ctx);
+    match write_replies(connection, &reply, ctx) {
+        Ok(()) => Next::Yield,
+        Err(_) => Next::Close,
+    }
 }
 
 /// Requests were taken from the input (`used` bytes): the connection is

@@ -1,6 +1,7 @@
 //! Executes parsed requests against the store and composes the replies.
 //! Ordinary functions: no sockets, so they are tested with byte slices.
 
+pub mod backup;
 pub mod binary;
 pub mod handlersocket;
 pub mod meta;
@@ -24,7 +25,7 @@ use crate::Shared;
 pub const PROTOCOL_VERSION: &str = "1.6.18";
 
 /// What the connection does after a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Continue,
     Close,
@@ -43,6 +44,9 @@ pub enum Action {
     /// `replicate`: the connection becomes a replica's link and is served
     /// by a thread of its own from now on.
     Replicate(kura_proto::replication::LinkRequest),
+    /// `backup` or `copy`: made on a thread of its own, while the
+    /// connection waits for its reply.
+    Backup(backup::BackupRequest),
 }
 
 /// What executing a request may touch.

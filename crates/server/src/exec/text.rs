@@ -10,6 +10,7 @@ use kura_store::{
     StoreCommand, StoreMode, StoreOutcome,
 };
 
+use super::backup::BackupRequest;
 use super::metadump::CrawlClasses;
 use super::{meta, stats, watch_lines, Action, Context, PROTOCOL_VERSION};
 use crate::watch;
@@ -138,7 +139,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
         }
         Request::Stats { args } => stats::text(args, ctx, out),
         Request::RefreshCerts { noreply } => refresh_certs(noreply, ctx, out),
-        Request::Backup { to, since } => backup(to, since, ctx, out),
+        Request::Backup { to, since } => return backup(to, since, ctx, out),
         Request::LruCrawler(command) => return lru_crawler(command, ctx, out),
         Request::Watch { kinds } => return start_watch(kinds, ctx, out),
         Request::Replicate(hello) => return start_replicate(hello, ctx, out),
@@ -206,33 +207,15 @@ fn refresh_certs(noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
 }
 
 /// `backup <dir> [since <dir>]`: `OK <manifest as JSON>` once the backup is
-/// complete on the server's disk. It runs on this worker's thread: the
-/// other workers go on serving meanwhile.
-fn backup(to: &[u8], since: Option<&[u8]>, ctx: &Context<'_>, out: &mut Vec<u8>) {
-    use std::os::unix::ffi::OsStrExt;
-    let path =
-        |bytes: &[u8]| std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)).to_path_buf();
-    let (to, since) = (path(to), since.map(path));
-    let result = if !ctx.shared.config.dumping_enabled {
-        Err("backups not allowed (-X)".to_string())
-    } else if !to.is_absolute() || since.as_ref().is_some_and(|dir| !dir.is_absolute()) {
-        out.extend_from_slice(b"CLIENT_ERROR backup directories must be absolute paths\r\n");
-        return;
-    } else {
-        ctx.shared.store.backup(&to, since.as_deref())
-    };
-    match result {
-        Ok(manifest) => {
-            out.extend_from_slice(b"OK ");
-            out.extend_from_slice(manifest.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        Err(reason) => {
-            out.extend_from_slice(b"SERVER_ERROR ");
-            out.extend_from_slice(reason.replace(['\r', '\n'], " ").as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+/// complete on the server's disk (`super::backup`). A datagram has no
+/// connection to wait on: its backup runs on the worker.
+fn backup(to: &[u8], since: Option<&[u8]>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
+    match BackupRequest::text(to, since, ctx, out) {
+        Some(request) if ctx.datagram => out.extend_from_slice(&request.run(ctx.shared)),
+        Some(request) => return Action::Backup(request),
+        None => {}
     }
+    Action::Continue
 }
 
 /// `debugtime <seconds>`: memcached's debug build moves its clock with it,

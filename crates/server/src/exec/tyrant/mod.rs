@@ -18,11 +18,11 @@ pub mod table;
 
 use std::collections::VecDeque;
 use std::ops::Bound;
-use std::os::unix::ffi::OsStrExt;
 
 use kura_proto::tyrant::{reply, PutMode, Request};
 use kura_store::{RowOutcome, ScanCursor, ScanFailed};
 
+use super::backup::BackupRequest;
 use super::reply_limit::ReplyLimit;
 use super::{Action, Context};
 use crate::config::TyrantDatabase;
@@ -74,6 +74,13 @@ trait KeyValues {
 pub fn execute(request: &Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
     if let Request::Repl { micros, server_id } = request {
         return repl(*micros, *server_id, ctx, out);
+    }
+    if let Request::Copy { path } = request {
+        // Made on a thread of its own (`exec/backup.rs`), whatever the database.
+        return match BackupRequest::tyrant(path, ctx, out) {
+            Some(request) => Action::Backup(request),
+            None => Action::Continue,
+        };
     }
     match &ctx.shared.config.tyrant_db {
         TyrantDatabase::Hash => serve(&items::Items { ctx }, request, ctx, out),
@@ -181,7 +188,6 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
         Request::Sync => reply::status(out, ctx.shared.store.sync()),
         Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, vanish(db, ctx)),
-        Request::Copy { path } => reply::status(out, copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
         Request::Size => reply::count(out, db.count_and_size().1),
         Request::Stat => {
@@ -195,10 +201,11 @@ fn serve(db: &dyn KeyValues, request: &Request<'_>, ctx: &Context<'_>, out: &mut
             // 1 and no elements, as ttserver answers.
             None => reply::list(out, false, std::iter::empty()),
         },
-        // `repl` never comes here (see `execute`).
-        Request::Ext { .. } | Request::Restore { .. } | Request::Repl { .. } => {
-            reply::status(out, false)
-        }
+        // `repl` and `copy` never come here (see `execute`).
+        Request::Ext { .. }
+        | Request::Restore { .. }
+        | Request::Repl { .. }
+        | Request::Copy { .. } => reply::status(out, false),
     }
 }
 
@@ -238,16 +245,6 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
         .replication
         .follow(&shared, master, false)
         .is_ok()
-}
-
-/// `copy`: a hot backup into a directory on the server's machine.
-fn copy(ctx: &Context<'_>, path: &[u8]) -> bool {
-    let to = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-    // As the text protocol's `backup`: not with dumping off (-X), and only
-    // to an absolute path (not one relative to the server's directory).
-    ctx.shared.config.dumping_enabled
-        && to.is_absolute()
-        && ctx.shared.store.backup(to, None).is_ok()
 }
 
 /// Keys an iterator over memcached's items reads at a time, and `vanish`

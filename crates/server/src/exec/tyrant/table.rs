@@ -92,7 +92,6 @@ pub fn execute(
         Request::Sync => reply::status(out, ctx.shared.store.sync()),
         Request::Optimize { .. } => reply::status(out, true),
         Request::Vanish => reply::status(out, db.vanish()),
-        Request::Copy { path } => reply::status(out, super::copy(ctx, path)),
         Request::Rnum => reply::count(out, db.count_and_size().0),
         Request::Size => reply::count(out, db.count_and_size().1),
         Request::Stat => {
@@ -106,10 +105,12 @@ pub fn execute(
         Request::SetMaster { host, port, .. } => {
             reply::status(out, super::set_master(ctx, host, *port))
         }
+        // `repl` and `copy` never come here (see `super::execute`).
         Request::PutShl { .. }
         | Request::Ext { .. }
         | Request::Restore { .. }
-        | Request::Repl { .. } => reply::status(out, false),
+        | Request::Repl { .. }
+        | Request::Copy { .. } => reply::status(out, false),
     }
     Action::Continue
 }
