@@ -78,6 +78,8 @@ pub struct Shared {
     pub tyrant_uid: Mutex<exec::uid::LastIds>,
     /// Replication: the master this server follows, the replicas it feeds.
     pub replication: replication::Replication,
+    /// The backup under way (`backup`, `copy`).
+    pub backups: exec::backup::Backups,
     /// The LRU crawler's commands are on (`lru_crawler enable|disable`;
     /// starts as `-o lru_crawler|no_lru_crawler` says).
     pub lru_crawler: AtomicBool,
@@ -195,11 +197,12 @@ impl ServerHandle {
         self.shared.request_shutdown();
     }
 
-    /// Waits until every thread has finished.
+    /// Waits until every thread has finished, and the backup under way.
     pub fn wait(self) {
         for thread in self.threads {
             let _ = thread.join();
         }
+        self.shared.backups.wait();
     }
 }
 
@@ -310,6 +313,7 @@ pub fn start(
         text_users,
         sasl,
         watchers,
+        backups: exec::backup::Backups::default(),
         lru_crawler,
         held_buffers,
         replication: replication::Replication::default(),

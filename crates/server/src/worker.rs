@@ -472,7 +472,8 @@ impl Worker {
             Next::Watch(kinds) => self.start_watching(key, kinds),
             Next::Replicate(request) => self.hand_to_replication(key, request),
             Next::Backup(request) => {
-                let job = BackupJob::start(request, self.shared.clone(), self.waker.clone());
+                let (shared, waker) = (self.shared.clone(), self.waker.clone());
+                let job = self.shared.backups.start(request, shared, waker);
                 connection.backup = Some(job);
                 self.backing_up.push(key);
                 // Sends the replies before it while the backup runs.
@@ -627,11 +628,11 @@ impl Worker {
 
     fn close_all(&mut self) {
         let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
-        // A backup under way ends first: the engine outlives it, and its
-        // directory is left whole.
+        // A backup under way ends first, and its reply goes out.
         for &key in &keys {
-            if let Some(job) = self.connections.get_mut(key).and_then(|c| c.backup.take()) {
-                job.finish();
+            if let Some(job) = self.connections.get(key).and_then(|c| c.backup.as_ref()) {
+                job.wait();
+                self.serve(key);
             }
         }
         for key in keys {

@@ -127,6 +127,10 @@ fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
         other.write_all(b"get kept\r\n").unwrap();
         expect(&mut other, b"VALUE kept 0 1\r\nv\r\nEND\r\n");
     }
+    // One backup at a time: a second is refused at once.
+    let second = format!("backup {}\r\n", work.path().join("second").display());
+    other.write_all(second.as_bytes()).unwrap();
+    expect(&mut other, b"SERVER_ERROR another backup is under way\r\n");
     assert!(
         nothing_arrived(&asking),
         "the backup answered before it could end"
@@ -169,4 +173,32 @@ fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
     let replies = tyrant::read_n(&mut asking, 1 + 5);
     assert_eq!(replies, [&[0, 0][..], &1u32.to_be_bytes()].concat());
     assert!(to.join("manifest.json").exists());
+}
+
+/// A server told to stop while a backup runs lets it end and sends its
+/// reply before it closes the connection.
+#[test]
+fn a_stopping_server_finishes_the_backup_under_way_and_answers_it() {
+    let work = tempfile::tempdir().unwrap();
+    let gate = Arc::new(GatedSyncs::default());
+    let server = TestServer::disk_on(one_worker(), gate.clone());
+    let mut asking = server.connect();
+    asking.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
+    expect(&mut asking, b"STORED\r\n");
+    gate.shut();
+    let _opens = OpensOnDrop(gate.clone());
+    let to = work.path().join("backup");
+    asking
+        .write_all(format!("backup {}\r\n", to.display()).as_bytes())
+        .unwrap();
+    gate.wait_for_a_waiter();
+    server.handle().shutdown();
+    // The worker stops, and waits for the backup.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(nothing_arrived(&asking), "answered before the backup ended");
+    gate.open();
+    let reply = read_line(&mut asking);
+    assert!(reply.starts_with("OK {"), "{reply}");
+    assert!(to.join("manifest.json").exists());
+    assert!(support::closes(&mut asking));
 }

@@ -8,8 +8,10 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 use mio::Waker;
+use parking_lot::Mutex;
 
 use super::Context;
 use crate::Shared;
@@ -102,57 +104,94 @@ impl BackupRequest {
     }
 }
 
-/// A backup running on its own thread.
-pub struct BackupJob {
-    reply: Arc<OnceLock<Vec<u8>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// The backup under way, if any. One at a time: each holds an LMDB read
+/// transaction and reads the database at disk speed, so a second would
+/// only slow both, and many would take every reader slot. A stopping
+/// server waits for it, so that its directory is left whole and the
+/// engine closes cleanly after it.
+#[derive(Debug, Default)]
+pub struct Backups {
+    under_way: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl BackupJob {
-    /// Starts `request`; `waker` wakes the connection's worker once the
-    /// reply is ready.
-    pub fn start(request: BackupRequest, shared: Arc<Shared>, waker: Arc<Waker>) -> BackupJob {
+impl Backups {
+    /// Starts `request` on a thread of its own; `waker` wakes the
+    /// connection's worker once the reply is ready. While another backup
+    /// runs, the reply is a refusal, at once.
+    pub fn start(
+        &self,
+        request: BackupRequest,
+        shared: Arc<Shared>,
+        waker: Arc<Waker>,
+    ) -> BackupJob {
         let reply = Arc::new(OnceLock::new());
-        let ready = reply.clone();
         let answer = request.answer;
+        let mut under_way = self.under_way.lock();
+        if under_way
+            .as_ref()
+            .is_some_and(|thread| !thread.is_finished())
+        {
+            let _ = reply.set(refusal(answer, "another backup is under way"));
+            return BackupJob { reply };
+        }
+        if let Some(ended) = under_way.take() {
+            let _ = ended.join();
+        }
+        let ready = reply.clone();
         let run = move || {
-            // A backup that panicked still answers: the client must not
-            // wait forever, nor the requests it sent after.
+            // A backup that panicked still answers (where a panic unwinds:
+            // a release build aborts), so that neither the client nor the
+            // requests it sent after wait forever.
             let made =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request.run(&shared)));
-            let _ = ready.set(made.unwrap_or_else(|_| failed(answer)));
+            let _ = ready.set(made.unwrap_or_else(|_| refusal(answer, "backup failed")));
             let _ = waker.wake();
         };
         let spawned = std::thread::Builder::new()
             .name("kura-backup".into())
             .spawn(run);
-        let thread = spawned
-            .inspect_err(|error| {
+        match spawned {
+            Ok(thread) => *under_way = Some(thread),
+            Err(error) => {
                 tracing::error!(%error, "cannot start a backup thread");
-                let _ = reply.set(failed(answer));
-            })
-            .ok();
-        BackupJob { reply, thread }
+                let _ = reply.set(refusal(answer, "cannot start a backup thread"));
+            }
+        }
+        BackupJob { reply }
     }
 
-    /// Waits for the backup to end (a stopping server lets it finish, as
-    /// it did when the backup held its worker).
-    pub fn finish(mut self) {
-        if let Some(thread) = self.thread.take() {
+    /// Waits for the backup under way to end.
+    pub fn wait(&self) {
+        if let Some(thread) = self.under_way.lock().take() {
             let _ = thread.join();
         }
     }
+}
 
+/// A connection's backup: its reply, once there is one.
+pub struct BackupJob {
+    reply: Arc<OnceLock<Vec<u8>>>,
+}
+
+impl BackupJob {
     /// The reply, once the backup has ended.
     pub fn reply(&self) -> Option<&[u8]> {
         self.reply.get().map(Vec::as_slice)
     }
+
+    /// Waits for the backup to end (a stopping worker, before it answers
+    /// and closes the connection).
+    pub fn wait(&self) {
+        while self.reply.get().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
-fn failed(answer: Answer) -> Vec<u8> {
+fn refusal(answer: Answer, reason: &str) -> Vec<u8> {
     let mut reply = Vec::new();
     match answer {
-        Answer::Text => reply.extend_from_slice(b"SERVER_ERROR backup failed\r\n"),
+        Answer::Text => reply.extend_from_slice(format!("SERVER_ERROR {reason}\r\n").as_bytes()),
         Answer::TyrantStatus => kura_proto::tyrant::reply::status(&mut reply, false),
     }
     reply
