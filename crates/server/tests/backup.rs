@@ -141,6 +141,15 @@ fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
     assert!(reply.starts_with("OK {"), "{reply}");
     expect(&mut asking, b"VALUE kept 0 1\r\nv\r\nEND\r\n");
     assert!(to.join("manifest.json").exists());
+    // The next backup, once the reply came, is taken (its thread may
+    // still be ending).
+    for next in 0..5 {
+        let to = work.path().join(format!("next{next}"));
+        let request = format!("backup {}\r\n", to.display());
+        asking.write_all(request.as_bytes()).unwrap();
+        let reply = read_line(&mut asking);
+        assert!(reply.starts_with("OK {"), "{reply}");
+    }
 }
 
 #[test]

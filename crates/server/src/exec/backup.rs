@@ -111,7 +111,15 @@ impl BackupRequest {
 /// engine closes cleanly after it.
 #[derive(Debug, Default)]
 pub struct Backups {
-    under_way: Mutex<Option<JoinHandle<()>>>,
+    under_way: Mutex<Option<UnderWay>>,
+}
+
+#[derive(Debug)]
+struct UnderWay {
+    thread: JoinHandle<()>,
+    /// Its reply, once made: a client that got it may ask for the next
+    /// backup while the thread is still ending.
+    reply: Arc<OnceLock<Vec<u8>>>,
 }
 
 impl Backups {
@@ -129,13 +137,13 @@ impl Backups {
         let mut under_way = self.under_way.lock();
         if under_way
             .as_ref()
-            .is_some_and(|thread| !thread.is_finished())
+            .is_some_and(|backup| backup.reply.get().is_none())
         {
             let _ = reply.set(refusal(answer, "another backup is under way"));
             return BackupJob { reply };
         }
         if let Some(ended) = under_way.take() {
-            let _ = ended.join();
+            let _ = ended.thread.join();
         }
         let ready = reply.clone();
         let run = move || {
@@ -151,7 +159,12 @@ impl Backups {
             .name("kura-backup".into())
             .spawn(run);
         match spawned {
-            Ok(thread) => *under_way = Some(thread),
+            Ok(thread) => {
+                *under_way = Some(UnderWay {
+                    thread,
+                    reply: reply.clone(),
+                })
+            }
             Err(error) => {
                 tracing::error!(%error, "cannot start a backup thread");
                 let _ = reply.set(refusal(answer, "cannot start a backup thread"));
@@ -162,8 +175,8 @@ impl Backups {
 
     /// Waits for the backup under way to end.
     pub fn wait(&self) {
-        if let Some(thread) = self.under_way.lock().take() {
-            let _ = thread.join();
+        if let Some(backup) = self.under_way.lock().take() {
+            let _ = backup.thread.join();
         }
     }
 }
