@@ -187,6 +187,9 @@ pub struct ServerConfig {
     pub hash_power_init: u32,
     /// Per-prefix statistics from the start, split at this byte (`-D`).
     pub detail_delimiter: Option<u8>,
+    /// The most prefixes `stats detail` counts per worker (0: no limit);
+    /// requests for others are counted as `detail_untracked`.
+    pub max_detail_prefixes: usize,
     /// What a watcher may have waiting before events are dropped
     /// (`-o watcher_logbuf_size`, in KiB there).
     pub watcher_buffer_bytes: usize,
@@ -317,6 +320,7 @@ impl Default for ServerConfig {
             temporary_ttl: None,
             hash_power_init: 0,
             detail_delimiter: None,
+            max_detail_prefixes: 10_000,
             watcher_buffer_bytes: 256 * 1024,
             read_buffer_limit: 0,
             tls: None,

@@ -101,6 +101,7 @@ counters! {
     conn_yields: "Times a busy connection yielded to others (-R)",
     idle_kicks: "Connections closed for idling past the idle timeout",
     buffer_kicks: "Connections closed while holding bytes past --max-buffered",
+    detail_untracked: "Requests stats detail did not count: their prefix came past --max-detail-prefixes",
     auth_cmds: "Authentication attempts (text login or SASL)",
     auth_errors: "Failed authentication attempts",
     response_obj_oom: "Requests refused, or connections closed, for lack of reply memory (-o read_buf_mem_limit)",
@@ -175,25 +176,36 @@ impl Detail {
         self.switch.store(state, Ordering::Relaxed);
     }
 
-    /// Counts one request for `key`'s prefix.
-    pub fn record(&self, key: &[u8], delimiter: u8, count: impl FnOnce(&mut PrefixCounts)) {
+    /// Counts one request for `key`'s prefix; false when the prefix is
+    /// new and this worker already counts `max_prefixes` (0: no limit),
+    /// which bounds the memory a client's made-up prefixes take.
+    pub fn record(
+        &self,
+        key: &[u8],
+        delimiter: u8,
+        max_prefixes: usize,
+        count: impl FnOnce(&mut PrefixCounts),
+    ) -> bool {
         // memcached stops at a NUL byte too: its keys are C strings there.
         let Some(end) = key.iter().position(|&b| b == delimiter || b == 0) else {
-            return;
+            return true;
         };
         if key[end] != delimiter {
-            return;
+            return true;
         }
         let prefix = &key[..end];
         let mut prefixes = self.prefixes.lock();
+        let full = max_prefixes != 0 && prefixes.len() >= max_prefixes;
         match prefixes.get_mut(prefix) {
             Some(counts) => count(counts),
+            None if full => return false,
             None => {
                 let mut counts = PrefixCounts::default();
                 count(&mut counts);
                 prefixes.insert(prefix.into(), counts);
             }
         }
+        true
     }
 
     /// Adds this worker's figures to `totals`.

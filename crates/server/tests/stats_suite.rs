@@ -495,6 +495,30 @@ fn stats_detail_splits_at_the_configured_delimiter() {
     );
 }
 
+/// A client that makes up prefixes cannot grow the server's memory
+/// without bound: past --max-detail-prefixes a worker counts no new one,
+/// and counts the requests it did not track; the ones it tracks go on.
+#[test]
+fn stats_detail_counts_at_most_the_configured_number_of_prefixes() {
+    let server = TestServer::with(
+        ServerConfig {
+            threads: 1,
+            detail_delimiter: Some(b':'),
+            max_detail_prefixes: 2,
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    ask(&mut stream, "get a:1 b:1 c:1 d:1 a:2\r\n");
+    assert_eq!(
+        ask(&mut stream, "stats detail dump\r\n"),
+        "PREFIX a get 2 hit 0 set 0 del 0\r\nPREFIX b get 1 hit 0 set 0 del 0\r\nEND\r\n"
+    );
+    let kura = ask(&mut stream, "stats kura\r\n");
+    assert_eq!(figure(&kura, "detail_untracked").as_deref(), Some("2"));
+}
+
 /// A binary request: magic, opcode, key length, no extras, the key as body.
 fn binary_stat(key: &[u8]) -> Vec<u8> {
     let mut packet = vec![0x80, 0x10];

@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// limit; default 256m, or four times --max-reply if more).
     #[arg(long = "max-buffered")]
     max_buffered: Option<String>,
+    /// The most key prefixes `stats detail` counts per worker (0: no
+    /// limit); requests for others are counted in `stats kura`'s
+    /// detail_untracked.
+    #[arg(long = "max-detail-prefixes", default_value_t = 10_000)]
+    max_detail_prefixes: usize,
     /// Answer "out of memory" instead of evicting.
     #[arg(short = 'M', long = "disable-evictions")]
     disable_evictions: bool,
@@ -597,6 +602,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         };
         server.detail_delimiter = Some(byte);
     }
+    server.max_detail_prefixes = args.max_detail_prefixes;
     server.auth_file = args.auth_file.clone();
     if args.enable_sasl {
         // memcached refuses SASL while the text protocol is allowed.

@@ -131,7 +131,10 @@ impl Context<'_> {
         let delimiter = self.shared.config.detail_delimiter;
         let detail = &self.counters.detail;
         if detail.enabled(delimiter.is_some()) {
-            detail.record(key, delimiter.unwrap_or(b':'), count);
+            let max_prefixes = self.shared.config.max_detail_prefixes;
+            if !detail.record(key, delimiter.unwrap_or(b':'), max_prefixes, count) {
+                self.counters.detail_untracked.incr();
+            }
         }
     }
 

@@ -400,7 +400,9 @@ fn kura(ctx: &Context<'_>) -> Lines {
         "conn_held_bytes",
         ctx.shared.held_buffers.held(),
     );
-    line(&mut lines, "conn_buffer_kicks", totals(ctx).buffer_kicks);
+    let totals = totals(ctx);
+    line(&mut lines, "conn_buffer_kicks", totals.buffer_kicks);
+    line(&mut lines, "detail_untracked", totals.detail_untracked);
     for (name, value) in ctx.shared.store.engine_stats() {
         line(&mut lines, name, value);
     }
