@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use kura_proto::tyrant::{PutMode, Request};
 use kura_server::ServerConfig;
 use kura_store::disk::io::Io;
+use kura_store::SyncPolicy;
 use parking_lot::{Condvar, Mutex};
 use support::tyrant::{self, call, put};
 use support::{read_exact_reply, TestServer};
@@ -79,6 +80,13 @@ fn one_worker() -> ServerConfig {
     }
 }
 
+/// A disk engine with one worker whose log fsyncs wait at `gate`. Its
+/// writes are never fsynced (`--sync none`), so the only fsync to wait
+/// there is the backup's.
+fn gated_server(gate: &Arc<GatedSyncs>) -> TestServer {
+    TestServer::disk_syncing_on(one_worker(), SyncPolicy::None, gate.clone())
+}
+
 /// Nothing has arrived on `stream` yet.
 fn nothing_arrived(stream: &TcpStream) -> bool {
     stream.set_nonblocking(true).unwrap();
@@ -110,16 +118,21 @@ fn read_line(stream: &mut TcpStream) -> String {
 fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
     let work = tempfile::tempdir().unwrap();
     let gate = Arc::new(GatedSyncs::default());
-    let server = TestServer::disk_on(one_worker(), gate.clone());
+    let server = gated_server(&gate);
     let mut asking = server.connect();
     asking.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
     expect(&mut asking, b"STORED\r\n");
     gate.shut();
     let _opens = OpensOnDrop(gate.clone());
     let to = work.path().join("backup");
-    // The request after the backup is answered after it.
-    let request = format!("backup {}\r\nget kept\r\n", to.display());
+    // The write before the backup is in it; the request after it is
+    // answered after it.
+    let request = format!(
+        "set late 0 0 1\r\nw\r\nbackup {}\r\nget kept\r\n",
+        to.display()
+    );
     asking.write_all(request.as_bytes()).unwrap();
+    expect(&mut asking, b"STORED\r\n");
     gate.wait_for_a_waiter();
 
     let mut other = server.connect();
@@ -138,7 +151,9 @@ fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
 
     gate.open();
     let reply = read_line(&mut asking);
+    // `set kept` is entry 1, `set late` entry 2.
     assert!(reply.starts_with("OK {"), "{reply}");
+    assert!(reply.contains(r#""last":{"lsn":2,"#), "{reply}");
     expect(&mut asking, b"VALUE kept 0 1\r\nv\r\nEND\r\n");
     assert!(to.join("manifest.json").exists());
     // The next backup, once the reply came, is taken (its thread may
@@ -156,7 +171,7 @@ fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
 fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
     let work = tempfile::tempdir().unwrap();
     let gate = Arc::new(GatedSyncs::default());
-    let server = TestServer::disk_on(one_worker(), gate.clone());
+    let server = gated_server(&gate);
     let mut asking = tyrant::connect(&server);
     assert_eq!(call(&mut asking, &put(PutMode::Put, b"k", b"v"), 1), [0]);
     gate.shut();
@@ -190,7 +205,7 @@ fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
 fn a_stopping_server_finishes_the_backup_under_way_and_answers_it() {
     let work = tempfile::tempdir().unwrap();
     let gate = Arc::new(GatedSyncs::default());
-    let server = TestServer::disk_on(one_worker(), gate.clone());
+    let server = gated_server(&gate);
     let mut asking = server.connect();
     asking.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
     expect(&mut asking, b"STORED\r\n");

@@ -82,4 +82,10 @@ fn get_and_set_through_udp_frames() {
         request(&socket, 6, b"get k\r\n"),
         b"VALUE k 5 3\r\nabc\r\nEND\r\n"
     );
+    // Nor is a backup taken: it would hold up every UDP client meanwhile.
+    assert_eq!(
+        request(&socket, 7, b"backup /tmp/kura-udp-backup\r\n"),
+        b"SERVER_ERROR backups are taken over TCP only\r\n"
+    );
+    assert!(!std::path::Path::new("/tmp/kura-udp-backup").exists());
 }

@@ -166,6 +166,34 @@ fn backup(engine: &DiskStore, to: &Path, since: Option<&Path>) -> backup::Manife
     serde_json::from_str(&json).unwrap()
 }
 
+/// A write taken before a backup is in it, though nobody asked for its
+/// append yet (a client's `set` pipelined before its `backup`: the worker
+/// asks once it has served both).
+#[test]
+fn a_backup_holds_the_writes_taken_before_it() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    store(&engine, StoreMode::Set, b"first", b"1", 0);
+    for round in 0..20 {
+        let key = format!("taken{round}");
+        let taken = engine.store(
+            &kura_store::StoreCommand {
+                mode: StoreMode::Set,
+                key: key.as_bytes(),
+                value: b"v",
+                flags: 0,
+                expiry: 0,
+                compare_cas: None,
+                stale_if_older: false,
+            },
+            &AckFence::default(),
+        );
+        assert!(matches!(taken, kura_store::StoreOutcome::Stored { .. }));
+        let manifest = backup(&engine, &work.path().join(format!("backup{round}")), None);
+        assert_eq!(manifest.last.lsn, round + 2, "round {round}");
+    }
+}
+
 #[test]
 fn restores_reach_exactly_the_entry_asked_and_a_chain_equals_a_full_backup() {
     let work = tempfile::tempdir().unwrap();

@@ -81,7 +81,7 @@ impl BackupRequest {
     }
 
     /// Makes the backup; its reply.
-    pub fn run(&self, shared: &Shared) -> Vec<u8> {
+    fn run(&self, shared: &Shared) -> Vec<u8> {
         let result = shared.store.backup(&self.to, self.since.as_deref());
         let mut reply = Vec::new();
         match (self.answer, result) {

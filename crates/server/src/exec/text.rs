@@ -207,15 +207,18 @@ fn refresh_certs(noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
 }
 
 /// `backup <dir> [since <dir>]`: `OK <manifest as JSON>` once the backup is
-/// complete on the server's disk (`super::backup`). A datagram has no
-/// connection to wait on: its backup runs on the worker.
+/// complete on the server's disk (`super::backup`). Not over UDP: a
+/// datagram has no connection to wait on, and the UDP thread serves every
+/// datagram client.
 fn backup(to: &[u8], since: Option<&[u8]>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Action {
-    match BackupRequest::text(to, since, ctx, out) {
-        Some(request) if ctx.datagram => out.extend_from_slice(&request.run(ctx.shared)),
-        Some(request) => return Action::Backup(request),
-        None => {}
+    if ctx.datagram {
+        out.extend_from_slice(b"SERVER_ERROR backups are taken over TCP only\r\n");
+        return Action::Continue;
     }
-    Action::Continue
+    match BackupRequest::text(to, since, ctx, out) {
+        Some(request) => Action::Backup(request),
+        None => Action::Continue,
+    }
 }
 
 /// `debugtime <seconds>`: memcached's debug build moves its clock with it,

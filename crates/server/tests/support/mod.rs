@@ -53,6 +53,11 @@ impl TestServer {
         Self::disk_server_on(config, SyncPolicy::Batch, io)
     }
 
+    /// The same, under sync policy `sync`.
+    pub fn disk_syncing_on(config: ServerConfig, sync: SyncPolicy, io: Arc<dyn Io>) -> Self {
+        Self::disk_server_on(config, sync, io)
+    }
+
     fn disk_server_on(config: ServerConfig, sync: SyncPolicy, io: Arc<dyn Io>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = DiskStore::open(DiskConfig {

@@ -311,6 +311,23 @@ impl Inner {
         }
     }
 
+    /// Waits until every write taken so far is appended to the log; false
+    /// if an append failed or the engine is poisoned or stopping.
+    fn append_taken(&self) -> bool {
+        let seq = self.pending.last_seq();
+        loop {
+            if self.health.is_poisoned() || self.signals.stopping() {
+                return false;
+            }
+            self.signals.wake_writer();
+            match self.acks.wait(seq, Duration::from_millis(10)) {
+                AckState::Ready => return true,
+                AckState::Failed => return false,
+                AckState::Waiting => {}
+            }
+        }
+    }
+
     /// Whether a client's write may be taken; a refusal is counted.
     fn writable(&self) -> bool {
         self.counted_refusal(self.health.takes_writes())
@@ -560,19 +577,8 @@ impl Store for DiskStore {
 
     fn sync(&self) -> bool {
         let inner = &self.inner;
-        let seq = inner.pending.last_seq();
-        loop {
-            if inner.health.is_poisoned() || inner.signals.stopping() {
-                return false;
-            }
-            self.request_append();
-            match inner.acks.wait(seq, Duration::from_millis(10)) {
-                AckState::Ready => break,
-                AckState::Failed => return false,
-                AckState::Waiting => {}
-            }
-        }
-        inner.fsync("journal fsync failed", || inner.journal.sync_everything())
+        inner.append_taken()
+            && inner.fsync("journal fsync failed", || inner.journal.sync_everything())
     }
 
     fn request_append(&self) {
