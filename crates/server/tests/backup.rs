@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kura_proto::tyrant::{PutMode, Request};
+use kura_proto::tyrant::Request;
 use kura_server::ServerConfig;
 use kura_store::disk::io::Io;
 use kura_store::SyncPolicy;
 use parking_lot::{Condvar, Mutex};
-use support::tyrant::{self, call, put};
+use support::tyrant::{self, call};
 use support::{read_exact_reply, TestServer};
 
 /// Log fsyncs that wait while the gate is shut: a backup fsyncs the log
@@ -61,30 +61,38 @@ impl Io for GatedSyncs {
     }
 }
 
-/// Opens the gate when dropped: a failed assertion must not leave the
-/// server's threads waiting at it (the test would hang, not fail).
-struct OpensOnDrop(Arc<GatedSyncs>);
+/// A disk engine with one worker (every connection shares the backup's)
+/// holding `kept`, whose log fsyncs wait at a gate. Its writes are never
+/// fsynced (`--sync none`), so the only fsync to wait there is a backup's.
+struct Gated {
+    gate: Arc<GatedSyncs>,
+    server: TestServer,
+}
 
-impl Drop for OpensOnDrop {
+impl Gated {
+    /// The server, with its gate shut once `kept` is stored.
+    fn start() -> Gated {
+        let gate = Arc::new(GatedSyncs::default());
+        let config = ServerConfig {
+            threads: 1,
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        };
+        let server = TestServer::disk_syncing_on(config, SyncPolicy::None, gate.clone());
+        let mut stream = server.connect();
+        stream.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
+        expect(&mut stream, b"STORED\r\n");
+        gate.shut();
+        Gated { gate, server }
+    }
+}
+
+impl Drop for Gated {
+    /// A failed assertion must not leave the server's threads waiting at
+    /// the gate: the test would hang, not fail.
     fn drop(&mut self) {
-        self.0.open();
+        self.gate.open();
     }
-}
-
-/// One worker, so that every connection shares the backup's.
-fn one_worker() -> ServerConfig {
-    ServerConfig {
-        threads: 1,
-        tyrant_port: Some(0),
-        ..ServerConfig::default()
-    }
-}
-
-/// A disk engine with one worker whose log fsyncs wait at `gate`. Its
-/// writes are never fsynced (`--sync none`), so the only fsync to wait
-/// there is the backup's.
-fn gated_server(gate: &Arc<GatedSyncs>) -> TestServer {
-    TestServer::disk_syncing_on(one_worker(), SyncPolicy::None, gate.clone())
 }
 
 /// Nothing has arrived on `stream` yet.
@@ -117,13 +125,8 @@ fn read_line(stream: &mut TcpStream) -> String {
 #[test]
 fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
     let work = tempfile::tempdir().unwrap();
-    let gate = Arc::new(GatedSyncs::default());
-    let server = gated_server(&gate);
+    let Gated { gate, server } = &Gated::start();
     let mut asking = server.connect();
-    asking.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
-    expect(&mut asking, b"STORED\r\n");
-    gate.shut();
-    let _opens = OpensOnDrop(gate.clone());
     let to = work.path().join("backup");
     // The write before the backup is in it; the request after it is
     // answered after it.
@@ -170,21 +173,17 @@ fn a_backup_holds_up_only_the_connection_that_asked_for_it() {
 #[test]
 fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
     let work = tempfile::tempdir().unwrap();
-    let gate = Arc::new(GatedSyncs::default());
-    let server = gated_server(&gate);
-    let mut asking = tyrant::connect(&server);
-    assert_eq!(call(&mut asking, &put(PutMode::Put, b"k", b"v"), 1), [0]);
-    gate.shut();
-    let _opens = OpensOnDrop(gate.clone());
+    let Gated { gate, server } = &Gated::start();
+    let mut asking = tyrant::connect(server);
     let to = work.path().join("copy");
     let path = to.to_str().unwrap().as_bytes();
     tyrant::send(&mut asking, &Request::Copy { path });
-    tyrant::send(&mut asking, &Request::Vsiz { key: b"k" });
+    tyrant::send(&mut asking, &Request::Vsiz { key: b"kept" });
     gate.wait_for_a_waiter();
 
-    let mut other = tyrant::connect(&server);
+    let mut other = tyrant::connect(server);
     for _ in 0..3 {
-        let size = call(&mut other, &Request::Vsiz { key: b"k" }, 5);
+        let size = call(&mut other, &Request::Vsiz { key: b"kept" }, 5);
         assert_eq!(size, [&[0][..], &1u32.to_be_bytes()].concat());
     }
     assert!(
@@ -193,7 +192,7 @@ fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
     );
 
     gate.open();
-    // The copy's status, then the size of `k`.
+    // The copy's status, then the size of `kept`.
     let replies = tyrant::read_n(&mut asking, 1 + 5);
     assert_eq!(replies, [&[0, 0][..], &1u32.to_be_bytes()].concat());
     assert!(to.join("manifest.json").exists());
@@ -204,13 +203,8 @@ fn a_tyrant_copy_holds_up_only_the_connection_that_asked_for_it() {
 #[test]
 fn a_stopping_server_finishes_the_backup_under_way_and_answers_it() {
     let work = tempfile::tempdir().unwrap();
-    let gate = Arc::new(GatedSyncs::default());
-    let server = gated_server(&gate);
+    let Gated { gate, server } = &Gated::start();
     let mut asking = server.connect();
-    asking.write_all(b"set kept 0 0 1\r\nv\r\n").unwrap();
-    expect(&mut asking, b"STORED\r\n");
-    gate.shut();
-    let _opens = OpensOnDrop(gate.clone());
     let to = work.path().join("backup");
     asking
         .write_all(format!("backup {}\r\n", to.display()).as_bytes())
