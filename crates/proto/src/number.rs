@@ -4,40 +4,57 @@
 //! flags value of 4294967296 is stored as 0 and an exptime of 9999999999 wraps
 //! to a time in the past. Clients rely on those answers, so we reproduce them.
 
-/// An unsigned decimal, with an optional `+` as `strtoull` takes it (no
-/// `-`). `None` on overflow or junk.
+/// An unsigned decimal as memcached's `safe_strtoull` reads it (see
+/// [`strto`]). A `-` is taken as `strtoull` takes it, negating, and then
+/// refused unless the result is small enough to read as a non-negative
+/// signed number: `-0` is 0, `-5` is refused. `None` on overflow or junk.
 pub fn parse_u64(token: &[u8]) -> Option<u64> {
-    parse_digits(token.strip_prefix(b"+").unwrap_or(token))
+    let (negative, magnitude) = strto(token)?;
+    if !negative {
+        return Some(magnitude);
+    }
+    let value = magnitude.wrapping_neg();
+    (value as i64 >= 0).then_some(value)
 }
 
-/// Digits only. `None` on overflow or junk.
-fn parse_digits(token: &[u8]) -> Option<u64> {
-    if token.is_empty() || token.len() > 20 {
+/// A signed decimal as memcached's `safe_strtoll` reads it (see [`strto`]);
+/// `None` past 64 signed bits or on junk.
+pub fn parse_i64(token: &[u8]) -> Option<i64> {
+    match strto(token)? {
+        (true, magnitude) if magnitude <= i64::MAX as u64 + 1 => {
+            Some((magnitude as i64).wrapping_neg())
+        }
+        (true, _) => None,
+        (false, magnitude) => i64::try_from(magnitude).ok(),
+    }
+}
+
+/// What C's `strtoull` and `strtoll` read of a token, with memcached's
+/// checks around them: blanks, one optional sign, at least one digit (as
+/// many leading zeros as there are), then the end or a blank (`isspace`:
+/// memcached splits lines at spaces only, so `3\t` and `1\r` are tokens,
+/// and what follows the blank is not looked at). The sign and the
+/// magnitude; `None` for no digits, junk after them, or a magnitude past
+/// 64 bits.
+fn strto(token: &[u8]) -> Option<(bool, u64)> {
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = token.iter().position(|b| !blank(b)).unwrap_or(token.len());
+    let (negative, rest) = match &token[start..] {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        rest => (false, rest),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|b| !blank(b)) {
         return None;
     }
-    let mut value: u64 = 0;
-    for &b in token {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    let mut magnitude: u64 = 0;
+    for &b in &rest[..digits] {
+        magnitude = magnitude
+            .checked_mul(10)?
+            .checked_add(u64::from(b - b'0'))?;
     }
-    Some(value)
-}
-
-/// A signed decimal with an optional leading `-` or `+`.
-pub fn parse_i64(token: &[u8]) -> Option<i64> {
-    match token.split_first() {
-        Some((b'-', digits)) => {
-            let magnitude = parse_digits(digits)?;
-            if magnitude > i64::MAX as u64 + 1 {
-                None
-            } else {
-                Some((magnitude as i64).wrapping_neg())
-            }
-        }
-        _ => i64::try_from(parse_u64(token)?).ok(),
-    }
+    Some((negative, magnitude))
 }
 
 /// Client flags: any non-negative number, narrowed to 32 bits as memcached does.
@@ -78,6 +95,27 @@ mod tests {
         assert_eq!(parse_u64(b"-1"), None);
         assert_eq!(parse_u64(b"12a"), None);
         assert_eq!(parse_u64(b""), None);
+    }
+
+    #[test]
+    fn numbers_are_read_as_strtoull_reads_them() {
+        // A blank ends the number, and what follows it is not looked at.
+        assert_eq!(parse_u64(b"3\t"), Some(3));
+        assert_eq!(parse_u64(b"3\tjunk"), Some(3));
+        assert_eq!(parse_u64(b"1\r"), Some(1));
+        assert_eq!(parse_u64(b"7\x0b"), Some(7));
+        assert_eq!(parse_u64(b"\t5"), Some(5));
+        assert_eq!(parse_u64(b"\t"), None);
+        // Leading zeros, however many.
+        assert_eq!(parse_u64(b"0000000000000000000000001"), Some(1));
+        // `-0` is 0; a negative number is refused.
+        assert_eq!(parse_u64(b"-0"), Some(0));
+        assert_eq!(parse_u64(b"-"), None);
+        assert_eq!(parse_i64(b"-0"), Some(0));
+        assert_eq!(parse_i64(b"-12\r"), Some(-12));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"-9223372036854775809"), None);
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
     }
 
     #[test]
