@@ -94,6 +94,11 @@ pub enum Request<'a> {
     },
     /// `lru_crawler …`: the crawler's switches, crawls and metadata dumps.
     LruCrawler(LruCrawler<'a>),
+    /// `lru tune|mode|temp_ttl …`: memcached's LRU settings.
+    Lru {
+        command: Lru,
+        noreply: bool,
+    },
     /// `watch [kind …]`: the connection becomes a log watcher. The kinds
     /// (`fetchers`, `mutations`, …) are left raw for the server to judge.
     Watch {
@@ -115,6 +120,25 @@ impl Request<'_> {
             _ => 0,
         }
     }
+}
+
+/// `lru …` as memcached's `process_lru_command` judges it. kura's LRU has
+/// no segments and its temporary TTL is fixed at start, so these name the
+/// answer, not a setting to change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lru {
+    /// `tune <hot %> <warm %> <hot factor> <warm factor>` with good values.
+    Tune,
+    /// `tune` whose hot and warm percentages add up to more than 80.
+    TuneOverEighty,
+    /// `tune` with an age factor of 0 or less.
+    TuneFactorNotPositive,
+    /// `mode flat` or `mode segmented`.
+    Mode { segmented: bool },
+    /// `temp_ttl <seconds>`.
+    TempTtl,
+    /// Anything else, or a number that is not one: a bare `ERROR`.
+    Invalid,
 }
 
 /// The `lru_crawler` subcommands, as memcached's `process_lru_crawler_command`
@@ -449,6 +473,10 @@ fn parse_other<'a>(verb: &'a [u8], mut tokens: Tokens<'a>, line_len: usize) -> P
             };
             Request::CacheMemlimit { megabytes, noreply }
         }
+        (b"lru", 1..) => Request::Lru {
+            command: parse_lru(tokens),
+            noreply,
+        },
         (b"lru_crawler", 1 | 2) => {
             let command = match (tokens.next().unwrap_or_default(), tokens.next()) {
                 (b"enable", None) => LruCrawler::Enable,
@@ -592,6 +620,39 @@ fn is_http_request(verb: &[u8], last: Option<&[u8]>) -> bool {
         && last.is_some_and(|word| word.starts_with(b"HTTP/"))
 }
 
+/// `lru`'s subcommand and its arguments (`noreply` aside), checked as
+/// memcached checks them: percentages as `safe_strtoul` (narrowed to 32
+/// bits, their sum too), factors as `safe_strtod`, a TTL as `safe_strtol`.
+fn parse_lru(tokens: Tokens<'_>) -> Lru {
+    let factor = |token: &[u8]| {
+        let end = (token.iter().position(u8::is_ascii_whitespace)).unwrap_or(token.len());
+        std::str::from_utf8(&token[..end]).ok()?.parse::<f64>().ok()
+    };
+    match tokens.collect::<Vec<_>>().as_slice() {
+        [b"tune", hot, warm, hot_factor, warm_factor, ..] => {
+            let (Some(hot), Some(warm), Some(hot_factor), Some(warm_factor)) = (
+                parse_u64(hot),
+                parse_u64(warm),
+                factor(hot_factor),
+                factor(warm_factor),
+            ) else {
+                return Lru::Invalid;
+            };
+            if (hot as u32).wrapping_add(warm as u32) > 80 {
+                Lru::TuneOverEighty
+            } else if hot_factor <= 0.0 || warm_factor <= 0.0 {
+                Lru::TuneFactorNotPositive
+            } else {
+                Lru::Tune
+            }
+        }
+        [b"mode", b"flat", ..] => Lru::Mode { segmented: false },
+        [b"mode", b"segmented", ..] => Lru::Mode { segmented: true },
+        [b"temp_ttl", ttl, ..] if parse_i64(ttl).is_some() => Lru::TempTtl,
+        _ => Lru::Invalid,
+    }
+}
+
 /// `slabs automove <level>` (0, 1 or 2) or `slabs automove ratio <x>`, with
 /// memcached's answers to bad values: `CLIENT_ERROR` for a level that is not
 /// a number, `ERROR` for a level out of range or a missing ratio.
@@ -666,6 +727,31 @@ mod tests {
             } => (error, consumed, recovery),
             other => panic!("expected a rejection of {input:?}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn lru_commands_are_judged_as_memcached_judges_them() {
+        let lru = |line: &[u8]| match parse_ok(line).0 {
+            Request::Lru { command, .. } => command,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(lru(b"lru tune 10 25 0.1 2.0\r\n"), Lru::Tune);
+        assert_eq!(lru(b"lru tune 50 31 1 1\r\n"), Lru::TuneOverEighty);
+        // memcached adds the two as 32-bit numbers: a sum that wraps passes.
+        assert_eq!(lru(b"lru tune 4294967295 1 1 1\r\n"), Lru::Tune);
+        assert_eq!(lru(b"lru tune 10 25 1 -2\r\n"), Lru::TuneFactorNotPositive);
+        assert_eq!(lru(b"lru tune 10 25 1\r\n"), Lru::Invalid);
+        assert_eq!(
+            lru(b"lru mode segmented\r\n"),
+            Lru::Mode { segmented: true }
+        );
+        assert_eq!(
+            lru(b"lru mode flat noreply\r\n"),
+            Lru::Mode { segmented: false }
+        );
+        assert_eq!(lru(b"lru temp_ttl -1\r\n"), Lru::TempTtl);
+        assert_eq!(lru(b"lru temp_ttl x\r\n"), Lru::Invalid);
+        assert_eq!(lru(b"lru flat\r\n"), Lru::Invalid);
     }
 
     #[test]

@@ -519,6 +519,26 @@ fn stats_detail_counts_at_most_the_configured_number_of_prefixes() {
     assert_eq!(figure(&kura, "detail_untracked").as_deref(), Some("2"));
 }
 
+/// `lru` settings kura's one list cannot take are refused with the
+/// reason, not acknowledged; what `stats settings` shows stays true.
+#[test]
+fn lru_settings_kura_cannot_take_are_refused_with_the_reason() {
+    let server = TestServer::start();
+    let mut stream = server.connect();
+    assert_eq!(
+        ask(&mut stream, "lru mode segmented\r\n"),
+        "ERROR kura's LRU has no segments\r\n"
+    );
+    assert_eq!(
+        ask(&mut stream, "lru temp_ttl 100\r\n"),
+        "ERROR temp_ttl is set at start (-o temporary_ttl)\r\n"
+    );
+    assert_eq!(ask(&mut stream, "lru mode flat\r\n"), "OK\r\n");
+    let settings = ask(&mut stream, "stats settings\r\n");
+    assert_eq!(figure(&settings, "lru_segmented").as_deref(), Some("no"));
+    assert_eq!(figure(&settings, "temp_lru").as_deref(), Some("no"));
+}
+
 /// A binary request: magic, opcode, key length, no extras, the key as body.
 fn binary_stat(key: &[u8]) -> Vec<u8> {
     let mut packet = vec![0x80, 0x10];

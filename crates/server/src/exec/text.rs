@@ -2,7 +2,7 @@
 
 use kura_proto::reply::push_u64;
 use kura_proto::text::{
-    GetMode, Keys, LruCrawler, Request, ShutdownMode, StoreRequest, StoreVerb, TooLarge,
+    GetMode, Keys, Lru, LruCrawler, Request, ShutdownMode, StoreRequest, StoreVerb, TooLarge,
 };
 use kura_proto::ErrorReply;
 use kura_store::{
@@ -122,6 +122,7 @@ pub fn execute(request: Request<'_>, ctx: &Context<'_>, out: &mut Vec<u8>) -> Ac
             }
         }
         Request::SlabsAutomove { noreply } => reply_unless(noreply, b"OK\r\n", out),
+        Request::Lru { command, noreply } => reply_unless(noreply, lru(command), out),
         Request::DebugTime { seconds } => debug_time(seconds, ctx, out),
         Request::TooLarge(request) => too_large(&request, ctx, out),
         Request::CacheMemlimit { megabytes, noreply } => {
@@ -204,6 +205,22 @@ fn refresh_certs(noreply: bool, ctx: &Context<'_>, out: &mut Vec<u8>) {
     // One line, whatever the reason says, so the reply stream stays in step.
     out.extend_from_slice(message.replace(['\r', '\n'], " ").as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The answer to `lru …`: memcached's, where kura's LRU (one list, no
+/// segments) has nothing to change; a setting it cannot take is refused
+/// with the reason, not acknowledged.
+fn lru(command: Lru) -> &'static [u8] {
+    match command {
+        // Percentages and age factors of segments kura does not have, as
+        // `-o hot_lru_pct` and the like: checked, then nothing to tune.
+        Lru::Tune | Lru::Mode { segmented: false } => b"OK\r\n",
+        Lru::TuneOverEighty => b"ERROR hot and warm pcts must not exceed 80\r\n",
+        Lru::TuneFactorNotPositive => b"ERROR hot/warm age factors must be greater than 0\r\n",
+        Lru::Mode { segmented: true } => b"ERROR kura's LRU has no segments\r\n",
+        Lru::TempTtl => b"ERROR temp_ttl is set at start (-o temporary_ttl)\r\n",
+        Lru::Invalid => b"ERROR\r\n",
+    }
 }
 
 /// `backup <dir> [since <dir>]`: `OK <manifest as JSON>` once the backup is
