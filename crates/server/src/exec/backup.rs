@@ -82,25 +82,19 @@ impl BackupRequest {
 
     /// Makes the backup; its reply.
     fn run(&self, shared: &Shared) -> Vec<u8> {
-        let result = shared.store.backup(&self.to, self.since.as_deref());
-        let mut reply = Vec::new();
-        match (self.answer, result) {
-            (Answer::Text, Ok(manifest)) => {
-                reply.extend_from_slice(b"OK ");
-                reply.extend_from_slice(manifest.as_bytes());
-                reply.extend_from_slice(b"\r\n");
+        match (
+            shared.store.backup(&self.to, self.since.as_deref()),
+            self.answer,
+        ) {
+            (Ok(manifest), Answer::Text) => format!("OK {manifest}\r\n").into_bytes(),
+            (Ok(_), Answer::TyrantStatus) => {
+                let mut reply = Vec::new();
+                kura_proto::tyrant::reply::status(&mut reply, true);
+                reply
             }
-            (Answer::Text, Err(reason)) => {
-                reply.extend_from_slice(b"SERVER_ERROR ");
-                // One line, whatever the reason says.
-                reply.extend_from_slice(reason.replace(['\r', '\n'], " ").as_bytes());
-                reply.extend_from_slice(b"\r\n");
-            }
-            (Answer::TyrantStatus, result) => {
-                kura_proto::tyrant::reply::status(&mut reply, result.is_ok())
-            }
+            // One line, whatever the reason says.
+            (Err(reason), answer) => refusal(answer, &reason.replace(['\r', '\n'], " ")),
         }
-        reply
     }
 }
 
