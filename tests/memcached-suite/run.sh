@@ -93,12 +93,21 @@ case " \$* " in *" -c "*) limit=() ;; esac
 exec "$KURA_BIN" serve --engine $engine --dir "\${SUITE_DATA:-$build/data}/\$\$" "\${limit[@]}" "\$@"
 WRAPPER
 # memcached's timedrun: run a command, kill it after N seconds. A watchdog
-# rather than a parent process, so the command keeps timedrun's pid.
+# rather than a parent process, so the command keeps timedrun's pid. The
+# watchdog kills that pid only if it is still the same process (the same
+# start time): a command that ended long before leaves its pid to another
+# process, which a blind kill once took down (a compiler, a test's server).
 cat >"$build/timedrun" <<'TIMEDRUN'
 #!/usr/bin/env bash
 seconds=$1
 shift
-(sleep "$seconds" && kill -KILL $$) </dev/null >/dev/null 2>&1 &
+# Field 22 of /proc/PID/stat, counted after the command name's ")".
+started() { local stat; read -r stat <"/proc/$1/stat" 2>/dev/null || return 0; set -- ${stat##*) }; echo "${20}"; }
+(
+    self=$(started $$)
+    sleep "$seconds"
+    [[ -n $self && $(started $$) == "$self" ]] && kill -KILL $$
+) </dev/null >/dev/null 2>&1 &
 exec "$@"
 TIMEDRUN
 chmod +x "$build/memcached-debug" "$build/timedrun"
