@@ -12,7 +12,7 @@ use kura_store::{AckFence, DeleteCommand, DiskConfig, DiskStore, GetOptions, Sto
 
 mod common;
 
-use common::{edit_lmdb, open, store_alone as store};
+use common::{command, edit_lmdb, open, store_alone as store};
 
 fn get(store: &dyn Store, key: &[u8]) -> Option<(Vec<u8>, u32)> {
     let mut found = None;
@@ -160,19 +160,6 @@ fn a_segment_removed_before_the_read_reached_it_is_passed_over_and_after_is_name
     );
 }
 
-/// `set <key> 0 0 1` of the value `v`, its reply not waited for.
-fn plain_set(key: &[u8]) -> kura_store::StoreCommand<'_> {
-    kura_store::StoreCommand {
-        mode: StoreMode::Set,
-        key,
-        value: b"v",
-        flags: 0,
-        expiry: 0,
-        compare_cas: None,
-        stale_if_older: false,
-    }
-}
-
 /// Backs `engine` up into `to`, incrementally when `since` is given.
 fn backup(engine: &DiskStore, to: &Path, since: Option<&Path>) -> backup::Manifest {
     let json = engine.backup(to, since).expect("backup");
@@ -189,7 +176,10 @@ fn a_backup_holds_the_writes_taken_before_it() {
     store(&engine, StoreMode::Set, b"first", b"1", 0);
     for round in 0..20 {
         let key = format!("taken{round}");
-        let taken = engine.store(&plain_set(key.as_bytes()), &AckFence::default());
+        let taken = engine.store(
+            &command(StoreMode::Set, key.as_bytes(), b"v", 0),
+            &AckFence::default(),
+        );
         assert!(matches!(taken, kura_store::StoreOutcome::Stored { .. }));
         let manifest = backup(&engine, &work.path().join(format!("backup{round}")), None);
         assert_eq!(manifest.last.lsn, round + 2, "round {round}");
@@ -1018,7 +1008,10 @@ fn a_backup_taken_while_a_round_commits_in_parts_restores_from_the_rounds_end() 
     );
     for n in 0..600 {
         let key = format!("k{n:03}");
-        engine.store(&plain_set(key.as_bytes()), &AckFence::default());
+        engine.store(
+            &command(StoreMode::Set, key.as_bytes(), b"v", 0),
+            &AckFence::default(),
+        );
     }
     let applier = engine.clone();
     let round = std::thread::spawn(move || applier.wait_until_all_applied());

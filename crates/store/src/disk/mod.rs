@@ -488,7 +488,8 @@ impl Store for DiskStore {
         // LMDB up to every write made before `stats`, as a scan waits: a
         // count that lags an acknowledged write is wrong, not late. Under
         // load this costs the worker about one apply round (measured in
-        // docs/BENCHMARKS.md); a poisoned or stopping engine ends the wait.
+        // docs/BENCHMARKS.md); an engine that cannot apply (poisoned, its
+        // disk full) or is stopping ends the wait.
         inner.wait_applied(inner.pending.last_seq(), None);
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.

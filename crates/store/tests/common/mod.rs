@@ -66,20 +66,28 @@ pub fn store_alone(
     value: &[u8],
     flags: u32,
 ) -> StoreOutcome {
-    let outcome = store.store(
-        &StoreCommand {
-            mode,
-            key,
-            value,
-            flags,
-            expiry: 0,
-            compare_cas: None,
-            stale_if_older: false,
-        },
-        &AckFence::default(),
-    );
+    let outcome = store.store(&command(mode, key, value, flags), &AckFence::default());
     store.wait_until_all_applied();
     outcome
+}
+
+/// A storage command of `value` under `key`: no expiry, no CAS.
+#[allow(dead_code)]
+pub fn command<'a>(
+    mode: StoreMode,
+    key: &'a [u8],
+    value: &'a [u8],
+    flags: u32,
+) -> StoreCommand<'a> {
+    StoreCommand {
+        mode,
+        key,
+        value,
+        flags,
+        expiry: 0,
+        compare_cas: None,
+        stale_if_older: false,
+    }
 }
 
 /// A database of LMDB's file, as the engine names them (`indexes` with

@@ -134,19 +134,19 @@ impl Inner {
         if self.base_incomplete.load(Ordering::Acquire) {
             return Err(base_incomplete());
         }
-        // Every write taken before the backup is in it: a client's set
-        // pipelined before its `backup` may not be appended yet.
-        if !self.append_taken() {
-            return Err(BackupError::Refused(
-                "the writes taken before the backup could not be appended to the log".to_string(),
-            ));
-        }
         if target::inside(to, &self.config.dir) {
             return Err(BackupError::Refused(format!(
                 "{} is inside this server's data directory {}: back up elsewhere",
                 to.display(),
                 self.config.dir.display()
             )));
+        }
+        // Every write taken before the backup is in it: a client's set
+        // pipelined before its `backup` may not be appended yet.
+        if !self.append_taken() {
+            return Err(BackupError::Refused(
+                "the writes taken before the backup could not be appended to the log".to_string(),
+            ));
         }
         target::write_into(to, || self.write_backup(to, since))
     }
