@@ -138,9 +138,10 @@ fn errno(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
-/// A failed commit as heed reports one: LMDB's return code, an errno.
+/// A failed commit as heed reports one: LMDB's return code is an errno,
+/// which heed turns from `MdbError::Other` into `Error::Io`.
 fn heed_error(code: i32) -> heed::Error {
-    heed::Error::Mdb(heed::MdbError::Other(code))
+    heed::Error::Io(io::Error::from_raw_os_error(code))
 }
 
 fn inode(file: &File) -> u64 {
@@ -792,14 +793,11 @@ fn a_failed_log_fsync_is_not_acknowledged_and_poisons_the_engine() {
     }
 }
 
-/// The compactor fsyncs the log too: the values it moves must be on disk
-/// before LMDB points to them. A failure there poisons the engine, as any
-/// failed fsync of the log does: the kernel may have dropped the pages of
-/// acknowledged writes in the same segment with it.
-#[test]
-fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
-    let dir = tempfile::tempdir().unwrap();
-    let io = FaultyIo::new(dir.path());
+/// A store whose log holds 40 live keys of 4 KB among 800 KB of garbage,
+/// all applied, with segments that pass retention 3 s after their last
+/// append, so that nothing is compacted while the writes go on; and the
+/// keys with their values.
+fn garbage_to_compact(dir: &Path, io: &Arc<FaultyIo>) -> (DiskStore, BTreeMap<Vec<u8>, Vec<u8>>) {
     let config = DiskConfig {
         // Compaction is due past 256 KiB of garbage.
         pending_limit: 1 << 20,
@@ -809,7 +807,7 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
             max_age: Some(Duration::from_secs(3)),
             max_bytes: None,
         },
-        ..config(dir.path(), SyncPolicy::Batch, io.clone())
+        ..config(dir, SyncPolicy::Batch, io.clone())
     };
     let store = DiskStore::open(config).unwrap();
     // Every key once, then the odd ones again and again: the even keys stay
@@ -826,6 +824,18 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
         }
     }
     store.wait_until_all_applied();
+    (store, kept)
+}
+
+/// The compactor fsyncs the log too: the values it moves must be on disk
+/// before LMDB points to them. A failure there poisons the engine, as any
+/// failed fsync of the log does: the kernel may have dropped the pages of
+/// acknowledged writes in the same segment with it.
+#[test]
+fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let (store, kept) = garbage_to_compact(dir.path(), &io);
     // The syncer has caught up: no fsync of the log is due but the
     // compactor's.
     let mut fsyncs = engine_stat(&store, "disk_fsyncs");
@@ -857,6 +867,41 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
         journal_bytes() - before
     );
     assert_eq!(set(&store, b"after", b"v"), None, "writes are refused");
+    drop(store);
+    recovers(dir.path(), &kept);
+}
+
+/// A compaction whose LMDB commit finds no room is tried again once
+/// `COMPACT_RETRY` (10 s) has passed, as a full disk's appends are: the
+/// segment is not set aside as one that cannot be read.
+#[test]
+fn a_compaction_that_finds_no_room_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let (store, kept) = garbage_to_compact(dir.path(), &io);
+    // Nothing else commits now: the next commit is the compaction's.
+    io.set(|f| f.commit_plan = [Some(libc::ENOSPC)].into());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !io.faults.lock().commit_plan.is_empty() {
+        assert!(Instant::now() < deadline, "no compaction was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let failed = Instant::now();
+    assert_eq!(engine_stat(&store, "disk_compactions"), "0");
+    while engine_stat(&store, "disk_compactions") == "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the segment was not compacted again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Tried again after the wait, not at once by some other way.
+    assert!(
+        failed.elapsed() >= Duration::from_secs(8),
+        "{:?}",
+        failed.elapsed()
+    );
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "0");
     drop(store);
     recovers(dir.path(), &kept);
 }

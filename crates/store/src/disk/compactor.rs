@@ -12,7 +12,7 @@ use super::journal;
 use super::log_format::{self, Location, Record};
 use super::record::LogPointer;
 use super::retention::SegmentAge;
-use super::space::is_enospc;
+use super::space::is_out_of_space;
 use super::{Inner, LogRetention};
 
 /// Moved values a compaction appends, fsyncs and commits at a time.
@@ -80,7 +80,7 @@ impl Inner {
                     .fetch_add(moved, Ordering::Relaxed);
                 Compaction::Done
             }
-            Err(error) if is_enospc(&error) => {
+            Err(error) if is_out_of_space(&error) => {
                 tracing::debug!(%error, segment = victim, "no room to compact the journal yet");
                 Compaction::Failed
             }
@@ -96,21 +96,21 @@ impl Inner {
     /// as moves and points LMDB at the copies, [`COMPACT_CHUNK`] at a time.
     /// Returns the bytes moved; an error if the victim is still live after
     /// (its count and its records disagree: a corrupt record, say).
-    fn compact(&self, victim: u64) -> io::Result<u64> {
+    fn compact(&self, victim: u64) -> heed::Result<u64> {
         // Keys and places only: the values are read again a chunk at a
         // time, so the memory a compaction takes stays bounded.
         let mut live: Vec<(Vec<u8>, LogPointer)> = Vec::new();
-        let txn = self.env.read_txn().map_err(io::Error::other)?;
+        let txn = self.env.read_txn()?;
         let path = journal::segment_path(&self.config.dir, victim);
         journal::replay(&*self.config.io, &path, victim, |found, from, _| {
             if let Record::Put { key, .. } | Record::Move { key, .. } = found {
-                let stored = self.items.get(&txn, key).map_err(io::Error::other)?;
+                let stored = self.items.get(&txn, key)?;
                 let pointer = stored.and_then(Old::of).and_then(|old| old.pointer);
                 if let Some(pointer) = pointer.filter(|pointer| pointer.at == from) {
                     live.push((key.to_vec(), pointer));
                 }
             }
-            Ok::<_, io::Error>(())
+            Ok::<_, heed::Error>(())
         })?;
         drop(txn);
         let mut group = Vec::new();
@@ -133,10 +133,9 @@ impl Inner {
         }
         let left = self.applied_counts.lock().log.of(victim);
         if left != 0 {
-            return Err(io::Error::other(format!(
-                "{left} live bytes left after moving {} records",
-                live.len()
-            )));
+            let records = live.len();
+            let error = format!("{left} live bytes left after moving {records} records");
+            return Err(io::Error::other(error).into());
         }
         Ok(moved)
     }
@@ -145,14 +144,14 @@ impl Inner {
     /// before LMDB points to them, whatever the policy), then points LMDB
     /// at each copy whose key still points where it moved from. `moves`:
     /// each record's key, origin and offset in `group`.
-    fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> io::Result<u64> {
+    fn commit_moves(&self, group: &[u8], moves: &[(&[u8], Location, usize)]) -> heed::Result<u64> {
         let start = self.journal.append(group, None)?;
         // As every fsync of the log: a failed one may have dropped the pages
         // of acknowledged writes in the same segment, so it poisons.
         if !self.fsync("journal fsync failed", || self.journal.sync()) {
-            return Err(io::Error::other("journal fsync failed"));
+            return Err(io::Error::other("journal fsync failed").into());
         }
-        let mut txn = self.env.write_txn().map_err(io::Error::other)?;
+        let mut txn = self.env.write_txn()?;
         let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
         for (&(key, from, at), end) in moves.iter().zip(ends) {
@@ -161,11 +160,9 @@ impl Inner {
                 to: Location::new(start.segment, start.offset + at as u64),
                 frame_len: end - at,
             };
-            self.apply(&mut txn, key, write, 0, &mut counts)
-                .map_err(io::Error::other)?;
+            self.apply(&mut txn, key, write, 0, &mut counts)?;
         }
-        self.commit_counted(txn, &mut counts, None)
-            .map_err(io::Error::other)?;
+        self.commit_counted(txn, &mut counts, None)?;
         Ok(group.len() as u64)
     }
 

@@ -19,7 +19,6 @@ pub(super) fn is_enospc(error: &io::Error) -> bool {
 pub(super) fn is_out_of_space(error: &heed::Error) -> bool {
     match error {
         heed::Error::Mdb(heed::MdbError::MapFull) => true,
-        heed::Error::Mdb(heed::MdbError::Other(code)) => *code == nix::errno::Errno::ENOSPC as i32,
         heed::Error::Io(error) => is_enospc(error),
         _ => false,
     }
