@@ -172,7 +172,17 @@ impl Inner {
         let mut logged = self.logged.lock();
         let start = self.append(group, last);
         logged.through = through;
-        let Some(start) = start else {
+        if let Some(start) = start {
+            logged.dirty = true;
+            logged.flush = logged.flush.max(flush);
+            let (counters, n) = (&self.counters, writes as u64);
+            counters.appends.fetch_add(1, Ordering::Relaxed);
+            counters.appended_writes.fetch_add(n, Ordering::Relaxed);
+            counters.largest_append.fetch_max(n, Ordering::Relaxed);
+            self.acks.advance(through, false);
+            self.pending
+                .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
+        } else {
             self.counters.failed_appends.fetch_add(1, Ordering::Relaxed);
             // Once space is back, the flush reaches the log with the next
             // append rather than be lost.
@@ -190,25 +200,13 @@ impl Inner {
             let newest = batch.newest;
             self.pending.drop_failed(batch);
             self.acks.advance(newest, true);
-            self.apply_flush_if_short(logged.flush.is_some());
-            drop(logged);
-            return None;
-        };
-        logged.dirty = true;
-        logged.flush = logged.flush.max(flush);
-        let (counters, n) = (&self.counters, writes as u64);
-        counters.appends.fetch_add(1, Ordering::Relaxed);
-        counters.appended_writes.fetch_add(n, Ordering::Relaxed);
-        counters.largest_append.fetch_max(n, Ordering::Relaxed);
-        self.acks.advance(through, false);
-        self.pending
-            .merge_logged(batch, start, &offsets, |len| self.config.keeps_in_log(len));
+        }
         self.apply_flush_if_short(logged.flush.is_some());
         drop(logged);
-        if self.apply_due() {
+        if start.is_some() && self.apply_due() {
             self.signals.wake_applier();
         }
-        Some(writes + usize::from(flush.is_some()))
+        start.map(|_| entries)
     }
 
     /// Appends a group to the journal; under `always`, fsyncs it too.

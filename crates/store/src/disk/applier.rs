@@ -87,9 +87,9 @@ impl Inner {
     pub(super) fn apply_loop(&self) {
         // A round whose commit failed, to try again.
         let mut retry = None;
-        // The newest segment committed to LMDB but not yet fsynced there (a
-        // failed fsync leaves it for the next round).
-        let mut unsynced = None;
+        // Whether LMDB holds a commit not yet fsynced that may let segments
+        // go (a failed fsync leaves it for the next round).
+        let mut unsynced = false;
         // No compaction before this (one failed).
         let mut compact_after = Instant::now();
         // Segments whose compaction failed other than for space.
@@ -113,29 +113,22 @@ impl Inner {
                 // but its commit may free one: it is fsynced before anything
                 // is deleted, as a round of writes is.
                 let freed = self.applied_counts.lock().log.total() < pointed_before;
-                match worked {
-                    Some(0) if freed => {
-                        unsynced = Some(self.applied_segment.load(Ordering::Acquire));
-                    }
-                    Some(0) | None => {}
-                    Some(segment) => unsynced = Some(segment),
-                }
+                unsynced |= worked.is_some_and(|segment| segment != 0 || freed);
                 self.sync_applied(&mut unsynced);
                 // (A round left to retry returned `None` too.)
-                if finishing && worked.is_none() {
+                match worked {
+                    Some(_) => continue,
                     // Nothing more will come; a commit that keeps failing
                     // leaves its writes in the journal for the next start.
-                    return;
-                }
-                if worked.is_some() {
-                    continue;
+                    None if finishing => return,
+                    None => {}
                 }
             }
             // Between rounds: one segment at a time, so writes wait little.
             if !finishing && retry.is_none() && Instant::now() >= compact_after {
                 match self.compact_some(&mut unreadable) {
                     Compaction::Done => {
-                        unsynced = Some(self.applied_segment.load(Ordering::Acquire));
+                        unsynced = true;
                         self.sync_applied(&mut unsynced);
                         continue;
                     }
@@ -145,9 +138,7 @@ impl Inner {
             }
             // Not while a round is left to retry: its commits may have
             // lowered counts that no fsync made durable.
-            if unsynced.is_none()
-                && retry.is_none()
-                && retention_checked.elapsed() >= RETENTION_CHECK_EVERY
+            if !unsynced && retry.is_none() && retention_checked.elapsed() >= RETENTION_CHECK_EVERY
             {
                 retention_checked = Instant::now();
                 self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
@@ -162,13 +153,12 @@ impl Inner {
     /// instead let dirty pages pile up, and under a memory cap reclaim then
     /// writes them back in the way of reads (capped random overwrites:
     /// 15,800/s against 19,600/s).
-    fn sync_applied(&self, unsynced: &mut Option<u64>) {
-        let Some(segment) = *unsynced else {
-            return;
-        };
-        if self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
-            *unsynced = None;
-            self.remove_dead_segments(segment);
+    fn sync_applied(&self, unsynced: &mut bool) {
+        if *unsynced && self.fsync("fsync failed", || self.config.io.sync_data(&self.env)) {
+            *unsynced = false;
+            // Every segment applied so far: a round raises the number before
+            // this fsync, a replica's snapshot only after its own.
+            self.remove_dead_segments(self.applied_segment.load(Ordering::Acquire));
         }
     }
 
@@ -224,9 +214,8 @@ impl Inner {
         let reclaim = self.signals.reclaim.swap(false, Ordering::AcqRel);
         let crawl = self.signals.crawl.lock().take();
         if round.is_none() && !reclaim && crawl.is_none() {
-            if let Some(through) = through {
-                self.applied.advance(through, false);
-            }
+            // (0 advances nothing.)
+            self.applied.advance(through.unwrap_or(0), false);
             return None;
         }
         if round.is_some() && self.health.is_poisoned() {
@@ -277,9 +266,7 @@ impl Inner {
                 self.alive(header) && self.fetched(hash, header)
             });
         }
-        if let Some(through) = through {
-            self.applied.advance(through, false);
-        }
+        self.applied.advance(through.unwrap_or(0), false);
         Some(segment)
     }
 
@@ -333,7 +320,11 @@ impl Inner {
             // comparison instead of a memcmp call.
             writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
             for (_, key, write) in writes {
-                let weight = key.len() + write.weight();
+                // About what applying it copies into LMDB.
+                let weight = match write {
+                    Write::Change(_, Pending::Put(stored)) => key.len() + stored.len(),
+                    _ => key.len(),
+                };
                 let index_entries =
                     self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
                 // Each index entry a row's write changes may dirty a page.
@@ -547,9 +538,8 @@ impl Inner {
                 self.items.put(txn, key, &record)?;
             }
             Write::Change(Space::Item, Pending::Remove) => {
-                let old = self.stored_old(txn, key)?;
-                if old.is_some() {
-                    self.forget_old(txn, key, old, counts, 0)?;
+                if let Some(old) = self.stored_old(txn, key)? {
+                    self.forget_old(txn, key, Some(old), counts, 0)?;
                     self.items.delete(txn, key)?;
                 }
             }

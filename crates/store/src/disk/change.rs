@@ -22,16 +22,6 @@ pub(super) enum Write<'a> {
     },
 }
 
-impl Write<'_> {
-    /// About what applying it copies into LMDB.
-    pub(super) fn weight(&self) -> usize {
-        match self {
-            Write::Change(_, Pending::Put(stored)) => stored.len(),
-            Write::Change(_, Pending::Remove) | Write::Move { .. } => 0,
-        }
-    }
-}
-
 /// A stored record as the counts see it (the one a write replaces, or
 /// the write itself).
 pub(super) struct Old {

@@ -96,13 +96,15 @@ impl Inner {
         (crawled() - before) as usize
     }
 
-    /// Has the applier reclaim expired items now, if any are due; returns how
+    /// Has the applier reclaim expired items now, if the background expiry
+    /// is on (`DiskConfig::background_expiry`) and any are due; returns how
     /// many it removed.
     pub(super) fn reclaim_expired_now(&self) -> usize {
-        let due = self.env.read_txn().ok().is_some_and(|txn| {
-            self.due_expiry_keys(&txn, self.sweep_cutoff(), 1)
-                .is_ok_and(|due| !due.is_empty())
-        });
+        let due = self.config.background_expiry
+            && self.env.read_txn().ok().is_some_and(|txn| {
+                self.due_expiry_keys(&txn, self.sweep_cutoff(), 1)
+                    .is_ok_and(|due| !due.is_empty())
+            });
         if !due {
             return 0;
         }

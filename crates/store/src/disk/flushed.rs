@@ -42,10 +42,11 @@ impl Inner {
             self.items.clear(txn)?;
             self.expiry.clear(txn)?;
             // The flushed items' space goes back at once.
-            for (index, &(items, _)) in counts.classes.0.iter().enumerate() {
+            let classes = std::mem::take(&mut counts.classes);
+            for (index, (items, _)) in classes.0.into_iter().enumerate() {
                 *counts.reclaims.reclaimed.entry(index + 1).or_default() += items;
             }
-            counts.clear();
+            counts.log.clear();
         } else {
             let mut covered: Vec<(Vec<u8>, Old)> = Vec::new();
             for entry in self.items.iter(txn)? {

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use crate::delayed_flush::DelayedFlush;
 
+#[derive(Default)]
 pub(super) struct Flushes {
     /// Items with a CAS up to this are flushed: the applier drops them
     /// from LMDB in its next round, and until then reads skip them.
@@ -22,15 +23,6 @@ pub(super) struct Flushes {
 }
 
 impl Flushes {
-    /// `through`: the newest flush LMDB reflects.
-    pub(super) fn new(through: u64) -> Flushes {
-        Flushes {
-            through: AtomicU64::new(through),
-            requested: Mutex::new(None),
-            delayed: DelayedFlush::default(),
-        }
-    }
-
     /// Whether an item of `cas` is flushed.
     pub(super) fn covers(&self, cas: u64) -> bool {
         cas <= self.through()
@@ -90,7 +82,8 @@ mod tests {
 
     #[test]
     fn a_request_raises_the_boundary_at_once_and_a_failed_append_keeps_the_later_flush() {
-        let flushes = Flushes::new(5);
+        let flushes = Flushes::default();
+        flushes.raise(5);
         assert!(flushes.covers(5) && !flushes.covers(6));
         let numbered = flushes.request(|| 9, || "numbered");
         assert_eq!(numbered, "numbered");

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use heed::{RoTxn, RwTxn};
 
-use crate::disk::Db;
+use crate::disk::{meta_u64, Db};
 
 const FILE: &str = "server-id";
 
@@ -61,15 +61,13 @@ const HISTORY: &[u8] = b"history";
 /// The directory's history, if one was started (directories of earlier
 /// builds have none until they are opened).
 pub(in crate::disk) fn history(meta: &Db, txn: &RoTxn<'_>) -> heed::Result<Option<u64>> {
-    let bytes = meta.get(txn, HISTORY)?;
-    Ok(bytes
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes))
+    Ok(Some(meta_u64(meta, txn, HISTORY)?).filter(|&id| id != 0))
 }
 
 /// Starts a new history in `txn`.
 pub(in crate::disk) fn start_history(meta: &Db, txn: &mut RwTxn<'_>) -> heed::Result<()> {
-    let id = random_u64().map_err(heed::Error::Io)?;
+    // Never 0, which `meta_u64` reads as none.
+    let id = random_u64().map_err(heed::Error::Io)?.max(1);
     meta.put(txn, HISTORY, &id.to_le_bytes())
 }
 

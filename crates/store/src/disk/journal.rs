@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -108,7 +109,7 @@ pub fn replay<E: From<io::Error>>(
     let size = file.metadata()?.len();
     let segment = SegmentReader {
         io,
-        file,
+        file: &file,
         at: 0,
         size,
     };
@@ -121,8 +122,6 @@ pub fn replay<E: From<io::Error>>(
     // one has come, read again then (a large group costs no memory), so
     // that a group written in part is not.
     let mut group: Option<(u32, Vec<(Location, usize)>)> = None;
-    // A complete group's records are read again through this one.
-    let again = File::open(path)?;
     // Whether `buf` was filled: a segment that ends (or was cut back since
     // its size was read: a failed append) in the middle of a record ends there.
     let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
@@ -161,7 +160,7 @@ pub fn replay<E: From<io::Error>>(
                 if *left == 0 {
                     for &(place, len) in records.iter() {
                         frame.resize(len, 0);
-                        io.read_log(&again, &mut frame, place.offset)?;
+                        io.read_log(&file, &mut frame, place.offset)?;
                         let Some((record, _)) = decode(&frame) else {
                             let offset = place.offset;
                             let error = format!(
@@ -187,7 +186,7 @@ pub fn replay<E: From<io::Error>>(
 /// when the read began (a live one grows meanwhile).
 struct SegmentReader<'a> {
     io: &'a dyn Io,
-    file: File,
+    file: &'a File,
     at: u64,
     size: u64,
 }
@@ -197,7 +196,7 @@ impl Read for SegmentReader<'_> {
         let left = usize::try_from(self.size - self.at).unwrap_or(usize::MAX);
         let len = buf.len().min(left);
         if len > 0 {
-            self.io.read_log(&self.file, &mut buf[..len], self.at)?;
+            self.io.read_log(self.file, &mut buf[..len], self.at)?;
             self.at += len as u64;
         }
         Ok(len)
@@ -216,12 +215,6 @@ fn release_reserved(file: &File, number: u64, len: u64) {
     if let Err(error) = file.set_len(len) {
         tracing::debug!(%error, segment = number, "cannot release a segment's unused space");
     }
-}
-
-/// Whether a segment's file holds blocks past those its length needs.
-fn holds_reserved(metadata: &fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    metadata.blocks() * 512 > metadata.len().next_multiple_of(metadata.blksize().max(1))
 }
 
 /// The segment being appended to.
@@ -287,7 +280,9 @@ impl Journal {
             // hold its reservation past its end. Giving it back marks the
             // file modified, and retention counts from the last append:
             // that time is put back.
-            if holds_reserved(&metadata) {
+            // Blocks past those its length needs (a reservation).
+            let whole_blocks = metadata.len().next_multiple_of(metadata.blksize().max(1));
+            if metadata.blocks() * 512 > whole_blocks {
                 release_reserved(&file, found, metadata.len());
                 if let Err(error) = file.set_modified(modified) {
                     tracing::warn!(%error, segment = found, "cannot keep a segment's age");
@@ -515,11 +510,9 @@ impl Journal {
         // Reads of values land anywhere: no readahead (one value, one read).
         let _ = nix::fcntl::posix_fadvise(file.as_raw_fd(), 0, 0, POSIX_FADV_RANDOM);
         let file = Arc::new(file);
-        if open.len() >= OPEN_SEGMENTS {
-            // Any one: reopening a segment costs one open call.
-            if let Some(&victim) = open.keys().next() {
-                open.remove(&victim);
-            }
+        // Past the bound, any one goes: reopening a segment costs one open call.
+        if let Some(&victim) = open.keys().next().filter(|_| open.len() >= OPEN_SEGMENTS) {
+            open.remove(&victim);
         }
         open.insert(number, file.clone());
         Ok(file)

@@ -467,11 +467,7 @@ impl Store for DiskStore {
             inner.config.memory_budget as u64,
             &inner.counters.resident_trims,
         );
-        if inner.config.background_expiry {
-            inner.reclaim_expired_now()
-        } else {
-            0
-        }
+        inner.reclaim_expired_now()
     }
 
     fn crawl(&self, include: &dyn Fn(usize) -> bool) -> usize {

@@ -11,7 +11,6 @@ use heed::{EnvFlags, EnvOpenOptions, RwTxn};
 use parking_lot::Mutex;
 
 use super::change::{Old, Write};
-use super::flushes::Flushes;
 use super::history::position;
 use super::log_format::{self, Record};
 use super::pending::{Pending, PendingWrites};
@@ -97,7 +96,6 @@ impl OpenError {
             OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::MapFull)) => {
                 return OpenError::MapFull { dir };
             }
-            OpenError::Lmdb(heed::Error::Mdb(heed::MdbError::Other(code))) => Some(*code),
             OpenError::Lmdb(heed::Error::Io(error)) | OpenError::Journal(error) => {
                 error.raw_os_error()
             }
@@ -254,7 +252,7 @@ impl DiskStore {
             logged: Mutex::new(appender::Logged::default()),
             acks: ack::Acks::default(),
             applied: ack::Acks::default(),
-            flushes: Flushes::new(flushed),
+            flushes: Default::default(),
             health: Default::default(),
             base_incomplete: AtomicBool::new(base_incomplete),
             replica_holds: Default::default(),
@@ -267,6 +265,8 @@ impl DiskStore {
             server_id,
             _dir_lock: dir_lock,
         });
+        // Reads skip what the newest flush LMDB reflects covers.
+        inner.flushes.raise(flushed);
         inner.journal.resume_after(applied_lsn);
         inner.replay(&segments, applied_segment)?;
         inner.measure_lmdb_usage();

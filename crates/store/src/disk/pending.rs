@@ -127,10 +127,6 @@ impl Entry {
 /// Pending writes by key, looked up with the hash the shard's lock computed.
 type Entries = HashTable<Entry>;
 
-fn find_entry<'m>(map: &'m Entries, hash: u64, space: Space, key: &[u8]) -> Option<&'m Entry> {
-    map.find(hash, |entry| entry.is(hash, space, key))
-}
-
 /// Puts `entry` in `map` in place of the key's older one; returns what the
 /// older one was charged (0: none).
 fn replace(map: &mut Entries, entry: Entry) -> usize {
@@ -169,10 +165,9 @@ impl ShardState {
     /// The key's newest pending write, youngest generation first, and
     /// whether it is journalled (not in `fresh` or `appending`).
     #[inline]
-    fn newest(&self, hash: u64, space: Space, key: &[u8]) -> Option<(&Entry, bool)> {
-        let find = |map| find_entry(map, hash, space, key);
-        let unjournalled = find(&self.fresh).or_else(|| find(self.appending.as_ref()?));
-        if let Some(entry) = unjournalled {
+    fn newest<'s>(&'s self, hash: u64, space: Space, key: &[u8]) -> Option<(&'s Entry, bool)> {
+        let find = |map: &'s Entries| map.find(hash, |entry| entry.is(hash, space, key));
+        if let Some(entry) = find(&self.fresh).or_else(|| find(self.appending.as_ref()?)) {
             return Some((entry, false));
         }
         find(&self.logged)
@@ -282,8 +277,8 @@ impl Shard<'_> {
         self.state.cache.remove(hash, space, entry.held.key());
         let removed = replace(&mut self.state.fresh, entry);
         self.state.fresh_bytes = self.state.fresh_bytes + added - removed;
-        self.owner.bytes.fetch_add(added, Ordering::Relaxed);
-        self.owner.bytes.fetch_sub(removed, Ordering::Relaxed);
+        // One update (wrapping: the older write may weigh more).
+        (self.owner.bytes).fetch_add(added.wrapping_sub(removed), Ordering::Relaxed);
         self.owner.dirty.store(true, Ordering::Release);
         seq
     }
@@ -468,9 +463,8 @@ impl PendingWrites {
             }
         }
         self.bytes.fetch_sub(replaced + shrunk, Ordering::Relaxed);
-        self.logged_bytes
-            .fetch_add(batch.bytes - shrunk, Ordering::Relaxed);
-        self.logged_bytes.fetch_sub(replaced, Ordering::Relaxed);
+        let logged = (batch.bytes - shrunk).wrapping_sub(replaced);
+        self.logged_bytes.fetch_add(logged, Ordering::Relaxed);
     }
 
     /// Bytes of journalled writes waiting for the applier.
@@ -522,9 +516,8 @@ impl PendingWrites {
                 // Cached if it was read and no newer write is pending
                 // (`applying` is taken), its value in place.
                 let wanted = |hash, keyed: &Keyed, state: &ShardState| {
-                    Header::decode(keyed.record()).is_some_and(|(header, _)| {
-                        !header.has(record::IN_LOG)
-                            && keyed.record().len() <= MAX_CACHED_RECORD
+                    record::value_in_place(keyed.record()).is_some_and(|(header, _)| {
+                        keyed.record().len() <= MAX_CACHED_RECORD
                             && worth_caching(hash, &header)
                             && state.newest(hash, Space::Item, keyed.key()).is_none()
                     })

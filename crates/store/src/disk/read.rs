@@ -72,11 +72,10 @@ impl Inner {
             let txn = self.env.read_txn()?;
             let stored = self.items.get(&txn, key)?;
             let Some((header, pointer)) = stored.and_then(Header::decode).and_then(in_log) else {
-                let result = f(self.with_fetched(hash, stored));
                 if let Some(record) = stored {
                     self.cache_item(shard, key, record);
                 }
-                return Ok(result);
+                return Ok(f(self.with_fetched(hash, stored)));
             };
             drop(txn);
             let logged = match self.with_logged_value(key, &header, &pointer) {
@@ -89,9 +88,8 @@ impl Inner {
                 }
                 Err(error) => return header_alone(error, header, &pointer).map(f),
             };
-            let result = f(self.with_fetched(hash, Some(logged.record())));
             self.cache_item(shard, key, logged.record());
-            return Ok(result);
+            return Ok(f(self.with_fetched(hash, Some(logged.record()))));
         }
     }
 

@@ -72,11 +72,9 @@ impl ReadCache {
         self.remove_where(hash, |cached| cached.is(hash, space, key));
     }
 
-    fn remove_where(&mut self, hash: u64, also: impl Fn(&CachedRecord) -> bool) {
-        if let Ok(found) = self
-            .records
-            .find_entry(hash, |cached| cached.hash == hash && also(cached))
-        {
+    /// Removes the record of `hash` that `is_it` picks.
+    fn remove_where(&mut self, hash: u64, is_it: impl Fn(&CachedRecord) -> bool) {
+        if let Ok(found) = self.records.find_entry(hash, is_it) {
             let (cached, _) = found.remove();
             self.bytes -= entry_charge(cached.keyed.key(), cached.keyed.record().len());
         }
@@ -107,7 +105,7 @@ impl ReadCache {
                 break;
             };
             // 64-bit hashes: another record with the same one is not worth a key copy.
-            self.remove_where(oldest, |_| true);
+            self.remove_where(oldest, |cached| cached.hash == oldest);
         }
         self.remove(hash, space, keyed.key());
         let cached = CachedRecord { hash, space, keyed };

@@ -263,14 +263,6 @@ impl Reclaims {
     }
 }
 
-impl Counts {
-    /// After a flush: nothing is held.
-    pub fn clear(&mut self) {
-        self.classes = ClassCounts::default();
-        self.log.clear();
-    }
-}
-
 /// The bytes of each journal segment that LMDB points to; a segment at 0
 /// can be deleted once that is on disk and retention lets it go.
 #[derive(Debug, Clone, Default)]
@@ -287,19 +279,14 @@ impl LogLive {
     }
 
     pub fn remove(&mut self, pointer: &LogPointer) {
-        let segment = pointer.at.segment;
-        let live = self.bytes.get(&segment).copied().unwrap_or(0);
-        if live < pointer.frame_len as u64 {
+        let (segment, removed) = (pointer.at.segment, u64::from(pointer.frame_len));
+        let live = self.of(segment);
+        if live < removed {
             // A count that ran short would let a segment be deleted early.
-            tracing::error!(
-                segment,
-                live,
-                removed = pointer.frame_len,
-                "journal live-byte count ran short"
-            );
+            tracing::error!(segment, live, removed, "journal live-byte count ran short");
         }
         if let Some(bytes) = self.bytes.get_mut(&segment) {
-            *bytes = live.saturating_sub(pointer.frame_len as u64);
+            *bytes = live.saturating_sub(removed);
             self.touched.insert(segment);
         }
     }
@@ -317,7 +304,8 @@ impl LogLive {
         self.bytes.values().sum()
     }
 
-    fn clear(&mut self) {
+    /// After a flush: the log holds nothing for LMDB.
+    pub fn clear(&mut self) {
         for (&segment, bytes) in self.bytes.iter_mut() {
             *bytes = 0;
             self.touched.insert(segment);
