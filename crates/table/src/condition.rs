@@ -1,6 +1,8 @@
 //! One condition of a query: a column, an operator and an expression, with
 //! Tokyo Cabinet's flags (negate, no index) and its exact matching rules.
 
+use std::collections::HashSet;
+
 use regex::bytes::{Regex, RegexBuilder};
 
 use crate::columns::Columns;
@@ -224,11 +226,16 @@ impl Condition {
             Operator::StrInc => contains(c_value, c_expression),
             Operator::StrBw => c_value.starts_with(c_expression),
             Operator::StrEw => c_value.ends_with(c_expression),
+            // The value's words in a set: a scan of them per word of the
+            // expression would cost their product (minutes for a request
+            // of many words against a large value).
             Operator::StrAnd => {
-                text::words(expression).all(|word| text::words(value).any(|w| w == word))
+                let words: HashSet<&[u8]> = text::words(value).collect();
+                text::words(expression).all(|word| words.contains(word))
             }
             Operator::StrOr => {
-                text::words(expression).any(|word| text::words(value).any(|w| w == word))
+                let words: HashSet<&[u8]> = text::words(value).collect();
+                text::words(expression).any(|word| words.contains(word))
             }
             Operator::StrOrEq => text::words(expression).any(|word| word == c_value),
             Operator::StrRx => self.regex.as_ref().is_some_and(|rx| rx.is_match(c_value)),

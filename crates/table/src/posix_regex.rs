@@ -11,15 +11,24 @@
 //! (`\1`) has no counterpart in a linear-time engine: kura refuses the
 //! pattern, and a refused pattern never matches (as one glibc refuses).
 
+/// The most times one atom's repetition is repeated again (`a**`), each
+/// wrapped in a group: the `regex` crate refuses more than 250 levels of
+/// nesting anyway, and each wrap copies the atom, so an unbounded run
+/// would cost its length squared before that refusal.
+const MAX_REPEATS_OF_REPEATS: usize = 250;
+
 /// The pattern in the `regex` crate's syntax (bytes mode, ASCII classes);
-/// `None` where glibc would refuse it, or for a back-reference.
+/// `None` where glibc would refuse it, or for a back-reference. Takes time
+/// linear in the pattern's length.
 pub fn translate(pattern: &[u8]) -> Option<String> {
     let mut out = String::with_capacity(pattern.len() * 2);
     // Where the last atom (what a repetition applies to) starts in `out`,
-    // and whether a repetition already follows it.
+    // and how many repetitions already follow it.
     let mut atom: Option<usize> = None;
-    let mut repeated = false;
-    let mut depth = 0usize;
+    let mut repeated = 0usize;
+    // Where each group still open starts in `out` (a wrap inserts only
+    // after them: the atom it wraps is inside the innermost).
+    let mut groups: Vec<usize> = Vec::new();
     let mut at = 0;
     while at < pattern.len() {
         let byte = pattern[at];
@@ -37,40 +46,42 @@ pub fn translate(pattern: &[u8]) -> Option<String> {
                     }
                     other => char::from(other).to_string(),
                 };
-                if repeated {
+                if repeated >= MAX_REPEATS_OF_REPEATS {
+                    return None;
+                }
+                if repeated > 0 {
                     // glibc repeats a repetition; the crate wants a group.
                     out.insert_str(atom_start, "(?:");
                     out.push(')');
                 }
                 out.push_str(&quantifier);
-                repeated = true;
+                repeated += 1;
                 continue;
             }
             b'(' => {
-                depth += 1;
+                groups.push(out.len());
                 out.push('(');
                 atom = None;
-                repeated = false;
+                repeated = 0;
                 continue;
             }
             b'|' => {
                 out.push('|');
                 atom = None;
-                repeated = false;
+                repeated = 0;
                 continue;
             }
             b'^' => {
                 out.push('^');
                 atom = None;
-                repeated = false;
+                repeated = 0;
                 continue;
             }
-            b')' if depth > 0 => {
-                depth -= 1;
+            b')' if !groups.is_empty() => {
                 out.push(')');
-                // The group is the atom: find its `(`.
-                atom = Some(group_start(&out)?);
-                repeated = false;
+                // The group is the atom.
+                atom = groups.pop();
+                repeated = 0;
                 continue;
             }
             b'$' => out.push('$'),
@@ -100,30 +111,9 @@ pub fn translate(pattern: &[u8]) -> Option<String> {
             other => push_literal(&mut out, other),
         }
         atom = Some(start);
-        repeated = false;
+        repeated = 0;
     }
-    (depth == 0).then_some(out)
-}
-
-/// Where the group that `out` ends with starts (its `(`, or the `(?:` a
-/// repeated repetition wrapped in it).
-fn group_start(out: &str) -> Option<usize> {
-    let bytes = out.as_bytes();
-    let mut depth = 0usize;
-    for at in (0..bytes.len()).rev() {
-        // A byte escaped as `\xNN` is never a bare parenthesis.
-        match bytes[at] {
-            b')' => depth += 1,
-            b'(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(at);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    groups.is_empty().then_some(out)
 }
 
 /// A byte as itself: letters, digits and space as they are, every other
@@ -278,6 +268,26 @@ mod tests {
         assert_eq!(rx("a|*b"), None);
         assert_eq!(rx("a**").as_deref(), Some("(?:a*)*"));
         assert_eq!(rx("(ab)+?").as_deref(), Some("(?:(ab)+)?"));
+    }
+
+    #[test]
+    fn a_repetition_is_repeated_at_most_250_times() {
+        let stars = |n| format!("a{}", "*".repeat(n));
+        assert!(rx(&stars(250)).is_some_and(|out| out.starts_with("(?:(?:")));
+        // A request of a million stars was refused by the crate only after
+        // 45 s of copying.
+        assert_eq!(rx(&stars(251)), None);
+        assert_eq!(rx(&stars(1_000_000)), None);
+    }
+
+    #[test]
+    fn nested_groups_are_atoms_however_deep() {
+        assert_eq!(rx("((a)b)*c").as_deref(), Some("((a)b)*c"));
+        assert_eq!(rx("(a(b)*)*").as_deref(), Some("(a(b)*)*"));
+        assert_eq!(rx("x(a)**").as_deref(), Some("x(?:(a)*)*"));
+        let depth = 100_000;
+        let deep = format!("{}a{}*", "(".repeat(depth), ")".repeat(depth));
+        assert_eq!(rx(&deep), Some(deep.clone()));
     }
 
     #[test]

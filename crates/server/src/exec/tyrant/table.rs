@@ -682,13 +682,17 @@ fn project(row: &Record, columns: &[Vec<u8>]) -> Vec<u8> {
     if columns.is_empty() {
         return join_zero_separated(all);
     }
+    // Looked up in a map: a search of the row per name would cost their
+    // product (seconds for many names against a wide row). The first of
+    // a name wins.
+    let by_name: std::collections::HashMap<&[u8], &[u8]> = all.into_iter().rev().collect();
     // A column named twice is answered once, where first named (ttserver
     // puts the chosen columns in a map).
     let mut named = std::collections::HashSet::new();
     join_zero_separated(columns.iter().filter_map(|name| {
-        (all.iter())
-            .find(|(have, _)| have == &&name[..] && named.insert(&name[..]))
-            .map(|(n, v)| (*n, *v))
+        let name = &name[..];
+        let value = by_name.get(name).filter(|_| named.insert(name))?;
+        Some((name, *value))
     }))
 }
 
