@@ -204,6 +204,7 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
     let server = TestServer::disk_with(ServerConfig {
         hs_write_port: Some(0),
         max_reply_bytes: 1000,
+        max_item_size: 4096,
         ..ServerConfig::default()
     });
     let mut hs = Hs::connect(&server, true);
@@ -249,12 +250,19 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
         hs.call(&[b"1", b">=", b"1", b"k", b"2", b"0"]),
         b"1\t1\tmax_reply\n"
     );
+    // The first row's exemption covers a row written once, every byte
+    // escaped (2 × -I), not one written 20 times over.
+    assert_eq!(
+        hs.call(&[b"1", b"=", b"1", b"k6", b"1", b"0"]),
+        b"1\t1\tmax_reply\n"
+    );
     // A delete that answers a count writes no rows: only what it holds counts.
     assert_eq!(
         hs.call(&[b"1", b">=", b"1", b"k", b"2", b"0", b"D"]),
         b"0\t1\t2\n"
     );
-    // And an index opens at most 4,096 columns, of 64 KiB of names.
+    // And a connection's indexes open at most 4,096 columns together, of
+    // 64 KiB of names: one index alone, or the sum of them.
     let too_many = vec![&b"v"[..]; 4097].join(&b","[..]);
     let too_long = vec![b'c'; 65 << 10];
     for columns in [&too_many, &too_long] {
@@ -263,6 +271,27 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
             b"2\t1\tfld\n"
         );
     }
+    let half = vec![&b"v"[..]; 2030].join(&b","[..]);
+    for id in [b"2", b"3"] {
+        assert_eq!(
+            hs.call(&[b"P", id, b"db", b"t", b"PRIMARY", &half]),
+            b"0\t1\n"
+        );
+    }
+    assert_eq!(
+        hs.call(&[b"P", b"4", b"db", b"t", b"PRIMARY", &half]),
+        b"2\t1\tfld\n"
+    );
+    // An index opened again under its id gives its columns back.
+    assert_eq!(
+        hs.call(&[b"P", b"3", b"db", b"t", b"PRIMARY", &half]),
+        b"0\t1\n"
+    );
+    let mut other = Hs::connect(&server, true);
+    assert_eq!(
+        other.call(&[b"P", b"4", b"db", b"t", b"PRIMARY", &half]),
+        b"0\t1\n"
+    );
 }
 
 #[test]

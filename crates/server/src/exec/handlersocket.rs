@@ -29,11 +29,13 @@ pub const KEY_COLUMN: &[u8] = b"_key";
 /// Indexes a connection may hold open at once (the plugin bounds only the
 /// id, by the memory of a vector it grows to it); ids may be any number.
 const MAX_OPEN_INDEXES: usize = 256;
-/// Columns an index may open (its listed and filter columns together),
-/// MySQL's columns per table: the connection keeps them, and a find
-/// writes one value per opened column of each row.
+/// Columns a connection's open indexes may open together (their listed and
+/// filter columns), MySQL's columns per table: the connection keeps them
+/// (bounded per connection, not per index, where 256 indexes of 4,096
+/// names each took 57 MB), and a find writes one value per opened column
+/// of each row.
 const MAX_OPEN_COLUMNS: usize = 4096;
-/// Bytes of column names an index may open.
+/// Bytes of column names a connection's open indexes may open together.
 const MAX_OPEN_COLUMN_BYTES: usize = 64 << 10;
 /// MySQL's "auto-increment value out of range": an insert without a key
 /// once the ids run out.
@@ -57,6 +59,12 @@ struct OpenIndex {
     index: Option<(Vec<u8>, IndexKind)>,
     columns: Vec<Vec<u8>>,
     filter_columns: Vec<Vec<u8>>,
+}
+
+impl OpenIndex {
+    fn opened_columns(&self) -> impl Iterator<Item = &Vec<u8>> + Clone {
+        self.columns.iter().chain(&self.filter_columns)
+    }
 }
 
 impl HsConnection {
@@ -164,7 +172,12 @@ impl HsConnection {
         let (Some(columns), Some(filter_columns)) = (split(columns), split(filter_columns)) else {
             return reply::short(out, 2, "fld");
         };
-        let opened = || columns.iter().chain(&filter_columns);
+        // With the other indexes' (one opened again under its id goes).
+        let others = self.open.iter().filter(|(other, _)| **other != id);
+        let opened = || {
+            let others = others.clone().flat_map(|(_, open)| open.opened_columns());
+            columns.iter().chain(&filter_columns).chain(others)
+        };
         if opened().count() > MAX_OPEN_COLUMNS
             || opened().map(Vec::len).sum::<usize>() > MAX_OPEN_COLUMN_BYTES
         {
@@ -300,7 +313,12 @@ impl Table<'_> {
         let mut hits: Vec<Record> = Vec::new();
         // The rows found are held, for the reply or to modify: at most
         // `--max-reply` of them, as a get's values.
-        let mut held = ReplyLimit::new(self.ctx.shared.config.max_reply_bytes);
+        // The first row goes however large, as an item of -I does, but
+        // not written many times over: a column opened 4,096 times would
+        // make a reply of gibibytes.
+        let config = &self.ctx.shared.config;
+        let one_row = 2 * config.max_item_size + MAX_OPEN_COLUMNS;
+        let mut held = ReplyLimit::new(config.max_reply_bytes).with_first_at_most(one_row);
         // A modify without `?` answers a count, not the rows.
         let returns_rows = exec
             .modify

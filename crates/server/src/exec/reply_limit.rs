@@ -3,9 +3,11 @@
 //! request holds is bounded.
 
 /// A reply's items against `--max-reply`: the first always goes (an item
-/// of -I and its key), the others while together they fit.
+/// of -I and its key), up to `first_at_most` if set, the others while
+/// together they fit.
 pub struct ReplyLimit {
     limit: usize,
+    first_at_most: usize,
     bytes: usize,
     items: usize,
 }
@@ -14,8 +16,19 @@ impl ReplyLimit {
     pub fn new(limit: usize) -> Self {
         ReplyLimit {
             limit,
+            first_at_most: usize::MAX,
             bytes: 0,
             items: 0,
+        }
+    }
+
+    /// Bounds the first item too: where one item's reply can be many
+    /// times what it holds (a HandlerSocket row written once for each
+    /// time its columns were opened).
+    pub fn with_first_at_most(self, first_at_most: usize) -> Self {
+        ReplyLimit {
+            first_at_most,
+            ..self
         }
     }
 
@@ -33,6 +46,6 @@ impl ReplyLimit {
     }
 
     pub fn fits(&self) -> bool {
-        self.items <= 1 || self.bytes <= self.limit
+        self.bytes <= self.limit || (self.items <= 1 && self.bytes <= self.first_at_most)
     }
 }
