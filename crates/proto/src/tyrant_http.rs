@@ -75,6 +75,9 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut head = httparse::Request::new(&mut headers);
     let head_len = match head.parse(buf) {
+        // However the bytes arrived: a head that came whole is no longer
+        // allowed than one that came in parts.
+        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => return Parse::Bad(431),
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Parse::Bad(431),
         Ok(httparse::Status::Partial) => return Parse::Incomplete { needed: 0 },
@@ -95,11 +98,22 @@ pub fn parse(buf: &[u8], max_body: usize) -> Parse {
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
     };
-    let body_len = match header("content-length").map(|n| n.parse::<usize>()) {
+    // Digits only, and one length however often it is sent (RFC 9112
+    // 6.3): two that differ would let a proxy that reads the other see
+    // another request in the body.
+    let mut lengths = (head.headers.iter())
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value.trim_ascii());
+    let length = lengths.next();
+    if length.is_some_and(|n| n.is_empty() || !n.iter().all(u8::is_ascii_digit))
+        || lengths.any(|other| Some(other) != length)
+    {
+        return Parse::Bad(400);
+    }
+    let body_len = match length.map(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()) {
         None => 0,
-        Some(Ok(n)) if n <= max_body => n,
-        Some(Ok(_)) => return Parse::Bad(413),
-        Some(Err(_)) => return Parse::Bad(400),
+        Some(Some(n)) if n <= max_body => n,
+        Some(Some(_)) | Some(None) => return Parse::Bad(413),
     };
     if header("transfer-encoding").is_some() {
         // ttserver reads Content-Length only.
@@ -258,6 +272,30 @@ mod tests {
     }
 
     #[test]
+    fn one_content_length_of_digits_only() {
+        let with = |headers: &str| {
+            let raw = format!("PUT /k HTTP/1.1\r\n{headers}\r\nabcdef");
+            match parse(raw.as_bytes(), 10) {
+                Parse::Done { request, .. } => Ok(request.body),
+                Parse::Bad(status) => Err(status),
+                Parse::Incomplete { .. } => Err(0),
+            }
+        };
+        assert_eq!(with("Content-Length: 3\r\n"), Ok(b"abc".to_vec()));
+        assert_eq!(
+            with("Content-Length: 3\r\ncontent-length: 3\r\n"),
+            Ok(b"abc".to_vec())
+        );
+        assert_eq!(with("Content-Length: 0\r\nContent-Length: 3\r\n"), Err(400));
+        assert_eq!(with("Content-Length: +3\r\n"), Err(400));
+        assert_eq!(with("Content-Length: \r\n"), Err(400));
+        assert_eq!(
+            with("Content-Length: 99999999999999999999999\r\n"),
+            Err(413)
+        );
+    }
+
+    #[test]
     fn a_head_is_waited_for_up_to_its_cap() {
         let mut head = b"GET /".to_vec();
         head.resize(MAX_HEAD, b'k');
@@ -266,6 +304,9 @@ mod tests {
         assert_eq!(parse(&head, 1024), Parse::Bad(431));
         let mut long_header = b"GET /k HTTP/1.1\r\nX-Long: ".to_vec();
         long_header.resize(MAX_HEAD + 1, b'v');
+        assert_eq!(parse(&long_header, 1024), Parse::Bad(431));
+        // Whole in one read, too.
+        long_header.extend_from_slice(b"\r\n\r\n");
         assert_eq!(parse(&long_header, 1024), Parse::Bad(431));
     }
 
