@@ -1,7 +1,9 @@
 //! The acceptor: binds TCP and Unix-domain listeners, accepts connections and
 //! hands them round-robin to the workers. Past the connection limit it
-//! answers memcached's error line and closes (`maxconns_fast`, the default),
-//! or leaves new connections in the backlog until one closes.
+//! answers memcached's error line and closes (`maxconns_fast`, the default;
+//! on Tokyo Tyrant's and HandlerSocket's ports, whose clients cannot read
+//! that line, it only closes), or leaves new connections in the backlog
+//! until one closes.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -281,7 +283,9 @@ impl Acceptor {
         let connections = &self.shared.connections;
         if connections.current.load(Ordering::Relaxed) >= self.shared.config.max_connections {
             connections.rejected.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.write_all(TOO_MANY_CONNECTIONS);
+            if self.listeners[listener].speaks() == Speaks::Memcached {
+                let _ = stream.write_all(TOO_MANY_CONNECTIONS);
+            }
             return;
         }
         connections.current.fetch_add(1, Ordering::Relaxed);

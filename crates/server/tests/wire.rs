@@ -4,6 +4,7 @@
 mod support;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -280,6 +281,36 @@ fn stat(stream: &mut std::net::TcpStream, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {text}"))
         .parse()
         .unwrap()
+}
+
+/// Tokyo Tyrant's and HandlerSocket's clients would read memcached's line
+/// as a status byte or a reply: their ports only close.
+#[test]
+fn over_the_connection_limit_other_ports_close_without_a_word() {
+    let server = TestServer::disk_with(ServerConfig {
+        max_connections: 1,
+        tyrant_port: Some(0),
+        hs_read_port: Some(0),
+        ..ServerConfig::default()
+    });
+    let mut open = server.connect();
+    open.write_all(b"version\r\n").unwrap();
+    assert!(read_at_least(&mut open, 16).starts_with(b"VERSION "));
+    let handle = server.handle();
+    for addr in [handle.tyrant_addr(), handle.handlersocket_addr(false)] {
+        let mut refused = TcpStream::connect(addr.expect("the port")).unwrap();
+        refused
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = refused.read_to_end(&mut got);
+        assert_eq!(got, b"", "{}", String::from_utf8_lossy(&got));
+    }
+    let mut refused = server.connect();
+    assert_eq!(
+        read_at_least(&mut refused, 33),
+        b"ERROR Too many open connections\r\n"
+    );
 }
 
 #[test]
