@@ -175,6 +175,39 @@ fn prefixes_list_keys_in_byte_order_and_the_iterator_each_key_once() {
     assert_eq!(call(&mut s, &Request::Rnum, 9), [0; 9]);
 }
 
+/// A master's host is a host name: one with a newline would write lines
+/// of the client's into the server's log; one of 5,000 bytes would be
+/// logged at every retry.
+#[test]
+fn setmst_refuses_a_host_that_is_no_host_name() {
+    let server = TestServer::disk_with(ServerConfig {
+        tyrant_port: Some(0),
+        ..ServerConfig::default()
+    });
+    let mut s = connect(&server);
+    let long = vec![b'h'; 256];
+    for host in [
+        &b"h\n2026-01-01T00:00:00Z ERROR forged line"[..],
+        b"a b",
+        &long,
+    ] {
+        let set_master = Request::SetMaster {
+            host,
+            port: 1978,
+            micros: 0,
+            opts: 0,
+        };
+        assert_eq!(call(&mut s, &set_master, 1), [1], "{host:?}");
+    }
+    let no_master = Request::SetMaster {
+        host: b"",
+        port: 0,
+        micros: 0,
+        opts: 0,
+    };
+    assert_eq!(call(&mut s, &no_master, 1), [0]);
+}
+
 #[test]
 fn misc_lists_stat_and_vanish() {
     let server = memory_server();
