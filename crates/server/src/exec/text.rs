@@ -397,10 +397,13 @@ fn replica_of(master: Option<(&[u8], u16)>, force: bool, ctx: &Context<'_>, out:
         out.extend_from_slice(b"SERVER_ERROR the server is stopping\r\n");
         return;
     };
-    let master = master.map(|(host, port)| {
-        let address = crate::replication::master_address(host, port);
-        (address, crate::MasterProtocol::Kura)
-    });
+    let master = match master {
+        Some((host, port)) => match crate::replication::master_address(host, port) {
+            Some(address) => Some((address, crate::MasterProtocol::Kura)),
+            None => return out.extend_from_slice(b"CLIENT_ERROR bad host name\r\n"),
+        },
+        None => None,
+    };
     match ctx.shared.replication.follow(&shared, master, force) {
         Ok(()) => out.extend_from_slice(b"OK\r\n"),
         Err(reason) => {

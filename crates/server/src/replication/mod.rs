@@ -27,17 +27,22 @@ use crate::{MasterProtocol, Shared};
 const PARTIAL_SNAPSHOT: &str = "this server holds only part of its master's snapshot (the link broke during it): follow the master until the snapshot ends, or promote it with what it holds: replicaof no one force";
 
 /// The address of a master given as a host (a name, an IPv4 address, or
-/// an IPv6 one with or without brackets) and a port.
-pub fn master_address(host: &[u8], port: u16) -> String {
+/// an IPv6 one with or without brackets) and a port; `None` for a host of
+/// more than 255 bytes or of anything but printable ASCII, which is no
+/// host name (and a client's newline would become a line of the log).
+pub fn master_address(host: &[u8], port: u16) -> Option<String> {
+    if host.len() > 255 || !host.iter().all(u8::is_ascii_graphic) {
+        return None;
+    }
     let host = String::from_utf8_lossy(host);
     let bare = host
         .strip_prefix('[')
         .and_then(|host| host.strip_suffix(']'))
         .unwrap_or(&host);
-    match bare.contains(':') {
+    Some(match bare.contains(':') {
         true => format!("[{bare}]:{port}"),
         false => format!("{bare}:{port}"),
-    }
+    })
 }
 
 /// A link's state, as `stats` and `kura admin replicas` name it.
@@ -619,10 +624,14 @@ mod tests {
     use super::master_address;
 
     #[test]
-    fn an_ipv6_master_is_bracketed_once_however_it_was_given() {
-        assert_eq!(master_address(b"::1", 11211), "[::1]:11211");
-        assert_eq!(master_address(b"[::1]", 11211), "[::1]:11211");
-        assert_eq!(master_address(b"10.0.0.2", 80), "10.0.0.2:80");
-        assert_eq!(master_address(b"db.local", 80), "db.local:80");
+    fn a_master_address_brackets_ipv6_once_and_refuses_what_is_no_host_name() {
+        let address = |host: &[u8], port| master_address(host, port);
+        assert_eq!(address(b"::1", 11211).unwrap(), "[::1]:11211");
+        assert_eq!(address(b"[::1]", 11211).unwrap(), "[::1]:11211");
+        assert_eq!(address(b"10.0.0.2", 80).unwrap(), "10.0.0.2:80");
+        assert_eq!(address(b"db.local", 80).unwrap(), "db.local:80");
+        assert_eq!(address(b"h\nforged line", 80), None);
+        assert_eq!(address(b"h\x1b[2J", 80), None);
+        assert_eq!(address(&[b'h'; 256], 80), None);
     }
 }

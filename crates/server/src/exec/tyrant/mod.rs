@@ -231,21 +231,19 @@ fn set_master(ctx: &Context<'_>, host: &[u8], port: u32) -> bool {
     let Some(shared) = ctx.shared.this() else {
         return false;
     };
-    // A host name is at most 255 printable characters (no client's
-    // newline reaches the log as a line of its own).
-    if host.len() > 255 || !host.iter().all(u8::is_ascii_graphic) {
-        return false;
-    }
     // No host, or port 0: stop following. A port past 65535 fails.
     let master = match u16::try_from(port) {
         Ok(port) if !host.is_empty() && port != 0 => Some(port),
         Ok(_) => None,
         Err(_) => return false,
     };
-    let master = master.map(|port| {
-        let address = crate::replication::master_address(host, port);
-        (address, crate::MasterProtocol::Either)
-    });
+    let master = match master {
+        Some(port) => match crate::replication::master_address(host, port) {
+            Some(address) => Some((address, crate::MasterProtocol::Either)),
+            None => return false,
+        },
+        None => None,
+    };
     ctx.shared
         .replication
         .follow(&shared, master, false)
