@@ -131,6 +131,26 @@ impl Session {
         }
     }
 
+    /// Whether the unserved `input` is a memcached request waiting for its
+    /// value (a whole text command line, or a whole binary header, and not
+    /// all of the rest): memcached's `conn_nread`, which its idle timeout
+    /// spares. Tokyo Tyrant's and HandlerSocket's requests are never
+    /// spared, as ttserver's `-tout` and the plugin's timeout spare none.
+    pub fn reads_memcached_value(&self, input: &[u8]) -> bool {
+        let Some(&first) = input.first() else {
+            return false;
+        };
+        let memcached = match self.tyrant_port {
+            true => first != tyrant::MAGIC && !tyrant_http::starts_request(input),
+            false => self.protocol != Some(Protocol::HandlerSocket),
+        };
+        memcached
+            && match first {
+                kura_proto::binary::REQUEST_MAGIC => input.len() >= 24,
+                _ => input.contains(&b'\n'),
+            }
+    }
+
     /// The least the input left unserved must hold before serving it again
     /// can get further (0: not known). A Tokyo Tyrant request of many keys
     /// sent a few bytes at a time is then not parsed from its start at

@@ -661,14 +661,12 @@ impl Worker {
             .iter()
             .filter(|(_, c)| {
                 // As memcached: not while replies are being sent, nor while
-                // a value is read (its states `conn_mwrite`, `conn_nread`;
-                // a Tokyo Tyrant request not whole is one), nor while its
-                // backup runs.
+                // a memcached value is read (its states `conn_mwrite`,
+                // `conn_nread`), nor while its backup runs.
                 c.watcher.is_none()
                     && c.backup.is_none()
                     && c.output.is_empty()
                     && !c.info.reading_value.load(Ordering::Relaxed)
-                    && c.session.awaited_bytes() == 0
                     && now.saturating_sub(c.info.last_active.load(Ordering::Relaxed)) >= limit
             })
             .map(|(key, _)| key)
@@ -811,7 +809,7 @@ fn serve_connection(connection: &mut Connection, scratch: &mut Scratch, ctx: &Co
             Stop::Budget | Stop::OutputFull | Stop::Metadump(_) | Stop::Backup(_)
         );
         let reading_value = !connection.line_wait.holds_no_line(&connection.input)
-            && awaits_value(&connection.input);
+            && connection.session.reads_memcached_value(&connection.input);
         if connection.info.reading_value.load(Ordering::Relaxed) != reading_value {
             connection
                 .info
@@ -1035,14 +1033,4 @@ fn write_some(stream: &mut Stream, mut bytes: &[u8]) -> io::Result<usize> {
         }
     }
     Ok(total - bytes.len())
-}
-
-/// Whether the unserved input is a request waiting for its value: a whole
-/// text command line, or a whole binary header, and not all of the rest.
-fn awaits_value(input: &[u8]) -> bool {
-    match input.first() {
-        None => false,
-        Some(&kura_proto::binary::REQUEST_MAGIC) => input.len() >= 24,
-        Some(_) => input.contains(&b'\n'),
-    }
 }

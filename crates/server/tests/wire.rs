@@ -363,6 +363,55 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     assert_eq!(stat(&mut fresh, "idle_kicks"), 1);
 }
 
+/// The idle timeout spares a memcached request whose value is being read
+/// (as memcached's `conn_nread`), and nothing else: not a Tokyo Tyrant
+/// request cut short, in its header or its value, nor an HTTP head, as
+/// ttserver's `-tout` spares none.
+#[test]
+fn the_idle_timeout_spares_only_a_memcached_value_being_read() {
+    let server = TestServer::with(
+        ServerConfig {
+            idle_timeout: Some(Duration::from_secs(1)),
+            tyrant_port: Some(0),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let tyrant = server.handle().tyrant_addr().expect("a tyrant port");
+    let cut_short: [&[u8]; 4] = [
+        b"\xc8\x10\x00",
+        b"\xc8\x10\x00\x00\x00\x01\x00\x00\x00\x10kabc",
+        b"GET /k HTTP/1.1\r\nX-Partial: ",
+        b"PUT /k HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc",
+    ];
+    let mut closed: Vec<TcpStream> = (cut_short.iter())
+        .map(|request| {
+            let mut stream = TcpStream::connect(tyrant).unwrap();
+            stream.write_all(request).unwrap();
+            stream
+        })
+        .collect();
+    let mut spared = server.connect();
+    spared.write_all(b"set k 0 0 10\r\nabc").unwrap();
+    for (stream, request) in closed.iter_mut().zip(cut_short) {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let read = stream.read(&mut buf);
+        assert!(
+            matches!(read, Ok(0))
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{:?} was not closed: {read:?}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    spared.write_all(b"defghij\r\n").unwrap();
+    assert_eq!(read_at_least(&mut spared, 8), b"STORED\r\n");
+}
+
 /// A client that trickles a command line a byte at a time, never ending
 /// it, is idle all the same (memcached counts from the last command).
 #[test]
