@@ -294,6 +294,61 @@ fn a_find_holding_more_than_the_reply_limit_is_refused_whole() {
     );
 }
 
+/// Filters on a row of many columns read it through a map: the same
+/// answers as a search per filter.
+#[test]
+fn many_filters_on_a_wide_row_pass_and_fail_as_each_alone() {
+    let server = server(None);
+    let mut hs = Hs::connect(&server, true);
+    let names: Vec<String> = (0..30).map(|n| format!("c{n}")).collect();
+    let listed = format!("_key,{}", names.join(","));
+    assert_eq!(
+        hs.call(&[
+            b"P",
+            b"0",
+            b"db",
+            b"wide",
+            b"PRIMARY",
+            listed.as_bytes(),
+            names.join(",").as_bytes()
+        ]),
+        b"0\t1\n"
+    );
+    let values: Vec<String> = (0..30).map(|n| (n * 10).to_string()).collect();
+    let mut insert: Vec<&[u8]> = vec![b"0", b"+", b"31", b"row"];
+    insert.extend(values.iter().map(|v| v.as_bytes()));
+    assert_eq!(hs.call(&insert), b"0\t1\t0\n");
+    let find = |hs: &mut Hs, filters: &[(&str, &str, &str)]| {
+        let mut request: Vec<&[u8]> = vec![b"0", b"=", b"1", b"row", b"1", b"0"];
+        for (op, column, value) in filters {
+            request.extend([
+                &b"F"[..],
+                op.as_bytes(),
+                column.as_bytes(),
+                value.as_bytes(),
+            ]);
+        }
+        hs.call(&request)
+    };
+    let passing = [
+        ("=", "0", "0"),
+        ("=", "29", "290"),
+        (">", "15", "100"),
+        ("<=", "3", "30"),
+    ];
+    let reply = find(&mut hs, &passing);
+    assert!(
+        reply.starts_with(b"0\t31\trow\t0\t10\t"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    for failing in [("=", "7", "71"), ("<", "20", "200"), ("!=", "1", "10")] {
+        let mut filters = passing.to_vec();
+        filters.push(failing);
+        assert_eq!(find(&mut hs, &filters), b"0\t31\n", "{failing:?}");
+    }
+}
+
 #[test]
 fn secondary_indexes_order_finds_by_their_values() {
     let server = server(None);

@@ -122,17 +122,36 @@ impl Record {
 /// `""` being the primary key.
 pub trait Columns {
     fn get(&self, name: &[u8]) -> Option<&[u8]>;
+
+    /// The columns by name (the key not among them), for a record of many
+    /// that many lookups read; `None` where a walk per lookup is cheap.
+    fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
+        None
+    }
 }
 
 impl<C: Columns + ?Sized> Columns for &C {
     fn get(&self, name: &[u8]) -> Option<&[u8]> {
         (**self).get(name)
     }
+
+    fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
+        (**self).by_name()
+    }
 }
+
+/// Columns past which a record is worth a map for many lookups.
+const FEW_COLUMNS: usize = 16;
 
 impl Columns for Record {
     fn get(&self, name: &[u8]) -> Option<&[u8]> {
         Record::get(self, name)
+    }
+
+    fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
+        let pairs = self.columns.iter().map(|(n, v)| (&n[..], &v[..]));
+        // The first of a name wins, as `get` finds it.
+        (self.columns.len() > FEW_COLUMNS).then(|| pairs.rev().collect())
     }
 }
 
@@ -188,6 +207,11 @@ impl Columns for StoredRecord<'_> {
         self.pairs()
             .find(|(column, _)| *column == name)
             .map(|(_, value)| value)
+    }
+
+    fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
+        let pairs: Vec<_> = self.pairs().collect();
+        (pairs.len() > FEW_COLUMNS).then(|| pairs.into_iter().rev().collect())
     }
 }
 
