@@ -421,6 +421,11 @@ fn bad_replication_requests_get_memcached_answers() {
         let reply = client.call(bad);
         assert!(reply.starts_with("CLIENT_ERROR"), "{bad:?}: {reply}");
     }
+    // A host that is no host name would be written into the log as given.
+    let long = format!("replicaof {} 11211\r\n", "h".repeat(256));
+    for bad in [&b"replicaof h\x1b[2J 11211\r\n"[..], long.as_bytes()] {
+        assert_eq!(client.call(bad), "CLIENT_ERROR bad host name", "{bad:?}");
+    }
     // A replica of another data format is refused by name.
     let reply = Client::connect(port).call(b"replicate 99 none 5\r\n");
     assert_eq!(

@@ -210,8 +210,10 @@ impl Columns for StoredRecord<'_> {
     }
 
     fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
+        self.pairs().nth(FEW_COLUMNS)?;
         let pairs: Vec<_> = self.pairs().collect();
-        (pairs.len() > FEW_COLUMNS).then(|| pairs.into_iter().rev().collect())
+        // The first of a name wins, as `get` finds it.
+        Some(pairs.into_iter().rev().collect())
     }
 }
 

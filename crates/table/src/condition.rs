@@ -226,16 +226,13 @@ impl Condition {
             Operator::StrInc => contains(c_value, c_expression),
             Operator::StrBw => c_value.starts_with(c_expression),
             Operator::StrEw => c_value.ends_with(c_expression),
-            // The value's words in a set: a scan of them per word of the
-            // expression would cost their product (minutes for a request
-            // of many words against a large value).
             Operator::StrAnd => {
-                let words: HashSet<&[u8]> = text::words(value).collect();
-                text::words(expression).all(|word| words.contains(word))
+                let words = ValueWords::of(value, expression);
+                text::words(expression).all(|word| words.has(word))
             }
             Operator::StrOr => {
-                let words: HashSet<&[u8]> = text::words(value).collect();
-                text::words(expression).any(|word| words.contains(word))
+                let words = ValueWords::of(value, expression);
+                text::words(expression).any(|word| words.has(word))
             }
             Operator::StrOrEq => text::words(expression).any(|word| word == c_value),
             Operator::StrRx => self.regex.as_ref().is_some_and(|rx| rx.is_match(c_value)),
@@ -292,6 +289,31 @@ fn between_bounds(expression: &[u8]) -> (f64, f64) {
         (second, first)
     } else {
         (first, second)
+    }
+}
+
+/// A value's words, looked up by the words of an expression: in a set once
+/// the expression has more than a few (a scan of them per word of the
+/// expression would cost their product: minutes for a request of many
+/// words against a large value).
+enum ValueWords<'v> {
+    Scan(&'v [u8]),
+    Set(HashSet<&'v [u8]>),
+}
+
+impl<'v> ValueWords<'v> {
+    fn of(value: &'v [u8], expression: &[u8]) -> Self {
+        match text::words(expression).nth(4) {
+            Some(_) => ValueWords::Set(text::words(value).collect()),
+            None => ValueWords::Scan(value),
+        }
+    }
+
+    fn has(&self, word: &[u8]) -> bool {
+        match self {
+            ValueWords::Scan(value) => text::words(value).any(|w| w == word),
+            ValueWords::Set(words) => words.contains(word),
+        }
     }
 }
 

@@ -317,7 +317,8 @@ impl Table<'_> {
         // not written many times over: a column opened 4,096 times would
         // make a reply of gibibytes.
         let config = &self.ctx.shared.config;
-        let one_row = 2 * config.max_item_size + MAX_OPEN_COLUMNS;
+        // (Every byte escaped, and a NULL for each opened column.)
+        let one_row = 2 * config.max_item_size + 2 * MAX_OPEN_COLUMNS;
         let mut held = ReplyLimit::new(config.max_reply_bytes).with_first_at_most(one_row);
         // A modify without `?` answers a count, not the rows.
         let returns_rows = exec
@@ -556,7 +557,7 @@ struct RowColumns<'r> {
 
 impl<'r> RowColumns<'r> {
     fn of(row: &'r Record, lookups: usize) -> Self {
-        let index = (row.columns.len() > 16 && lookups > 1)
+        let index = (row.columns.len() > 16 && lookups > 4)
             .then(|| row.columns.iter().map(|(n, v)| (&n[..], &v[..])).collect());
         RowColumns { row, index }
     }
