@@ -871,6 +871,39 @@ fn a_failed_log_fsync_during_compaction_poisons_the_engine() {
     recovers(dir.path(), &kept);
 }
 
+/// LMDB's file cut short (a bad copy): LMDB would read past its end and
+/// the process die of SIGBUS; the open is refused with the reason, and a
+/// file of pages that are no LMDB meta pages too.
+#[test]
+fn a_data_file_cut_short_is_refused_at_open_not_faulted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), SyncPolicy::Always, Arc::new(OsIo));
+    fill(&store, 200, 100);
+    store.wait_until_all_applied();
+    drop(store);
+    let data = dir.path().join("data.mdb");
+    let refused =
+        |why: &str| match DiskStore::open(config(dir.path(), SyncPolicy::Always, Arc::new(OsIo))) {
+            Ok(_) => panic!("opened a data file {why}"),
+            Err(error) => error.to_string(),
+        };
+    let whole = fs::read(&data).unwrap();
+    // Its two meta pages and nothing of the trees.
+    fs::write(&data, &whole[..8192]).unwrap();
+    let error = refused("cut short");
+    assert!(
+        error.contains("data.mdb is damaged") && error.contains("tree"),
+        "{error}"
+    );
+    let mut garbled = whole.clone();
+    garbled[16..20].copy_from_slice(b"junk");
+    fs::write(&data, &garbled).unwrap();
+    let error = refused("without its first meta page");
+    assert!(error.contains("no LMDB meta page"), "{error}");
+    fs::write(&data, &whole).unwrap();
+    drop(open(dir.path(), SyncPolicy::Always, Arc::new(OsIo)));
+}
+
 /// A compaction whose LMDB commit finds no room is tried again once
 /// `COMPACT_RETRY` (10 s) has passed, as a full disk's appends are: the
 /// segment is not set aside as one that cannot be read.

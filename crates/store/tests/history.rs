@@ -648,6 +648,57 @@ fn a_damaged_backup_fails_verification() {
     assert!(error.contains("does not match its checksum"), "{error}");
 }
 
+/// A manifest is checked against its log: its last entry must be the
+/// log's (one bit of its LSN would restore less and say nothing), and a
+/// file's size is compared before it is read (one grown sparse to a
+/// gibibyte is refused at once).
+#[test]
+fn a_manifest_that_disagrees_with_its_log_fails_verification() {
+    let work = tempfile::tempdir().unwrap();
+    let engine = open(&work.path().join("data"));
+    let first = work.path().join("first");
+    backup(&engine, &first, None);
+    for n in 0..5 {
+        store(&engine, StoreMode::Set, format!("k{n}").as_bytes(), b"v", 0);
+    }
+    // An incremental backup: entries past its start.
+    let full = work.path().join("full");
+    let manifest = backup(&engine, &full, Some(&first));
+    drop(engine);
+    assert!(manifest.first_lsn < manifest.last.lsn, "{manifest:?}");
+    backup::verify(&full).unwrap();
+    let edited = |edit: &dyn Fn(&mut backup::Manifest)| {
+        let mut edited = manifest.clone();
+        edit(&mut edited);
+        let text = serde_json::to_string(&edited).unwrap();
+        std::fs::write(full.join(backup::MANIFEST), text).unwrap();
+        backup::verify(&full).map(drop).unwrap_err().to_string()
+    };
+    let error = edited(&|m| m.last.lsn -= 1);
+    assert!(error.contains("past its manifest's last"), "{error}");
+    let error = edited(&|m| m.last.micros += 1);
+    assert!(error.contains("its manifest says"), "{error}");
+    std::fs::write(
+        full.join(backup::MANIFEST),
+        serde_json::to_string(&manifest).unwrap(),
+    )
+    .unwrap();
+    backup::verify(&full).unwrap();
+    let segment = (manifest.files.iter())
+        .find(|file| file.name.starts_with("journal-"))
+        .unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(full.join(&segment.name))
+        .unwrap();
+    file.set_len(1 << 30).unwrap();
+    let error = backup::verify(&full).map(drop).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("holds {} bytes, its manifest says", 1u64 << 30)),
+        "{error}"
+    );
+}
+
 /// A backup opened as a data directory would be written into, and fail
 /// its checksums after: it is refused, and stays as it was.
 #[test]
@@ -826,11 +877,11 @@ fn a_chain_whose_earlier_backup_was_replaced_fails_verification() {
     assert!(error.contains("does not continue"), "{error}");
 }
 
-/// A restore replays what the manifests name, not what the segments hold
-/// past it: entries after a backup's `last` were never verified as part of
-/// the chain.
+/// A backup's log ends at its manifest's `last`, as it was copied: a
+/// manifest that names an earlier last entry is damaged (it would restore
+/// less and say nothing), and the restore is refused before it writes.
 #[test]
-fn a_restore_stops_at_the_last_entry_its_manifests_name() {
+fn a_restore_refuses_a_manifest_whose_last_entry_is_not_its_logs() {
     let work = tempfile::tempdir().unwrap();
     let engine = open(&work.path().join("data"));
     store(&engine, StoreMode::Set, b"a", b"1", 0);
@@ -855,13 +906,15 @@ fn a_restore_stops_at_the_last_entry_its_manifests_name() {
     )
     .unwrap();
     let to = work.path().join("restored");
-    let report = restore::restore(&incremental, None, &to).unwrap();
-    assert_eq!(report.restored.lsn, written - 1);
-    let restored = open(&to);
-    assert_eq!(
-        get(&restored, b"a").map(|(value, _)| value),
-        Some(b"3".to_vec())
+    let error = restore::restore(&incremental, None, &to)
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("up to LSN {written}, past its manifest's last")),
+        "{error}"
     );
+    assert!(!to.exists(), "the refused restore wrote {}", to.display());
 }
 
 /// A chain larger than the default map restores into a map that holds it.

@@ -67,6 +67,10 @@ pub fn free_space(dir: &Path) -> Option<u64> {
 /// The number of the segment a file of this name is, if it is one.
 pub fn segment_number(name: &str) -> Option<u64> {
     let hex = name.strip_prefix("journal-")?.strip_suffix(".log")?;
+    // Hex digits only (`from_str_radix` would take a sign).
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     u64::from_str_radix(hex, 16).ok()
 }
 
@@ -117,11 +121,10 @@ pub fn replay<E: From<io::Error>>(
     let mut frame = Vec::new();
     let mut at = Location::new(number, 0);
     // A group read up to some of the entries its head counts: the entries
-    // still to come, and where each of its records (the head first) starts
-    // and its framed length. Its records are handed over only once the last
-    // one has come, read again then (a large group costs no memory), so
-    // that a group written in part is not.
-    let mut group: Option<(u32, Vec<(Location, usize)>)> = None;
+    // still to come, and where its head starts. Its records are handed over
+    // only once the last one has come, read again then from its head (a
+    // large group costs no memory), so that a group written in part is not.
+    let mut group: Option<(u32, u64)> = None;
     // Whether `buf` was filled: a segment that ends (or was cut back since
     // its size was read: a failed append) in the middle of a record ends there.
     let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
@@ -152,15 +155,29 @@ pub fn replay<E: From<io::Error>>(
         };
         let framed = frame.len();
         match (&mut group, record) {
-            (None, Record::Group(head)) => group = Some((head.entries, vec![(at, framed)])),
+            (None, Record::Group(head)) => group = Some((head.entries, at.offset)),
             (None, record) => visit(record, at, framed)?,
-            (Some((left, records)), record) if record.is_entry() => {
-                records.push((at, framed));
+            (Some((left, start)), record) if record.is_entry() => {
                 *left -= 1;
                 if *left == 0 {
-                    for &(place, len) in records.iter() {
+                    let end = at.offset + framed as u64;
+                    let mut place = Location::new(number, *start);
+                    let mut again = io::BufReader::with_capacity(
+                        1 << 20,
+                        SegmentReader {
+                            io,
+                            file: &file,
+                            at: place.offset,
+                            size: end,
+                        },
+                    );
+                    while place.offset < end {
+                        frame.resize(FRAME, 0);
+                        again.read_exact(&mut frame)?;
+                        let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
+                        let len = (FRAME + len as usize).min(MAX_FRAME);
                         frame.resize(len, 0);
-                        io.read_log(&file, &mut frame, place.offset)?;
+                        again.read_exact(&mut frame[FRAME..])?;
                         let Some((record, _)) = decode(&frame) else {
                             let offset = place.offset;
                             let error = format!(
@@ -169,6 +186,7 @@ pub fn replay<E: From<io::Error>>(
                             return Err(io::Error::new(io::ErrorKind::InvalidData, error).into());
                         };
                         visit(record, place, len)?;
+                        place.offset += len as u64;
                     }
                     group = None;
                 }
@@ -178,7 +196,7 @@ pub fn replay<E: From<io::Error>>(
         }
         at.offset += framed as u64;
     }
-    let end = group.map_or(at.offset, |(_, records)| records[0].0.offset);
+    let end = group.map_or(at.offset, |(_, start)| start);
     Ok(size - end)
 }
 
@@ -615,6 +633,20 @@ mod tests {
     /// Entry `lsn` of a group appended at `lsn` µs.
     fn lsn(lsn: u64) -> LogPosition {
         LogPosition { lsn, micros: lsn }
+    }
+
+    #[test]
+    fn a_segment_is_named_by_hex_digits_only() {
+        assert_eq!(segment_number("journal-0000000000000003.log"), Some(3));
+        assert_eq!(segment_number("journal-1F.log"), Some(31));
+        for name in [
+            "journal-+3.log",
+            "journal-.log",
+            "journal- 3.log",
+            "journal-3.log.tmp",
+        ] {
+            assert_eq!(segment_number(name), None, "{name}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod applier;
 mod change;
 mod compactor;
 mod config;
+mod data_file;
 mod dir_lock;
 mod expiry;
 mod flushed;

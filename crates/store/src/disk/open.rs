@@ -11,6 +11,7 @@ use heed::{EnvFlags, EnvOpenOptions, RwTxn};
 use parking_lot::Mutex;
 
 use super::change::{Old, Write};
+use super::data_file;
 use super::history::position;
 use super::log_format::{self, Record};
 use super::pending::{Pending, PendingWrites};
@@ -60,6 +61,9 @@ pub enum OpenError {
     Locked(#[from] dir_lock::LockError),
     #[error("{0}")]
     Format(String),
+    /// LMDB's file would make LMDB fault (`data_file::check`).
+    #[error("{0}")]
+    Damaged(String),
     #[error("cannot read or keep the server id: {0}")]
     Identity(std::io::Error),
     #[error(
@@ -180,6 +184,7 @@ impl DiskStore {
         // window. The journal makes writes durable; the applier fsyncs the
         // data file itself before it deletes journal segments.
         let flags = EnvFlags::NO_READ_AHEAD | EnvFlags::NO_SYNC;
+        data_file::check(&config.dir.join("data.mdb")).map_err(OpenError::Damaged)?;
         // SAFETY: the environment is opened once per process and directory; kura
         // never opens the same data file twice, and does not modify it outside LMDB.
         #[allow(unsafe_code)]

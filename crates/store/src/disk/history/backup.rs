@@ -29,8 +29,8 @@ use crate::disk::history::{self, position, position::Place, target};
 use crate::disk::io::Io;
 use crate::disk::journal;
 use crate::disk::{
-    applied_position, identity, log_live, meta_u64, Inner, BASE_INCOMPLETE, JOURNAL_APPLIED,
-    PARTIAL_ROUND,
+    applied_position, data_file, identity, log_live, meta_u64, Inner, BASE_INCOMPLETE,
+    JOURNAL_APPLIED, PARTIAL_ROUND,
 };
 use crate::log_position::LogPosition;
 
@@ -340,6 +340,7 @@ pub(super) struct CopiedMeta {
 /// Reads the meta table of the LMDB file in `dir` (a backup's copy),
 /// leaving no lock file behind.
 pub(super) fn read_meta(dir: &Path) -> Result<CopiedMeta, BackupError> {
+    data_file::check(&dir.join(DATA_FILE)).map_err(BackupError::Refused)?;
     let mut options = EnvOpenOptions::new();
     options.max_dbs(4);
     // SAFETY: a copy no other environment has open, read and closed here.
@@ -621,7 +622,22 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
         }
         let missing = || history::missing(&dir, manifest.first_lsn, manifest.last.lsn);
         for file in &manifest.files {
-            let refusal = match sum_file(&dir.join(&file.name), &file.name) {
+            let path = dir.join(&file.name);
+            // Its size first: a file grown sparse to terabytes would be read
+            // whole before its sum told.
+            let summed = match fs::metadata(&path) {
+                Ok(found) if found.is_file() && found.len() != file.bytes => {
+                    Err(BackupError::Refused(format!(
+                        "{}: {} holds {} bytes, its manifest says {}",
+                        dir.display(),
+                        file.name,
+                        found.len(),
+                        file.bytes
+                    )))
+                }
+                _ => sum_file(&path, &file.name),
+            };
+            let refusal = match summed {
                 Ok(sum) if sum == *file => continue,
                 Ok(_) => format!(
                     "{}: {} does not match its checksum",
@@ -639,13 +655,33 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                 "{refusal}; the log lacks entries {lacks}"
             )));
         }
-        let missing =
-            missing().map_err(io_error(format!("reading the log in {}", dir.display())))?;
-        if !missing.is_empty() {
+        let (first, last) = (manifest.first_lsn, manifest.last);
+        let span = history::span(&dir, first, last.lsn, false)
+            .map_err(io_error(format!("reading the log in {}", dir.display())))?;
+        if !span.missing.is_empty() {
             return Err(BackupError::Refused(format!(
                 "{}: the log lacks entries {}",
                 dir.display(),
-                history::describe_ranges(&missing)
+                history::describe_ranges(&span.missing)
+            )));
+        }
+        // The log ends at the manifest's last entry, as it was copied: a
+        // manifest that says otherwise (one bit of an LSN) would restore
+        // less than the backup holds, and say nothing.
+        if let Some(newest) = span.newest.filter(|&newest| newest > last.lsn) {
+            return Err(BackupError::Refused(format!(
+                "{}: the log holds entries up to LSN {newest}, past its manifest's last (LSN {}): the manifest is damaged",
+                dir.display(),
+                last.lsn
+            )));
+        }
+        if first <= last.lsn && span.last_micros != Some(last.micros) {
+            return Err(BackupError::Refused(format!(
+                "{}: the log's entry LSN {} was appended at {} µs, its manifest says {}: the manifest is damaged",
+                dir.display(),
+                last.lsn,
+                span.last_micros.unwrap_or(0),
+                last.micros
             )));
         }
         match (&manifest.kind, manifest.continues(&dir)) {
@@ -662,7 +698,10 @@ pub fn verify(dir: &Path) -> Result<Chain, BackupError> {
                     dir.display()
                 )));
             }
-            (BackupKind::Full, _) => {}
+            // Its copy of LMDB is one LMDB can map (a restore opens it).
+            (BackupKind::Full, _) => {
+                data_file::check(&dir.join(DATA_FILE)).map_err(BackupError::Refused)?;
+            }
         }
         backups.push((dir, manifest));
     }

@@ -289,22 +289,47 @@ fn invalid_data(message: impl Into<String>) -> io::Error {
 /// The LSNs from `first` through `last` that no segment in `dir` holds, as
 /// ranges (entries before `first` are older history and do not count).
 pub fn missing(dir: &Path, first: u64, last: u64) -> io::Result<Vec<(u64, u64)>> {
+    span(dir, first, last, true).map(|span| span.missing)
+}
+
+/// What the log in `dir` holds of the entries `first` through `last`.
+pub struct Span {
+    /// The LSNs it lacks, as ranges.
+    pub missing: Vec<(u64, u64)>,
+    /// The time of entry `last` (µs), if it holds it.
+    pub last_micros: Option<u64>,
+    /// Its newest entry's LSN (read only if not `stop_at_last`).
+    pub newest: Option<u64>,
+}
+
+/// The log in `dir` against `first` through `last`; `stop_at_last`: read
+/// no further than entry `last`.
+pub fn span(dir: &Path, first: u64, last: u64, stop_at_last: bool) -> io::Result<Span> {
     let mut expected = first;
-    let mut gaps = Vec::new();
+    let mut span = Span {
+        missing: Vec::new(),
+        last_micros: None,
+        newest: None,
+    };
     read(dir, Values::Skip, |entry| {
-        if entry.lsn > last {
+        if entry.lsn > last && stop_at_last {
             return ControlFlow::Break(());
         }
-        if entry.lsn > expected {
-            gaps.push((expected, entry.lsn - 1));
+        span.newest = span.newest.max(Some(entry.lsn));
+        if entry.lsn == last {
+            span.last_micros = Some(entry.micros);
+        }
+        if entry.lsn > expected && expected <= last {
+            span.missing
+                .push((expected, entry.lsn.min(last.saturating_add(1)) - 1));
         }
         expected = expected.max(entry.lsn.saturating_add(1));
         ControlFlow::Continue(())
     })?;
     if expected <= last {
-        gaps.push((expected, last));
+        span.missing.push((expected, last));
     }
-    Ok(gaps)
+    Ok(span)
 }
 
 /// `12-15, 20`: LSN ranges for a message.

@@ -226,7 +226,6 @@ const FORGET_LOG_BATCH_BYTES: usize = 64 << 20;
 /// starts a new history. Killed midway, the restore is run again (the
 /// directory says it did not finish).
 fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
-    let reading_value = "reading a value from the restored log";
     let mut options = EnvOpenOptions::new();
     options.max_dbs(4).map_size(map_size);
     // SAFETY: the restored directory; the engine that replayed it is closed.
@@ -247,12 +246,17 @@ fn forget_log(dir: &Path, map_size: usize) -> Result<(), BackupError> {
             let segment = pointer.at.segment;
             if open.as_ref().is_none_or(|(number, _)| *number != segment) {
                 let path = journal::segment_path(dir, segment);
-                let file = File::open(path).map_err(io_error(reading_value))?;
+                let reading = format!("reading a value from the restored log ({})", path.display());
+                let file = File::open(&path).map_err(io_error(reading))?;
                 open = Some((segment, file));
             }
             let (_, file) = open.as_ref().expect("opened above");
-            let mut logged = journal::read_stored(&OsIo, file, &key, &pointer)
-                .map_err(io_error(reading_value))?;
+            let mut logged =
+                journal::read_stored(&OsIo, file, &key, &pointer).map_err(|error| {
+                    let reading =
+                        format!("reading a value from the restored log (segment {segment})");
+                    io_error(reading)(error)
+                })?;
             inline.write_over(logged.record_mut());
             items.put(&mut txn, &key, logged.record())?;
         }
