@@ -1,11 +1,11 @@
 //! One command line to a running kura on its memcached port, and the reply
 //! lines: the connection opened within a time limit, each line bounded,
-//! each read within the command's time limit. `kura backup` and `kura
+//! each line whole within the command's time limit. `kura backup` and `kura
 //! admin` speak through it.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a connection to the server may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,24 +43,44 @@ impl CommandClient {
     }
 
     /// The next reply line, of at most `limit` bytes, without its line end.
+    /// The whole line comes within the time limit: a server that sends a
+    /// byte at a time does not hold the client past it.
     pub fn line_within(&mut self, limit: u64) -> anyhow::Result<String> {
         let server = &self.server;
-        let mut line = String::new();
-        (&mut self.reader)
-            .take(limit)
-            .read_line(&mut line)
-            .map_err(|error| match error.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
-                    "{server} did not reply within {} s (--timeout)",
-                    self.timeout.as_secs()
-                ),
-                std::io::ErrorKind::InvalidData => {
-                    anyhow::anyhow!(
-                        "{server} replied with bytes that are not text (not a kura server?)"
-                    )
+        let timed_out = || {
+            anyhow::anyhow!(
+                "{server} did not reply within {} s (--timeout)",
+                self.timeout.as_secs()
+            )
+        };
+        let deadline = (!self.timeout.is_zero()).then(|| Instant::now() + self.timeout);
+        let mut bytes = Vec::new();
+        while !bytes.ends_with(b"\n") && (bytes.len() as u64) < limit {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
                 }
+                self.reader.get_ref().set_read_timeout(Some(left))?;
+            }
+            let available = self.reader.fill_buf().map_err(|error| match error.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => timed_out(),
                 _ => anyhow::anyhow!("reading the reply of {server}: {error}"),
             })?;
+            if available.is_empty() {
+                break;
+            }
+            let wanted = (limit - bytes.len() as u64).min(available.len() as u64) as usize;
+            let took = available[..wanted]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(wanted, |end| end + 1);
+            bytes.extend_from_slice(&available[..took]);
+            self.reader.consume(took);
+        }
+        let line = String::from_utf8(bytes).map_err(|_| {
+            anyhow::anyhow!("{server} replied with bytes that are not text (not a kura server?)")
+        })?;
         if line.is_empty() {
             anyhow::bail!("{server} closed the connection without a reply");
         }

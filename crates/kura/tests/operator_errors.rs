@@ -592,6 +592,43 @@ flush_all",
             &["bench", "--multiget", "70000", "--num-calls", "1"],
             "65535",
         ),
+        // Numbers that overflowed, allocated terabytes or hung a run.
+        (
+            &[
+                "bench",
+                "--max-value",
+                "18446744073709551615",
+                "--num-calls",
+                "1",
+            ],
+            "--max-value",
+        ),
+        (
+            &["bench", "--num-conns", "1000000000000", "--num-calls", "1"],
+            "--num-conns",
+        ),
+        (
+            &["bench", "--pipeline", "10000000", "--num-calls", "1"],
+            "--pipeline",
+        ),
+        (
+            &["bench", "--call-rate", "NaN", "--num-calls", "1"],
+            "--call-rate",
+        ),
+        (
+            &["bench", "--timeout", "NaN", "--num-calls", "1"],
+            "--timeout",
+        ),
+        (
+            &[
+                "bench",
+                "--ratio",
+                "set:get=3000000000:3000000000",
+                "--num-calls",
+                "1",
+            ],
+            "sum past",
+        ),
     ] {
         let output = run(args);
         let message = stderr(&output);
@@ -650,6 +687,44 @@ fn the_admin_and_query_clients_stop_at_a_bound_on_what_a_server_sends() {
         &["table", "check", "--server", &silent, "--timeout", "1"],
         "did not reply within 1 s",
     );
+}
+
+/// A server that sends its reply a byte at a time, never ending the line:
+/// `--timeout` bounds the whole line, not each read.
+#[test]
+fn a_reply_trickled_a_byte_at_a_time_stops_at_the_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut first = [0; 64];
+                let _ = stream.read(&mut first);
+                while stream.write_all(b"S").is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    let work = tempfile::tempdir().unwrap();
+    let to = work.path().join("backup");
+    for args in [
+        &["admin", "replicas", "--server", &address, "--timeout", "1"][..],
+        &[
+            "backup",
+            "--server",
+            &address,
+            "--to",
+            path(&to),
+            "--timeout",
+            "1",
+        ],
+    ] {
+        let started = Instant::now();
+        fails(args, "did not reply within 1 s");
+        assert!(started.elapsed() < Duration::from_secs(10), "{args:?}");
+    }
 }
 
 #[test]

@@ -214,7 +214,14 @@ pub fn parse_ratio(text: &str) -> Result<Vec<(Op, u32)>, BenchError> {
             Ok((op, weight))
         })
         .filter(|r| !matches!(r, Ok((_, 0))))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|mix| {
+            // Their sum is rolled in 32 bits.
+            let total = mix.iter().try_fold(0u32, |sum, (_, w)| sum.checked_add(*w));
+            total
+                .map(|_| mix)
+                .ok_or_else(|| usage(format!("the weights of '{text}' sum past {}", u32::MAX)))
+        })
 }
 
 /// Each server's host as the user wrote it (`[::1]:11211` → `::1`): the
@@ -288,12 +295,35 @@ impl LoadArgs {
                 "give --num-calls or --duration, or the run never ends",
             ));
         }
-        if self.num_conns == 0 {
-            return Err(usage("--num-conns must be at least 1"));
+        if self.num_conns == 0 || self.num_conns > MAX_CONNECTIONS {
+            return Err(usage(format!(
+                "--num-conns must be from 1 to {MAX_CONNECTIONS}"
+            )));
+        }
+        if self.pipeline > MAX_PIPELINE {
+            return Err(usage(format!("--pipeline is at most {MAX_PIPELINE}")));
+        }
+        if self.max_value > MAX_VALUE_BYTES {
+            return Err(usage(format!(
+                "--max-value {} is over {} MiB",
+                self.max_value,
+                MAX_VALUE_BYTES >> 20
+            )));
+        }
+        // NaN compares false both ways: a rate of NaN would be no rate
+        // to one check and a rate to another.
+        for (name, value) in [
+            ("--call-rate", self.call_rate),
+            ("--conn-rate", self.conn_rate),
+            ("--timeout", self.timeout),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(usage(format!("{name} must be a number, 0 or more")));
+            }
         }
         let call_rate = match self.rate {
-            Some(rate) if rate > 0.0 => rate / self.num_conns as f64,
-            Some(_) => return Err(usage("--rate must be above 0")),
+            Some(rate) if rate > 0.0 && rate.is_finite() => rate / self.num_conns as f64,
+            Some(_) => return Err(usage("--rate must be a number above 0")),
             None => self.call_rate,
         };
         let tls = self
@@ -307,6 +337,9 @@ impl LoadArgs {
             })
             .transpose()
             .map_err(usage)?;
+        // No larger than the sizes asked for: each generator thread holds a
+        // pattern this long.
+        let max_value = self.max_value.clamp(1, sizes.upper_bound().max(1));
         Ok(Workload {
             servers: resolve_servers(&self.server, self.port)?,
             protocol,
@@ -323,7 +356,7 @@ impl LoadArgs {
             key_pattern,
             key_prefix: self.prefix.clone(),
             sizes,
-            max_value: self.max_value.max(1),
+            max_value,
             expiry: self.expiry,
             verify: self.verify,
             timeout: Duration::try_from_secs_f64(self.timeout.max(0.001))
@@ -335,6 +368,13 @@ impl LoadArgs {
         })
     }
 }
+
+/// The most connections a run opens.
+const MAX_CONNECTIONS: u64 = 1_000_000;
+/// The most requests a connection sends before it reads.
+const MAX_PIPELINE: usize = 100_000;
+/// The largest value a run sends (memcached's `-I` goes to 1 GiB).
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
 
 /// Raises the open-file limit so tens of thousands of connections fit.
 /// Each generator thread has its own descriptor table (see `engine::run`), and

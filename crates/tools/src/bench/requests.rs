@@ -181,6 +181,9 @@ fn encode_line(kind: RequestKind, line: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The most bytes of requests `--input` may hold.
+const MAX_INPUT_BYTES: u64 = 1 << 30;
+
 pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
     let mut lines = Vec::new();
     if matches!(
@@ -191,8 +194,18 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
             .input
             .as_ref()
             .ok_or_else(|| usage("this kind of request reads --input"))?;
-        let text = fs::read_to_string(path)
+        // Bounded: `--input /dev/zero` would read until memory runs out.
+        let mut text = String::new();
+        fs::File::open(path)
+            .and_then(|file| file.take(MAX_INPUT_BYTES + 1).read_to_string(&mut text))
             .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+        if text.len() as u64 > MAX_INPUT_BYTES {
+            return Err(usage(format!(
+                "{} is over {} MiB of requests",
+                path.display(),
+                MAX_INPUT_BYTES >> 20
+            )));
+        }
         for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
             lines.push(encode_line(args.kind, line).ok_or_else(|| {
                 usage(format!("{}:{}: not a request", path.display(), number + 1))
@@ -205,6 +218,13 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
     if args.conns == 0 || args.pipeline == 0 || args.keys == 0 {
         return Err(usage("--conns, --pipeline and --keys must be at least 1"));
     }
+    if args.value_size > super::MAX_VALUE_BYTES {
+        return Err(usage(format!(
+            "--value-size {} is over {} MiB",
+            args.value_size,
+            super::MAX_VALUE_BYTES >> 20
+        )));
+    }
     let duration = args.duration.as_deref().map(parse_duration).transpose()?;
     let value = (0..args.value_size)
         .map(|i| b'a' + (i % 26) as u8)
@@ -215,12 +235,19 @@ pub fn run(args: RequestsArgs) -> Result<(), BenchError> {
         value,
     });
     let started = Instant::now();
-    let threads: Vec<_> = (0..args.conns)
+    let threads = (0..args.conns)
         .map(|conn| {
             let requests = Arc::clone(&requests);
-            std::thread::spawn(move || connection(&requests, conn, duration))
+            std::thread::Builder::new()
+                .spawn(move || connection(&requests, conn, duration))
+                .map_err(|e| {
+                    usage(format!(
+                        "cannot start connection {}'s thread: {e}",
+                        conn + 1
+                    ))
+                })
         })
-        .collect();
+        .collect::<Result<Vec<_>, _>>()?;
     let mut tally = Tally::new();
     for thread in threads {
         let one = thread
@@ -472,6 +499,7 @@ mod tests {
             "--kind tyrant-search",
             "--kind tyrant-put --input /nonexistent/rows.tsv",
             "--kind mc-get --duration 10q",
+            "--kind mc-set --value-size 18446744073709551615",
         ] {
             let outcome = run(parse(line));
             assert!(matches!(outcome, Err(BenchError::Usage(_))), "{line}");
