@@ -210,10 +210,15 @@ impl Columns for StoredRecord<'_> {
     }
 
     fn by_name(&self) -> Option<HashMap<&[u8], &[u8]>> {
-        self.pairs().nth(FEW_COLUMNS)?;
+        // Each column takes 8 bytes at least: fewer bytes, few columns.
+        // (Not `pairs().nth(FEW_COLUMNS)`: LLVM unrolls that walk, and its
+        // constraint elimination then took the release build for ever.)
+        if self.columns.len() <= 8 * FEW_COLUMNS {
+            return None;
+        }
         let pairs: Vec<_> = self.pairs().collect();
         // The first of a name wins, as `get` finds it.
-        Some(pairs.into_iter().rev().collect())
+        (pairs.len() > FEW_COLUMNS).then(|| pairs.into_iter().rev().collect())
     }
 }
 
