@@ -641,6 +641,16 @@ flush_all",
 /// A listener that answers every connection with `reply` (written again
 /// and again when `repeat`), then holds it open.
 fn fake_server(reply: &'static [u8], repeat: bool) -> String {
+    fake_server_answering(move |stream| {
+        while stream.write_all(reply).is_ok() && repeat {}
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+    })
+}
+
+/// A listener that reads the first bytes of every connection, then
+/// leaves it to `answer`.
+fn fake_server_answering(answer: impl Fn(&mut TcpStream) + Send + Copy + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
@@ -649,9 +659,7 @@ fn fake_server(reply: &'static [u8], repeat: bool) -> String {
             std::thread::spawn(move || {
                 let mut first = [0; 64];
                 let _ = stream.read(&mut first);
-                while stream.write_all(reply).is_ok() && repeat {}
-                let mut sink = Vec::new();
-                let _ = stream.read_to_end(&mut sink);
+                answer(&mut stream);
             });
         }
     });
@@ -693,18 +701,9 @@ fn the_admin_and_query_clients_stop_at_a_bound_on_what_a_server_sends() {
 /// `--timeout` bounds the whole line, not each read.
 #[test]
 fn a_reply_trickled_a_byte_at_a_time_stops_at_the_timeout() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut first = [0; 64];
-                let _ = stream.read(&mut first);
-                while stream.write_all(b"S").is_ok() {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            });
+    let address = fake_server_answering(|stream| {
+        while stream.write_all(b"S").is_ok() {
+            std::thread::sleep(Duration::from_millis(100));
         }
     });
     let work = tempfile::tempdir().unwrap();
