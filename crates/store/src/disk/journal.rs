@@ -162,8 +162,11 @@ pub fn replay<E: From<io::Error>>(
                 if *left == 0 {
                     let end = at.offset + framed as u64;
                     let mut place = Location::new(number, *start);
+                    // No larger than the group: a buffer is zeroed before
+                    // its first read, and a 1 MiB one per small group made
+                    // replays (restores, restarts) many times slower.
                     let mut again = io::BufReader::with_capacity(
-                        1 << 20,
+                        (end - place.offset).min(1 << 20) as usize,
                         SegmentReader {
                             io,
                             file: &file,
