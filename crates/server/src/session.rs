@@ -126,7 +126,7 @@ impl Session {
             return false;
         };
         match self.tyrant_port {
-            true => first != tyrant::MAGIC && !tyrant_http::starts_request(input),
+            true => memcached_on_tyrant_port(input),
             false => self.protocol.unwrap_or_else(|| detect_protocol(first)) != Protocol::Binary,
         }
     }
@@ -141,7 +141,7 @@ impl Session {
             return false;
         };
         let memcached = match self.tyrant_port {
-            true => first != tyrant::MAGIC && !tyrant_http::starts_request(input),
+            true => memcached_on_tyrant_port(input),
             false => self.protocol != Some(Protocol::HandlerSocket),
         };
         memcached
@@ -571,6 +571,12 @@ impl Session {
             self.swallow = bytes;
         }
     }
+}
+
+/// Whether the request at the front of `input` on `--tyrant-port` is a
+/// memcached one: neither Tokyo Tyrant's binary magic nor an HTTP head.
+fn memcached_on_tyrant_port(input: &[u8]) -> bool {
+    input.first() != Some(&tyrant::MAGIC) && !tyrant_http::starts_request(input)
 }
 
 enum Step {
