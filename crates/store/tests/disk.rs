@@ -970,7 +970,8 @@ fn the_log_keeps_only_its_newest_bytes_in_the_page_cache() {
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     // The syncer fsyncs every 10 ms under `batch`; the pages leave after
     // the fsync that covered them. Bound: the window (8 MiB), a run of
-    // drops not yet due (4 MiB), and what the last fsync has not covered.
+    // drops not yet due (4 MiB), the folio across the last run's end (up
+    // to 2 MiB), and what the last fsync has not covered.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let (total, cached) = loop {
         let (total, cached) = journal_bytes_cached(dir.path());

@@ -18,6 +18,12 @@ use parking_lot::Mutex;
 /// per run, not per fsync.
 const DROP_RUN: u64 = 4 << 20;
 
+/// The page cache holds a file in folios of up to this many bytes, each
+/// aligned to its size, and drops only the folios wholly inside a range:
+/// a run starts at the boundary before it, or the folio across the last
+/// run's end would stay cached for good.
+const LARGEST_FOLIO: u64 = 2 << 20;
+
 pub struct PageWindow {
     /// Bytes of the log kept cached past the newest fsync.
     budget: u64,
@@ -65,8 +71,9 @@ impl PageWindow {
             let cached = oldest.get_mut();
             let run = over.min(cached.synced_to - cached.dropped_to);
             let fd = cached.file.as_raw_fd();
-            let from = cached.dropped_to as i64;
-            if let Err(error) = posix_fadvise(fd, from, run as i64, POSIX_FADV_DONTNEED) {
+            let from = cached.dropped_to & !(LARGEST_FOLIO - 1);
+            let len = cached.dropped_to + run - from;
+            if let Err(error) = posix_fadvise(fd, from as i64, len as i64, POSIX_FADV_DONTNEED) {
                 tracing::debug!(%error, "cannot drop journal pages from the page cache");
             }
             cached.dropped_to += run;
@@ -89,8 +96,17 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// Pages of `file` in the page cache (`mincore` over a mapping).
+    /// Pages of `file` in the page cache.
     fn cached_pages(file: &File) -> usize {
+        resident_pages(file)
+            .iter()
+            .filter(|page| **page & 1 == 1)
+            .count()
+    }
+
+    /// `mincore`'s vector over a mapping of `file`: bit 0 of each byte
+    /// tells whether its page is cached.
+    fn resident_pages(file: &File) -> Vec<u8> {
         let len = file.metadata().unwrap().len() as usize;
         let mut resident = vec![0u8; len.div_ceil(4096)];
         // SAFETY: a read-only mapping of the whole file, only passed to
@@ -109,7 +125,7 @@ mod tests {
             assert_eq!(libc::mincore(map, len, resident.as_mut_ptr()), 0);
             libc::munmap(map, len);
         }
-        resident.iter().filter(|page| **page & 1 == 1).count()
+        resident
     }
 
     #[test]
@@ -129,5 +145,39 @@ mod tests {
         assert_eq!(cached_pages(&files[0]), 0);
         assert_eq!(cached_pages(&files[1]), 0);
         assert_eq!(cached_pages(&files[2]), (8 << 20) / 4096);
+    }
+
+    /// Appends of sizes that are no multiple of a page end the runs inside
+    /// the kernel's large folios (Linux 6.16 and later on ext4): none of
+    /// those may stay cached past the run that follows.
+    #[test]
+    fn no_page_stays_cached_across_the_end_of_a_run() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(path);
+        let file = Arc::new(file.unwrap());
+        let window = PageWindow::new(1 << 20);
+        let append = vec![7u8; 1_004_040];
+        let mut len = 0;
+        for _ in 0..64 {
+            file.write_all_at(&append, len).unwrap();
+            len += append.len() as u64;
+            file.sync_data().unwrap();
+            window.synced(0, &file, len);
+        }
+        // Only the folio across the last run's end may be left before it.
+        let dropped_to = window.segments.lock()[&0].dropped_to;
+        let resident = resident_pages(&file);
+        let before = (dropped_to & !(LARGEST_FOLIO - 1)) as usize / 4096;
+        let left = resident[..before]
+            .iter()
+            .filter(|page| **page & 1 == 1)
+            .count();
+        assert_eq!(left, 0, "pages before {dropped_to} stayed cached");
     }
 }
