@@ -630,6 +630,33 @@ flush_all",
             ],
             "sum past",
         ),
+        // Refused before the run, not ignored or found out after it.
+        (
+            &["bench", "--param", "keys=5", "--num-calls", "1"],
+            "--scenario",
+        ),
+        (
+            &[
+                "bench",
+                "--json",
+                "/no-such-kura-folder/run.json",
+                "--num-calls",
+                "1",
+            ],
+            "/no-such-kura-folder is no folder",
+        ),
+        (
+            &[
+                "bench",
+                "compare",
+                "--target",
+                "a=127.0.0.1:1",
+                "--html",
+                "/no-such-kura-folder/run.html",
+                "x.toml",
+            ],
+            "/no-such-kura-folder is no folder",
+        ),
     ] {
         let output = run(args);
         let message = stderr(&output);

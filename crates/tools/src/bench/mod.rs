@@ -154,7 +154,7 @@ pub struct LoadArgs {
     #[arg(long = "scenario")]
     pub scenario: Option<PathBuf>,
     /// Override a scenario parameter, e.g. --param keys=5000000.
-    #[arg(long = "param")]
+    #[arg(long = "param", requires = "scenario")]
     pub params: Vec<String>,
     /// No progress line, even on a terminal.
     #[arg(long = "quiet")]
@@ -526,6 +526,22 @@ pub fn write_reports(
     Ok(())
 }
 
+/// Refuses, before anything runs, a report to be written into a folder
+/// that does not exist: a run of minutes would otherwise end in that error.
+pub fn reports_have_folders(paths: [Option<&PathBuf>; 2]) -> Result<(), BenchError> {
+    for path in paths.into_iter().flatten() {
+        let folder = match path.parent() {
+            Some(folder) if !folder.as_os_str().is_empty() => folder,
+            _ => std::path::Path::new("."),
+        };
+        if !folder.is_dir() {
+            let (path, folder) = (path.display(), folder.display());
+            return Err(usage(format!("cannot write {path}: {folder} is no folder")));
+        }
+    }
+    Ok(())
+}
+
 /// The `kura bench` command.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     match args.command {
@@ -534,6 +550,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         None => {}
     }
     let load = args.load;
+    reports_have_folders([load.json.as_ref(), load.html.as_ref()])?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if let Some(path) = &load.scenario {
         let scenario = scenario::Scenario::load(path, &load.params)?;

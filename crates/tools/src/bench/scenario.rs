@@ -21,7 +21,9 @@ use clap::{Args, Parser};
 use serde::Deserialize;
 
 use super::results::{Comparison, Report, RunReport};
-use super::{load_phase, measure, usage, write_reports, BenchError, LoadArgs};
+use super::{
+    load_phase, measure, reports_have_folders, usage, write_reports, BenchError, LoadArgs,
+};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +237,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// `kura bench compare`: prints the rounds and the table, writes the reports.
 pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
+    reports_have_folders([args.json.as_ref(), args.html.as_ref()])?;
     let report = compare_to(args, &mut std::io::stdout().lock())?;
     write_reports(&report, args.json.as_ref(), args.html.as_ref())
 }
