@@ -116,7 +116,8 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
 }
 
 fn print_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
-    let bytes: u64 = manifest.files.iter().map(|f| f.bytes).sum();
+    // A server's manifest is not checked here: its sizes may overflow.
+    let bytes = (manifest.files.iter()).fold(0u64, |sum, f| sum.saturating_add(f.bytes));
     let kind = match manifest.kind {
         BackupKind::Full => "full",
         BackupKind::Incremental => "incremental",

@@ -78,6 +78,31 @@ impl Stream {
             _ => Ok(true),
         }
     }
+
+    /// Ends a TCP connection without a reset: closing a socket that holds
+    /// unread input makes the kernel send RST and drop the replies it has
+    /// not sent yet (input after a `quit`, the rest of a refused request).
+    /// Sends the end after the replies, then drops the input that already
+    /// arrived, up to a bound; input arriving later may still meet a reset,
+    /// by then most likely behind the replies.
+    fn end_gently(&mut self) {
+        const MOST_DROPPED: usize = 256 << 10;
+        let tcp = match self {
+            Stream::Tcp(tcp) => tcp,
+            Stream::Tls(tls) => &mut tls.tcp,
+            Stream::Unix(_) => return,
+        };
+        if tcp.shutdown(std::net::Shutdown::Write).is_err() {
+            return;
+        }
+        let (mut dropped, mut scratch) = (0, [0u8; 16 << 10]);
+        while dropped < MOST_DROPPED {
+            match tcp.read(&mut scratch) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => dropped += read,
+            }
+        }
+    }
 }
 
 impl Read for Stream {
@@ -597,7 +622,8 @@ impl Worker {
     }
 
     fn close(&mut self, key: usize, reason: CloseReason) {
-        if let Some(connection) = self.take_out(key) {
+        if let Some(mut connection) = self.take_out(key) {
+            connection.stream.end_gently();
             let id = connection.info.id;
             if connection.watcher.is_some() {
                 self.watching.retain(|&k| k != key);

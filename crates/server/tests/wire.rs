@@ -648,11 +648,10 @@ fn an_append_past_the_item_size_limit_is_not_stored() {
     );
 }
 
-#[test]
-fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
-    let server = TestServer::start();
-    // A small receive buffer, fixed before the connection opens, so an
-    // unread reply cannot all fit in the kernel's buffers.
+/// A connection that reads slowly (a small receive buffer, fixed before
+/// it opens, so an unread reply cannot all fit in the kernel's buffers),
+/// and the length of the value `k` it stored.
+fn slow_reader_of_a_large_value(server: &TestServer) -> (TcpStream, usize) {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.set_recv_buffer_size(8 << 10).unwrap();
     socket.connect(&server.addr.into()).unwrap();
@@ -669,6 +668,27 @@ fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
         support::read_exact_reply(&mut stream, b"STORED\r\n"),
         b"STORED\r\n"
     );
+    (stream, value.len())
+}
+
+/// Reads until the end or an error, slowly; whether the end was a close.
+fn read_slowly_to_the_end(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 8 << 10];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => return (reply, true),
+            Err(_) => return (reply, false),
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+#[test]
+fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
+    let server = TestServer::start();
+    let (mut stream, len) = slow_reader_of_a_large_value(&server);
     // Three gets, then quit, read slowly: a pass serves gets until its
     // replies pass a mebibyte, so the third get and the quit share one,
     // which starts once the second reply fits in the socket, leaving no
@@ -678,18 +698,28 @@ fn quit_after_a_large_reply_closes_only_once_the_reply_is_sent() {
     stream
         .write_all(b"get k\r\nget k\r\nget k\r\nquit\r\n")
         .unwrap();
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 8 << 10];
-    loop {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => reply.extend_from_slice(&chunk[..n]),
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    let head = format!("VALUE k 0 {}\r\n", value.len());
-    assert_eq!(reply.len(), 3 * (head.len() + value.len() + 2 + 5));
+    let (reply, _) = read_slowly_to_the_end(&mut stream);
+    let head = format!("VALUE k 0 {len}\r\n");
+    assert_eq!(reply.len(), 3 * (head.len() + len + 2 + 5));
     assert!(reply.ends_with(b"\r\nEND\r\n"));
+}
+
+/// Input the server never read (sent after `quit`) made its close a TCP
+/// reset, and a reset drops the replies the kernel has not sent yet: the
+/// client got part of them, then "connection reset".
+#[test]
+fn input_after_quit_does_not_cut_the_replies_before_it() {
+    let server = TestServer::start();
+    let (mut stream, len) = slow_reader_of_a_large_value(&server);
+    // The server reads 64 KiB at a time and none after the quit: the rest
+    // waits in the socket when the server closes it.
+    let mut request = b"get k\r\nget k\r\nget k\r\nquit\r\n".to_vec();
+    request.extend_from_slice(&[b'x'; 100 << 10]);
+    stream.write_all(&request).unwrap();
+    let (reply, closed) = read_slowly_to_the_end(&mut stream);
+    let head = format!("VALUE k 0 {len}\r\n");
+    assert_eq!(reply.len(), 3 * (head.len() + len + 2 + 5));
+    assert!(closed, "the connection ended in an error, not a close");
 }
 
 #[test]
