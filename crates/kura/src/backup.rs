@@ -80,8 +80,8 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
             .is_none_or(|text| text.contains(char::is_whitespace))
         {
             return Err(Failure::Usage(format!(
-                "backup: {} must be UTF-8 without spaces (it travels in a memcached command)",
-                path.display()
+                "backup: {:?} must be UTF-8 without spaces (it travels in a memcached command)",
+                path
             )));
         }
     }

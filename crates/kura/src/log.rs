@@ -63,11 +63,17 @@ struct StatsArgs {
 
 /// A mistyped `--dir` is named, not read as an empty log.
 fn check_log_dir(dir: &Path) -> Result<(), Failure> {
-    if dir.is_dir()
-        && ![DATA_FILE, MANIFEST]
-            .iter()
-            .any(|name| dir.join(name).exists())
-    {
+    let mut holds_any = false;
+    for name in [DATA_FILE, MANIFEST] {
+        // A directory kura may not read is a permission problem, not a
+        // directory without a log.
+        let path = dir.join(name);
+        let exists = path
+            .try_exists()
+            .map_err(|error| Failure::Runtime(anyhow::anyhow!("{}: {error}", path.display())))?;
+        holds_any |= exists;
+    }
+    if dir.is_dir() && !holds_any {
         return Err(Failure::Runtime(anyhow::anyhow!(
             "{} is neither a kura data directory nor a backup (no {DATA_FILE}, no {MANIFEST})",
             dir.display()

@@ -613,6 +613,11 @@ flush_all",
             "--pipeline",
         ),
         (
+            &["bench", "--threads", "100000", "--num-calls", "1"],
+            "--threads",
+        ),
+        (&["backup", "--to", "a\nb"], "without spaces"),
+        (
             &["bench", "--call-rate", "NaN", "--num-calls", "1"],
             "--call-rate",
         ),

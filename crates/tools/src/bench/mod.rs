@@ -300,6 +300,9 @@ impl LoadArgs {
                 "--num-conns must be from 1 to {MAX_CONNECTIONS}"
             )));
         }
+        if self.threads > MAX_THREADS {
+            return Err(usage(format!("--threads is at most {MAX_THREADS}")));
+        }
         if self.pipeline > MAX_PIPELINE {
             return Err(usage(format!("--pipeline is at most {MAX_PIPELINE}")));
         }
@@ -371,6 +374,8 @@ impl LoadArgs {
 
 /// The most connections a run opens.
 const MAX_CONNECTIONS: u64 = 1_000_000;
+/// Generator threads: past a few per core they only take turns.
+const MAX_THREADS: usize = 1024;
 /// The most requests a connection sends before it reads.
 const MAX_PIPELINE: usize = 100_000;
 /// The largest value a run sends (memcached's `-I` goes to 1 GiB).

@@ -291,7 +291,7 @@ fn report(args: &RequestsArgs, tally: &Tally, elapsed: Duration) -> std::io::Res
         crate::output::print(&format!(
             "{:?}: {} requests in {seconds:.2} s = {rate:.0}/s over {} connections; \
              latency mean {:.1} us, p50 {:.1}, p99 {:.1}, p99.9 {:.1}; \
-             {rows:.2} rows per request; {} errors",
+             {rows:.2} rows per request; {} errors\n",
             args.kind,
             tally.requests,
             args.conns,
