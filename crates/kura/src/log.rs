@@ -217,7 +217,7 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
         }
     });
     let summary = read.with_context(|| format!("reading the log in {}", args.dir.display()))?;
-    warn_unread(&summary.unread);
+    warn_unread(&args.dir, &summary.unread);
     match broken.map_or_else(|| out.flush(), Err) {
         // `kura log dump | head` is fine.
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
@@ -242,12 +242,21 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
 
 /// Segments whose last bytes are no whole record. A crash in an append
 /// leaves such a tail (and a replay at open passes over it, as here), so
-/// this is a warning: entries held there, if any, are not shown.
-fn warn_unread(unread: &[(u64, u64)]) {
-    for (segment, bytes) in unread {
+/// this is a warning: entries held there, if any, are not shown. Whole
+/// records after the first bad byte tell damage from a torn append.
+fn warn_unread(dir: &Path, unread: &[(u64, u64)]) {
+    for &(segment, bytes) in unread {
+        let cause = match history::whole_records_after(dir, segment, bytes) {
+            Ok(0) => "a torn append, or damage".to_string(),
+            Ok(records) => format!(
+                "damage: {records} whole records follow, or a power cut that wrote later \
+                 pages first"
+            ),
+            Err(error) => format!("a torn append, or damage; reading past it: {error}"),
+        };
         eprintln!(
             "kura: warning: segment {segment} ends in {bytes} bytes that are no whole record \
-             (a torn append, or damage): entries there, if any, are not shown"
+             ({cause}): entries there, if any, are not shown"
         );
     }
 }
@@ -459,6 +468,7 @@ fn stats(args: StatsArgs) -> Result<(), Failure> {
         }
     }
     (summary.gaps).extend(missing_tail(manifest.as_ref(), last.map(|(lsn, _)| lsn)));
+    warn_unread(&args.dir, &summary.unread);
     let point = |at: Option<(u64, u64)>| at.map(|(lsn, micros)| (lsn, format_micros(micros)));
     if args.json {
         let json = serde_json::json!({

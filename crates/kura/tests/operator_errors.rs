@@ -410,8 +410,9 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
 
     let dump = run(&["log", "dump", "--dir", path(&data)]);
     assert!(dump.status.success(), "{}", stderr(&dump));
+    // Whole records after the damage tell it from a torn append.
     assert!(
-        stderr(&dump).contains("bytes that are no whole record"),
+        stderr(&dump).contains("bytes that are no whole record (damage: "),
         "{}",
         stderr(&dump)
     );
@@ -422,6 +423,31 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
     assert_eq!(String::from_utf8_lossy(&early.stdout).lines().count(), 2);
     let stats = ok(&["log", "stats", "--dir", path(&data)]);
     assert!(stats.contains("\nunread\t"), "{stats}");
+}
+
+/// A segment cut inside its last record (a crash in an append) is named a
+/// torn append, not damage: no whole record follows the cut.
+#[test]
+fn a_segment_cut_inside_its_last_record_is_named_a_torn_append() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let (mut server, address) = start(&data);
+    set_keys(&address, 0..40);
+    server.kill();
+    let segment = segments_with_entries(&data).pop().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    file.set_len(file.metadata().unwrap().len() - 3).unwrap();
+
+    let stats = run(&["log", "stats", "--dir", path(&data)]);
+    assert!(stats.status.success(), "{}", stderr(&stats));
+    assert!(
+        stderr(&stats).contains("no whole record (a torn append, or damage)"),
+        "{}",
+        stderr(&stats)
+    );
 }
 
 /// What a command prints goes to a full disk (one line of error, not a

@@ -286,6 +286,41 @@ fn invalid_data(message: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.into())
 }
 
+/// How many whole records segment `number` in `dir` holds past the first
+/// byte its read could not take, `unread` bytes before its end. A torn
+/// append only ever cuts a segment's end, so none follow one; some follow
+/// damage inside the segment (or a power cut that wrote later pages before
+/// earlier ones). Looks at the first 64 MiB past that byte.
+pub fn whole_records_after(dir: &Path, number: u64, unread: u64) -> io::Result<u64> {
+    use std::io::{Read, Seek};
+    const MOST_READ: u64 = 64 << 20;
+    let mut file = std::fs::File::open(journal::segment_path(dir, number))?;
+    let from = file.metadata()?.len().saturating_sub(unread) + 1;
+    file.seek(io::SeekFrom::Start(from))?;
+    let mut tail = Vec::new();
+    file.take(MOST_READ).read_to_end(&mut tail)?;
+    // Checksums over at most this many bytes: a crafted tail of plausible
+    // lengths at every offset would otherwise cost its square.
+    let mut hash_budget = 16 * MOST_READ as usize;
+    for start in 0..tail.len() {
+        let Some((_, len)) = log_format::decode_checked(&tail[start..]) else {
+            continue;
+        };
+        hash_budget = match hash_budget.checked_sub(len) {
+            Some(left) => left,
+            None => return Ok(0),
+        };
+        if log_format::decode(&tail[start..]).is_some() {
+            let (mut records, mut at) = (0, start);
+            while let Some((_, len)) = log_format::decode(&tail[at..]) {
+                (records, at) = (records + 1, at + len);
+            }
+            return Ok(records);
+        }
+    }
+    Ok(0)
+}
+
 /// The LSNs from `first` through `last` that no segment in `dir` holds, as
 /// ranges (entries before `first` are older history and do not count).
 pub fn missing(dir: &Path, first: u64, last: u64) -> io::Result<Vec<(u64, u64)>> {
