@@ -158,7 +158,7 @@ mod tests {
         let file = File::options()
             .read(true)
             .write(true)
-            .create(true)
+            .create_new(true)
             .open(path);
         let file = Arc::new(file.unwrap());
         let window = PageWindow::new(1 << 20);
