@@ -80,8 +80,7 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
             .is_none_or(|text| text.contains(char::is_whitespace))
         {
             return Err(Failure::Usage(format!(
-                "backup: {:?} must be UTF-8 without spaces (it travels in a memcached command)",
-                path
+                "backup: {path:?} must be UTF-8 without whitespace (it travels in a memcached command)"
             )));
         }
     }
@@ -117,7 +116,9 @@ pub fn run_backup(args: BackupArgs) -> Result<(), Failure> {
 
 fn print_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
     // A server's manifest is not checked here: its sizes may overflow.
-    let bytes = (manifest.files.iter()).fold(0u64, |sum, f| sum.saturating_add(f.bytes));
+    let bytes = (manifest.files.iter())
+        .try_fold(0u64, |sum, file| sum.checked_add(file.bytes))
+        .context("the manifest's files add up to more bytes than a file system holds")?;
     let kind = match manifest.kind {
         BackupKind::Full => "full",
         BackupKind::Incremental => "incremental",

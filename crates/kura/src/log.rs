@@ -63,6 +63,10 @@ struct StatsArgs {
 
 /// A mistyped `--dir` is named, not read as an empty log.
 fn check_log_dir(dir: &Path) -> Result<(), Failure> {
+    if !dir.is_dir() {
+        // The read names what is there instead.
+        return Ok(());
+    }
     let mut holds_any = false;
     for name in [DATA_FILE, MANIFEST] {
         // A directory kura may not read is a permission problem, not a
@@ -73,7 +77,7 @@ fn check_log_dir(dir: &Path) -> Result<(), Failure> {
             .map_err(|error| Failure::Runtime(anyhow::anyhow!("{}: {error}", path.display())))?;
         holds_any |= exists;
     }
-    if dir.is_dir() && !holds_any {
+    if !holds_any {
         return Err(Failure::Runtime(anyhow::anyhow!(
             "{} is neither a kura data directory nor a backup (no {DATA_FILE}, no {MANIFEST})",
             dir.display()
@@ -243,20 +247,24 @@ fn dump(args: DumpArgs) -> Result<(), Failure> {
 /// Segments whose last bytes are no whole record. A crash in an append
 /// leaves such a tail (and a replay at open passes over it, as here), so
 /// this is a warning: entries held there, if any, are not shown. Whole
-/// records after the first bad byte tell damage from a torn append.
-fn warn_unread(dir: &Path, unread: &[(u64, u64)]) {
-    for &(segment, bytes) in unread {
-        let cause = match history::whole_records_after(dir, segment, bytes) {
+/// records after the first bad one tell damage from a torn append.
+fn warn_unread(dir: &Path, unread: &[history::Unread]) {
+    for tail in unread {
+        let cause = match history::whole_records_after(dir, tail) {
             Ok(0) => "a torn append, or damage".to_string(),
             Ok(records) => format!(
-                "damage: {records} whole records follow, or a power cut that wrote later \
-                 pages first"
+                "damage: at least {records} whole records follow the first bad one, \
+                 or a power cut that wrote later pages first"
             ),
-            Err(error) => format!("a torn append, or damage; reading past it: {error}"),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                "a torn append, or damage; the segment was removed since".to_string()
+            }
+            Err(error) => format!("a torn append, or damage; reading it again: {error}"),
         };
         eprintln!(
-            "kura: warning: segment {segment} ends in {bytes} bytes that are no whole record \
-             ({cause}): entries there, if any, are not shown"
+            "kura: warning: segment {}: the {} bytes from offset {} on are no whole record \
+             ({cause}): entries there, if any, are not shown",
+            tail.segment, tail.bytes, tail.from
         );
     }
 }
@@ -480,7 +488,9 @@ fn stats(args: StatsArgs) -> Result<(), Failure> {
             "last_lsn": summary.last.map(|(lsn, _)| lsn),
             "last_time": point(summary.last).map(|(_, time)| time),
             "gaps": summary.gaps,
-            "unread": summary.unread,
+            "unread": (summary.unread.iter())
+                .map(|tail| (tail.segment, tail.bytes))
+                .collect::<Vec<_>>(),
         });
         outln!("{json}")?;
         return Ok(());
@@ -500,7 +510,7 @@ fn stats(args: StatsArgs) -> Result<(), Failure> {
     }
     if !summary.unread.is_empty() {
         let unread: Vec<String> = (summary.unread.iter())
-            .map(|(segment, bytes)| format!("{segment}:{bytes}"))
+            .map(|tail| format!("{}:{}", tail.segment, tail.bytes))
             .collect();
         outln!("unread\t{}", unread.join(","))?;
     }

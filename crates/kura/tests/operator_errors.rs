@@ -412,7 +412,7 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
     assert!(dump.status.success(), "{}", stderr(&dump));
     // Whole records after the damage tell it from a torn append.
     assert!(
-        stderr(&dump).contains("bytes that are no whole record (damage: "),
+        stderr(&dump).contains("are no whole record (damage: "),
         "{}",
         stderr(&dump)
     );
@@ -444,7 +444,7 @@ fn a_segment_cut_inside_its_last_record_is_named_a_torn_append() {
     let stats = run(&["log", "stats", "--dir", path(&data)]);
     assert!(stats.status.success(), "{}", stderr(&stats));
     assert!(
-        stderr(&stats).contains("no whole record (a torn append, or damage)"),
+        stderr(&stats).contains("are no whole record (a torn append, or damage)"),
         "{}",
         stderr(&stats)
     );
@@ -642,7 +642,15 @@ flush_all",
             &["bench", "--threads", "100000", "--num-calls", "1"],
             "--threads",
         ),
-        (&["backup", "--to", "a\nb"], "without spaces"),
+        (
+            &["bench", "--threads", "0", "--num-calls", "1"],
+            "--threads",
+        ),
+        (
+            &["bench", "--html", "/", "--num-calls", "1"],
+            "it is a folder",
+        ),
+        (&["backup", "--to", "a\nb"], "without whitespace"),
         (
             &["bench", "--call-rate", "NaN", "--num-calls", "1"],
             "--call-rate",

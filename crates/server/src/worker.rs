@@ -623,7 +623,11 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: CloseReason) {
         if let Some(mut connection) = self.take_out(key) {
-            connection.stream.end_gently();
+            // Replies are owed only on a close asked for or after a refusal:
+            // a reset frees what a client held past --max-buffered at once.
+            if matches!(reason, CloseReason::Normal | CloseReason::Error) {
+                connection.stream.end_gently();
+            }
             let id = connection.info.id;
             if connection.watcher.is_some() {
                 self.watching.retain(|&k| k != key);

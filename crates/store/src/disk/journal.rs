@@ -107,8 +107,27 @@ pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
     number: u64,
-    mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
+    visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
 ) -> Result<u64, E> {
+    replay_to_end(io, path, number, visit).map(|end| end.size - end.whole_to)
+}
+
+/// Where a replay of a segment stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentEnd {
+    /// The segment's size when the replay began.
+    pub size: u64,
+    /// Where its whole records (and whole groups) end.
+    pub whole_to: u64,
+}
+
+/// [`replay`], telling where it stopped.
+pub fn replay_to_end<E: From<io::Error>>(
+    io: &dyn Io,
+    path: &Path,
+    number: u64,
+    mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
+) -> Result<SegmentEnd, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
     let segment = SegmentReader {
@@ -199,8 +218,8 @@ pub fn replay<E: From<io::Error>>(
         }
         at.offset += framed as u64;
     }
-    let end = group.map_or(at.offset, |(_, start)| start);
-    Ok(size - end)
+    let whole_to = group.map_or(at.offset, |(_, start)| start);
+    Ok(SegmentEnd { size, whole_to })
 }
 
 /// A segment read front to back through the seam, up to the size it had

@@ -18,7 +18,8 @@ use parking_lot::Mutex;
 /// per run, not per fsync.
 const DROP_RUN: u64 = 4 << 20;
 
-/// The page cache holds a file in folios of up to this many bytes, each
+/// The page cache holds a file in folios of up to this many bytes (the
+/// huge page of x86-64 with 4 KiB pages; more on other machines), each
 /// aligned to its size, and drops only the folios wholly inside a range:
 /// a run starts at the boundary before it, or the folio across the last
 /// run's end would stay cached for good.
@@ -70,6 +71,11 @@ impl PageWindow {
         while let Some(mut oldest) = segments.first_entry().filter(|_| over > 0) {
             let cached = oldest.get_mut();
             let run = over.min(cached.synced_to - cached.dropped_to);
+            if run == 0 {
+                // Only the newest segment keeps an entry with nothing to
+                // drop; a length of 0 would drop up to the file's end.
+                break;
+            }
             let fd = cached.file.as_raw_fd();
             let from = cached.dropped_to & !(LARGEST_FOLIO - 1);
             let len = cached.dropped_to + run - from;
@@ -95,6 +101,14 @@ impl PageWindow {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A directory beside the test binary: on disk wherever it was built,
+    /// where /tmp may be a tmpfs, whose pages are the files themselves and
+    /// never leave.
+    fn on_disk() -> tempfile::TempDir {
+        let binary = std::env::current_exe().unwrap();
+        tempfile::tempdir_in(binary.parent().unwrap()).unwrap()
+    }
 
     /// Pages of `file` in the page cache.
     fn cached_pages(file: &File) -> usize {
@@ -130,7 +144,7 @@ mod tests {
 
     #[test]
     fn synced_bytes_past_the_budget_leave_the_page_cache_oldest_first() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = on_disk();
         let window = PageWindow::new(8 << 20);
         let mut files = Vec::new();
         for number in 0..3u64 {
@@ -153,7 +167,7 @@ mod tests {
     #[test]
     fn no_page_stays_cached_across_the_end_of_a_run() {
         use std::os::unix::fs::FileExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = on_disk();
         let path = dir.path().join("segment");
         let file = File::options()
             .read(true)

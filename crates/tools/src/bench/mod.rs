@@ -300,8 +300,8 @@ impl LoadArgs {
                 "--num-conns must be from 1 to {MAX_CONNECTIONS}"
             )));
         }
-        if self.threads > MAX_THREADS {
-            return Err(usage(format!("--threads is at most {MAX_THREADS}")));
+        if self.threads == 0 || self.threads > MAX_THREADS {
+            return Err(usage(format!("--threads must be from 1 to {MAX_THREADS}")));
         }
         if self.pipeline > MAX_PIPELINE {
             return Err(usage(format!("--pipeline is at most {MAX_PIPELINE}")));
@@ -346,7 +346,7 @@ impl LoadArgs {
         Ok(Workload {
             servers: resolve_servers(&self.server, self.port)?,
             protocol,
-            threads: self.threads.max(1),
+            threads: self.threads,
             clients: self.num_conns,
             conn_rate: self.conn_rate,
             calls_per_client: self.num_calls,
@@ -531,14 +531,18 @@ pub fn write_reports(
     Ok(())
 }
 
-/// Refuses, before anything runs, a report to be written into a folder
-/// that does not exist: a run of minutes would otherwise end in that error.
-pub fn reports_have_folders(paths: [Option<&PathBuf>; 2]) -> Result<(), BenchError> {
+/// Refuses, before anything runs, a report to be written where no file
+/// can be (in a folder that does not exist, or over a folder): a run of
+/// minutes would otherwise end in that error.
+pub fn check_report_paths(paths: [Option<&PathBuf>; 2]) -> Result<(), BenchError> {
     for path in paths.into_iter().flatten() {
         let folder = match path.parent() {
             Some(folder) if !folder.as_os_str().is_empty() => folder,
             _ => std::path::Path::new("."),
         };
+        if path.is_dir() {
+            return Err(usage(format!("cannot write {}: it is a folder", path.display())));
+        }
         if !folder.is_dir() {
             let (path, folder) = (path.display(), folder.display());
             return Err(usage(format!("cannot write {path}: {folder} is no folder")));
@@ -555,7 +559,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         None => {}
     }
     let load = args.load;
-    reports_have_folders([load.json.as_ref(), load.html.as_ref()])?;
+    check_report_paths([load.json.as_ref(), load.html.as_ref()])?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if let Some(path) = &load.scenario {
         let scenario = scenario::Scenario::load(path, &load.params)?;

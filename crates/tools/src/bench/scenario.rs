@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use super::results::{Comparison, Report, RunReport};
 use super::{
-    load_phase, measure, reports_have_folders, usage, write_reports, BenchError, LoadArgs,
+    load_phase, measure, check_report_paths, usage, write_reports, BenchError, LoadArgs,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -237,7 +237,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// `kura bench compare`: prints the rounds and the table, writes the reports.
 pub fn compare(args: &CompareArgs) -> Result<(), BenchError> {
-    reports_have_folders([args.json.as_ref(), args.html.as_ref()])?;
+    check_report_paths([args.json.as_ref(), args.html.as_ref()])?;
     let report = compare_to(args, &mut std::io::stdout().lock())?;
     write_reports(&report, args.json.as_ref(), args.html.as_ref())
 }

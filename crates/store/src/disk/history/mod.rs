@@ -101,8 +101,17 @@ pub struct Summary {
     /// LSN ranges between `first` and `last` that no segment holds.
     pub gaps: Vec<(u64, u64)>,
     /// Segments read whose last bytes are no whole record (a torn append,
-    /// or damage: the entries there, if any, are lost), and how many.
-    pub unread: Vec<(u64, u64)>,
+    /// or damage: the entries there, if any, are lost).
+    pub unread: Vec<Unread>,
+}
+
+/// The end of a segment that a read could not take as whole records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unread {
+    pub segment: u64,
+    /// Where it starts: the end of the last whole record or group.
+    pub from: u64,
+    pub bytes: u64,
 }
 
 /// Whether a read of the log reads the values of its sets.
@@ -149,7 +158,7 @@ pub fn read_segments(
             continue;
         }
         let mut numbering = Numbering::default();
-        let replayed = journal::replay(&OsIo, path, *number, |record, _, _| {
+        let replayed = journal::replay_to_end(&OsIo, path, *number, |record, _, _| {
             let Some((lsn, head)) = numbering.number(&record) else {
                 return Ok(());
             };
@@ -183,7 +192,11 @@ pub fn read_segments(
             }
         });
         match replayed {
-            Ok(unread) if unread > 0 => summary.unread.push((*number, unread)),
+            Ok(end) if end.whole_to < end.size => summary.unread.push(Unread {
+                segment: *number,
+                from: end.whole_to,
+                bytes: end.size - end.whole_to,
+            }),
             Ok(_) | Err(Ended::Early(())) => {}
             Err(Ended::Failed(error)) => {
                 pass_over_removed(error, *number, summary.entries > 0)?;
@@ -286,23 +299,36 @@ fn invalid_data(message: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.into())
 }
 
-/// How many whole records segment `number` in `dir` holds past the first
-/// byte its read could not take, `unread` bytes before its end. A torn
-/// append only ever cuts a segment's end, so none follow one; some follow
-/// damage inside the segment (or a power cut that wrote later pages before
-/// earlier ones). Looks at the first 64 MiB past that byte.
-pub fn whole_records_after(dir: &Path, number: u64, unread: u64) -> io::Result<u64> {
+/// How many whole records follow the first record of `unread` (in `dir`)
+/// that is not whole. A torn append only ever cuts a segment's end, so
+/// none follow one; some follow damage inside the segment (or a power cut
+/// that wrote later pages before earlier ones). The whole records at its
+/// start (the head and entries of a group cut short) are passed over;
+/// looks at the first 64 MiB.
+pub fn whole_records_after(dir: &Path, unread: &Unread) -> io::Result<u64> {
     use std::io::{Read, Seek};
     const MOST_READ: u64 = 64 << 20;
-    let mut file = std::fs::File::open(journal::segment_path(dir, number))?;
-    let from = file.metadata()?.len().saturating_sub(unread) + 1;
-    file.seek(io::SeekFrom::Start(from))?;
+    let mut file = std::fs::File::open(journal::segment_path(dir, unread.segment))?;
+    file.seek(io::SeekFrom::Start(unread.from))?;
     let mut tail = Vec::new();
-    file.take(MOST_READ).read_to_end(&mut tail)?;
+    file.take(unread.bytes.min(MOST_READ)).read_to_end(&mut tail)?;
+    // The read stopped at a record that is not whole, or at the head of a
+    // group cut short: past its whole entries is the first record that
+    // is not one of them.
+    let mut first_bad = 0;
+    if let Some((Record::Group(head), len)) = log_format::decode(&tail) {
+        first_bad = len;
+        for _ in 0..head.entries {
+            match log_format::decode(&tail[first_bad..]) {
+                Some((record, len)) if record.is_entry() => first_bad += len,
+                _ => break,
+            }
+        }
+    }
     // Checksums over at most this many bytes: a crafted tail of plausible
     // lengths at every offset would otherwise cost its square.
     let mut hash_budget = 16 * MOST_READ as usize;
-    for start in 0..tail.len() {
+    for start in first_bad..tail.len() {
         let Some((_, len)) = log_format::decode_checked(&tail[start..]) else {
             continue;
         };
@@ -377,4 +403,66 @@ pub fn describe_ranges(ranges: &[(u64, u64)]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::log_format::GroupHead;
+
+    /// A segment of groups of the given numbers of entries (removes).
+    fn groups(sizes: &[u32]) -> Vec<u8> {
+        let (mut bytes, mut lsn) = (Vec::new(), 1);
+        for &entries in sizes {
+            let head = GroupHead {
+                first_lsn: lsn,
+                micros: 1,
+                origin: 1,
+                entries,
+            };
+            log_format::encode(&mut bytes, Record::Group(head));
+            for _ in 0..entries {
+                let key = format!("k{lsn}");
+                log_format::encode(&mut bytes, Record::Remove { key: key.as_bytes() });
+                lsn += 1;
+            }
+        }
+        bytes
+    }
+
+    /// Segment 1 holding `bytes`, and what a read of it left unread.
+    fn read_back(bytes: &[u8]) -> (tempfile::TempDir, Unread) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = journal::segment_path(dir.path(), 1);
+        std::fs::write(&path, bytes).unwrap();
+        let end = journal::replay_to_end::<io::Error>(&OsIo, &path, 1, |_, _, _| Ok(())).unwrap();
+        let unread = Unread {
+            segment: 1,
+            from: end.whole_to,
+            bytes: end.size - end.whole_to,
+        };
+        (dir, unread)
+    }
+
+    #[test]
+    fn a_group_cut_inside_its_last_entry_is_a_torn_append() {
+        let mut bytes = groups(&[2, 3]);
+        bytes.truncate(bytes.len() - 3);
+        let (dir, unread) = read_back(&bytes);
+        // The read left the whole cut group, head and all.
+        assert_eq!(unread.from, groups(&[2]).len() as u64);
+        assert_eq!(whole_records_after(dir.path(), &unread).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_bad_entry_followed_by_whole_records_is_damage() {
+        let mut bytes = groups(&[2, 3, 1, 1]);
+        // Inside the second group's second entry.
+        let second_entry = groups(&[2]).len() + groups(&[1]).len();
+        bytes[second_entry + 9] ^= 0x5a;
+        let (dir, unread) = read_back(&bytes);
+        assert_eq!(unread.from, groups(&[2]).len() as u64);
+        // Its third entry, then two groups of a head and an entry each.
+        assert_eq!(whole_records_after(dir.path(), &unread).unwrap(), 5);
+    }
 }
