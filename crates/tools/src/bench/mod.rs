@@ -541,7 +541,10 @@ pub fn check_report_paths(paths: [Option<&PathBuf>; 2]) -> Result<(), BenchError
             _ => std::path::Path::new("."),
         };
         if path.is_dir() {
-            return Err(usage(format!("cannot write {}: it is a folder", path.display())));
+            return Err(usage(format!(
+                "cannot write {}: it is a folder",
+                path.display()
+            )));
         }
         if !folder.is_dir() {
             let (path, folder) = (path.display(), folder.display());

@@ -21,9 +21,7 @@ use clap::{Args, Parser};
 use serde::Deserialize;
 
 use super::results::{Comparison, Report, RunReport};
-use super::{
-    load_phase, measure, check_report_paths, usage, write_reports, BenchError, LoadArgs,
-};
+use super::{check_report_paths, load_phase, measure, usage, write_reports, BenchError, LoadArgs};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

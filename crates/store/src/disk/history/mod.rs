@@ -311,7 +311,8 @@ pub fn whole_records_after(dir: &Path, unread: &Unread) -> io::Result<u64> {
     let mut file = std::fs::File::open(journal::segment_path(dir, unread.segment))?;
     file.seek(io::SeekFrom::Start(unread.from))?;
     let mut tail = Vec::new();
-    file.take(unread.bytes.min(MOST_READ)).read_to_end(&mut tail)?;
+    file.take(unread.bytes.min(MOST_READ))
+        .read_to_end(&mut tail)?;
     // The read stopped at a record that is not whole, or at the head of a
     // group cut short: past its whole entries is the first record that
     // is not one of them.
@@ -423,7 +424,12 @@ mod tests {
             log_format::encode(&mut bytes, Record::Group(head));
             for _ in 0..entries {
                 let key = format!("k{lsn}");
-                log_format::encode(&mut bytes, Record::Remove { key: key.as_bytes() });
+                log_format::encode(
+                    &mut bytes,
+                    Record::Remove {
+                        key: key.as_bytes(),
+                    },
+                );
                 lsn += 1;
             }
         }
