@@ -808,6 +808,24 @@ fn fill_until_refused(server: &Server, stream: &mut TcpStream) -> Vec<usize> {
     acknowledged
 }
 
+/// A file system that counts no blocks (a tmpfs without a size, ramfs)
+/// reports 0 free: that is no full disk (every write was refused).
+#[test]
+fn a_file_system_that_counts_no_blocks_takes_writes() {
+    let disk = SmallDisk::mount_with("size=0");
+    let data = disk.dir.path().join("data");
+    let server = Server::start_on(free_port(), &small_disk_args(data.to_str().unwrap()));
+    let mut stream = server.connect();
+    for i in 0..100 {
+        let set = format!("set k{i} 0 0 5\r\nvalue\r\n");
+        assert_eq!(
+            request_line(&mut stream, set.as_bytes()).unwrap(),
+            "STORED\r\n"
+        );
+    }
+    assert_eq!(server.engine_stat("disk_out_of_space"), 0);
+}
+
 #[test]
 fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
     // Needs root to mount a small tmpfs (CI runs as root): without it the

@@ -58,10 +58,12 @@ pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("journal-{number:016x}.log"))
 }
 
-/// Bytes free to an unprivileged writer on the file system of `dir`.
+/// Bytes free to an unprivileged writer on the file system of `dir`; none
+/// known on one that counts no blocks (ramfs, a tmpfs of `size=0`), where
+/// 0 free would refuse every write.
 pub fn free_space(dir: &Path) -> Option<u64> {
     let fs = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some(fs.blocks_available() * fs.fragment_size())
+    (fs.blocks() > 0).then(|| fs.blocks_available() * fs.fragment_size())
 }
 
 /// The number of the segment a file of this name is, if it is one.
@@ -674,7 +676,7 @@ mod tests {
     #[test]
     fn appends_reserve_space_a_step_ahead_and_a_retired_segment_gives_back_the_rest() {
         use std::os::unix::fs::MetadataExt;
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::disk::test_dirs::on_disk();
         if free_space(dir.path()).unwrap_or(0) < 16 * PREALLOCATE {
             eprintln!("skipped: the file system has under 1 GiB free");
             return;
