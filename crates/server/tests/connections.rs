@@ -127,15 +127,32 @@ fn reply_memory_beyond_read_buf_mem_limit_is_refused_as_memcached_refuses_it() {
     assert_eq!(stat(&server, "response_obj_oom"), 2);
 }
 
+/// Log fsyncs that take a millisecond at least, as a disk's do: on a tmpfs
+/// (/tmp on many machines) an fsync costs nothing.
+#[derive(Debug)]
+struct SlowSyncs;
+
+impl kura_store::disk::io::Io for SlowSyncs {
+    fn sync_log(&self, file: &std::fs::File) -> std::io::Result<()> {
+        std::thread::sleep(Duration::from_millis(1));
+        file.sync_data()
+    }
+}
+
 /// On the disk engine a write's reply waits for its append. A request the
 /// client sends meanwhile (in its own segment, after the write's) is read
 /// once the reply is released: the worker reads a socket only when a
 /// readiness event said it may hold bytes, and the event that came while
 /// the reply was held must not be forgotten. Under `always` a reply waits
-/// for an fsync too, so the next request mostly lands while it is held.
+/// for an fsync too (a slow one here), so the next request mostly lands
+/// while it is held.
 #[test]
 fn requests_sent_while_a_write_waits_for_its_append_are_served() {
-    let server = TestServer::disk_syncing(kura_store::SyncPolicy::Always);
+    let server = TestServer::disk_syncing_on(
+        kura_server::ServerConfig::default(),
+        kura_store::SyncPolicy::Always,
+        std::sync::Arc::new(SlowSyncs),
+    );
     let mut stream = server.connect();
     for round in 0..300 {
         let value = format!("v{round}");

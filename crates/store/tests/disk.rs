@@ -957,6 +957,13 @@ fn the_log_keeps_only_its_newest_bytes_in_the_page_cache() {
     const KEYS: usize = 12_000;
     // On disk: /tmp may be a tmpfs, whose pages never leave.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let kind = nix::sys::statfs::statfs(dir.path())
+        .unwrap()
+        .filesystem_type();
+    assert!(
+        kind != nix::sys::statfs::TMPFS_MAGIC,
+        "the target directory is a tmpfs"
+    );
     let store = DiskStore::open(DiskConfig {
         map_size: 256 << 20,
         reserve_bytes: 0,

@@ -58,6 +58,8 @@ mod space;
 mod stats;
 mod syncer;
 mod tables;
+#[cfg(test)]
+mod test_dirs;
 mod threads;
 mod write;
 

@@ -102,14 +102,6 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// A directory beside the test binary: on disk wherever it was built,
-    /// where /tmp may be a tmpfs, whose pages are the files themselves and
-    /// never leave.
-    fn on_disk() -> tempfile::TempDir {
-        let binary = std::env::current_exe().unwrap();
-        tempfile::tempdir_in(binary.parent().unwrap()).unwrap()
-    }
-
     /// Pages of `file` in the page cache.
     fn cached_pages(file: &File) -> usize {
         resident_pages(file)
@@ -144,7 +136,7 @@ mod tests {
 
     #[test]
     fn synced_bytes_past_the_budget_leave_the_page_cache_oldest_first() {
-        let dir = on_disk();
+        let dir = crate::disk::test_dirs::on_disk();
         let window = PageWindow::new(8 << 20);
         let mut files = Vec::new();
         for number in 0..3u64 {
@@ -167,7 +159,7 @@ mod tests {
     #[test]
     fn no_page_stays_cached_across_the_end_of_a_run() {
         use std::os::unix::fs::FileExt;
-        let dir = on_disk();
+        let dir = crate::disk::test_dirs::on_disk();
         let path = dir.path().join("segment");
         let file = File::options()
             .read(true)
