@@ -107,6 +107,9 @@ pub struct ServerConfig {
     /// (`--max-buffered`; 0: no limit): past it, the connections holding
     /// such bytes are closed (`held_buffers.rs`).
     pub max_buffered_bytes: usize,
+    /// The most replicas fed at once (`--max-replicas`): each feed runs on
+    /// a thread of its own (a kura replica's, two).
+    pub max_replicas: usize,
     /// Report and check CAS values (`-C` turns this off).
     pub cas_enabled: bool,
     /// memcached's `-B`.
@@ -289,6 +292,7 @@ impl Default for ServerConfig {
             max_item_size: 1024 * 1024,
             max_reply_bytes: 64 << 20,
             max_buffered_bytes: 256 << 20,
+            max_replicas: 64,
             cas_enabled: true,
             protocol: ProtocolChoice::Auto,
             requests_per_event: 20,

@@ -337,6 +337,41 @@ fn replicas_count_against_the_connection_limit() {
     drop(replicas);
 }
 
+/// Each feed holds a thread or two: past --max-replicas a replica is
+/// refused, and its place is free again once a feed ends.
+#[test]
+fn replicas_past_the_limit_are_refused_until_a_feed_ends() {
+    let server = TestServer::disk_with(ServerConfig {
+        max_replicas: 2,
+        ..ServerConfig::default()
+    });
+    let attach = |n: usize| {
+        let mut replica = server.connect();
+        (replica.write_all(format!("replicate {n} none 6\r\n").as_bytes())).unwrap();
+        let first = read_at_least(&mut replica, 1);
+        (replica, first)
+    };
+    let (fed, first) = attach(10);
+    assert!(!first.starts_with(b"SERVER_ERROR"));
+    let (_also_fed, first) = attach(11);
+    assert!(!first.starts_with(b"SERVER_ERROR"));
+    let (mut refused, mut reply) = attach(12);
+    let _ = refused.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.contains("SERVER_ERROR too many replicas"), "{reply}");
+    drop(fed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_replica, first) = attach(13);
+        if !first.starts_with(b"SERVER_ERROR") {
+            break;
+        }
+        // The first feed notices its replica left at its next heartbeat.
+        assert!(Instant::now() < deadline, "no place came free");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn idle_connections_are_closed_after_the_idle_timeout() {
     let server = TestServer::with(

@@ -34,6 +34,16 @@ pub(crate) fn serve_replica(
     request: LinkRequest,
     peer: String,
 ) {
+    let feeds = &shared.replication.feeds;
+    if feeds.fetch_add(1, Ordering::AcqRel) >= shared.config.max_replicas {
+        feeds.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!(%peer, "a replica refused: --max-replicas are fed already");
+        // A Tokyo Tyrant slave's link closes without a word, as ttserver's.
+        if matches!(request, LinkRequest::Kura(_)) {
+            let _ = stream.write_all(b"SERVER_ERROR too many replicas (--max-replicas)\r\n");
+        }
+        return;
+    }
     // Still one of the server's connections (`-c` bounds replicas too), for
     // as long as its feed runs.
     shared.connections.current.fetch_add(1, Ordering::Relaxed);
@@ -81,12 +91,14 @@ pub(crate) fn serve_replica(
     }
 }
 
-/// A replica's place in the connection count, given back when its feed ends.
+/// A replica's place in the connection count and among the feeds, given
+/// back when its feed ends.
 struct CountedReplica(Arc<Shared>);
 
 impl Drop for CountedReplica {
     fn drop(&mut self) {
         self.0.connections.current.fetch_sub(1, Ordering::Relaxed);
+        self.0.replication.feeds.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

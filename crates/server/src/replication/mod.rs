@@ -12,7 +12,7 @@ mod tyrant_follower;
 mod upstream;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -374,6 +374,8 @@ pub struct Replication {
     pub snapshots_loaded: AtomicU64,
     /// Snapshots sent to replicas since start.
     pub snapshots_sent: AtomicU64,
+    /// Replicas being fed now (`--max-replicas`).
+    pub feeds: AtomicUsize,
 }
 
 impl Replication {
