@@ -328,13 +328,19 @@ fn a_table_check_refuses_a_backup_and_a_missing_directory_and_changes_neither() 
     );
 }
 
-#[test]
-fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
+/// A data directory whose log holds entries 1 to 40, its server killed.
+fn forty_entries_then_a_kill() -> (tempfile::TempDir, std::path::PathBuf) {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     let (mut server, address) = start(&data);
     set_keys(&address, 0..40);
     server.kill();
+    (work, data)
+}
+
+#[test]
+fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
+    let (_work, data) = forty_entries_then_a_kill();
     // A restart appends to a new segment: entries 41 to 50 follow the
     // damaged one.
     let (mut server, address) = start(&data);
@@ -399,11 +405,7 @@ fn a_log_dump_names_the_entries_a_damaged_segment_lost() {
 /// bytes the read could not take are named instead.
 #[test]
 fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
-    let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
-    let (mut server, address) = start(&data);
-    set_keys(&address, 0..40);
-    server.kill();
+    let (_work, data) = forty_entries_then_a_kill();
     let mut segments = segments_with_entries(&data);
     assert_eq!(segments.len(), 1, "every entry is in the damaged segment");
     damage_middle(&segments.pop().unwrap());
@@ -429,11 +431,7 @@ fn damage_at_the_end_of_the_log_is_named_as_unread_bytes() {
 /// torn append, not damage: no whole record follows the cut.
 #[test]
 fn a_segment_cut_inside_its_last_record_is_named_a_torn_append() {
-    let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
-    let (mut server, address) = start(&data);
-    set_keys(&address, 0..40);
-    server.kill();
+    let (_work, data) = forty_entries_then_a_kill();
     let segment = segments_with_entries(&data).pop().unwrap();
     let file = std::fs::OpenOptions::new()
         .write(true)
