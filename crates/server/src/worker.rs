@@ -83,8 +83,8 @@ impl Stream {
     /// unread input makes the kernel send RST and drop the replies it has
     /// not sent yet (input after a `quit`, the rest of a refused request).
     /// Sends the end after the replies, then drops the input that already
-    /// arrived, up to a bound; input arriving later may still meet a reset,
-    /// by then most likely behind the replies.
+    /// arrived, up to a bound; input arriving later still meets a reset, as
+    /// with memcached (`docs/decisions/closing-connections.md`).
     fn end_gently(&mut self) {
         const MOST_DROPPED: usize = 256 << 10;
         let tcp = match self {
