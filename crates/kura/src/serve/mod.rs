@@ -242,10 +242,12 @@ pub struct ServeArgs {
     /// by its own protocol, as its slaves do.
     #[arg(long = "replica-of", value_name = "HOST:PORT")]
     replica_of: Option<String>,
-    /// The most replicas (and Tokyo Tyrant slaves) fed at once: each feed
-    /// holds a thread or two; one more is refused.
-    #[arg(long = "max-replicas", default_value_t = 64)]
-    max_replicas: usize,
+    /// The most replicas fed at once (Tokyo Tyrant slaves and a dual
+    /// master's peers too): each feed holds a thread or two; one more is
+    /// refused.
+    #[arg(long = "max-replicas", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_replicas: u64,
     /// Dual master: take writes here and exchange them with the kura
     /// server at HOST:PORT (its memcached port), which names this one as
     /// its peer too; repeat for more peers (disk engine). Concurrent writes
@@ -472,7 +474,7 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
         max_item_size,
         max_reply_bytes,
         max_buffered_bytes,
-        max_replicas: args.max_replicas,
+        max_replicas: args.max_replicas as usize,
         cas_enabled: !args.disable_cas,
         protocol: match args.protocol {
             ProtocolArg::Auto => ProtocolChoice::Auto,

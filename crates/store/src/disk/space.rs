@@ -42,9 +42,11 @@ impl Inner {
     /// journal segment holds for LMDB (at most that much room when applied).
     pub(super) fn space_left(&self) -> Option<u64> {
         let (used, file) = (*self.lmdb_usage.lock())?;
-        let fs_free = super::journal::free_space(self.env.path())?;
+        // A file system that tells no free space (ramfs) bounds nothing
+        // here: the map still does.
+        let fs_free = super::journal::free_space(self.env.path()).unwrap_or(u64::MAX);
         let map_left = (self.config.map_size as u64).saturating_sub(used);
-        let room = map_left.min(fs_free + file.saturating_sub(used));
+        let room = map_left.min(fs_free.saturating_add(file.saturating_sub(used)));
         Some(room.saturating_sub(self.journal.current_end().1))
     }
 

@@ -3,17 +3,21 @@
 //! its files and never leave), and space reserved a gibibyte at a time (a
 //! tmpfs holds half the memory).
 
-use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+use nix::sys::statfs::{statfs, FsType, TMPFS_MAGIC};
+
+/// ramfs's `f_type` (linux/magic.h), which nix does not name.
+const RAMFS_MAGIC: FsType = FsType(0x8584_58f6);
 
 /// A directory beside the test binary, on the file system it was built
-/// on; refused on a tmpfs, where the test could not show what it claims.
+/// on; refused in memory (tmpfs, ramfs), where the test could not show
+/// what it claims.
 pub fn on_disk() -> tempfile::TempDir {
     let binary = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir_in(binary.parent().unwrap()).unwrap();
     let kind = statfs(dir.path()).unwrap().filesystem_type();
     assert!(
-        kind != TMPFS_MAGIC,
-        "{} is on a tmpfs, whose pages never leave the page cache: build on a disk",
+        kind != TMPFS_MAGIC && kind != RAMFS_MAGIC,
+        "{} is in memory (tmpfs or ramfs): this test needs a disk; build on one",
         dir.path().display()
     );
     dir
