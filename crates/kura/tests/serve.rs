@@ -781,6 +781,27 @@ fn fill_set(key: &str, i: usize) -> Vec<u8> {
 
 /// Sets `k0`, `k1`, … until the disk refuses one, and returns the ones
 /// acknowledged.
+/// Deletes the keys `k{i}` of `deleted`, then sets `resumed` until the
+/// room they freed lets writes in again (within 10 s).
+fn delete_until_writes_resume(stream: &mut TcpStream, deleted: &[usize]) {
+    for i in deleted {
+        let delete = format!("delete k{i}\r\n");
+        assert_eq!(
+            request_line(stream, delete.as_bytes()).unwrap(),
+            "DELETED\r\n"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = request_line(stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
+        if reply == "STORED\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes did not resume: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn fill_until_refused(server: &Server, stream: &mut TcpStream) -> Vec<usize> {
     let mut acknowledged = Vec::new();
     let mut refusal = None;
@@ -820,22 +841,7 @@ fn a_file_system_that_counts_no_blocks_takes_writes_up_to_the_map() {
     let server = Server::start_on(free_port(), &args);
     let mut stream = server.connect();
     let acknowledged = fill_until_refused(&server, &mut stream);
-    for i in &acknowledged[..acknowledged.len() / 2] {
-        let delete = format!("delete k{i}\r\n");
-        assert_eq!(
-            request_line(&mut stream, delete.as_bytes()).unwrap(),
-            "DELETED\r\n"
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let reply = request_line(&mut stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
-        if reply == "STORED\r\n" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "writes did not resume: {reply}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    delete_until_writes_resume(&mut stream, &acknowledged[..acknowledged.len() / 2]);
 }
 
 #[test]
@@ -859,21 +865,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_after_deletes() {
     }
 
     let (deleted, kept) = acknowledged.split_at(acknowledged.len() / 2);
-    for i in deleted {
-        assert_eq!(
-            request_line(&mut stream, format!("delete k{i}\r\n").as_bytes()).unwrap(),
-            "DELETED\r\n"
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let reply = request_line(&mut stream, b"set resumed 0 0 2\r\nok\r\n").unwrap();
-        if reply == "STORED\r\n" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "writes did not resume: {reply}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    delete_until_writes_resume(&mut stream, deleted);
 
     // Nothing acknowledged is lost or damaged, also after a crash.
     drop(server);
