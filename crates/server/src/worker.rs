@@ -623,9 +623,11 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: CloseReason) {
         if let Some(mut connection) = self.take_out(key) {
-            // Replies are owed only on a close asked for or after a refusal:
-            // a reset frees what a client held past --max-buffered at once.
-            if matches!(reason, CloseReason::Normal | CloseReason::Error) {
+            // Only a close the client asked for ends gently: memcached's
+            // clients take the reset after a refusal as the sign to reconnect
+            // (docs/decisions/closing-connections.md), and a reset frees what
+            // a client held past --max-buffered at once.
+            if reason == CloseReason::Normal {
                 connection.stream.end_gently();
             }
             let id = connection.info.id;

@@ -363,6 +363,13 @@ fn replicas_past_the_limit_are_refused_until_a_feed_ends() {
     assert!(fed_line(&first), "{first}");
     let (_refused, first) = attach(12);
     assert_eq!(first, "SERVER_ERROR too many replicas (--max-replicas)\r\n");
+    let mut admin = server.connect();
+    admin.write_all(b"stats replication\r\n").unwrap();
+    let stats = String::from_utf8(read_until_end(&mut admin)).unwrap();
+    assert!(
+        stats.contains("STAT repl_replicas_refused 1\r\n"),
+        "{stats}"
+    );
     drop(fed);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

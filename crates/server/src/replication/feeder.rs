@@ -37,7 +37,12 @@ pub(crate) fn serve_replica(
     let feeds = &shared.replication.feeds;
     if feeds.fetch_add(1, Ordering::AcqRel) >= shared.config.max_replicas {
         feeds.fetch_sub(1, Ordering::AcqRel);
-        tracing::warn!(%peer, "a replica refused: --max-replicas are fed already");
+        shared
+            .replication
+            .replicas_refused
+            .fetch_add(1, Ordering::Relaxed);
+        let most = shared.config.max_replicas;
+        tracing::warn!(%peer, most, "a replica refused: --max-replicas are fed already");
         // A Tokyo Tyrant slave's link closes without a word, as ttserver's.
         if matches!(request, LinkRequest::Kura(_)) {
             let _ = stream.write_all(b"SERVER_ERROR too many replicas (--max-replicas)\r\n");

@@ -374,8 +374,9 @@ pub struct Replication {
     pub snapshots_loaded: AtomicU64,
     /// Snapshots sent to replicas since start.
     pub snapshots_sent: AtomicU64,
-    /// Replicas being fed now (`--max-replicas`).
+    /// Replicas being fed now, and those refused past `--max-replicas`.
     pub feeds: AtomicUsize,
+    pub replicas_refused: AtomicU64,
 }
 
 impl Replication {
@@ -558,6 +559,10 @@ impl Replication {
         lines.push((
             "repl_snapshots_sent".to_string(),
             self.snapshots_sent.load(Ordering::Relaxed).to_string(),
+        ));
+        lines.push((
+            "repl_replicas_refused".to_string(),
+            self.replicas_refused.load(Ordering::Relaxed).to_string(),
         ));
         let replicas = self.replicas();
         lines.push(("repl_replicas".to_string(), replicas.len().to_string()));

@@ -67,13 +67,15 @@ pub enum OpenError {
     #[error("cannot read or keep the server id: {0}")]
     Identity(std::io::Error),
     #[error(
-        "the file system of {} is full ({free} bytes free): opening replays the update log \
-         into LMDB and needs room for it; free space and start again ({error})",
-        dir.display()
+        "the file system of {} is full ({}): opening replays the update log into LMDB and \
+         needs room for it; free space and start again ({error})",
+        dir.display(),
+        free.map_or("it tells no free space".to_string(), |free| format!("{free} bytes free"))
     )]
     NoRoom {
         dir: PathBuf,
-        free: u64,
+        /// None on a file system that counts no blocks (ramfs).
+        free: Option<u64>,
         error: Box<OpenError>,
     },
     #[error(
@@ -107,7 +109,7 @@ impl OpenError {
         };
         let short = free.is_some_and(|free| free < NO_ROOM);
         if code == Some(ENOSPC as i32) || (code == Some(EIO as i32) && short) {
-            let (free, error) = (free.unwrap_or(0), Box::new(self));
+            let error = Box::new(self);
             return OpenError::NoRoom { dir, free, error };
         }
         self
