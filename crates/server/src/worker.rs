@@ -81,7 +81,7 @@ impl Stream {
 
     /// Ends a TCP connection without a reset: closing a socket that holds
     /// unread input makes the kernel send RST and drop the replies it has
-    /// not sent yet (input after a `quit`, the rest of a refused request).
+    /// not sent yet (input pipelined after a `quit`).
     /// Sends the end after the replies, then drops the input that already
     /// arrived, up to a bound; input arriving later still meets a reset, as
     /// with memcached (`docs/decisions/closing-connections.md`).
