@@ -670,6 +670,51 @@ fn a_flush_survives_a_kill_and_so_does_what_came_after_it() {
     assert_eq!(server.stat("curr_items"), 1);
 }
 
+#[test]
+fn rounds_forced_by_stats_do_not_hold_a_file_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let server = Server::start(&["--engine", "disk", "--dir", &dir_arg, "-t", "1"]);
+    let open_files = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+            .unwrap()
+            .count()
+    };
+    let before = open_files();
+    let mut stream = server.connect();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    // `stats` waits for LMDB to hold the set before it: one round, and
+    // one journal segment, each.
+    const ROUNDS: usize = 200;
+    for i in 0..ROUNDS {
+        write!(stream, "set k{i} 0 0 1\r\nx\r\nstats\r\n").unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n");
+        while line != "END\r\n" {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+        }
+    }
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("journal-")
+        })
+        .count();
+    assert!(
+        segments > ROUNDS,
+        "{segments} segments: each stats made a round"
+    );
+    let held = open_files() - before;
+    assert!(held <= 80, "{held} more files open after {ROUNDS} rounds");
+}
+
 /// Sends one request and reads one reply line.
 fn request_line(stream: &mut TcpStream, request: &[u8]) -> std::io::Result<String> {
     stream.write_all(request)?;

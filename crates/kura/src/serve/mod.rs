@@ -647,15 +647,17 @@ fn resolve(args: &ServeArgs) -> Result<Resolved, Failure> {
     })
 }
 
-/// Raises the open-file limit so `connections` fit: root may raise the hard
-/// limit too; anyone else goes up to the hard limit. Returns (before, after).
+/// Raises the open-file limit so `connections` and the disk engine's files
+/// fit: root may raise the hard limit too; anyone else goes up to the hard
+/// limit. Returns (before, after).
 fn raise_open_files_limit(connections: usize) -> (u64, u64) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return (0, 0);
     };
     // Listeners, the poll and waker descriptors, logs: a small reserve.
-    let wanted = (connections as u64 + 64).max(soft);
+    let engine = kura_store::disk::MOST_FILES_OPEN as u64;
+    let wanted = (connections as u64 + 64 + engine).max(soft);
     if wanted > hard && setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
         return (soft, wanted);
     }

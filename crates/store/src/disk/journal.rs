@@ -47,6 +47,10 @@ use crate::log_position::LogPosition;
 const MAX_FRAME: usize = FRAME + crate::MAX_VALUE_BYTES + (1 << 20);
 /// Segment files kept open for reads of values at once.
 const OPEN_SEGMENTS: usize = 256;
+/// The most files the engine keeps open for itself: the segments above,
+/// those the page window follows, the current one, LMDB's data and lock
+/// files, the directory's lock, and a few a backup or feed opens meanwhile.
+pub const MOST_FILES_OPEN: usize = OPEN_SEGMENTS + super::page_window::TRACKED_SEGMENTS + 16;
 /// Space reserved ahead of a segment's appends, a step at a time (at most a
 /// sixteenth of the free space): appends into reserved blocks cost ext4
 /// about half the CPU of appends that allocate as they go (fio, 200 KiB

@@ -83,6 +83,7 @@ use crate::{
 
 pub use crate::log_position::{format_micros, LogPosition};
 pub use config::{DiskConfig, MultiPrimary};
+pub use journal::MOST_FILES_OPEN;
 pub use open::OpenError;
 use open::RESTORE_UNFINISHED;
 use pending::PendingWrites;

@@ -25,6 +25,13 @@ const DROP_RUN: u64 = 4 << 20;
 /// run's end would stay cached for good.
 const LARGEST_FOLIO: u64 = 2 << 20;
 
+/// Segments the window follows at most, each with its file open. A round
+/// that a read forces (a table query, `stats`) starts a segment of a few
+/// bytes, and the budget alone would let thousands of them, and their
+/// descriptors, wait for their turn; past this many, the oldest's pages
+/// leave the cache at once.
+pub const TRACKED_SEGMENTS: usize = 64;
+
 pub struct PageWindow {
     /// Bytes of the log kept cached past the newest fsync.
     budget: u64,
@@ -59,6 +66,10 @@ impl PageWindow {
             synced_to: 0,
         });
         cached.synced_to = cached.synced_to.max(len);
+        while segments.len() > TRACKED_SEGMENTS {
+            let (_, mut oldest) = segments.pop_first().expect("more than one");
+            oldest.drop_pages(oldest.synced_to - oldest.dropped_to);
+        }
         let mut over = segments
             .values()
             .map(|cached| cached.synced_to - cached.dropped_to)
@@ -76,13 +87,7 @@ impl PageWindow {
                 // drop; a length of 0 would drop up to the file's end.
                 break;
             }
-            let fd = cached.file.as_raw_fd();
-            let from = cached.dropped_to & !(LARGEST_FOLIO - 1);
-            let len = cached.dropped_to + run - from;
-            if let Err(error) = posix_fadvise(fd, from as i64, len as i64, POSIX_FADV_DONTNEED) {
-                tracing::debug!(%error, "cannot drop journal pages from the page cache");
-            }
-            cached.dropped_to += run;
+            cached.drop_pages(run);
             over -= run;
             // The newest segment keeps its entry: more of it will be synced.
             if cached.dropped_to == cached.synced_to && *oldest.key() != newest {
@@ -94,6 +99,22 @@ impl PageWindow {
     /// Segment `number` was deleted: nothing of it is left to drop.
     pub fn forget(&self, number: u64) {
         self.segments.lock().remove(&number);
+    }
+}
+
+impl Cached {
+    /// The next `run` bytes on disk leave the page cache.
+    fn drop_pages(&mut self, run: u64) {
+        if run == 0 {
+            return;
+        }
+        let from = self.dropped_to & !(LARGEST_FOLIO - 1);
+        let len = self.dropped_to + run - from;
+        let fd = self.file.as_raw_fd();
+        if let Err(error) = posix_fadvise(fd, from as i64, len as i64, POSIX_FADV_DONTNEED) {
+            tracing::debug!(%error, "cannot drop journal pages from the page cache");
+        }
+        self.dropped_to += run;
     }
 }
 
@@ -132,6 +153,26 @@ mod tests {
             libc::munmap(map, len);
         }
         resident
+    }
+
+    #[test]
+    fn tiny_segments_do_not_hold_their_files_open_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = PageWindow::new(256 << 20);
+        let files: Vec<Arc<File>> = (0..3 * TRACKED_SEGMENTS as u64)
+            .map(|number| {
+                let path = dir.path().join(format!("{number}"));
+                let mut file = File::create(&path).unwrap();
+                file.write_all(b"one small round").unwrap();
+                let file = Arc::new(file);
+                window.synced(number, &file, 15);
+                file
+            })
+            .collect();
+        let held: Vec<bool> = files.iter().map(|f| Arc::strong_count(f) > 1).collect();
+        let newest = files.len() - TRACKED_SEGMENTS;
+        assert!(held[newest..].iter().all(|&h| h), "the newest are followed");
+        assert!(held[..newest].iter().all(|&h| !h), "older ones are let go");
     }
 
     #[test]
