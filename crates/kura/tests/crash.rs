@@ -352,6 +352,28 @@ impl Writer {
     }
 }
 
+/// Sends `stats` and reads its reply, again and again, until the
+/// connection breaks.
+fn poll_stats_until_killed(addr: SocketAddr) {
+    let Ok(mut stream) = connect(addr) else {
+        return;
+    };
+    let mut replies = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    while stream.write_all(b"stats\r\n").is_ok() {
+        loop {
+            line.clear();
+            match replies.read_line(&mut line) {
+                Ok(_) if line.ends_with("\r\n") => {}
+                _ => return,
+            }
+            if line == "END\r\n" {
+                break;
+            }
+        }
+    }
+}
+
 fn get(stream: &mut BufReader<TcpStream>, key: &str) -> State {
     stream
         .get_mut()
@@ -462,6 +484,9 @@ fn acknowledged_writes_survive_sigkill_during_concurrent_writes() {
                 .iter_mut()
                 .map(|writer| scope.spawn(move || writer.run_until_killed(addr)))
                 .collect();
+            // A monitor's `stats` asks for rounds that leave LMDB holding
+            // part of the segment being appended to when the kill comes.
+            scope.spawn(move || poll_stats_until_killed(addr));
             std::thread::sleep(delay);
             server.kill();
             threads.into_iter().map(|t| t.join().unwrap()).collect()

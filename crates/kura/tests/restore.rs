@@ -320,11 +320,16 @@ fn kura(args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// The earliest instant a restore of the backup in `dir` reaches (its
+/// snapshot's, or the end of a round its copy of LMDB holds part of), and
+/// its last entry's.
 fn manifest_last_micros(dir: &Path) -> (u64, u64) {
     let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
     let snapshot = manifest["snapshot"]["micros"].as_u64().unwrap_or(0);
-    (snapshot, manifest["last"]["micros"].as_u64().unwrap())
+    let consistent_from = manifest["consistent_from"]["micros"].as_u64().unwrap_or(0);
+    let last = manifest["last"]["micros"].as_u64().unwrap();
+    (snapshot.max(consistent_from), last)
 }
 
 /// Restores `from` (up to `until`, µs) into a new directory and reads

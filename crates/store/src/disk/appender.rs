@@ -19,7 +19,8 @@ use crate::log_position::LogPosition;
 /// What the writer has journalled and the applier has not taken. The writer
 /// holds this lock from its append until the group is in `logged`, and the
 /// applier holds it to start a new segment and take `logged`: so the writes
-/// it takes are exactly those in the segments before the new one.
+/// it takes are exactly those in the segments before the new one (or, when
+/// the segment goes on, those up to its newest entry).
 #[derive(Default)]
 pub(super) struct Logged {
     /// Every write numbered up to this is journalled (or failed).
@@ -28,6 +29,9 @@ pub(super) struct Logged {
     pub(super) flush: Option<u64>,
     /// Segments appended to since the applier's last rotation.
     pub(super) dirty: bool,
+    /// Groups appended since the applier last took what was logged (a
+    /// round may take it without a rotation).
+    pub(super) unapplied: bool,
 }
 
 thread_local! {
@@ -174,6 +178,7 @@ impl Inner {
         logged.through = through;
         if let Some(start) = start {
             logged.dirty = true;
+            logged.unapplied = true;
             logged.flush = logged.flush.max(flush);
             let (counters, n) = (&self.counters, writes as u64);
             counters.appends.fetch_add(1, Ordering::Relaxed);

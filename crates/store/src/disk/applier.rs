@@ -55,8 +55,11 @@ pub(super) struct ApplyRound {
     pub(super) flush: Option<u64>,
     /// The newest journal segment these writes came from.
     pub(super) segment: u64,
-    /// The newest entry in it.
+    /// The newest entry taken from it.
     pub(super) last: LogPosition,
+    /// The segment is still appended to: LMDB then holds part of it
+    /// (noted as a partial round), and a replay repeats it from its start.
+    pub(super) segment_goes_on: bool,
 }
 
 /// The first eight bytes of `key`, zero-padded, as a number that sorts as
@@ -97,18 +100,33 @@ impl Inner {
         // When retention was last applied: the log ages without rounds too.
         let mut retention_checked = Instant::now();
         let mut last_round = Instant::now();
+        // When the segment being appended to was started.
+        let mut segment_started = Instant::now();
         loop {
             let finishing = self.signals.finishing();
             let requested = self.signals.apply_requested.swap(false, Ordering::SeqCst);
+            let apply_only = self.signals.apply_only_asked.swap(false, Ordering::SeqCst);
+            let timed = last_round.elapsed() >= APPLY_EVERY;
+            let size_due = self.apply_due();
             let due = finishing
                 || requested
+                || apply_only
                 || retry.is_some() && last_round.elapsed() >= LOOK_EVERY
-                || last_round.elapsed() >= APPLY_EVERY
-                || self.apply_due();
+                || timed
+                || size_due;
             if due {
+                // Only LMDB's catching up was asked for (a read, expired
+                // items), and the segment is young: it goes on, or each such
+                // round would leave a file for retention to keep.
+                let keep_segment = !(finishing || requested || timed || size_due)
+                    && segment_started.elapsed() < APPLY_EVERY;
                 last_round = Instant::now();
                 let pointed_before = self.applied_counts.lock().log.total();
-                let worked = self.apply_round(&mut retry);
+                let segment = self.journal.current_end().0;
+                let worked = self.apply_round(&mut retry, keep_segment);
+                if self.journal.current_end().0 != segment {
+                    segment_started = Instant::now();
+                }
                 // A round that removed expired items holds no new segment,
                 // but its commit may free one: it is fsynced before anything
                 // is deleted, as a round of writes is.
@@ -167,10 +185,14 @@ impl Inner {
     /// do or the commit failed, else the newest journal segment LMDB now
     /// holds (0 when it holds no new one). A round whose commit failed is
     /// left in `retry`, and taken from there by the next.
-    fn apply_round(&self, retry: &mut Option<ApplyRound>) -> Option<u64> {
+    fn apply_round(&self, retry: &mut Option<ApplyRound>, keep_segment: bool) -> Option<u64> {
+        // A round left to retry ends its segment: its writes may be in one
+        // already retired.
+        let keep_segment = keep_segment && retry.is_none();
         // The next segment is made before the writers are held up.
         let was_dirty = self.logged.lock().dirty;
-        let next = was_dirty.then(|| self.journal.prepare()).and_then(|next| {
+        let next = (was_dirty && !keep_segment).then(|| self.journal.prepare());
+        let next = next.and_then(|next| {
             next.map_err(|error| self.log_write_failed("cannot start a journal segment", error))
                 .ok()
         });
@@ -180,34 +202,49 @@ impl Inner {
             // asked for one round, and this one takes nothing).
             self.signals.wake_applier();
         }
+        let takes = next.is_some() || keep_segment && logged.unapplied;
         // What this round leaves applied: every write up to `through` if it
         // takes them, or if none was journalled since the last take; a
         // group journalled since `dirty` was read is not.
-        let through = (next.is_some() || !logged.dirty).then_some(logged.through);
+        let through = (takes || !logged.unapplied).then_some(logged.through);
         // Only the applier clears `dirty`: a prepared segment is used.
-        let taken = next.map(|next| {
-            logged.dirty = false;
-            let retired = self.journal.switch(next);
+        let taken = takes.then(|| {
+            let retired = next.map(|next| {
+                logged.dirty = false;
+                self.journal.switch(next)
+            });
+            logged.unapplied = false;
+            let (current, _, current_last) = self.journal.current_end();
             let batch = self.pending.take_logged(logged.through);
-            (batch, logged.flush.take(), retired)
+            (batch, logged.flush.take(), retired, (current, current_last))
         });
         drop(logged);
         // A round left to retry failed to commit (or waits on a poisoned
         // engine, and never commits again).
         let retried = retry.is_some();
         let mut round = retry.take();
-        if let Some((batch, flush, retired)) = taken {
+        if let Some((batch, flush, retired, current)) = taken {
             // Under every policy: LMDB is about to point into it, and its
             // pointers must never reach the disk before what they point to.
-            self.fsync("journal fsync failed", || {
-                self.journal.sync_retired(&retired)
-            });
-            retired.release_unused();
+            let (segment, last) = match &retired {
+                Some(retired) => {
+                    self.fsync("journal fsync failed", || {
+                        self.journal.sync_retired(retired)
+                    });
+                    retired.release_unused();
+                    (retired.number, retired.last)
+                }
+                None => {
+                    self.fsync("journal fsync failed", || self.journal.sync());
+                    current
+                }
+            };
             let round = round.get_or_insert_with(ApplyRound::default);
             round.batches.push(batch);
             round.flush = round.flush.max(flush);
-            round.segment = retired.number;
-            round.last = retired.last;
+            round.segment = segment;
+            round.last = last;
+            round.segment_goes_on = retired.is_none();
         }
         // After `through`: a caller flags a reclaim before it numbers the
         // write it waits for, so a round that covers that number sees it.
@@ -348,10 +385,14 @@ impl Inner {
         if let Some(classes) = crawl {
             self.remove_due(&mut txn, &mut counts, Some(classes), &mut swept)?;
         }
-        if round.is_some() {
-            self.meta.delete(&mut txn, PARTIAL_ROUND)?;
+        // A segment that goes on is applied in part until a round ends it.
+        let ends_segment = round.filter(|round| !round.segment_goes_on);
+        match round {
+            Some(round) if round.segment_goes_on => self.mark_partial(&mut txn, Some(round))?,
+            Some(_) => self.meta.delete(&mut txn, PARTIAL_ROUND).map(drop)?,
+            None => {}
         }
-        let newest = round.map(|round| (round.segment, round.last));
+        let newest = ends_segment.map(|round| (round.segment, round.last));
         self.commit_counted(txn, &mut counts, newest)?;
         // Not before the commit: a read meanwhile would cache them again.
         // (A dual master's last-writer-wins must not meet a swept tombstone.)

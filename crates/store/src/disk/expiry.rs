@@ -92,7 +92,11 @@ impl Inner {
         let crawled = || self.counters.reclaims.lock().crawled.values().sum::<u64>();
         let before = crawled();
         *self.signals.crawl.lock() = Some(classes);
-        self.wait_applied(self.pending.next_seq(), Some(Instant::now() + ROUND_WAIT));
+        self.wait_applied(
+            self.pending.next_seq(),
+            Some(Instant::now() + ROUND_WAIT),
+            true,
+        );
         (crawled() - before) as usize
     }
 
@@ -111,7 +115,11 @@ impl Inner {
         let before = self.counters.swept.load(Ordering::Acquire);
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
-        self.wait_applied(self.pending.next_seq(), Some(Instant::now() + ROUND_WAIT));
+        self.wait_applied(
+            self.pending.next_seq(),
+            Some(Instant::now() + ROUND_WAIT),
+            true,
+        );
         (self.counters.swept.load(Ordering::Acquire) - before) as usize
     }
 }

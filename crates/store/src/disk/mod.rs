@@ -225,7 +225,8 @@ impl DiskStore {
     /// Blocks until every write made so far is in LMDB (for callers that
     /// use the engine directly, such as benchmarks and tests).
     pub fn wait_until_all_applied(&self) -> AckState {
-        self.inner.wait_applied(self.inner.pending.last_seq(), None)
+        self.inner
+            .wait_applied(self.inner.pending.last_seq(), None, false)
     }
 }
 
@@ -285,8 +286,9 @@ impl Inner {
 
     /// Wakes the writer and the applier until write `seq` is in LMDB or
     /// failed (or the engine stops, or cannot apply: poisoned, or its disk
-    /// full), giving up at `deadline` if there is one.
-    fn wait_applied(&self, seq: u64, deadline: Option<Instant>) -> AckState {
+    /// full), giving up at `deadline` if there is one. `apply_only`: the
+    /// round need not start a segment (for a read, or expired items).
+    fn wait_applied(&self, seq: u64, deadline: Option<Instant>, apply_only: bool) -> AckState {
         let mut asked = false;
         while self.applied.decided() < seq {
             self.signals.wake_writer();
@@ -295,7 +297,10 @@ impl Inner {
                 // write, and asking again while it runs made another round
                 // right after it, which applied a flush made meanwhile
                 // before its time.
-                self.signals.wake_applier();
+                match apply_only {
+                    true => self.signals.wake_applier_to_apply_only(),
+                    false => self.signals.wake_applier(),
+                }
                 asked = true;
             }
             let in_time = deadline.is_none_or(|at| Instant::now() < at);
@@ -490,7 +495,7 @@ impl Store for DiskStore {
         // load this costs the worker about one apply round (measured in
         // docs/BENCHMARKS.md); an engine that cannot apply (poisoned, its
         // disk full) or is stopping ends the wait.
-        inner.wait_applied(inner.pending.last_seq(), None);
+        inner.wait_applied(inner.pending.last_seq(), None, true);
         let counters = &inner.counters;
         // The class counts only: the per-segment map can be long.
         let counts = inner.applied_counts.lock().classes.clone();

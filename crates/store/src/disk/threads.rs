@@ -24,6 +24,10 @@ pub(super) struct Signals {
     pub(super) writer_idle: AtomicBool,
     pub(super) applier: OnceLock<Thread>,
     pub(super) apply_requested: AtomicBool,
+    /// A round is asked for only to have LMDB hold what was written (for a
+    /// read: `stats`, a table's query; or expired items' removal): the
+    /// segment being appended to may go on.
+    pub(super) apply_only_asked: AtomicBool,
     pub(super) syncer: OnceLock<Thread>,
     /// Expired items are due: the next round reclaims a batch.
     pub(super) reclaim: AtomicBool,
@@ -51,6 +55,13 @@ impl Signals {
     /// Asks the applier for a round now.
     pub fn wake_applier(&self) {
         self.apply_requested.store(true, Ordering::SeqCst);
+        unpark(&self.applier);
+    }
+
+    /// Asks the applier for a round now, only to have LMDB hold every
+    /// write: the segment being appended to may go on.
+    pub fn wake_applier_to_apply_only(&self) {
+        self.apply_only_asked.store(true, Ordering::SeqCst);
         unpark(&self.applier);
     }
 
