@@ -17,7 +17,7 @@ use super::compactor::{Compaction, COMPACT_RETRY};
 use super::pending::{Batch, Pending};
 use super::record::{self, Counts, LogPointer, Space, FETCHED};
 use super::space::is_out_of_space;
-use super::{Inner, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
+use super::{Inner, WriteFailed, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
 
 /// The longest journalled writes wait for LMDB while the engine is busy.
@@ -197,12 +197,12 @@ impl Inner {
                 .ok()
         });
         let mut logged = self.logged.lock();
-        if !was_dirty && logged.dirty {
+        let takes = next.is_some() || keep_segment && logged.unapplied;
+        if !was_dirty && logged.dirty && !takes {
             // A group came in between: its round starts at once (a waiter
             // asked for one round, and this one takes nothing).
             self.signals.wake_applier();
         }
-        let takes = next.is_some() || keep_segment && logged.unapplied;
         // What this round leaves applied: every write up to `through` if it
         // takes them, or if none was journalled since the last take; a
         // group journalled since `dirty` was read is not.
@@ -305,6 +305,21 @@ impl Inner {
         }
         self.applied.advance(through.unwrap_or(0), false);
         Some(segment)
+    }
+
+    /// Has the applier end the segment being appended to, if anything was
+    /// appended since the last one ended, and waits until it has (or the
+    /// engine cannot apply). A round only to catch LMDB up leaves it going.
+    pub(super) fn end_segment(&self) -> Result<(), WriteFailed> {
+        let segment = self.journal.current_end().0;
+        while self.logged.lock().dirty && self.journal.current_end().0 == segment {
+            self.signals.wake_applier();
+            if !self.health.applies() || self.signals.stopping() {
+                return Err(WriteFailed);
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     pub(super) fn commit(

@@ -224,9 +224,12 @@ impl From<heed::Error> for WriteFailed {
 impl DiskStore {
     /// Blocks until every write made so far is in LMDB (for callers that
     /// use the engine directly, such as benchmarks and tests).
+    /// The segment being appended to ends, as a round on the timer ends it.
     pub fn wait_until_all_applied(&self) -> AckState {
-        self.inner
-            .wait_applied(self.inner.pending.last_seq(), None, false)
+        let inner = &self.inner;
+        let state = inner.wait_applied(inner.pending.last_seq(), None, false);
+        let _ = inner.end_segment();
+        state
     }
 }
 

@@ -154,7 +154,9 @@ impl Inner {
         // number taken so far, which the catch-up (and an index part's)
         // waits for while this thread keeps the journal.
         self.journal_round(&mut leader, None);
-        self.catch_up_for(false)
+        // The segment ends too: with appends held, the applier then has
+        // none to switch from while `finish` switches.
+        (self.catch_up().and_then(|()| self.end_segment()))
             .map_err(|_| "the engine cannot take writes (disk full or failed)".to_string())?;
         let mut txn = self.env.write_txn().map_err(failed)?;
         let cleared = (|| {

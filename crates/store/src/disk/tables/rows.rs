@@ -220,12 +220,6 @@ impl Inner {
     /// engine cannot apply (disk full, failed, stopping), where LMDB would
     /// not show acknowledged rows.
     pub(in crate::disk) fn catch_up(&self) -> Result<(), WriteFailed> {
-        self.catch_up_for(true)
-    }
-
-    /// The same; `apply_only` false: the round ends the segment being
-    /// appended to (before a replica's snapshot replaces what LMDB holds).
-    pub(in crate::disk) fn catch_up_for(&self, apply_only: bool) -> Result<(), WriteFailed> {
         // A thread that keeps the journal waits for what is journalled: a
         // number taken since (a reclaim's, say) needs an append it blocks.
         let seq = match appender::HOLDS_THE_JOURNAL.get() {
@@ -234,10 +228,7 @@ impl Inner {
         };
         while self.applied.decided() < seq {
             self.signals.wake_writer();
-            match apply_only {
-                true => self.signals.wake_applier_to_apply_only(),
-                false => self.signals.wake_applier(),
-            }
+            self.signals.wake_applier_to_apply_only();
             if !self.health.applies() || self.signals.stopping() {
                 return Err(WriteFailed);
             }
