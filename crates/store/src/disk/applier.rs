@@ -122,9 +122,9 @@ impl Inner {
                     && segment_started.elapsed() < APPLY_EVERY;
                 last_round = Instant::now();
                 let pointed_before = self.applied_counts.lock().log.total();
-                let segment = self.journal.current_end().0;
+                let segment_before = self.journal.current_end().0;
                 let worked = self.apply_round(&mut retry, keep_segment);
-                if self.journal.current_end().0 != segment {
+                if self.journal.current_end().0 != segment_before {
                     segment_started = Instant::now();
                 }
                 // A round that removed expired items holds no new segment,

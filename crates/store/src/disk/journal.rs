@@ -11,9 +11,9 @@
 //! and LMDB keeps a pointer to its record ([`record::LogPointer`]) instead
 //! of a second copy. The journal is a series of segment files,
 //! `journal-<n:016x>.log`. The applier starts a new segment when it takes
-//! the writes logged so far for LMDB, unless only a read waits for them
-//! and the segment is young (LMDB then holds part of it, as of a round
-//! committed in parts). On open, segments newer than
+//! the writes logged so far for LMDB, unless the round is only to catch
+//! LMDB up (for a read, or expired items) and the segment is young (LMDB
+//! then holds part of it, as of a round committed in parts). On open, segments newer than
 //! the last applied one (LMDB's `meta` remembers it) are replayed. An
 //! applied segment is deleted once retention lets it go and no pointer
 //! leads into it: LMDB counts the bytes each segment still holds for it,

@@ -222,9 +222,9 @@ impl From<heed::Error> for WriteFailed {
 }
 
 impl DiskStore {
-    /// Blocks until every write made so far is in LMDB (for callers that
-    /// use the engine directly, such as benchmarks and tests).
-    /// The segment being appended to ends, as a round on the timer ends it.
+    /// Blocks until every write made so far is in LMDB, and the segment
+    /// being appended to has ended, as a round on the timer ends it (for
+    /// callers that use the engine directly, such as benchmarks and tests).
     pub fn wait_until_all_applied(&self) -> AckState {
         let inner = &self.inner;
         let state = inner.wait_applied(inner.pending.last_seq(), None, false);

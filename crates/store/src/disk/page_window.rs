@@ -25,11 +25,10 @@ const DROP_RUN: u64 = 4 << 20;
 /// run's end would stay cached for good.
 const LARGEST_FOLIO: u64 = 2 << 20;
 
-/// Segments the window follows at most, each with its file open. A round
-/// that a read forces (a table query, `stats`) starts a segment of a few
-/// bytes, and the budget alone would let thousands of them, and their
-/// descriptors, wait for their turn; past this many, the oldest's pages
-/// leave the cache at once.
+/// Segments the window follows at most, each with its file open. Segments
+/// of a few bytes (a write once a round, a server restarted often) would
+/// wait by the thousand, with their descriptors, for the budget to reach
+/// them; past this many, the oldest's pages leave the cache at once.
 pub const TRACKED_SEGMENTS: usize = 64;
 
 pub struct PageWindow {
