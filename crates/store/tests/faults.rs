@@ -1937,6 +1937,34 @@ fn a_power_cut_keeps_every_row_acknowledged_under_always() {
 /// (the engine's threads mid-round), a torn page, a restart: the engine
 /// must equal the model. `KURA_MODEL_SECONDS` runs longer (default 4).
 #[test]
+fn a_failed_fsync_in_a_round_that_keeps_its_segment_poisons_the_engine() {
+    // Under `interval` nothing else fsyncs the log before the hour is up:
+    // the round's own fsync is the one that fails.
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(dir.path());
+    let store = open(
+        dir.path(),
+        SyncPolicy::Interval(Duration::from_secs(3600)),
+        io.clone(),
+    );
+    let mut kept = fill(&store, 20, 3000);
+    io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
+    assert_eq!(set(&store, b"unsynced", b"v"), Some(true));
+    kept.insert(b"unsynced".to_vec(), b"v".to_vec());
+    // Asks for a round only to catch LMDB up; its fsync fails.
+    store.stats();
+    assert_eq!(engine_stat(&store, "disk_poisoned"), "1");
+    assert_eq!(set(&store, b"after", b"v"), None, "writes are refused");
+    // Still readable: the writes stay pending, LMDB points to nothing unsynced.
+    assert_eq!(get(&store, b"key5").as_ref(), kept.get(&b"key5"[..]));
+    assert_eq!(get(&store, b"unsynced").as_deref(), Some(&b"v"[..]));
+    // The process stops, the machine does not: a restart serves them.
+    drop(store);
+    let store = recovers(dir.path(), &kept);
+    assert_eq!(get(&store, b"after"), None);
+}
+
+#[test]
 fn a_round_that_keeps_its_segment_fsyncs_it_before_lmdb_points_into_it() {
     // Under `interval` an acknowledgement does not wait for the fsync: only
     // the round's own fsync makes the log's values durable before LMDB,
