@@ -63,8 +63,10 @@ pub struct Session {
     /// Logged in (`-Y`) or SASL-authenticated (`-S`); without either
     /// option nobody needs to be.
     authenticated: bool,
-    /// The stream was closed for a protocol error, not at the client's
-    /// request (`reason=error` in a watcher's `conn_close` line).
+    /// The stream was closed for a protocol error or a refused request,
+    /// not at the client's request: `reason=error` in a watcher's
+    /// `conn_close` line, as memcached's ERROR_CLOSE, and a close that does
+    /// not read what follows (`docs/decisions/closing-connections.md`).
     closed_on_error: bool,
     /// The connection's Cyrus SASL conversation, once it speaks SASL.
     cyrus: Option<crate::cyrus::Conversation>,
@@ -112,7 +114,8 @@ impl Session {
         }
     }
 
-    /// Whether the session ended the stream for a protocol error.
+    /// Whether the session ended the stream for a protocol error or a
+    /// refused request.
     pub fn closed_on_error(&self) -> bool {
         self.closed_on_error
     }
@@ -356,6 +359,7 @@ impl Session {
             _ => {
                 // memcached closes the connection after this answer.
                 binary::compose_error(out, header.opcode, Status::AuthError, header.opaque);
+                self.closed_on_error = true;
                 return Some(Action::Close);
             }
         }
@@ -470,6 +474,7 @@ impl Session {
                         binary::Status::AuthError,
                         header.opaque,
                     );
+                    self.closed_on_error = true;
                     return (consumed, Step::Served(Action::Close));
                 }
                 exec::binary::too_large(&header, key, ctx, out);

@@ -235,3 +235,42 @@ fn the_tyrant_port_is_refused_when_authentication_is_on() {
     let error = kura_server::start(config, store, true).err().unwrap();
     assert!(error.to_string().contains("--tyrant-port"), "{error}");
 }
+
+/// memcached's clients (its own `binary-sasl.t` among them) learn that a
+/// refused connection is gone from the reset the next request meets. So
+/// the close after "Auth failure." must not read and drop what follows, as
+/// a close the client asked for does: input it left unread resets the
+/// connection.
+#[test]
+fn input_after_a_refused_request_meets_a_reset() {
+    let users = users_file();
+    let server = TestServer::with(
+        ServerConfig {
+            protocol: ProtocolChoice::Binary,
+            sasl: true,
+            sasl_users_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    );
+    let mut stream = server.connect();
+    let mut request = Vec::new();
+    compose_request(&mut request, opcode::SET, 7, 0, &[0; 8], b"k", b"v");
+    // More than one read takes: some of it is still unread at the close.
+    request.resize(request.len() + (1 << 20), 0);
+    let mut writer = stream.try_clone().unwrap();
+    // The write may fail part way, at the reset.
+    let sending = std::thread::spawn(move || writer.write_all(&request).is_ok());
+    let mut reply = [0u8; 24 + 13];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!((reply[7], &reply[24..]), (0x20, &b"Auth failure."[..]));
+    let mut rest = Vec::new();
+    let end = stream.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(
+        end.map_err(|error| error.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the close after a refusal resets; it does not end gently"
+    );
+    sending.join().unwrap();
+}
