@@ -108,18 +108,14 @@ impl Inner {
             let apply_only = self.signals.apply_only_asked.swap(false, Ordering::SeqCst);
             let timed = last_round.elapsed() >= APPLY_EVERY;
             let size_due = self.apply_due();
-            let due = finishing
-                || requested
-                || apply_only
-                || retry.is_some() && last_round.elapsed() >= LOOK_EVERY
-                || timed
-                || size_due;
-            if due {
-                // Only LMDB's catching up was asked for (a read, expired
-                // items), and the segment is young: it goes on, or each such
-                // round would leave a file for retention to keep.
-                let keep_segment = !(finishing || requested || timed || size_due)
-                    && segment_started.elapsed() < APPLY_EVERY;
+            // Asked for more than LMDB's catching up (all a read or expired
+            // items ask for).
+            let asked = finishing || requested || timed || size_due;
+            if asked || apply_only || retry.is_some() && last_round.elapsed() >= LOOK_EVERY {
+                // Only LMDB's catching up was asked for, and the segment is
+                // young: it goes on, or each such round would leave a file
+                // for retention to keep.
+                let keep_segment = !asked && segment_started.elapsed() < APPLY_EVERY;
                 last_round = Instant::now();
                 let pointed_before = self.applied_counts.lock().log.total();
                 let segment_before = self.journal.current_end().0;

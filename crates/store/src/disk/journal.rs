@@ -100,11 +100,20 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
+/// Where a replay of a segment stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentEnd {
+    /// The segment's size when the replay began.
+    pub size: u64,
+    /// Where its whole records (and whole groups) end.
+    pub whole_to: u64,
+}
+
 /// Calls `visit` with each intact record of segment `number` (at `path`),
 /// where it starts and its framed length, in order, until it fails; returns
-/// how many bytes were left unread (after the last whole record, or from the
-/// head of a group whose entries are not all there: a torn append, or
-/// damage). Reads one record at a
+/// where it stopped (bytes after the last whole record, or from the head of
+/// a group whose entries are not all there, are left unread: a torn append,
+/// or damage). Reads one record at a
 /// time, through `io`: a segment can hold a quarter of the memory budget.
 /// The segment ends at its end or at its first record that is not whole (a
 /// torn append); a read that fails is an error, not an end: the records
@@ -115,36 +124,17 @@ pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
     number: u64,
-    visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
-) -> Result<u64, E> {
-    replay_to_end(io, path, number, visit).map(|end| end.size - end.whole_to)
-}
-
-/// Where a replay of a segment stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentEnd {
-    /// The segment's size when the replay began.
-    pub size: u64,
-    /// Where its whole records (and whole groups) end.
-    pub whole_to: u64,
-}
-
-/// [`replay`], telling where it stopped.
-pub fn replay_to_end<E: From<io::Error>>(
-    io: &dyn Io,
-    path: &Path,
-    number: u64,
     mut visit: impl FnMut(Record<'_>, Location, usize) -> Result<(), E>,
 ) -> Result<SegmentEnd, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
-    let segment = SegmentReader {
+    let segment = |at, size| SegmentReader {
         io,
         file: &file,
-        at: 0,
+        at,
         size,
     };
-    let mut reader = io::BufReader::with_capacity(1 << 20, segment);
+    let mut reader = io::BufReader::with_capacity(1 << 20, segment(0, size));
     let mut frame = Vec::new();
     let mut at = Location::new(number, 0);
     // A group read up to some of the entries its head counts: the entries
@@ -192,15 +182,9 @@ pub fn replay_to_end<E: From<io::Error>>(
                     // No larger than the group: a buffer is zeroed before
                     // its first read, and a 1 MiB one per small group made
                     // replays (restores, restarts) many times slower.
-                    let mut again = io::BufReader::with_capacity(
-                        (end - place.offset).min(1 << 20) as usize,
-                        SegmentReader {
-                            io,
-                            file: &file,
-                            at: place.offset,
-                            size: end,
-                        },
-                    );
+                    let capacity = (end - place.offset).min(1 << 20) as usize;
+                    let mut again =
+                        io::BufReader::with_capacity(capacity, segment(place.offset, end));
                     while place.offset < end {
                         frame.resize(FRAME, 0);
                         again.read_exact(&mut frame)?;

@@ -405,7 +405,7 @@ impl Inner {
             let mut last = self.journal.current_end().2;
             let io = &*self.config.io;
             let mut records = 0usize;
-            let unread = journal::replay(io, path, *number, |record, here, framed| {
+            let end = journal::replay(io, path, *number, |record, here, framed| {
                 records += 1;
                 if let Some((lsn, head)) = numbering.number(&record) {
                     if self.config.replay_until.is_some_and(|until| lsn > until) {
@@ -452,6 +452,7 @@ impl Inner {
             })?;
             // LMDB will point into it: on disk first (a crash of kura leaves
             // the segment in the page cache only).
+            let unread = end.size - end.whole_to;
             File::open(path).and_then(|file| self.config.io.sync_log(&file))?;
             self.commit_counted(txn, &mut counts, Some((*number, last)))?;
             self.journal.resume_after(last);

@@ -158,7 +158,7 @@ pub fn read_segments(
             continue;
         }
         let mut numbering = Numbering::default();
-        let replayed = journal::replay_to_end(&OsIo, path, *number, |record, _, _| {
+        let replayed = journal::replay(&OsIo, path, *number, |record, _, _| {
             let Some((lsn, head)) = numbering.number(&record) else {
                 return Ok(());
             };
@@ -441,7 +441,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = journal::segment_path(dir.path(), 1);
         std::fs::write(&path, bytes).unwrap();
-        let end = journal::replay_to_end::<io::Error>(&OsIo, &path, 1, |_, _, _| Ok(())).unwrap();
+        let end = journal::replay::<io::Error>(&OsIo, &path, 1, |_, _, _| Ok(())).unwrap();
         let unread = Unread {
             segment: 1,
             from: end.whole_to,
