@@ -28,6 +28,20 @@ fn text_login_server(users: &tempfile::NamedTempFile) -> TestServer {
     )
 }
 
+/// A binary-only server whose connections authenticate with SASL PLAIN
+/// against `users` (-S).
+fn sasl_server(users: &tempfile::NamedTempFile) -> TestServer {
+    TestServer::with(
+        ServerConfig {
+            protocol: ProtocolChoice::Binary,
+            sasl: true,
+            sasl_users_file: Some(users.path().to_path_buf()),
+            ..ServerConfig::default()
+        },
+        MemoryConfig::default(),
+    )
+}
+
 fn assert_closed(stream: &mut TcpStream) {
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).expect("the server closes");
@@ -37,15 +51,7 @@ fn assert_closed(stream: &mut TcpStream) {
 #[test]
 fn sasl_plain_lets_the_right_password_in_and_keeps_everyone_else_out() {
     let users = users_file();
-    let server = TestServer::with(
-        ServerConfig {
-            protocol: ProtocolChoice::Binary,
-            sasl: true,
-            sasl_users_file: Some(users.path().to_path_buf()),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    );
+    let server = sasl_server(&users);
     let set_extras = [0u8; 8];
     let mut stream = server.connect();
     // Unauthenticated: memcached's status 0x20 and its text, and the
@@ -244,15 +250,7 @@ fn the_tyrant_port_is_refused_when_authentication_is_on() {
 #[test]
 fn input_after_a_refused_request_meets_a_reset() {
     let users = users_file();
-    let server = TestServer::with(
-        ServerConfig {
-            protocol: ProtocolChoice::Binary,
-            sasl: true,
-            sasl_users_file: Some(users.path().to_path_buf()),
-            ..ServerConfig::default()
-        },
-        MemoryConfig::default(),
-    );
+    let server = sasl_server(&users);
     let mut stream = server.connect();
     let mut request = Vec::new();
     compose_request(&mut request, opcode::SET, 7, 0, &[0; 8], b"k", b"v");
