@@ -1943,20 +1943,19 @@ fn a_power_cut_keeps_every_row_acknowledged_under_always() {
     assert_eq!(keys, expected);
 }
 
-/// Random writes and flushes against a `BTreeMap` model, the power cut at random points
-/// (the engine's threads mid-round), a torn page, a restart: the engine
-/// must equal the model. `KURA_MODEL_SECONDS` runs longer (default 4).
+/// Under `interval` an hour long, nothing but a round that keeps its
+/// segment fsyncs the log within a test.
+fn open_fsyncing_hourly(dir: &Path, io: Arc<FaultyIo>) -> DiskStore {
+    open(dir, SyncPolicy::Interval(Duration::from_secs(3600)), io)
+}
+
 #[test]
 fn a_failed_fsync_in_a_round_that_keeps_its_segment_poisons_the_engine() {
     // Under `interval` nothing else fsyncs the log before the hour is up:
     // the round's own fsync is the one that fails.
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());
-    let store = open(
-        dir.path(),
-        SyncPolicy::Interval(Duration::from_secs(3600)),
-        io.clone(),
-    );
+    let store = open_fsyncing_hourly(dir.path(), io.clone());
     let mut kept = fill(&store, 20, 3000);
     io.set(|f| f.sync_log = Some(Fault::Fails(libc::EIO)));
     assert_eq!(set(&store, b"unsynced", b"v"), Some(true));
@@ -1975,11 +1974,7 @@ fn a_round_that_keeps_its_segment_fsyncs_it_before_lmdb_points_into_it() {
     // whose commit is fsynced, points to them.
     let dir = tempfile::tempdir().unwrap();
     let io = FaultyIo::new(dir.path());
-    let store = open(
-        dir.path(),
-        SyncPolicy::Interval(Duration::from_secs(3600)),
-        io.clone(),
-    );
+    let store = open_fsyncing_hourly(dir.path(), io.clone());
     let mut applied = BTreeMap::new();
     for i in 0..20 {
         // Large enough to stay in the log, with a pointer in LMDB.
@@ -2005,6 +2000,9 @@ fn a_round_that_keeps_its_segment_fsyncs_it_before_lmdb_points_into_it() {
     assert!(segments <= 3, "{segments} segments");
 }
 
+/// Random writes and flushes against a `BTreeMap` model, the power cut at random points
+/// (the engine's threads mid-round), a torn page, a restart: the engine
+/// must equal the model. `KURA_MODEL_SECONDS` runs longer (default 4).
 #[test]
 fn random_writes_and_power_cuts_equal_a_model() {
     let seconds = std::env::var("KURA_MODEL_SECONDS")

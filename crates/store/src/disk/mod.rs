@@ -300,9 +300,10 @@ impl Inner {
                 // write, and asking again while it runs made another round
                 // right after it, which applied a flush made meanwhile
                 // before its time.
-                match apply_only {
-                    true => self.signals.wake_applier_to_apply_only(),
-                    false => self.signals.wake_applier(),
+                if apply_only {
+                    self.signals.wake_applier_to_apply_only();
+                } else {
+                    self.signals.wake_applier();
                 }
                 asked = true;
             }
