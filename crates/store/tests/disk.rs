@@ -174,7 +174,7 @@ fn writes_after_a_flush_that_fit_only_in_its_room_are_applied_when_retried() {
     // A round just ran: the next one comes when asked, not by the clock.
     assert_eq!(store.wait_until_all_applied(), kura_store::AckState::Ready);
     store.flush_all(0, &AckFence::default());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let refused_until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     for i in 0..EACH {
         let key = format!("new{i}");
         while !matches!(
@@ -182,7 +182,7 @@ fn writes_after_a_flush_that_fit_only_in_its_room_are_applied_when_retried() {
             StoreOutcome::Stored { .. }
         ) {
             assert!(
-                std::time::Instant::now() < deadline,
+                std::time::Instant::now() < refused_until,
                 "{key} refused for good"
             );
             store.maintain(); // the server's tick: checks the space left
@@ -190,6 +190,7 @@ fn writes_after_a_flush_that_fit_only_in_its_room_are_applied_when_retried() {
         }
     }
     // `stats` asks for the round.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while store.stats().curr_items != EACH as u64
         || engine_stat(&store, "disk_applied_writes") < 2 * EACH as u64
     {
