@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 
 use kura_proto::binary::{compose_request, opcode};
@@ -247,14 +247,34 @@ fn the_tyrant_port_is_refused_when_authentication_is_on() {
 /// the close after "Auth failure." must not read and drop what follows, as
 /// a close the client asked for does: input it left unread resets the
 /// connection.
+///
+/// Whether input is still unread at the close depends on the sender: on a
+/// busy machine the server may have read all that had arrived, and then
+/// its close ends gently however it is made. So the test tries a few
+/// connections and needs one reset among them; a close that ends gently
+/// (reply, then FIN, then at most EPIPE) never shows one.
 #[test]
 fn input_after_a_refused_request_meets_a_reset() {
+    const TRIES: usize = 20;
     let users = users_file();
     let server = sasl_server(&users);
+    let mut ends = Vec::new();
+    for _ in 0..TRIES {
+        let end = refused_then_read_to_the_end(&server);
+        if end == Err(ErrorKind::ConnectionReset) {
+            return;
+        }
+        ends.push(end);
+    }
+    panic!("no refused connection ended in a reset: {ends:?}");
+}
+
+/// Sends a refused request followed by more input than one read takes,
+/// checks the refusal, and returns how the connection ended.
+fn refused_then_read_to_the_end(server: &TestServer) -> Result<usize, ErrorKind> {
     let mut stream = server.connect();
     let mut request = Vec::new();
     compose_request(&mut request, opcode::SET, 7, 0, &[0; 8], b"k", b"v");
-    // More than one read takes: some of it is still unread at the close.
     request.resize(request.len() + (1 << 20), 0);
     let mut writer = stream.try_clone().unwrap();
     // The write may fail part way, at the reset.
@@ -265,10 +285,6 @@ fn input_after_a_refused_request_meets_a_reset() {
     let mut rest = Vec::new();
     let end = stream.read_to_end(&mut rest);
     assert!(rest.is_empty(), "{rest:?}");
-    assert_eq!(
-        end.map_err(|error| error.kind()),
-        Err(std::io::ErrorKind::ConnectionReset),
-        "the close after a refusal resets; it does not end gently"
-    );
     sending.join().unwrap();
+    end.map_err(|error| error.kind())
 }
