@@ -368,8 +368,12 @@ fn an_incremental_backup_continues_one_whose_last_entry_retention_let_go() {
         }
         let kept: Vec<u64> = entries(&data).iter().map(|entry| entry.lsn).collect();
         assert_eq!(kept, [1], "the large value's segment stays");
+        // Not waited for: a store that waits for LMDB ends the segment,
+        // and retention lets it go as soon as LMDB's fsync is done.
         let written = format!("{}", n + 1);
-        store(&engine, StoreMode::Set, b"a", written.as_bytes(), 0);
+        let set = command(StoreMode::Set, b"a", written.as_bytes(), 0);
+        let taken = engine.store(&set, &AckFence::default());
+        assert!(matches!(taken, kura_store::StoreOutcome::Stored { .. }));
         let incremental = work.path().join(format!("incremental-{n}"));
         match engine.backup(&incremental, Some(&full)) {
             Ok(json) => {
