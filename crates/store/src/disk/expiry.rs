@@ -86,17 +86,20 @@ impl Inner {
             .collect())
     }
 
+    /// Waits, at most [`ROUND_WAIT`], for the apply round that takes the
+    /// next write: it saw a flag raised before.
+    fn wait_for_next_round(&self) {
+        let seq = self.pending.next_seq();
+        self.wait_applied(seq, Some(Instant::now() + ROUND_WAIT), true);
+    }
+
     /// Has the applier crawl the classes marked now; returns how many
     /// expired items it removed.
     pub(super) fn crawl_expired_now(&self, classes: Vec<bool>) -> usize {
         let crawled = || self.counters.reclaims.lock().crawled.values().sum::<u64>();
         let before = crawled();
         *self.signals.crawl.lock() = Some(classes);
-        self.wait_applied(
-            self.pending.next_seq(),
-            Some(Instant::now() + ROUND_WAIT),
-            true,
-        );
+        self.wait_for_next_round();
         (crawled() - before) as usize
     }
 
@@ -115,11 +118,7 @@ impl Inner {
         let before = self.counters.swept.load(Ordering::Acquire);
         // Flag first, then number: the round that decides the number saw the flag.
         self.signals.reclaim.store(true, Ordering::Release);
-        self.wait_applied(
-            self.pending.next_seq(),
-            Some(Instant::now() + ROUND_WAIT),
-            true,
-        );
+        self.wait_for_next_round();
         (self.counters.swept.load(Ordering::Acquire) - before) as usize
     }
 }

@@ -574,26 +574,24 @@ pub fn read_stored(
         } if len == frame_len && found == key && record.len() == pointer.record_len() => record,
         _ => return Err(corrupt()),
     };
-    let start = record.as_ptr() as usize - frame.as_ptr() as usize;
-    Ok(Stored {
-        range: start..start + record.len(),
-        frame,
-    })
+    // A put's or a move's record ends its frame.
+    let start = frame_len - record.len();
+    Ok(Stored { frame, start })
 }
 
-/// A stored record read from the value log.
+/// A stored record read from the value log: the end of its frame.
 pub struct Stored {
     frame: Vec<u8>,
-    range: std::ops::Range<usize>,
+    start: usize,
 }
 
 impl Stored {
     pub fn record(&self) -> &[u8] {
-        &self.frame[self.range.clone()]
+        &self.frame[self.start..]
     }
 
     pub fn record_mut(&mut self) -> &mut [u8] {
-        &mut self.frame[self.range.clone()]
+        &mut self.frame[self.start..]
     }
 }
 

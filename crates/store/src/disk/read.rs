@@ -264,13 +264,10 @@ impl Inner {
         visit: &mut dyn FnMut(&ItemInfo<'_>),
     ) -> heed::Result<Option<ScanCursor>> {
         let txn = self.env.read_txn()?;
-        let bounds = (
-            after.map_or(Bound::Unbounded, Bound::Excluded),
-            Bound::Unbounded,
-        );
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let (mut left, mut examined) = (items, crate::scan_examined(items));
         let mut last = after;
-        for entry in self.items.range(&txn, &bounds)? {
+        for entry in self.items.range(&txn, &(from, Bound::Unbounded))? {
             let (key, bytes) = entry?;
             if left == 0 || examined == 0 {
                 return Ok(Some(ScanCursor([&[1], last.unwrap_or_default()].concat())));

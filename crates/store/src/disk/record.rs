@@ -55,10 +55,7 @@ impl LogPointer {
 
     /// The pointer a record stored in LMDB holds, if its value is in the log.
     pub fn of_stored(header: &Header, value: &[u8]) -> Option<LogPointer> {
-        header
-            .has(IN_LOG)
-            .then_some(value)
-            .and_then(LogPointer::decode)
+        LogPointer::decode(header.has(IN_LOG).then_some(value)?)
     }
 }
 
