@@ -1631,10 +1631,10 @@ fn a_power_cut_under_batch_keeps_writes_the_last_fsync_covered_and_no_hole() {
             }
             assert_eq!(set(&store, key, value), Some(true));
             acknowledged_at.push(Instant::now());
-            match i {
-                _ if i == WRITES - 2 => wait_for_a_slow_sync(&io),
-                _ if i < WRITES - 2 => std::thread::sleep(Duration::from_millis(2)),
-                _ => {}
+            if i == WRITES - 2 {
+                wait_for_a_slow_sync(&io);
+            } else if i < WRITES - 2 {
+                std::thread::sleep(Duration::from_millis(2));
             }
         }
         io.crash();
