@@ -113,13 +113,13 @@ pub struct SegmentEnd {
 /// where it starts and its framed length, in order, until it fails; returns
 /// where it stopped (bytes after the last whole record, or from the head of
 /// a group whose entries are not all there, are left unread: a torn append,
-/// or damage). Reads one record at a
-/// time, through `io`: a segment can hold a quarter of the memory budget.
-/// The segment ends at its end or at its first record that is not whole (a
-/// torn append); a read that fails is an error, not an end: the records
-/// after it were acknowledged. A group is handed over once its head's count
-/// of entries has come (its records read again then: only where they are
-/// is held meanwhile); one whose entries end early is left unread whole.
+/// or damage). Reads through `io`, a buffer at a time: a segment can hold a
+/// quarter of the memory budget. The segment ends at its end or at its
+/// first record that is not whole (a torn append); a read that fails is an
+/// error, not an end: the records after it were acknowledged. A group is
+/// handed over once its head's count of entries has come, read again from
+/// its head (from the buffer, unless the group is larger): only where it
+/// starts is held meanwhile. One whose entries end early is left unread.
 pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
     path: &Path,
@@ -128,90 +128,79 @@ pub fn replay<E: From<io::Error>>(
 ) -> Result<SegmentEnd, E> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
-    let segment = |at, size| SegmentReader {
+    let segment = SegmentReader {
         io,
         file: &file,
-        at,
+        at: 0,
         size,
     };
-    let mut reader = io::BufReader::with_capacity(1 << 20, segment(0, size));
+    let mut reader = io::BufReader::with_capacity(1 << 20, segment);
     let mut frame = Vec::new();
-    let mut at = Location::new(number, 0);
+    let mut at = 0;
     // A group read up to some of the entries its head counts: the entries
-    // still to come, and where its head starts. Its records are handed over
-    // only once the last one has come, read again then from its head (a
-    // large group costs no memory), so that a group written in part is not.
+    // still to come, and where its head starts.
     let mut group: Option<(u32, u64)> = None;
-    // Whether `buf` was filled: a segment that ends (or was cut back since
-    // its size was read: a failed append) in the middle of a record ends there.
-    let mut read = |buf: &mut [u8]| match reader.read_exact(buf) {
-        Ok(()) => Ok(true),
-        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(error) => Err(io::Error::new(
-            error.kind(),
-            format!("reading journal segment {number}: {error}"),
-        )),
-    };
+    // The end of a whole group being read again, to be handed over.
+    let mut handing_to = 0;
     loop {
         frame.resize(FRAME, 0);
-        if !read(&mut frame)? {
+        if !read_fully(&mut reader, &mut frame, number)? {
             break;
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) as u64;
         // A torn length may claim more than the file holds, or than any
         // write (a sparse file holds much at no cost).
-        if FRAME + len as usize > MAX_FRAME || at.offset + FRAME as u64 + len > size {
+        if FRAME + len as usize > MAX_FRAME || at + FRAME as u64 + len > size {
             break;
         }
         frame.resize(FRAME + len as usize, 0);
-        if !read(&mut frame[FRAME..])? {
+        if !read_fully(&mut reader, &mut frame[FRAME..], number)? {
             break;
         }
         let Some((record, _)) = decode(&frame) else {
             break;
         };
-        let framed = frame.len();
+        let (here, framed) = (Location::new(number, at), frame.len());
+        at += framed as u64;
+        if here.offset < handing_to {
+            visit(record, here, framed)?;
+            continue;
+        }
         match (&mut group, record) {
-            (None, Record::Group(head)) => group = Some((head.entries, at.offset)),
-            (None, record) => visit(record, at, framed)?,
+            (None, Record::Group(head)) => group = Some((head.entries, here.offset)),
+            (None, record) => visit(record, here, framed)?,
             (Some((left, start)), record) if record.is_entry() => {
                 *left -= 1;
                 if *left == 0 {
-                    let end = at.offset + framed as u64;
-                    let mut place = Location::new(number, *start);
-                    // No larger than the group: a buffer is zeroed before
-                    // its first read, and a 1 MiB one per small group made
-                    // replays (restores, restarts) many times slower.
-                    let capacity = (end - place.offset).min(1 << 20) as usize;
-                    let mut again =
-                        io::BufReader::with_capacity(capacity, segment(place.offset, end));
-                    while place.offset < end {
-                        frame.resize(FRAME, 0);
-                        again.read_exact(&mut frame)?;
-                        let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
-                        let len = (FRAME + len as usize).min(MAX_FRAME);
-                        frame.resize(len, 0);
-                        again.read_exact(&mut frame[FRAME..])?;
-                        let Some((record, _)) = decode(&frame) else {
-                            let offset = place.offset;
-                            let error = format!(
-                                "segment {number} changed under its reading at offset {offset}"
-                            );
-                            return Err(io::Error::new(io::ErrorKind::InvalidData, error).into());
-                        };
-                        visit(record, place, len)?;
-                        place.offset += len as u64;
-                    }
+                    handing_to = at;
+                    reader.seek_relative(*start as i64 - at as i64)?;
+                    at = *start;
                     group = None;
                 }
             }
             // A head or a move amid a group's entries: damage.
             (Some(_), _) => break,
         }
-        at.offset += framed as u64;
     }
-    let whole_to = group.map_or(at.offset, |(_, start)| start);
+    if at < handing_to {
+        let error = format!("segment {number} changed under its reading at offset {at}");
+        return Err(io::Error::new(io::ErrorKind::InvalidData, error).into());
+    }
+    let whole_to = group.map_or(at, |(_, start)| start);
     Ok(SegmentEnd { size, whole_to })
+}
+
+/// Fills `buf`: false if the segment ends first (or was cut back since its
+/// size was read: a failed append) in the middle of a record.
+fn read_fully(reader: &mut impl Read, buf: &mut [u8], number: u64) -> io::Result<bool> {
+    match reader.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(error) => Err(io::Error::new(
+            error.kind(),
+            format!("reading journal segment {number}: {error}"),
+        )),
+    }
 }
 
 /// A segment read front to back through the seam, up to the size it had
@@ -225,13 +214,25 @@ struct SegmentReader<'a> {
 
 impl Read for SegmentReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = usize::try_from(self.size - self.at).unwrap_or(usize::MAX);
+        let left = usize::try_from(self.size.saturating_sub(self.at)).unwrap_or(usize::MAX);
         let len = buf.len().min(left);
         if len > 0 {
             self.io.read_log(self.file, &mut buf[..len], self.at)?;
             self.at += len as u64;
         }
         Ok(len)
+    }
+}
+
+/// Back to a group's head (`BufReader::seek_relative`, past its buffer).
+impl io::Seek for SegmentReader<'_> {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        self.at = match to {
+            io::SeekFrom::Start(at) => at,
+            io::SeekFrom::Current(by) => self.at.saturating_add_signed(by),
+            io::SeekFrom::End(by) => self.size.saturating_add_signed(by),
+        };
+        Ok(self.at)
     }
 }
 
@@ -710,6 +711,71 @@ mod tests {
         })
         .unwrap();
         seen
+    }
+
+    #[test]
+    fn a_group_larger_than_the_read_buffer_is_handed_over_whole_and_a_torn_one_not() {
+        use crate::disk::log_format::GroupHead;
+        let group = |first_lsn, values: &[usize]| {
+            let mut bytes = Vec::new();
+            let entries = values.len() as u32;
+            let head = GroupHead {
+                first_lsn,
+                micros: first_lsn,
+                origin: 1,
+                entries,
+            };
+            encode(&mut bytes, Record::Group(head));
+            for (i, &len) in values.iter().enumerate() {
+                let (key, record) = ([b'a' + i as u8], vec![i as u8; len]);
+                encode(
+                    &mut bytes,
+                    Record::Put {
+                        key: &key,
+                        record: &record,
+                    },
+                );
+            }
+            bytes
+        };
+        let mut segment = group(1, &[10]);
+        // Three entries of 600 KiB: read again past the 1 MiB buffer.
+        segment.extend(group(2, &[600 << 10; 3]));
+        segment.extend(group(5, &[20, 30]));
+        let whole = segment.len() as u64;
+        // Its head counts two entries; one came.
+        let torn = group(7, &[40, 50]);
+        segment.extend(&torn[..torn.len() - 60]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment_path(dir.path(), 3);
+        fs::write(&path, &segment).unwrap();
+        let mut seen = Vec::new();
+        let end = replay(&OsIo, &path, 3, |record, at, framed| {
+            let len = match record {
+                Record::Put { record, .. } => record.len() as i64,
+                _ => -1,
+            };
+            seen.push((at.offset, framed, len));
+            Ok::<_, io::Error>(())
+        })
+        .unwrap();
+        let lens: Vec<i64> = seen.iter().map(|&(_, _, len)| len).collect();
+        let big = 600 << 10;
+        assert_eq!(lens, [-1, 10, -1, big, big, big, -1, 20, 30]);
+        // In order and back to back, to the end of the last whole group.
+        let mut next = 0;
+        for &(offset, framed, _) in &seen {
+            assert_eq!(offset, next);
+            next += framed as u64;
+        }
+        assert_eq!(next, whole);
+        assert_eq!(
+            end,
+            SegmentEnd {
+                size: segment.len() as u64,
+                whole_to: whole
+            }
+        );
     }
 
     #[test]
