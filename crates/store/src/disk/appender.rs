@@ -192,7 +192,7 @@ impl Inner {
             // Once space is back, the flush reaches the log with the next
             // append rather than be lost.
             if let Some(boundary) = flush {
-                self.flushes.request_again(boundary);
+                self.flushes.request(|| boundary, || ());
             }
             // Never acknowledged: those connections are closed instead, and
             // reads go back to what was there before. Writes made while the

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::change::{Old, Write};
 use super::compactor::{Compaction, COMPACT_RETRY};
+use super::log_format::Location;
 use super::pending::{Batch, Pending};
-use super::record::{self, Counts, LogPointer, Space, FETCHED};
+use super::record::{self, Counts, LogPointer, Old, Space, FETCHED};
 use super::space::is_out_of_space;
 use super::{Inner, WriteFailed, APPLIED_LSN, JOURNAL_APPLIED, PARTIAL_ROUND};
 use crate::log_position::LogPosition;
@@ -360,21 +360,20 @@ impl Inner {
         // newest write of a key is the one that stays.
         let batches = round.map_or(&[][..], |round| &round.batches[..]);
         for batch in batches {
-            let mut writes: Vec<(u64, &[u8], Write<'_>)> = batch
+            let mut writes: Vec<_> = batch
                 .writes()
-                .map(|(space, key, change)| (key_prefix(key), key, Write::Change(space, change)))
+                .map(|write| (key_prefix(write.1), write))
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
-            writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-            for (_, key, write) in writes {
+            writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .1.cmp(b.1 .1)));
+            for (_, write) in writes {
                 // About what applying it copies into LMDB.
                 let weight = match write {
-                    Write::Change(_, Pending::Put(stored)) => key.len() + stored.len(),
-                    _ => key.len(),
+                    (_, key, Pending::Put(stored)) => key.len() + stored.len(),
+                    (_, key, Pending::Remove) => key.len(),
                 };
-                let index_entries =
-                    self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+                let index_entries = self.apply(&mut txn, write, flushed_through, &mut counts)?;
                 // Each index entry a row's write changes may dirty a page.
                 dirty += 4096 * (1 + index_entries) + weight;
                 if dirty >= dirty_limit {
@@ -460,8 +459,7 @@ impl Inner {
         let flushed_through = self.clear_flushed(&mut txn, &mut counts, round.flush)?;
         for ((key, space), change) in newest {
             if change == Pending::Remove {
-                let write = Write::Change(space, change);
-                self.apply(&mut txn, key, write, flushed_through, &mut counts)?;
+                self.apply(&mut txn, (space, key, change), flushed_through, &mut counts)?;
             }
         }
         self.mark_partial(&mut txn, Some(round))?;
@@ -527,13 +525,12 @@ impl Inner {
     pub(super) fn apply(
         &self,
         txn: &mut RwTxn<'_>,
-        key: &[u8],
-        write: Write<'_>,
+        (space, key, change): (Space, &[u8], Pending<'_>),
         flushed_through: u64,
         counts: &mut Counts,
     ) -> heed::Result<usize> {
-        match write {
-            Write::Change(Space::Item, Pending::Put(stored)) => {
+        match (space, change) {
+            (Space::Item, Pending::Put(stored)) => {
                 // A write older than a flush that covers it is already gone.
                 let Some(new) = Old::of(stored).filter(|new| new.header.cas > flushed_through)
                 else {
@@ -566,38 +563,43 @@ impl Inner {
                     counts.log.add(pointer);
                 }
             }
-            Write::Move {
-                from,
-                to,
-                frame_len,
-            } => {
-                let Some(old) = self.stored_old(txn, key)? else {
-                    return Ok(0);
-                };
-                let Some(moved) = old.pointer.filter(|pointer| pointer.at == from) else {
-                    // Written or removed since: the copy is garbage.
-                    return Ok(0);
-                };
-                let pointer = LogPointer {
-                    at: to,
-                    frame_len: frame_len as u32,
-                    ..moved
-                };
-                counts.log.remove(&moved);
-                counts.log.add(&pointer);
-                // The header as it is now: its bits may have changed.
-                let record = record::pointer_record(&old.header, &pointer);
-                self.items.put(txn, key, &record)?;
-            }
-            Write::Change(Space::Item, Pending::Remove) => {
+            (Space::Item, Pending::Remove) => {
                 if let Some(old) = self.stored_old(txn, key)? {
                     self.forget_old(txn, key, Some(old), counts, 0)?;
                     self.items.delete(txn, key)?;
                 }
             }
-            Write::Change(Space::Row, change) => return self.apply_row(txn, key, change),
+            (Space::Row, change) => return self.apply_row(txn, key, change),
         }
         Ok(0)
+    }
+
+    /// The compactor copied `key`'s value from `from` to `to` (a record of
+    /// `frame_len` bytes): LMDB points there if it still points at `from`.
+    pub(super) fn apply_move(
+        &self,
+        txn: &mut RwTxn<'_>,
+        key: &[u8],
+        (from, to, frame_len): (Location, Location, usize),
+        counts: &mut Counts,
+    ) -> heed::Result<()> {
+        let Some(old) = self.stored_old(txn, key)? else {
+            return Ok(());
+        };
+        let Some(moved) = old.pointer.filter(|pointer| pointer.at == from) else {
+            // Written or removed since: the copy is garbage.
+            return Ok(());
+        };
+        let pointer = LogPointer {
+            at: to,
+            frame_len: frame_len as u32,
+            ..moved
+        };
+        counts.log.remove(&moved);
+        counts.log.add(&pointer);
+        // The header as it is now: its bits may have changed.
+        let record = record::pointer_record(&old.header, &pointer);
+        self.items.put(txn, key, &record)
     }
 
     /// Takes the record being replaced or removed out of the counts and the

@@ -7,10 +7,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use super::change::{Old, Write};
 use super::journal;
 use super::log_format::{self, Location, Record};
-use super::record::LogPointer;
+use super::record::{LogPointer, Old};
 use super::retention::SegmentAge;
 use super::space::is_out_of_space;
 use super::{Inner, LogRetention};
@@ -155,12 +154,8 @@ impl Inner {
         let mut counts = self.applied_counts.lock().clone();
         let ends = moves.iter().skip(1).map(|m| m.2).chain([group.len()]);
         for (&(key, from, at), end) in moves.iter().zip(ends) {
-            let write = Write::Move {
-                from,
-                to: Location::new(start.segment, start.offset + at as u64),
-                frame_len: end - at,
-            };
-            self.apply(&mut txn, key, write, 0, &mut counts)?;
+            let to = Location::new(start.segment, start.offset + at as u64);
+            self.apply_move(&mut txn, key, (from, to, end - at), &mut counts)?;
         }
         self.commit_counted(txn, &mut counts, None)?;
         Ok(group.len() as u64)

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use heed::RwTxn;
 
-use super::change::Old;
-use super::record::{self, Counts};
+use super::record::{self, Counts, Old};
 use super::Inner;
 
 /// Expired items removed per round, so one round never grows unbounded.

@@ -15,8 +15,7 @@
 
 use heed::RwTxn;
 
-use super::change::Old;
-use super::record::Counts;
+use super::record::{Counts, Old};
 use super::Inner;
 
 /// `meta` key: the newest flush boundary LMDB reflects (u64 LE).

@@ -64,13 +64,6 @@ impl Flushes {
         (requested.take(), drain())
     }
 
-    /// The append of the flush through `boundary` failed: reads already
-    /// skip what it covers, so the next append must journal it.
-    pub(super) fn request_again(&self, boundary: u64) {
-        let mut requested = self.requested.lock();
-        *requested = (*requested).max(Some(boundary));
-    }
-
     pub(super) fn is_requested(&self) -> bool {
         self.requested.lock().is_some()
     }
@@ -92,7 +85,7 @@ mod tests {
         assert_eq!((taken, drained), (Some(9), "drained"));
         assert!(!flushes.is_requested());
         flushes.request(|| 12, || ());
-        flushes.request_again(9);
+        flushes.request(|| 9, || ()); // an append of it failed
         assert_eq!(flushes.take_request(|| ()).0, Some(12));
         flushes.raise(3);
         assert_eq!(flushes.through(), 12, "a boundary never goes back");

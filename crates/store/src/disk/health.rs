@@ -4,13 +4,15 @@
 //! is freed, but takes deletes, which free it; a replica takes only its
 //! master's log, never a client's write.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Default)]
 pub struct Health {
     poisoned: AtomicBool,
     out_of_space: AtomicBool,
     read_only: AtomicBool,
+    /// Clients' writes and deletes refused.
+    refused: AtomicU64,
 }
 
 impl Health {
@@ -41,15 +43,27 @@ impl Health {
         self.read_only.load(Ordering::Acquire)
     }
 
-    /// A client's write may be taken.
-    pub fn takes_writes(&self) -> bool {
-        !self.is_poisoned() && !self.is_out_of_space() && !self.is_read_only()
+    /// Whether a client's write may be taken; a refusal is counted.
+    pub fn takes_write(&self) -> bool {
+        self.counted(!self.is_poisoned() && !self.is_out_of_space() && !self.is_read_only())
     }
 
-    /// A client's delete may be taken: deletes go on while the disk is
-    /// full, since they free space.
-    pub fn takes_deletes(&self) -> bool {
-        !self.is_poisoned() && !self.is_read_only()
+    /// Whether a client's delete may be taken (deletes go on while the
+    /// disk is full: they free space); a refusal is counted.
+    pub fn takes_delete(&self) -> bool {
+        self.counted(!self.is_poisoned() && !self.is_read_only())
+    }
+
+    fn counted(&self, taken: bool) -> bool {
+        if !taken {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    /// Clients' writes and deletes refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The applier can put what is pending into LMDB, so whoever waits for
@@ -66,15 +80,18 @@ mod tests {
     #[test]
     fn a_full_disk_takes_deletes_and_a_poisoned_or_replica_engine_neither() {
         let health = Health::default();
-        assert!(health.takes_writes() && health.takes_deletes() && health.applies());
+        assert!(health.takes_write() && health.takes_delete() && health.applies());
         assert!(health.set_out_of_space(true));
         assert!(!health.set_out_of_space(true), "no change");
-        assert!(!health.takes_writes() && health.takes_deletes() && !health.applies());
+        assert!(!health.takes_write() && health.takes_delete() && !health.applies());
         assert!(health.set_out_of_space(false));
         health.set_read_only(true);
-        assert!(!health.takes_writes() && !health.takes_deletes() && health.applies());
+        assert!(!health.takes_write() && !health.takes_delete() && health.applies());
         health.set_read_only(false);
         health.poison();
-        assert!(!health.takes_writes() && !health.takes_deletes() && !health.applies());
+        assert!(!health.takes_write() && !health.takes_delete() && !health.applies());
+        // The full disk's write; the replica's and the poisoned engine's
+        // write and delete.
+        assert_eq!(health.refused(), 5);
     }
 }

@@ -28,7 +28,6 @@ mod accesses;
 mod ack;
 mod appender;
 mod applier;
-mod change;
 mod compactor;
 mod config;
 mod data_file;
@@ -195,7 +194,6 @@ struct Counters {
     failed_commits: AtomicU64,
     fsyncs: AtomicU64,
     fsync_micros: AtomicU64,
-    writes_refused: AtomicU64,
     /// Journal segments compacted, and the bytes of values moved.
     compactions: AtomicU64,
     compacted_bytes: AtomicU64,
@@ -340,24 +338,6 @@ impl Inner {
             }
         }
     }
-
-    /// Whether a client's write may be taken; a refusal is counted.
-    fn writable(&self) -> bool {
-        self.counted_refusal(self.health.takes_writes())
-    }
-
-    /// Whether a client's delete may be taken (deletes go on while the
-    /// disk is full: they free space); a refusal is counted.
-    fn deletable(&self) -> bool {
-        self.counted_refusal(self.health.takes_deletes())
-    }
-
-    fn counted_refusal(&self, taken: bool) -> bool {
-        if !taken {
-            self.counters.writes_refused.fetch_add(1, Ordering::Relaxed);
-        }
-        taken
-    }
 }
 
 /// The newest entry LMDB holds (`meta`'s applied position).
@@ -438,7 +418,7 @@ impl Store for DiskStore {
     fn flush_all(&self, delay: i64, fence: &AckFence) -> FlushOutcome {
         // A flush frees space, so it goes on while the disk is full, as
         // deletes do; a poisoned engine could not log it.
-        if !self.inner.deletable() {
+        if !self.inner.health.takes_delete() {
             return FlushOutcome::Failed;
         }
         match self.inner.clock.flush_due(delay) {

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use heed::{EnvFlags, EnvOpenOptions, RwTxn};
 use parking_lot::Mutex;
 
-use super::change::{Old, Write};
 use super::data_file;
 use super::history::position;
 use super::log_format::{self, Record};
 use super::pending::{Pending, PendingWrites};
 use super::policy::SyncPolicy;
-use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header, Space};
+use super::record::{item_size, pointer_for_put, ClassCounts, Counts, Header, Old, Space};
 use super::tables::indexes;
 use super::{
     accesses, ack, appender, dir_lock, flushed, identity, journal, meta_u64, threads, Counters, Db,
@@ -414,7 +413,7 @@ impl Inner {
                     last = LogPosition::new(lsn, head.micros);
                 }
                 let pointed;
-                let (key, write) = match record {
+                let write = match record {
                     Record::Put { key, record } => {
                         if let Some((header, _)) = Header::decode(record) {
                             self.last_cas.fetch_max(header.cas, Ordering::AcqRel);
@@ -422,21 +421,15 @@ impl Inner {
                         let keeps_in_log = |len| self.config.keeps_in_log(len);
                         pointed = pointer_for_put(key, record, here, keeps_in_log);
                         let stored = pointed.as_ref().map_or(record, |p| &p[..]);
-                        (key, Write::Change(Space::Item, Pending::Put(stored)))
+                        (Space::Item, key, Pending::Put(stored))
                     }
                     Record::Move { key, from, .. } => {
-                        let write = Write::Move {
-                            from,
-                            to: here,
-                            frame_len: framed,
-                        };
-                        (key, write)
+                        let moved = (from, here, framed);
+                        return Ok(self.apply_move(&mut txn, key, moved, &mut counts)?);
                     }
-                    Record::Remove { key } => (key, Write::Change(Space::Item, Pending::Remove)),
-                    Record::RowPut { key, record } => {
-                        (key, Write::Change(Space::Row, Pending::Put(record)))
-                    }
-                    Record::RowRemove { key } => (key, Write::Change(Space::Row, Pending::Remove)),
+                    Record::Remove { key } => (Space::Item, key, Pending::Remove),
+                    Record::RowPut { key, record } => (Space::Row, key, Pending::Put(record)),
+                    Record::RowRemove { key } => (Space::Row, key, Pending::Remove),
                     Record::Flush(boundary) => {
                         self.flushes.raise(boundary);
                         // Stamps made after the restart come after it.
@@ -447,7 +440,7 @@ impl Inner {
                     Record::Group(_) => return Ok(()),
                 };
                 // `apply` hands row writes on to `apply_row`.
-                self.apply(&mut txn, key, write, self.flushes.through(), &mut counts)?;
+                self.apply(&mut txn, write, self.flushes.through(), &mut counts)?;
                 Ok::<_, OpenError>(())
             })?;
             // LMDB will point into it: on disk first (a crash of kura leaves

@@ -8,9 +8,8 @@ use std::sync::atomic::Ordering;
 use crate::semantics::{self};
 use crate::{AckFence, ClassCommand, GetOptions, GetOutcome, ItemInfo, ItemView, ScanCursor};
 
-use super::change::Old;
 use super::pending::{Change, Pending, Shard};
-use super::record::{item_size, Header, Keyed, LogPointer, FETCHED, STALE, WIN_SENT};
+use super::record::{item_size, Header, Keyed, LogPointer, Old, FETCHED, STALE, WIN_SENT};
 use super::{current, in_log, journal, log_read_failed, Inner, WriteFailed};
 
 /// What `with_record` does when the log cannot give an item's value (a
@@ -208,7 +207,7 @@ impl Inner {
             // this read.
             Err(WriteFailed) => return GetOutcome::Miss,
         }
-        if !self.writable() {
+        if !self.health.takes_write() {
             return GetOutcome::Failed;
         }
         let written = self.modify(key, fence, ValueLost::Fails, |found, _| {

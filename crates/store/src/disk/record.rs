@@ -202,6 +202,26 @@ impl Header {
     }
 }
 
+/// A stored record as the counts see it (the one a write replaces, or
+/// the write itself).
+pub struct Old {
+    pub header: Header,
+    pub value_len: usize,
+    pub pointer: Option<LogPointer>,
+}
+
+impl Old {
+    pub fn of(stored: &[u8]) -> Option<Old> {
+        let (header, value) = Header::decode(stored)?;
+        let pointer = LogPointer::of_stored(&header, value);
+        Some(Old {
+            header,
+            value_len: pointer.map_or(value.len(), |pointer| pointer.value_len as usize),
+            pointer,
+        })
+    }
+}
+
 /// What an item weighs in `stats`: key, header and value.
 pub fn item_size(key: &[u8], value_len: usize) -> usize {
     key.len() + HEADER_LEN + value_len

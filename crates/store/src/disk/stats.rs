@@ -56,7 +56,7 @@ impl Inner {
             stat("disk_reserve_bytes", self.config.reserve_bytes),
             stat("disk_out_of_space", u8::from(self.health.is_out_of_space())),
             stat("disk_poisoned", u8::from(self.health.is_poisoned())),
-            stat("disk_writes_refused", load(&counters.writes_refused)),
+            stat("disk_writes_refused", self.health.refused()),
             stat("disk_expired_reclaimed", load(&counters.swept)),
             stat("disk_memory_budget", self.config.memory_budget),
             stat("disk_resident_bytes", process_resident_bytes().unwrap_or(0)),

@@ -107,7 +107,7 @@ impl Inner {
     }
 
     pub(super) fn store(&self, command: &StoreCommand<'_>, fence: &AckFence) -> StoreOutcome {
-        if !self.writable() {
+        if !self.health.takes_write() {
             return StoreOutcome::Failed;
         }
         // memcached counts a storage command by the class of the item it
@@ -203,7 +203,7 @@ impl Inner {
         command: &DeleteCommand,
         fence: &AckFence,
     ) -> DeleteOutcome {
-        if !self.deletable() {
+        if !self.health.takes_delete() {
             return DeleteOutcome::Failed;
         }
         // Only an invalidation keeps the value.
@@ -246,7 +246,7 @@ impl Inner {
         command: &ArithCommand,
         fence: &AckFence,
     ) -> ArithOutcome {
-        if !self.writable() {
+        if !self.health.takes_write() {
             return ArithOutcome::Failed;
         }
         self.modify(key, fence, ValueLost::Fails, |existing, _| {

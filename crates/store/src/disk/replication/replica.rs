@@ -19,7 +19,6 @@ use std::sync::atomic::Ordering;
 use parking_lot::MutexGuard;
 
 use crate::disk::appender::JournalHeld;
-use crate::disk::change::Write;
 use crate::disk::log_format::{self, GroupHead, Record};
 use crate::disk::pending::{Change, Pending};
 use crate::disk::record::{self, Counts, Keyed, Space};
@@ -249,15 +248,8 @@ impl BaseLoader<'_> {
                         .ok_or("a snapshot put without its value in place")?;
                     self.max_cas = self.max_cas.max(header.cas);
                     written += key.len() + record.len();
-                    inner
-                        .apply(
-                            &mut txn,
-                            key,
-                            Write::Change(Space::Item, Pending::Put(record)),
-                            0,
-                            &mut counts,
-                        )
-                        .map(drop)
+                    let put = (Space::Item, key, Pending::Put(record));
+                    inner.apply(&mut txn, put, 0, &mut counts).map(drop)
                 }
                 Record::RowPut { key, record } => {
                     written += key.len() + record.len();

@@ -262,7 +262,7 @@ impl Tables for DiskStore {
         edit: &mut dyn FnMut(Option<Record>) -> RowEdit,
         fence: &AckFence,
     ) -> RowOutcome {
-        if !self.inner.writable() {
+        if !self.inner.health.takes_write() {
             return RowOutcome::Failed;
         }
         self.inner
@@ -271,7 +271,7 @@ impl Tables for DiskStore {
     }
 
     fn remove_row(&self, table: &[u8], primary_key: &[u8], fence: &AckFence) -> RowOutcome {
-        if !self.inner.deletable() {
+        if !self.inner.health.takes_delete() {
             return RowOutcome::Failed;
         }
         self.inner
@@ -299,7 +299,7 @@ impl Tables for DiskStore {
     }
 
     fn set_index(&self, table: &[u8], column: &[u8], command: IndexCommand) -> Result<(), String> {
-        if !self.inner.writable() {
+        if !self.inner.health.takes_write() {
             return Err("the engine refuses writes".to_string());
         }
         self.inner
