@@ -199,24 +199,9 @@ impl Inner {
         segments.retain(|segment| segment.number <= applied);
         let past = retention.past(&segments, SystemTime::now());
         // What attached replicas have not acknowledged stays too, up to
-        // `--log-retention-max`; past it they resynchronize.
-        if let Some(needed) = self.replica_holds.oldest() {
-            let kept: u64 = segments
-                .iter()
-                .filter(|segment| segment.number >= needed)
-                .map(|segment| segment.len)
-                .sum();
-            if kept > self.config.log_retention_max {
-                tracing::warn!(
-                    kept,
-                    limit = self.config.log_retention_max,
-                    "replicas lag past --log-retention-max: they will resynchronize"
-                );
-                self.replica_holds.release_all();
-            } else {
-                segments.retain(|segment| segment.number < needed);
-            }
-        }
+        // `--log-retention-max`.
+        self.replica_holds
+            .keep(&mut segments, self.config.log_retention_max);
         // Both are the oldest of `segments`.
         segments.truncate(past);
         segments

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::disk::history::position::{find_group, locate, Place};
 use crate::disk::journal;
 use crate::disk::log_format::{self, GroupHead, Record};
+use crate::disk::retention::SegmentAge;
 use crate::disk::Inner;
 use crate::log_position::LogPosition;
 use crate::replication::{FedGroup, FeedRefused, LogFeed};
@@ -56,15 +57,29 @@ impl ReplicaHolds {
         self.held.lock().retain(|(found, _)| *found != id);
     }
 
-    /// The oldest segment an attached replica needs.
-    pub(in crate::disk) fn oldest(&self) -> Option<u64> {
-        self.held.lock().iter().map(|(_, segment)| *segment).min()
-    }
-
-    /// Lets every replica's hold go: it is past the limit, and those
-    /// replicas will resynchronize.
-    pub(in crate::disk) fn release_all(&self) {
-        self.held.lock().clear();
+    /// Takes out of `segments` (oldest first) those attached replicas
+    /// still need, unless that keeps more than `limit` bytes: then every
+    /// hold goes, and those replicas will resynchronize.
+    pub(in crate::disk) fn keep(&self, segments: &mut Vec<SegmentAge>, limit: u64) {
+        let mut held = self.held.lock();
+        let Some(needed) = held.iter().map(|(_, segment)| *segment).min() else {
+            return;
+        };
+        let kept: u64 = segments
+            .iter()
+            .filter(|segment| segment.number >= needed)
+            .map(|segment| segment.len)
+            .sum();
+        if kept > limit {
+            tracing::warn!(
+                kept,
+                limit,
+                "replicas lag past --log-retention-max: they will resynchronize"
+            );
+            held.clear();
+        } else {
+            segments.retain(|segment| segment.number < needed);
+        }
     }
 }
 
@@ -468,6 +483,33 @@ mod tests {
     use super::*;
     use crate::disk::{DiskConfig, DiskStore};
     use crate::{AckFence, Store, StoreCommand, StoreMode};
+
+    #[test]
+    fn replicas_keep_the_segments_they_need_up_to_the_limit_and_past_it_none() {
+        let segment = |number| SegmentAge {
+            number,
+            len: 100,
+            modified: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let numbers = |segments: &[SegmentAge]| -> Vec<u64> {
+            segments.iter().map(|segment| segment.number).collect()
+        };
+        let holds = ReplicaHolds::default();
+        let mut segments: Vec<_> = (1..=5).map(segment).collect();
+        holds.keep(&mut segments, 0);
+        assert_eq!(numbers(&segments), [1, 2, 3, 4, 5], "no replica, no hold");
+        let far = holds.add(4);
+        holds.add(3);
+        holds.keep(&mut segments, 300);
+        assert_eq!(numbers(&segments), [1, 2], "3 to 5 are needed: 300 bytes");
+        holds.remove(far);
+        let mut segments: Vec<_> = (1..=5).map(segment).collect();
+        holds.keep(&mut segments, 299);
+        assert_eq!(numbers(&segments), [1, 2, 3, 4, 5], "past the limit");
+        let mut segments: Vec<_> = (1..=5).map(segment).collect();
+        holds.keep(&mut segments, u64::MAX);
+        assert_eq!(numbers(&segments), [1, 2, 3, 4, 5], "the holds went");
+    }
 
     #[test]
     fn a_damaged_length_does_not_size_the_read_buffer_past_the_segment() {
