@@ -118,7 +118,7 @@ pub struct SegmentEnd {
 /// first record that is not whole (a torn append); a read that fails is an
 /// error, not an end: the records after it were acknowledged. A group is
 /// handed over once its head's count of entries has come, read again from
-/// its head (from the buffer, unless the group is larger): only where it
+/// its head (from the buffer while it still holds the head): only where it
 /// starts is held meanwhile. One whose entries end early is left unread.
 pub fn replay<E: From<io::Error>>(
     io: &dyn Io,
@@ -164,6 +164,10 @@ pub fn replay<E: From<io::Error>>(
         at += framed as u64;
         if here.offset < handing_to {
             visit(record, here, framed)?;
+            if at == handing_to {
+                // Past the group again: read on to the segment's end.
+                reader.get_mut().size = size;
+            }
             continue;
         }
         match (&mut group, record) {
@@ -172,7 +176,10 @@ pub fn replay<E: From<io::Error>>(
             (Some((left, start)), record) if record.is_entry() => {
                 *left -= 1;
                 if *left == 0 {
+                    // Read again no further than the group: the segment
+                    // may have been cut back since (a failed append).
                     handing_to = at;
+                    reader.get_mut().size = at;
                     reader.seek_relative(*start as i64 - at as i64)?;
                     at = *start;
                     group = None;
@@ -640,6 +647,8 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
+
     use crate::disk::io::OsIo;
     use crate::disk::log_format::{encode, put_len};
 
@@ -713,44 +722,36 @@ mod tests {
         seen
     }
 
-    #[test]
-    fn a_group_larger_than_the_read_buffer_is_handed_over_whole_and_a_torn_one_not() {
-        use crate::disk::log_format::GroupHead;
-        let group = |first_lsn, values: &[usize]| {
-            let mut bytes = Vec::new();
-            let entries = values.len() as u32;
-            let head = GroupHead {
-                first_lsn,
-                micros: first_lsn,
-                origin: 1,
-                entries,
-            };
-            encode(&mut bytes, Record::Group(head));
-            for (i, &len) in values.iter().enumerate() {
-                let (key, record) = ([b'a' + i as u8], vec![i as u8; len]);
-                encode(
-                    &mut bytes,
-                    Record::Put {
-                        key: &key,
-                        record: &record,
-                    },
-                );
-            }
-            bytes
+    /// A group of puts from entry `first_lsn`, one of each length in
+    /// `values`.
+    fn group_of(first_lsn: u64, values: &[usize]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let head = crate::disk::log_format::GroupHead {
+            first_lsn,
+            micros: first_lsn,
+            origin: 1,
+            entries: values.len() as u32,
         };
-        let mut segment = group(1, &[10]);
-        // Three entries of 600 KiB: read again past the 1 MiB buffer.
-        segment.extend(group(2, &[600 << 10; 3]));
-        segment.extend(group(5, &[20, 30]));
-        let whole = segment.len() as u64;
-        // Its head counts two entries; one came.
-        let torn = group(7, &[40, 50]);
-        segment.extend(&torn[..torn.len() - 60]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = segment_path(dir.path(), 3);
-        fs::write(&path, &segment).unwrap();
+        encode(&mut bytes, Record::Group(head));
+        for (i, &len) in values.iter().enumerate() {
+            let (key, record) = ([b'a' + i as u8], vec![i as u8; len]);
+            encode(
+                &mut bytes,
+                Record::Put {
+                    key: &key,
+                    record: &record,
+                },
+            );
+        }
+        bytes
+    }
+
+    /// Replays `path` as segment 3 through `io`: each record's offset,
+    /// framed length and put's value length (-1 for other records), and
+    /// the end.
+    fn replay_puts(io: &dyn Io, path: &Path) -> (Vec<(u64, usize, i64)>, SegmentEnd) {
         let mut seen = Vec::new();
-        let end = replay(&OsIo, &path, 3, |record, at, framed| {
+        let end = replay(io, path, 3, |record, at, framed| {
             let len = match record {
                 Record::Put { record, .. } => record.len() as i64,
                 _ => -1,
@@ -759,21 +760,89 @@ mod tests {
             Ok::<_, io::Error>(())
         })
         .unwrap();
-        let lens: Vec<i64> = seen.iter().map(|&(_, _, len)| len).collect();
-        let big = 600 << 10;
-        assert_eq!(lens, [-1, 10, -1, big, big, big, -1, 20, 30]);
-        // In order and back to back, to the end of the last whole group.
+        // In order and back to back.
         let mut next = 0;
         for &(offset, framed, _) in &seen {
             assert_eq!(offset, next);
             next += framed as u64;
         }
-        assert_eq!(next, whole);
+        (seen, end)
+    }
+
+    #[test]
+    fn a_group_larger_than_the_read_buffer_is_handed_over_whole_and_a_torn_one_not() {
+        let mut segment = group_of(1, &[10]);
+        // Three entries of 600 KiB: read again past the 1 MiB buffer.
+        segment.extend(group_of(2, &[600 << 10; 3]));
+        segment.extend(group_of(5, &[20, 30]));
+        let whole = segment.len() as u64;
+        // Its head counts two entries; one came.
+        let torn = group_of(7, &[40, 50]);
+        segment.extend(&torn[..torn.len() - 60]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment_path(dir.path(), 3);
+        fs::write(&path, &segment).unwrap();
+        let (seen, end) = replay_puts(&OsIo, &path);
+        let lens: Vec<i64> = seen.iter().map(|&(_, _, len)| len).collect();
+        let big = 600 << 10;
+        assert_eq!(lens, [-1, 10, -1, big, big, big, -1, 20, 30]);
+        let size = segment.len() as u64;
         assert_eq!(
             end,
             SegmentEnd {
-                size: segment.len() as u64,
+                size,
                 whole_to: whole
+            }
+        );
+    }
+
+    /// Cuts the segment at `path` back to `to` when a read starts at `at`.
+    #[derive(Debug)]
+    struct CutBack {
+        path: PathBuf,
+        at: u64,
+        to: u64,
+    }
+
+    impl Io for CutBack {
+        fn read_log(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            if offset == self.at {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&self.path)?
+                    .set_len(self.to)?;
+            }
+            file.read_exact_at(buf, offset)
+        }
+    }
+
+    #[test]
+    fn a_segment_cut_back_behind_a_group_read_again_ends_after_it() {
+        let mut segment = group_of(1, &[10]);
+        let big_group_at = segment.len() as u64;
+        segment.extend(group_of(2, &[600 << 10; 3]));
+        let cut_to = segment.len() as u64;
+        // Bytes a failed append wrote, cut back while the replay runs:
+        // when it reads the large group again from its head (past the
+        // first buffer, the only read that starts there).
+        segment.extend(group_of(5, &[700 << 10]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment_path(dir.path(), 3);
+        fs::write(&path, &segment).unwrap();
+        let cut = CutBack {
+            path: path.clone(),
+            at: big_group_at,
+            to: cut_to,
+        };
+        let (seen, end) = replay_puts(&cut, &path);
+        assert_eq!(seen.len(), 6, "both groups, heads included: {seen:?}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), cut_to, "it was cut");
+        let size = segment.len() as u64;
+        assert_eq!(
+            end,
+            SegmentEnd {
+                size,
+                whole_to: cut_to
             }
         );
     }
