@@ -43,7 +43,8 @@ impl Health {
         self.read_only.load(Ordering::Acquire)
     }
 
-    /// Whether a client's write may be taken; a refusal is counted.
+    /// Whether a client's write may be taken; a refusal is counted (ask
+    /// once per request).
     pub fn takes_write(&self) -> bool {
         self.counted(!self.is_poisoned() && !self.is_out_of_space() && !self.is_read_only())
     }

@@ -164,10 +164,6 @@ pub fn replay<E: From<io::Error>>(
         at += framed as u64;
         if here.offset < handing_to {
             visit(record, here, framed)?;
-            if at == handing_to {
-                // Past the group again: read on to the segment's end.
-                reader.get_mut().size = size;
-            }
             continue;
         }
         match (&mut group, record) {
@@ -176,10 +172,7 @@ pub fn replay<E: From<io::Error>>(
             (Some((left, start)), record) if record.is_entry() => {
                 *left -= 1;
                 if *left == 0 {
-                    // Read again no further than the group: the segment
-                    // may have been cut back since (a failed append).
                     handing_to = at;
-                    reader.get_mut().size = at;
                     reader.seek_relative(*start as i64 - at as i64)?;
                     at = *start;
                     group = None;
@@ -224,7 +217,19 @@ impl Read for SegmentReader<'_> {
         let left = usize::try_from(self.size.saturating_sub(self.at)).unwrap_or(usize::MAX);
         let len = buf.len().min(left);
         if len > 0 {
-            self.io.read_log(self.file, &mut buf[..len], self.at)?;
+            match self.io.read_log(self.file, &mut buf[..len], self.at) {
+                // Cut back since its size was read (a failed append): it
+                // ends where it ends now.
+                Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+                    let now = self.file.metadata()?.len();
+                    if now >= self.at + len as u64 {
+                        return Err(error);
+                    }
+                    self.size = now;
+                    return self.read(buf);
+                }
+                result => result?,
+            }
             self.at += len as u64;
         }
         Ok(len)
@@ -843,6 +848,35 @@ mod tests {
             SegmentEnd {
                 size,
                 whole_to: cut_to
+            }
+        );
+    }
+
+    #[test]
+    fn a_segment_cut_back_under_a_read_ends_at_its_last_whole_group_left() {
+        let mut segment = Vec::new();
+        let mut ends = Vec::new();
+        for lsn in 1..=15 {
+            segment.extend(group_of(lsn, &[100 << 10]));
+            ends.push(segment.len() as u64);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment_path(dir.path(), 3);
+        fs::write(&path, &segment).unwrap();
+        // Cut inside group 13 when the reader asks for its second MiB.
+        let cut = CutBack {
+            path: path.clone(),
+            at: 1 << 20,
+            to: ends[11] + 1000,
+        };
+        let (seen, end) = replay_puts(&cut, &path);
+        assert_eq!(seen.len(), 2 * 12, "twelve groups, each a head and a put");
+        let size = segment.len() as u64;
+        assert_eq!(
+            end,
+            SegmentEnd {
+                size,
+                whole_to: ends[11]
             }
         );
     }
