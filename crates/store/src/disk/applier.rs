@@ -362,11 +362,13 @@ impl Inner {
         for batch in batches {
             let mut writes: Vec<_> = batch
                 .writes()
-                .map(|write| (key_prefix(write.1), write))
+                .map(|write @ (_, key, _)| (key_prefix(key), write))
                 .collect();
             // Most keys differ in their first eight bytes: one integer
             // comparison instead of a memcmp call.
-            writes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .1.cmp(b.1 .1)));
+            writes.sort_unstable_by(|(a, (_, a_key, _)), (b, (_, b_key, _))| {
+                a.cmp(b).then_with(|| a_key.cmp(b_key))
+            });
             for (_, write) in writes {
                 // About what applying it copies into LMDB.
                 let weight = match write {
