@@ -5,70 +5,24 @@
 //! served the values. Here two real memcached processes stand in: one with
 //! room for the data, one too small to keep most of it.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use kura_tools::bench::scenario::{compare_to, CompareArgs, Scenario, Target};
 
-const MEMCACHED: &str = "/usr/bin/memcached";
+mod common;
 
-/// A memcached on a free port of 127.0.0.1, killed when dropped.
-struct Memcached {
-    child: Child,
-    port: u16,
+use common::Memcached;
+
+/// memcached with `megabytes` of memory, on a free port of 127.0.0.1.
+fn start(megabytes: u32) -> Memcached {
+    Memcached::start(&["-m", &megabytes.to_string()])
 }
 
-impl Memcached {
-    fn start(megabytes: u32) -> Memcached {
-        assert!(
-            std::path::Path::new(MEMCACHED).exists(),
-            "{MEMCACHED} is missing: apt-get install memcached (scripts/test does)"
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut command = Command::new(MEMCACHED);
-        command.args(["-l", "127.0.0.1", "-U", "0", "-t", "1"]);
-        command.args(["-p", &port.to_string(), "-m", &megabytes.to_string()]);
-        // memcached refuses to run as root unless told which user to become;
-        // it ignores -u when it is not root.
-        command.args(["-u", "nobody"]);
-        let child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut server = Memcached { child, port };
-        // Ready once it accepts a connection.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("memcached -p {port} exited: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "memcached -p {port} never listened"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        server
-    }
-
-    fn target(&self, name: &str) -> String {
-        format!("{name}=127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `NAME=HOST:PORT` target of `kura bench compare`.
+fn named_target(server: &Memcached, name: &str) -> String {
+    format!("{name}=127.0.0.1:{}", server.port)
 }
 
 fn scenario_file(name: &str, text: &str) -> PathBuf {
@@ -116,10 +70,13 @@ fn compare(
 
 #[test]
 fn compare_shows_hits_and_warns_when_a_server_misses_most_reads() {
-    let roomy = Memcached::start(64);
-    let small = Memcached::start(4);
+    let roomy = start(64);
+    let small = start(4);
     let scenario = scenario_file("compare-hits.toml", WRITE_THEN_READ);
-    let (out, report) = compare(vec![roomy.target("roomy"), small.target("small")], scenario);
+    let (out, report) = compare(
+        vec![named_target(&roomy, "roomy"), named_target(&small, "small")],
+        scenario,
+    );
 
     let read = &report.comparisons[1];
     assert_eq!(read.hits[0], 2000, "the roomy server keeps every value");
@@ -148,10 +105,10 @@ fn compare_shows_hits_and_warns_when_a_server_misses_most_reads() {
 
 #[test]
 fn compare_stays_quiet_when_both_servers_hold_the_data() {
-    let a = Memcached::start(64);
-    let b = Memcached::start(64);
+    let a = start(64);
+    let b = start(64);
     let scenario = scenario_file("compare-hits-quiet.toml", WRITE_THEN_READ);
-    let (out, report) = compare(vec![a.target("a"), b.target("b")], scenario);
+    let (out, report) = compare(vec![named_target(&a, "a"), named_target(&b, "b")], scenario);
     assert_eq!(report.comparisons[1].hits, vec![2000, 2000]);
     assert!(
         out.contains("a 2000 / 0 (100.0%)   b 2000 / 0 (100.0%)"),
@@ -164,7 +121,7 @@ fn compare_stays_quiet_when_both_servers_hold_the_data() {
 /// 2 exist is 2 hits and 2 misses. Keys 0..99 are stored; reads ask 0..199.
 #[test]
 fn a_multiget_counts_each_key() {
-    let server = Memcached::start(64);
+    let server = start(64);
     let path = scenario_file(
         "multiget-hits.toml",
         r#"
@@ -178,7 +135,7 @@ options = { method = "get", multiget = 4, num-calls = 50, keys = 200, key-patter
 "#,
     );
     let scenario = Scenario::load(&path, &[]).unwrap();
-    let target: Target = server.target("memcached").parse().unwrap();
+    let target: Target = named_target(&server, "memcached").parse().unwrap();
     for protocol in ["text", "meta", "binary"] {
         let target = Target {
             protocol: protocol.into(),
@@ -198,7 +155,7 @@ options = { method = "get", multiget = 4, num-calls = 50, keys = 200, key-patter
 #[test]
 fn a_load_stores_every_key_whatever_the_threads_and_connections() {
     use std::io::{BufRead, BufReader, Write};
-    let server = Memcached::start(64);
+    let server = start(64);
     let curr_items = || {
         let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         stream.write_all(b"stats\r\n").unwrap();

@@ -6,17 +6,19 @@
 //! carry, the run must end at once with the reason instead of a summary of
 //! zeros.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use kura_tools::bench::engine::Measured;
 use kura_tools::bench::{load_phase, measure, BenchError, LoadArgs};
 
-const MEMCACHED: &str = "/usr/bin/memcached";
+mod common;
+
+use common::Memcached;
 
 /// A CA, a server certificate it signed for 127.0.0.1, and a second CA that
 /// signed nothing here.
@@ -69,59 +71,14 @@ impl Pki {
     }
 }
 
-/// memcached -Z on a free port of 127.0.0.1, killed when dropped.
-struct Memcached {
-    child: Child,
-    port: u16,
-}
-
-impl Memcached {
-    fn start_tls(pki: &Pki) -> Memcached {
-        assert!(
-            Path::new(MEMCACHED).exists(),
-            "{MEMCACHED} is missing: apt-get install memcached (scripts/test does)"
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let tls = format!(
-            "ssl_chain_cert={},ssl_key={}",
-            pki.file("server.pem"),
-            pki.file("server.key")
-        );
-        let mut child = Command::new(MEMCACHED)
-            .args(["-l", "127.0.0.1", "-U", "0", "-t", "1", "-m", "64"])
-            .args(["-p", &port.to_string(), "-Z", "-o", &tls])
-            // memcached refuses to run as root unless told which user to
-            // become; it ignores -u when it is not root.
-            .args(["-u", "nobody"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Ready once it accepts a connection.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("memcached -Z -p {port} exited: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "memcached -p {port} never listened"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Memcached { child, port }
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// memcached -Z with the server certificate, on a free port of 127.0.0.1.
+fn start_tls(pki: &Pki) -> Memcached {
+    let tls = format!(
+        "ssl_chain_cert={},ssl_key={}",
+        pki.file("server.pem"),
+        pki.file("server.key")
+    );
+    Memcached::start(&["-m", "64", "-Z", "-o", &tls])
 }
 
 #[derive(Parser)]
@@ -166,7 +123,7 @@ fn assert_clean(measured: &Measured) {
 #[test]
 fn bench_completes_calls_through_tls_verified_against_the_ca() {
     let pki = Pki::make();
-    let server = Memcached::start_tls(&pki);
+    let server = start_tls(&pki);
     let ca = pki.file("ca.pem");
     let measured = bench(
         &server,
@@ -196,7 +153,7 @@ fn values_larger_than_rustls_buffers_go_out_and_come_back_whole() {
     // (its stall on pipelined TLS bursts, docs/BENCHMARKS.md), a timeout
     // in 5 runs of 30; kura -Z answered all of the same runs.
     let pki = Pki::make();
-    let server = Memcached::start_tls(&pki);
+    let server = start_tls(&pki);
     let ca = pki.file("ca.pem");
     let measured = bench(
         &server,
@@ -218,7 +175,7 @@ fn values_larger_than_rustls_buffers_go_out_and_come_back_whole() {
 #[test]
 fn without_a_ca_the_certificate_is_not_checked() {
     let pki = Pki::make();
-    let server = Memcached::start_tls(&pki);
+    let server = start_tls(&pki);
     let measured = bench(&server, "--tls --num-conns 2 --method set --num-calls 200").unwrap();
     assert_clean(&measured);
 }
@@ -226,7 +183,7 @@ fn without_a_ca_the_certificate_is_not_checked() {
 #[test]
 fn a_ca_that_did_not_sign_the_certificate_ends_the_run_with_the_reason() {
     let pki = Pki::make();
-    let server = Memcached::start_tls(&pki);
+    let server = start_tls(&pki);
     let other_ca = pki.file("other-ca.pem");
     let started = Instant::now();
     let error = bench_error(
@@ -256,7 +213,7 @@ fn a_ca_that_did_not_sign_the_certificate_ends_the_run_with_the_reason() {
 #[test]
 fn a_name_the_certificate_does_not_carry_is_refused() {
     let pki = Pki::make();
-    let server = Memcached::start_tls(&pki);
+    let server = start_tls(&pki);
     let ca = pki.file("ca.pem");
     let error = bench_error(
         &server,
